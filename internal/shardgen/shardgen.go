@@ -1,0 +1,218 @@
+// Package shardgen writes synthetic WebDataset shards for tests, benchmarks and the
+// demo. Output is a pure function of the Spec: the same seed gives the same bytes.
+package shardgen
+
+import (
+	"archive/tar"
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/shardload/shardload/shard"
+)
+
+// Kind says what a field's bytes look like.
+type Kind int
+
+// Field kinds.
+const (
+	// Random bytes: incompressible, like encoded images.
+	Random Kind = iota
+	// Class is a decimal integer label, as in WebDataset's .cls members.
+	Class
+	// Text is compressible ASCII words.
+	Text
+)
+
+// Field describes one member of every sample.
+type Field struct {
+	Ext      string
+	Kind     Kind
+	MinBytes int // for Random and Text: size drawn uniformly in [MinBytes, MaxBytes]
+	MaxBytes int
+}
+
+// Spec describes a synthetic dataset. Zero fields take the defaults in Defaults.
+type Spec struct {
+	Shards          int
+	SamplesPerShard int
+	Fields          []Field
+	Compression     shard.Compression // None, Gzip or Zstd
+	Seed            uint64
+	Prefix          string // file name prefix, default "train"
+}
+
+// Defaults fills the zero fields of s: 4 shards of 256 samples, each a random
+// "jpg" of 16 to 48 KiB, a "cls" label and a short "txt" caption; prefix "train".
+func (s Spec) Defaults() Spec {
+	if s.Shards == 0 {
+		s.Shards = 4
+	}
+	if s.SamplesPerShard == 0 {
+		s.SamplesPerShard = 256
+	}
+	if len(s.Fields) == 0 {
+		s.Fields = []Field{
+			{Ext: "jpg", Kind: Random, MinBytes: 16 << 10, MaxBytes: 48 << 10},
+			{Ext: "cls", Kind: Class},
+			{Ext: "txt", Kind: Text, MinBytes: 40, MaxBytes: 200},
+		}
+	}
+	if s.Prefix == "" {
+		s.Prefix = "train"
+	}
+	return s
+}
+
+// Name returns the file name of shard i, e.g. "train-000003.tar.zst".
+func (s Spec) Name(i int) string {
+	s = s.Defaults()
+	ext := ".tar"
+	switch s.Compression {
+	case shard.Gzip:
+		ext += ".gz"
+	case shard.Zstd:
+		ext += ".zst"
+	}
+	return fmt.Sprintf("%s-%06d%s", s.Prefix, i, ext)
+}
+
+// Pattern returns the brace pattern naming all shards, e.g. "train-{000000..000003}.tar".
+func (s Spec) Pattern() string {
+	s = s.Defaults()
+	first, last := s.Name(0), s.Name(s.Shards-1)
+	n := len(s.Prefix) + 1
+	return first[:n] + "{" + first[n:n+6] + ".." + last[n:n+6] + "}" + first[n+6:]
+}
+
+// Key returns the key of sample j of shard i.
+func Key(i, j int) string { return fmt.Sprintf("s%06d-%06d", i, j) }
+
+// WriteShard writes shard i of s to w.
+func WriteShard(w io.Writer, s Spec, i int) error {
+	s = s.Defaults()
+	var (
+		out io.Writer = w
+		zc  io.WriteCloser
+	)
+	switch s.Compression {
+	case shard.None:
+	case shard.Gzip:
+		zc = gzip.NewWriter(w)
+	case shard.Zstd:
+		z, err := zstd.NewWriter(w, zstd.WithEncoderConcurrency(1))
+		if err != nil {
+			return err
+		}
+		zc = z
+	default:
+		return fmt.Errorf("shardgen: cannot write %s shards", s.Compression)
+	}
+	if zc != nil {
+		out = zc
+	}
+	var seed [32]byte
+	binary.LittleEndian.PutUint64(seed[:], s.Seed)
+	binary.LittleEndian.PutUint64(seed[8:], uint64(i))
+	rng := rand.New(rand.NewChaCha8(seed)) // sizes, labels, words
+	seed[16] = 1
+	chacha := rand.NewChaCha8(seed) // payload bytes
+	tw := tar.NewWriter(out)
+	buf := make([]byte, 0, 64<<10)
+	for j := 0; j < s.SamplesPerShard; j++ {
+		key := Key(i, j)
+		for _, f := range s.Fields {
+			buf = fieldBytes(buf[:0], f, rng, chacha)
+			hdr := &tar.Header{Name: key + "." + f.Ext, Mode: 0o644, Size: int64(len(buf)),
+				ModTime: time.Unix(1700000000, 0), Typeflag: tar.TypeReg, Format: tar.FormatUSTAR}
+			if err := tw.WriteHeader(hdr); err != nil {
+				return err
+			}
+			if _, err := tw.Write(buf); err != nil {
+				return err
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	if zc != nil {
+		return zc.Close()
+	}
+	return nil
+}
+
+var words = []string{"a", "photo", "of", "the", "small", "red", "dog", "on", "grass", "with", "blue", "sky", "cat", "tree"}
+
+func fieldBytes(buf []byte, f Field, rng *rand.Rand, chacha *rand.ChaCha8) []byte {
+	size := f.MinBytes
+	if f.MaxBytes > f.MinBytes {
+		size += rng.IntN(f.MaxBytes - f.MinBytes + 1)
+	}
+	switch f.Kind {
+	case Class:
+		return fmt.Appendf(buf, "%d", rng.IntN(1000))
+	case Text:
+		for len(buf) < size {
+			buf = append(buf, words[rng.IntN(len(words))]...)
+			buf = append(buf, ' ')
+		}
+		return buf[:size]
+	default:
+		buf = slices.Grow(buf, size)[:size]
+		chacha.Read(buf)
+		return buf
+	}
+}
+
+// Generate writes every shard of s into dir (created if needed) and returns their
+// paths. Each file is written to a temporary name and renamed when complete.
+func Generate(dir string, s Spec) ([]string, error) {
+	s = s.Defaults()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	paths := make([]string, 0, s.Shards)
+	for i := 0; i < s.Shards; i++ {
+		p := filepath.Join(dir, s.Name(i))
+		if err := writeFile(p, s, i); err != nil {
+			return nil, err
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
+}
+
+func writeFile(path string, s Spec, i int) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".shardgen-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	bw := bufio.NewWriterSize(tmp, 1<<20)
+	if err := WriteShard(bw, s, i); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

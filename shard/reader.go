@@ -1,0 +1,488 @@
+package shard
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"compress/bzip2"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+)
+
+// DefaultMaxMemberSize is the per-member cap used when Options.MaxMemberSize is zero.
+const DefaultMaxMemberSize = 256 << 20
+
+// maxZstdWindow bounds the memory a zstd frame may ask for. Shards written with zstd
+// levels up to 22 use windows of at most 128 MiB.
+const maxZstdWindow = 256 << 20
+
+// Errors wrapped in an *Error; match them with errors.Is.
+var (
+	// ErrTruncated means the shard ended early: inside a member, inside a header,
+	// or at a member boundary without the end-of-archive marker.
+	ErrTruncated = errors.New("shard: truncated tar")
+	// ErrBadHeader means a tar header failed its checksum or could not be parsed.
+	ErrBadHeader = errors.New("shard: bad tar header")
+	// ErrCorrupt means the compressed stream of a whole-shard gzip or zstd file is
+	// corrupt.
+	ErrCorrupt = errors.New("shard: corrupt compressed stream")
+	// ErrUnsupportedCompression means the shard's first bytes name a compression
+	// this reader does not decode (xz, lz4).
+	ErrUnsupportedCompression = errors.New("shard: unsupported compression")
+	// ErrDuplicateExtension means one sample holds two members with the same
+	// extension. The error is the sample's; the reader can go on.
+	ErrDuplicateExtension = errors.New("shard: duplicate extension")
+	// ErrMemberTooLarge means a member is larger than Options.MaxMemberSize. The
+	// error is the sample's; the reader can go on.
+	ErrMemberTooLarge = errors.New("shard: member larger than the cap")
+)
+
+// Error is a failure while reading a shard. It says where: the shard URL, the sample
+// key when one is known, and the byte offset in the tar stream (after whole-shard
+// decompression, when the shard was compressed).
+type Error struct {
+	URL    string
+	Key    string // "" when the failure is not inside a sample
+	Offset int64  // byte offset of the member header or of the failure; -1 unknown
+	// Compression is the whole-shard compression; when not None, Offset counts bytes
+	// of the decompressed tar stream.
+	Compression Compression
+	Err         error
+	sample      bool
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.URL)
+	if e.Key != "" {
+		fmt.Fprintf(&b, ": sample %q", e.Key)
+	}
+	if e.Offset >= 0 {
+		fmt.Fprintf(&b, " at byte %d", e.Offset)
+		if e.Compression != None {
+			fmt.Fprintf(&b, " of the %s-decompressed tar", e.Compression)
+		}
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Err.Error())
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Skippable reports whether the failure belongs to one sample only, so that Next can
+// go on with the following sample (a duplicate extension, a member over the cap).
+// Failures of the stream itself are sticky: every later Next returns them.
+func (e *Error) Skippable() bool { return e.sample }
+
+// Options configure a Reader. The zero value works.
+type Options struct {
+	// URL names the shard in samples (Sample.URL) and in errors.
+	URL string
+	// MaxMemberSize caps the bytes of one member held in memory. Zero means
+	// DefaultMaxMemberSize (256 MiB). A larger member is an error of its sample.
+	MaxMemberSize int64
+	// SizesOnly skips member data: fields carry their size and offset but no Data.
+	// Use it to list shards without reading their contents into memory.
+	SizesOnly bool
+}
+
+// Field is one member of a sample.
+type Field struct {
+	// Ext is the extension: the member's base name after its first dot, lower-cased
+	// ("seg.png" for "a/b/x.seg.png").
+	Ext string
+	// Name is the member's path in the tar, as written.
+	Name string
+	// Size is the member's length in bytes.
+	Size int64
+	// Offset is the byte offset of the member's data in the tar stream.
+	Offset int64
+	// Data holds the member's bytes; nil when Options.SizesOnly is set. It is owned by
+	// the Reader and valid until the next call to Next.
+	Data []byte
+}
+
+// Sample is a group of adjacent members that share a key.
+type Sample struct {
+	// Key is the member path up to the first dot of its base name (WebDataset's
+	// __key__); directories stay in the key.
+	Key string
+	// URL is the shard the sample came from (WebDataset's __url__).
+	URL string
+	// Offset is the byte offset of the header of the sample's first member.
+	Offset int64
+	// Fields are the sample's members in the order they appear in the tar.
+	Fields []Field
+}
+
+// Get returns the data of the field with extension ext, and whether it exists.
+func (s *Sample) Get(ext string) ([]byte, bool) {
+	for i := range s.Fields {
+		if s.Fields[i].Ext == ext {
+			return s.Fields[i].Data, true
+		}
+	}
+	return nil, false
+}
+
+// Bytes returns the total size of the sample's members.
+func (s *Sample) Bytes() int64 {
+	var n int64
+	for _, f := range s.Fields {
+		n += f.Size
+	}
+	return n
+}
+
+// Clone returns a deep copy of s whose data stays valid after the Reader moves on. The
+// copies of all fields share one allocation.
+func (s *Sample) Clone() *Sample {
+	c := &Sample{Key: s.Key, URL: s.URL, Offset: s.Offset, Fields: make([]Field, len(s.Fields))}
+	var n int
+	for _, f := range s.Fields {
+		n += len(f.Data)
+	}
+	buf := make([]byte, 0, n)
+	for i, f := range s.Fields {
+		c.Fields[i] = f
+		if f.Data != nil {
+			start := len(buf)
+			buf = append(buf, f.Data...)
+			c.Fields[i].Data = buf[start:len(buf):len(buf)]
+		}
+	}
+	return c
+}
+
+// Reader reads the samples of one WebDataset shard from a stream, in the manner of
+// archive/tar: Next returns one sample at a time and io.EOF at the end. Whole-shard
+// compression (gzip, zstd, bzip2) is detected from the first bytes, never from the
+// name.
+//
+// Grouping follows WebDataset: only regular files are members; a member's key is its
+// path up to the first dot of its base name and its extension the rest, lower-cased;
+// a base name without a dot (or starting with one) is skipped, as are top-level
+// metadata members named __name__; a new sample starts whenever the key changes.
+//
+// The data of the returned sample is owned by the Reader and overwritten by the next
+// call to Next; Clone a sample to keep it. A Reader is not safe for concurrent use.
+type Reader struct {
+	opts Options
+	src  io.Reader
+
+	started bool
+	comp    Compression
+	dec     io.ReadCloser // decompressor, nil for None
+	rawIn   counter       // counts bytes of the shard as stored; sits above src
+	tarIn   counter       // counts tar-stream bytes; sits between dec and tr
+	tr      *tar.Reader
+
+	err     error       // sticky stream error
+	pending *tar.Header // header of the next sample's first member
+	pendOff int64       // its header offset
+	next    int64       // offset where the next header is expected
+	skipKey string      // key of a failed sample whose remaining members are skipped
+	skip    bool
+
+	buf    []byte // arena for the current sample's data
+	used   int
+	sample Sample
+}
+
+// NewReader returns a Reader of the shard in r. It reads nothing until Next.
+func NewReader(r io.Reader, opts Options) *Reader {
+	if opts.MaxMemberSize <= 0 {
+		opts.MaxMemberSize = DefaultMaxMemberSize
+	}
+	return &Reader{opts: opts, src: r}
+}
+
+// Compression returns the detected whole-shard compression; None before the first Next.
+func (r *Reader) Compression() Compression { return r.comp }
+
+// Offset returns the number of tar-stream bytes consumed so far.
+func (r *Reader) Offset() int64 { return r.tarIn.n }
+
+// Close releases the decompressor. It does not close the underlying reader.
+func (r *Reader) Close() error {
+	if r.dec != nil {
+		r.dec.Close()
+		r.dec = nil
+	}
+	if r.err == nil {
+		r.err = errors.New("shard: reader closed")
+	}
+	return nil
+}
+
+func (r *Reader) start() error {
+	r.started = true
+	r.rawIn = counter{r: r.src}
+	br := bufio.NewReaderSize(&r.rawIn, 64<<10)
+	magic, err := br.Peek(6)
+	if err != nil && err != io.EOF {
+		return r.streamErr(0, err)
+	}
+	r.comp = DetectCompression(magic)
+	var in io.Reader = br
+	switch r.comp {
+	case Gzip:
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return r.streamErr(0, fmt.Errorf("%w: %w", ErrCorrupt, err))
+		}
+		r.dec = zr
+		in = zr
+	case Zstd:
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
+		if err != nil {
+			return r.streamErr(0, fmt.Errorf("%w: %w", ErrCorrupt, err))
+		}
+		r.dec = zr.IOReadCloser()
+		in = r.dec
+	case Bzip2:
+		in = bzip2.NewReader(br)
+	case XZ, LZ4:
+		return r.streamErr(0, fmt.Errorf("%w: %s (recompress the shard with gzip or zstd)", ErrUnsupportedCompression, r.comp))
+	}
+	r.tarIn = counter{r: in}
+	r.tr = tar.NewReader(&r.tarIn)
+	return nil
+}
+
+// Next returns the next sample, or io.EOF after the last. A *Error whose Skippable
+// reports true fails one sample only and the next call goes on; any other error is
+// returned again by every later call.
+func (r *Reader) Next() (*Sample, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	if !r.started {
+		if err := r.start(); err != nil {
+			return nil, err
+		}
+	}
+	s := &r.sample
+	s.Key, s.URL, s.Fields = "", r.opts.URL, s.Fields[:0]
+	r.used = 0
+	for {
+		hdr, off := r.pending, r.pendOff
+		r.pending = nil
+		if hdr == nil {
+			var err error
+			if hdr, off, err = r.nextHeader(); err != nil {
+				if err == io.EOF && len(s.Fields) > 0 {
+					return s, nil
+				}
+				return nil, err
+			}
+		}
+		key, ext, ok := splitName(hdr.Name)
+		if !ok || !isRegular(hdr) {
+			continue
+		}
+		if r.skip {
+			if key == r.skipKey {
+				continue
+			}
+			r.skip = false
+		}
+		if len(s.Fields) > 0 && key != s.Key {
+			r.pending, r.pendOff = hdr, off
+			return s, nil
+		}
+		if len(s.Fields) == 0 {
+			s.Key, s.Offset = key, off
+		}
+		if _, dup := s.Get(ext); dup || hdr.Size > r.opts.MaxMemberSize {
+			cause := fmt.Errorf("%w %q (member %q)", ErrDuplicateExtension, ext, hdr.Name)
+			if !dup {
+				cause = fmt.Errorf("%w: member %q is %d bytes, cap %d", ErrMemberTooLarge, hdr.Name, hdr.Size, r.opts.MaxMemberSize)
+			}
+			r.skip, r.skipKey = true, key
+			return nil, &Error{URL: r.opts.URL, Key: key, Offset: off, Compression: r.comp, Err: cause, sample: true}
+		}
+		f := Field{Ext: ext, Name: hdr.Name, Size: hdr.Size, Offset: r.tarIn.n}
+		if !r.opts.SizesOnly {
+			data, err := r.readData(hdr.Size)
+			if err != nil {
+				r.err = r.errAt(key, f.Offset+int64(len(data)), err)
+				return nil, r.err
+			}
+			f.Data = data
+		}
+		s.Fields = append(s.Fields, f)
+	}
+}
+
+// nextHeader returns the next tar header and the offset where it starts.
+func (r *Reader) nextHeader() (*tar.Header, int64, error) {
+	off := r.next
+	hdr, err := r.tr.Next()
+	if err == io.EOF {
+		// archive/tar reports a clean end both after the end-of-archive marker and
+		// when the stream simply stops at a header boundary. Only the first is a
+		// complete shard: the marker is at least one block of zeros.
+		if r.tarIn.err == nil && r.tarIn.n < off+blockSize {
+			err = fmt.Errorf("%w: no end-of-archive marker after %d bytes", ErrTruncated, r.tarIn.n)
+			r.err = &Error{URL: r.opts.URL, Offset: r.tarIn.n, Compression: r.comp, Err: err}
+			return nil, off, r.err
+		}
+		r.err = io.EOF
+		return nil, off, io.EOF
+	}
+	if err != nil {
+		r.err = r.errAt("", off, err)
+		return nil, off, r.err
+	}
+	dataStart := r.tarIn.n
+	r.next = dataStart + (hdr.Size+blockSize-1)/blockSize*blockSize
+	return hdr, off, nil
+}
+
+// readData reads size bytes of the current member into the arena.
+func (r *Reader) readData(size int64) ([]byte, error) {
+	n := int(size)
+	if r.used+n > cap(r.buf) {
+		// Earlier fields of this sample keep the old array alive; the next sample
+		// starts at the front of the new one.
+		r.buf = make([]byte, max(2*cap(r.buf), n, 64<<10))
+		r.used = 0
+	}
+	b := r.buf[r.used : r.used+n : r.used+n]
+	m, err := io.ReadFull(r.tr, b)
+	if err != nil {
+		return b[:m], err
+	}
+	r.used += n
+	return b, nil
+}
+
+// errAt turns a read failure into an *Error naming where it happened.
+func (r *Reader) errAt(key string, off int64, err error) error {
+	switch {
+	case r.rawIn.err != nil:
+		// The source failed (a dropped connection, a short object): say so as it is.
+		err = r.rawIn.err
+	case r.comp != None && errors.Is(r.tarIn.err, io.ErrUnexpectedEOF):
+		err = fmt.Errorf("%w: the %s stream ended early, after %d compressed bytes", ErrTruncated, r.comp, r.rawIn.n)
+		off = r.tarIn.n
+	case r.comp != None && r.tarIn.err != nil:
+		// The decompressor failed: report its error, not archive/tar's view of it.
+		err = fmt.Errorf("%w (%s, near compressed byte %d): %w", ErrCorrupt, r.comp, r.rawIn.n, r.tarIn.err)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		err = fmt.Errorf("%w: stream ended after %d bytes", ErrTruncated, r.tarIn.n)
+		off = r.tarIn.n
+	case errors.Is(err, tar.ErrHeader):
+		err = fmt.Errorf("%w: %w", ErrBadHeader, err)
+	}
+	return &Error{URL: r.opts.URL, Key: key, Offset: off, Compression: r.comp, Err: err}
+}
+
+func (r *Reader) streamErr(off int64, err error) error {
+	r.err = &Error{URL: r.opts.URL, Offset: off, Compression: r.comp, Err: err}
+	return r.err
+}
+
+const blockSize = 512
+
+func isRegular(h *tar.Header) bool { return h.Typeflag == tar.TypeReg || h.Typeflag == 0 }
+
+// splitName splits a member path into WebDataset's key and extension. It reports
+// false for members that are not sample fields: base names without a dot or starting
+// with one, and top-level metadata members named __name__.
+func splitName(name string) (key, ext string, ok bool) {
+	slash := strings.LastIndexByte(name, '/')
+	if slash < 0 && strings.HasPrefix(name, "__") && strings.HasSuffix(name, "__") {
+		return "", "", false
+	}
+	base := name[slash+1:]
+	dot := strings.IndexByte(base, '.')
+	if dot <= 0 {
+		return "", "", false
+	}
+	ext = base[dot+1:]
+	if hasUpper(ext) {
+		ext = strings.ToLower(ext)
+	}
+	return name[:slash+1+dot], ext, true
+}
+
+func hasUpper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; 'A' <= c && c <= 'Z' || c >= 0x80 {
+			return true
+		}
+	}
+	return false
+}
+
+// counter counts the bytes read through it and remembers the first error other than
+// io.EOF that its source returned.
+type counter struct {
+	r   io.Reader
+	n   int64
+	err error
+}
+
+func (c *counter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if err != nil && err != io.EOF && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// Compression is a whole-shard compression format.
+type Compression int
+
+// Compressions that DetectCompression recognises.
+const (
+	None Compression = iota
+	Gzip
+	Zstd
+	Bzip2
+	XZ
+	LZ4
+)
+
+func (c Compression) String() string {
+	switch c {
+	case Gzip:
+		return "gzip"
+	case Zstd:
+		return "zstd"
+	case Bzip2:
+		return "bzip2"
+	case XZ:
+		return "xz"
+	case LZ4:
+		return "lz4"
+	}
+	return "none"
+}
+
+// DetectCompression names the compression whose magic number starts b.
+func DetectCompression(b []byte) Compression {
+	switch {
+	case bytes.HasPrefix(b, []byte{0x1f, 0x8b}):
+		return Gzip
+	case bytes.HasPrefix(b, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		return Zstd
+	case bytes.HasPrefix(b, []byte("BZh")):
+		return Bzip2
+	case bytes.HasPrefix(b, []byte{0xfd, '7', 'z', 'X', 'Z', 0}):
+		return XZ
+	case bytes.HasPrefix(b, []byte{0x04, 0x22, 0x4d, 0x18}):
+		return LZ4
+	}
+	return None
+}
