@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/spf13/pflag"
+
+	"github.com/shardload/shardload/internal/shardgen"
+	"github.com/shardload/shardload/shard"
+)
+
+var genCommand = command{
+	name:  "gen",
+	short: "write a synthetic dataset for tests and demos",
+	args:  "DIR",
+	summary: `Write a synthetic WebDataset dataset into DIR for tests and demos: each sample a random
+"jpg" payload, a "cls" label and a "txt" caption. The same flags give the same bytes.
+Prints the brace pattern that names the shards.`,
+	setup: func(fs *pflag.FlagSet) func(context.Context, []string, io.Writer, io.Writer) error {
+		shards := fs.Int("shards", 4, "number of shards")
+		samples := fs.Int("samples", 256, "samples per shard")
+		minSize := byteSize(16 << 10)
+		maxSize := byteSize(48 << 10)
+		fs.Var(&minSize, "min-size", "smallest jpg payload")
+		fs.Var(&maxSize, "max-size", "largest jpg payload")
+		comp := fs.String("compression", "none", "whole-shard compression: none, gzip or zstd")
+		seed := fs.Uint64("seed", 1, "random seed")
+		return func(ctx context.Context, args []string, stdout, _ io.Writer) error {
+			if len(args) != 1 {
+				return fmt.Errorf("%w: want one output directory", errUsage)
+			}
+			spec := shardgen.Spec{Shards: *shards, SamplesPerShard: *samples, Seed: *seed}.Defaults()
+			if *shards <= 0 || *samples <= 0 || minSize > maxSize {
+				return fmt.Errorf("%w: need --shards > 0, --samples > 0 and --min-size <= --max-size", errUsage)
+			}
+			spec.Fields[0].MinBytes, spec.Fields[0].MaxBytes = int(minSize), int(maxSize)
+			switch *comp {
+			case "none":
+			case "gzip":
+				spec.Compression = shard.Gzip
+			case "zstd":
+				spec.Compression = shard.Zstd
+			default:
+				return fmt.Errorf("%w: --compression %q: want none, gzip or zstd", errUsage, *comp)
+			}
+			if _, err := shardgen.Generate(args[0], spec); err != nil {
+				return err
+			}
+			_, err := fmt.Fprintln(stdout, filepath.Join(args[0], spec.Pattern()))
+			return err
+		}
+	},
+}

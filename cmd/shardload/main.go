@@ -1,0 +1,22 @@
+// Command shardload streams WebDataset tar shards from object storage and local disk.
+//
+//	shardload ls    URL...   samples of shards: key, fields, sizes
+//	shardload cat   URL...   samples as one tar stream on stdout
+//	shardload gen   DIR      write synthetic shards for tests and demos
+//
+// Run "shardload help" or "shardload COMMAND --help" for the flags.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
