@@ -190,6 +190,7 @@ type Reader struct {
 	next    int64       // offset where the next header is expected
 	skipKey string      // key of a failed sample whose remaining members are skipped
 	skip    bool
+	lastKey string      // key of the last member header read, for errors in its data
 
 	buf    []byte // arena for the current sample's data
 	used   int
@@ -207,8 +208,13 @@ func NewReader(r io.Reader, opts Options) *Reader {
 // Compression returns the detected whole-shard compression; None before the first Next.
 func (r *Reader) Compression() Compression { return r.comp }
 
-// Offset returns the number of tar-stream bytes consumed so far.
+// Offset returns the number of tar-stream bytes consumed so far (after whole-shard
+// decompression).
 func (r *Reader) Offset() int64 { return r.tarIn.n }
+
+// StoredBytes returns the number of bytes consumed so far from the underlying reader:
+// the shard as stored, before decompression.
+func (r *Reader) StoredBytes() int64 { return r.rawIn.n }
 
 // Close releases the decompressor. It does not close the underlying reader.
 func (r *Reader) Close() error {
@@ -225,7 +231,9 @@ func (r *Reader) Close() error {
 func (r *Reader) start() error {
 	r.started = true
 	r.rawIn = counter{r: r.src}
-	br := bufio.NewReaderSize(&r.rawIn, 64<<10)
+	// A small buffer: header reads do not cost a system call each, while member data
+	// larger than the buffer is read straight into the arena, copied once.
+	br := bufio.NewReaderSize(&r.rawIn, readBufferSize)
 	magic, err := br.Peek(6)
 	if err != nil && err != io.EOF {
 		return r.streamErr(0, err)
@@ -288,6 +296,7 @@ func (r *Reader) Next() (*Sample, error) {
 		if !ok || !isRegular(hdr) {
 			continue
 		}
+		r.lastKey = key
 		if r.skip {
 			if key == r.skipKey {
 				continue
@@ -339,9 +348,15 @@ func (r *Reader) nextHeader() (*tar.Header, int64, error) {
 		return nil, off, io.EOF
 	}
 	if err != nil {
-		r.err = r.errAt("", off, err)
+		key := ""
+		if r.tarIn.n < off {
+			// The stream failed while archive/tar skipped the previous member's data.
+			key = r.lastKey
+		}
+		r.err = r.errAt(key, off, err)
 		return nil, off, r.err
 	}
+	r.lastKey = ""
 	dataStart := r.tarIn.n
 	r.next = dataStart + (hdr.Size+blockSize-1)/blockSize*blockSize
 	return hdr, off, nil
@@ -392,6 +407,10 @@ func (r *Reader) streamErr(off int64, err error) error {
 }
 
 const blockSize = 512
+
+// readBufferSize is the buffer below the tar reader. Reads at least this large bypass
+// it.
+const readBufferSize = 8 << 10
 
 func isRegular(h *tar.Header) bool { return h.Typeflag == tar.TypeReg || h.Typeflag == 0 }
 

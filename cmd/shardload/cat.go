@@ -78,7 +78,8 @@ func cat(ctx context.Context, args []string, rf *readFlags, stats bool, stdout, 
 		return nil
 	})
 	if err != nil {
-		// Flush the complete samples but leave out the end marker.
+		// Flush the complete samples, padded, but leave out the end marker.
+		tw.Flush()
 		bw.Flush()
 		return err
 	}

@@ -1,0 +1,103 @@
+package source
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Scheme returns the scheme of a shard URL: the part before "://", lower-cased, or
+// "file" for a plain path.
+func Scheme(url string) string {
+	i := strings.Index(url, "://")
+	if i <= 0 {
+		return "file"
+	}
+	return strings.ToLower(url[:i])
+}
+
+// Registry maps URL schemes to Sources. The zero value is empty and ready to use; it
+// is safe for concurrent use.
+type Registry struct {
+	mu      sync.RWMutex
+	sources map[string]Source
+}
+
+// Register makes src serve URLs of the given scheme ("s3", "file", "myproto"),
+// replacing any Source registered for it before.
+func (r *Registry) Register(scheme string, src Source) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sources == nil {
+		r.sources = make(map[string]Source)
+	}
+	r.sources[strings.ToLower(scheme)] = src
+}
+
+// Lookup returns the Source for url's scheme, or an *Error wrapping ErrUnknownScheme.
+func (r *Registry) Lookup(url string) (Source, error) {
+	scheme := Scheme(url)
+	r.mu.RLock()
+	src, ok := r.sources[scheme]
+	r.mu.RUnlock()
+	if !ok {
+		return nil, &Error{Op: "open", URL: url, Err: fmt.Errorf("%w %q (registered: %s)",
+			ErrUnknownScheme, scheme, strings.Join(r.Schemes(), ", "))}
+	}
+	return src, nil
+}
+
+// Schemes returns the registered schemes, sorted.
+func (r *Registry) Schemes() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.sources))
+	for s := range r.sources {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Stat looks up url's Source and stats the object.
+func (r *Registry) Stat(ctx context.Context, url string) (Info, error) {
+	src, err := r.Lookup(url)
+	if err != nil {
+		return Info{}, err
+	}
+	return src.Stat(ctx, url)
+}
+
+// Open looks up url's Source and opens the object.
+func (r *Registry) Open(ctx context.Context, url string) (io.ReadCloser, error) {
+	src, err := r.Lookup(url)
+	if err != nil {
+		return nil, err
+	}
+	return src.Open(ctx, url)
+}
+
+// Default is the registry used by the package-level functions and the command line.
+// It serves "file" (and plain paths) and "s3" out of the box.
+var Default = &Registry{}
+
+func init() {
+	Default.Register("file", &File{})
+	Default.Register("s3", &S3{})
+}
+
+// Register makes src serve URLs of scheme in the Default registry.
+func Register(scheme string, src Source) { Default.Register(scheme, src) }
+
+// Open opens url through the Default registry.
+func Open(ctx context.Context, url string) (io.ReadCloser, error) {
+	return Default.Open(ctx, url)
+}
+
+// Stat stats url through the Default registry.
+func Stat(ctx context.Context, url string) (Info, error) {
+	return Default.Stat(ctx, url)
+}

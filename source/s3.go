@@ -1,0 +1,238 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+)
+
+// S3 reads objects addressed as s3://bucket/key from Amazon S3 or an S3-compatible
+// store such as MinIO. The key is used as written, without percent-decoding.
+//
+// The zero value is ready to use: on first use it creates a client from the standard
+// AWS configuration (environment, shared config and credentials files, profiles, web
+// identity, instance roles), once, and remembers a configuration error. Defaults:
+//   - region us-east-1 when none is configured;
+//   - AWS_ENDPOINT_URL or AWS_ENDPOINT_URL_S3 (or endpoint_url in a profile) select
+//     the endpoint, and when one is set, path-style addressing is used so that MinIO
+//     and similar stores work; SHARDLOAD_S3_PATH_STYLE=true|false overrides this;
+//   - with a custom endpoint, checksums are computed and validated only where the
+//     API requires them, as S3-compatible stores do not all support the SDK's
+//     default checksums; AWS_REQUEST_CHECKSUM_CALCULATION and
+//     AWS_RESPONSE_CHECKSUM_VALIDATION, when set, win (the same settings in a
+//     shared config file do not, for a custom endpoint).
+//
+// An S3 is safe for concurrent use. It must not be copied after first use.
+type S3 struct {
+	// Client, if not nil, is used as is instead of a client built from the default
+	// configuration. Set it before first use.
+	Client *s3.Client
+
+	once   sync.Once
+	client *s3.Client
+	err    error
+}
+
+var (
+	_ Source      = (*S3)(nil)
+	_ RangeReader = (*S3)(nil)
+)
+
+// PathStyleEnv names the environment variable that, set to true or false, overrides
+// whether S3 uses path-style addressing (http://host/bucket/key).
+const PathStyleEnv = "SHARDLOAD_S3_PATH_STYLE"
+
+// Stat returns the object's size, modification time and ETag as Version.
+func (s *S3) Stat(ctx context.Context, url string) (Info, error) {
+	c, bucket, key, err := s.prepare(url)
+	if err != nil {
+		return Info{}, &Error{Op: "stat", URL: url, Err: err}
+	}
+	out, err := c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: &key})
+	if err != nil {
+		return Info{}, &Error{Op: "stat", URL: url, Err: s3Err(err)}
+	}
+	return Info{
+		URL:     url,
+		Size:    aws.ToInt64(out.ContentLength),
+		Version: aws.ToString(out.ETag),
+		ModTime: aws.ToTime(out.LastModified),
+	}, nil
+}
+
+// Open returns the whole object as a stream.
+func (s *S3) Open(ctx context.Context, url string) (io.ReadCloser, error) {
+	c, bucket, key, err := s.prepare(url)
+	if err != nil {
+		return nil, &Error{Op: "open", URL: url, Err: err}
+	}
+	out, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &key})
+	if err != nil {
+		return nil, &Error{Op: "open", URL: url, Err: s3Err(err)}
+	}
+	return newS3Stream(ctx, url, out), nil
+}
+
+// OpenRange returns length bytes of the object starting at off, or the rest of the
+// object when length < 0. A range past the end of the object is cut short; one
+// starting at or past the end is an empty stream.
+func (s *S3) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
+	c, bucket, key, err := s.prepare(url)
+	if err == nil && off < 0 {
+		err = fmt.Errorf("source: negative offset %d", off)
+	}
+	if err != nil {
+		return nil, &Error{Op: "open", URL: url, Err: err}
+	}
+	if length == 0 {
+		return io.NopCloser(strings.NewReader("")), nil
+	}
+	rng := fmt.Sprintf("bytes=%d-", off)
+	if length > 0 && off <= (1<<63-1)-length {
+		rng += strconv.FormatInt(off+length-1, 10)
+	}
+	out, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &key, Range: &rng})
+	if err != nil {
+		var re *smithyhttp.ResponseError
+		if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusRequestedRangeNotSatisfiable {
+			// S3 answers InvalidRange for a range starting at or past the end.
+			return io.NopCloser(strings.NewReader("")), nil
+		}
+		return nil, &Error{Op: "open", URL: url, Err: s3Err(err)}
+	}
+	// A server may answer a Range with the whole object (200, no Content-Range).
+	if out.ContentRange == nil && (off > 0 || length > 0 && aws.ToInt64(out.ContentLength) > length) {
+		out.Body.Close()
+		return nil, &Error{Op: "open", URL: url, Err: errors.New("source: server ignored the Range header")}
+	}
+	return newS3Stream(ctx, url, out), nil
+}
+
+// prepare returns the client and the object's bucket and key.
+func (s *S3) prepare(url string) (c *s3.Client, bucket, key string, err error) {
+	rest, ok := strings.CutPrefix(url, "s3://")
+	if !ok && Scheme(url) == "s3" {
+		rest, ok = url[len("s3://"):], true
+	}
+	bucket, key, _ = strings.Cut(rest, "/")
+	if !ok || bucket == "" || key == "" {
+		return nil, "", "", fmt.Errorf("source: not an s3://bucket/key URL: %q", url)
+	}
+	c, err = s.s3Client()
+	return c, bucket, key, err
+}
+
+func (s *S3) s3Client() (*s3.Client, error) {
+	if s.Client != nil {
+		return s.Client, nil
+	}
+	s.once.Do(func() { s.client, s.err = newS3Client(context.Background()) })
+	return s.client, s.err
+}
+
+// newS3Client builds a client from the default AWS configuration with the defaults
+// documented on S3.
+func newS3Client(ctx context.Context) (*s3.Client, error) {
+	var pathStyle *bool
+	if v := os.Getenv(PathStyleEnv); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, fmt.Errorf("source: %s=%q: want true or false", PathStyleEnv, v)
+		}
+		pathStyle = &b
+	}
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("source: loading AWS config: %w", err)
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	return s3.NewFromConfig(cfg, func(o *s3.Options) {
+		custom := o.BaseEndpoint != nil // resolved from cfg and the environment by now
+		o.UsePathStyle = custom
+		if pathStyle != nil {
+			o.UsePathStyle = *pathStyle
+		}
+		// LoadDefaultConfig has already turned "not configured" into WhenSupported,
+		// so only the environment can say the user asked for it.
+		if custom && os.Getenv("AWS_REQUEST_CHECKSUM_CALCULATION") == "" {
+			o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+		}
+		if custom && os.Getenv("AWS_RESPONSE_CHECKSUM_VALIDATION") == "" {
+			o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+		}
+	}), nil
+}
+
+// s3Err makes an S3 error matchable against ErrNotFound and ErrPermission while
+// keeping the SDK's error (and its message) matchable too.
+func s3Err(err error) error {
+	code, status := "", 0
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		code = ae.ErrorCode()
+	}
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) {
+		status = re.HTTPStatusCode()
+	}
+	switch {
+	case status == http.StatusNotFound, code == "NoSuchKey", code == "NotFound", code == "NoSuchBucket":
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	case status == http.StatusForbidden, code == "AccessDenied", code == "InvalidAccessKeyId",
+		code == "SignatureDoesNotMatch":
+		return fmt.Errorf("%w: %w", ErrPermission, err)
+	}
+	return err
+}
+
+// s3Stream is a GetObject body that fails with ErrShortRead if it ends before
+// Content-Length bytes. It stops when ctx is done.
+type s3Stream struct {
+	ctx       context.Context
+	url       string
+	body      io.ReadCloser
+	want, got int64 // want < 0: unknown
+}
+
+func newS3Stream(ctx context.Context, url string, out *s3.GetObjectOutput) *s3Stream {
+	want := int64(-1)
+	if out.ContentLength != nil {
+		want = *out.ContentLength
+	}
+	return &s3Stream{ctx: ctx, url: url, body: out.Body, want: want}
+}
+
+func (s *s3Stream) Read(p []byte) (int, error) {
+	if err := s.ctx.Err(); err != nil {
+		return 0, &Error{Op: "read", URL: s.url, Err: err}
+	}
+	n, err := s.body.Read(p)
+	s.got += int64(n)
+	switch {
+	case err == io.EOF && s.want >= 0 && s.got < s.want:
+		return n, &Error{Op: "read", URL: s.url,
+			Err: fmt.Errorf("%w: read %d of %d bytes", ErrShortRead, s.got, s.want)}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return n, &Error{Op: "read", URL: s.url,
+			Err: fmt.Errorf("%w: read %d of %d bytes: %w", ErrShortRead, s.got, s.want, err)}
+	case err != nil && err != io.EOF:
+		return n, &Error{Op: "read", URL: s.url, Err: s3Err(err)}
+	}
+	return n, err
+}
+
+func (s *s3Stream) Close() error { return s.body.Close() }

@@ -1,0 +1,75 @@
+// Package source reads shard objects from where they are kept: local disk, S3, and any
+// scheme a library user registers. It knows nothing about tar or samples.
+//
+// A Source is small and context-first: Stat an object, Open it as a stream. Optional
+// capabilities are separate interfaces found by type assertion; RangeReader is the
+// first of them.
+//
+// Every per-object failure is an *Error that names the operation and the URL, and wraps
+// a cause that errors.Is can match against ErrNotFound, ErrPermission or the backend's
+// own error.
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Info describes one object.
+type Info struct {
+	// URL is the object's URL as given to Stat.
+	URL string
+	// Size is the object's length in bytes.
+	Size int64
+	// Version identifies the object's content where the backend knows it: an S3 ETag,
+	// or a file's size and modification time. Empty when unknown.
+	Version string
+	// ModTime is the last modification time, zero when unknown.
+	ModTime time.Time
+}
+
+// Source reads objects addressed by URL. Implementations must be safe for concurrent
+// use.
+type Source interface {
+	// Stat returns the object's size and version.
+	Stat(ctx context.Context, url string) (Info, error)
+	// Open returns the whole object as a stream. The stream fails with an error
+	// wrapping ErrShortRead if it ends before the object's size.
+	Open(ctx context.Context, url string) (io.ReadCloser, error)
+}
+
+// RangeReader is the optional capability to read part of an object.
+type RangeReader interface {
+	// OpenRange returns length bytes of the object starting at off. A length < 0 reads
+	// to the end. Reading past the end of the object returns the bytes that exist.
+	OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error)
+}
+
+// Errors that causes wrapped in an *Error can be matched against with errors.Is.
+var (
+	// ErrNotFound means the object (or its bucket) does not exist.
+	ErrNotFound = errors.New("source: object not found")
+	// ErrPermission means the credentials were refused or lack access.
+	ErrPermission = errors.New("source: access denied")
+	// ErrUnknownScheme means no Source is registered for the URL's scheme.
+	ErrUnknownScheme = errors.New("source: unknown URL scheme")
+	// ErrShortRead means a stream ended before the object's size was read.
+	ErrShortRead = errors.New("source: object shorter than its size")
+)
+
+// Error is a failure of one operation on one object.
+type Error struct {
+	Op  string // "stat", "open", "read", ...
+	URL string
+	Err error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s %s: %v", e.Op, e.URL, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
