@@ -190,7 +190,7 @@ type Reader struct {
 	next    int64       // offset where the next header is expected
 	skipKey string      // key of a failed sample whose remaining members are skipped
 	skip    bool
-	lastKey string      // key of the last member header read, for errors in its data
+	lastKey string // key of the last member header read, for errors in its data
 
 	buf    []byte // arena for the current sample's data
 	used   int
