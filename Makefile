@@ -1,0 +1,46 @@
+# shardload: the two commands of the quick start are `make demo` and `make test`.
+GO      ?= go
+BIN     := bin/shardload
+DEMO    := .demo/data
+PATTERN := $(DEMO)/train-{000000..000007}.tar
+FUZZTIME ?= 20s
+
+.PHONY: build demo test tools lint fuzz bench clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/shardload
+
+# The main job on an embedded default: generate a small local dataset (no cloud
+# account needed), list it, and stream every sample through the reader.
+demo: build
+	@echo "== $(BIN) gen --shards 8 --samples 512 $(DEMO)"
+	@$(BIN) gen --shards 8 --samples 512 $(DEMO)
+	@echo "== $(BIN) ls --summary '$(PATTERN)'"
+	@$(BIN) ls --summary '$(PATTERN)'
+	@echo "== $(BIN) ls $(DEMO)/train-000000.tar (first samples)"
+	@$(BIN) ls $(DEMO)/train-000000.tar | head -4
+	@echo "== $(BIN) cat --stats '$(PATTERN)' > /dev/null"
+	@$(BIN) cat --stats '$(PATTERN)' > /dev/null
+
+# Every test: formatting, vet, the race-checked suite with real MinIO, and the fuzz
+# targets for a short time. scripts/tools.sh builds MinIO once (minutes) and caches it.
+test: tools lint
+	$(GO) test -race -count=1 ./...
+	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) ./shard/
+	$(GO) test -run '^$$' -fuzz '^FuzzExpand$$' -fuzztime 10s ./shard/
+
+tools:
+	scripts/tools.sh
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime 5m ./shard/
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./shard/
+
+clean:
+	rm -rf bin .demo
