@@ -40,7 +40,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime 5m ./shard/
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./shard/
+	$(GO) test -run '^$$' -bench BenchmarkRead -count 10 ./shard/ | tee bench-read.txt
+	$(GO) run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da -col /impl bench-read.txt
 
 clean:
 	rm -rf bin .demo

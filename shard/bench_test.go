@@ -29,36 +29,16 @@ func benchData(b *testing.B, spec shardgen.Spec) []byte {
 	return buf.Bytes()
 }
 
-// BenchmarkReader measures shard.Reader grouping samples and reading every member's
-// bytes into memory.
-func BenchmarkReader(b *testing.B) {
+// BenchmarkRead compares shard.Reader (grouping samples, every member's bytes read into
+// memory) with its baseline, Go's archive/tar reading the same bytes, each member into a
+// reused buffer, with no grouping. Compare them with
+//
+//	go test -run '^$' -bench BenchmarkRead -count 10 ./shard/ > read.txt
+//	benchstat -col /impl read.txt
+func BenchmarkRead(b *testing.B) {
 	for _, bs := range benchShards {
-		b.Run(bs.name, func(b *testing.B) {
-			data := benchData(b, bs.spec)
-			b.SetBytes(int64(len(data)))
-			b.ReportAllocs()
-			for b.Loop() {
-				r := shard.NewReader(bytes.NewReader(data), shard.Options{})
-				for {
-					_, err := r.Next()
-					if err == io.EOF {
-						break
-					}
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-		})
-	}
-}
-
-// BenchmarkArchiveTar is the baseline: Go's archive/tar reading the same bytes, each
-// member into a reused buffer, with no grouping.
-func BenchmarkArchiveTar(b *testing.B) {
-	for _, bs := range benchShards {
-		b.Run(bs.name, func(b *testing.B) {
-			data := benchData(b, bs.spec)
+		data := benchData(b, bs.spec)
+		b.Run("shape="+bs.name+"/impl=archive-tar", func(b *testing.B) {
 			b.SetBytes(int64(len(data)))
 			b.ReportAllocs()
 			buf := make([]byte, 1<<20)
@@ -73,6 +53,22 @@ func BenchmarkArchiveTar(b *testing.B) {
 						b.Fatal(err)
 					}
 					if _, err := io.ReadFull(tr, buf[:h.Size]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+		b.Run("shape="+bs.name+"/impl=shard", func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				r := shard.NewReader(bytes.NewReader(data), shard.Options{})
+				for {
+					_, err := r.Next()
+					if err == io.EOF {
+						break
+					}
+					if err != nil {
 						b.Fatal(err)
 					}
 				}

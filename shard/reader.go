@@ -392,6 +392,7 @@ func (r *Reader) errAt(key string, off int64, err error) error {
 	case r.comp != None && r.tarIn.err != nil:
 		// The decompressor failed: report its error, not archive/tar's view of it.
 		err = fmt.Errorf("%w (%s, near compressed byte %d): %w", ErrCorrupt, r.comp, r.rawIn.n, r.tarIn.err)
+		off = r.tarIn.n
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		err = fmt.Errorf("%w: stream ended after %d bytes", ErrTruncated, r.tarIn.n)
 		off = r.tarIn.n
