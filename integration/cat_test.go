@@ -286,6 +286,7 @@ func TestBadInput(t *testing.T) {
 
 func expectOneLineError(t *testing.T, r result, want []string) {
 	t.Helper()
+	t.Logf("stderr: %s", r.stderr)
 	if r.code != 1 {
 		t.Errorf("exit status %d, want 1 (stderr %q)", r.code, r.stderr)
 	}

@@ -231,38 +231,68 @@ func (r *Reader) Close() error {
 func (r *Reader) start() error {
 	r.started = true
 	r.rawIn = counter{r: r.src}
-	// A small buffer: header reads do not cost a system call each, while member data
-	// larger than the buffer is read straight into the arena, copied once.
-	br := bufio.NewReaderSize(&r.rawIn, readBufferSize)
-	magic, err := br.Peek(6)
-	if err != nil && err != io.EOF {
-		return r.streamErr(0, err)
+	var (
+		in    io.Reader
+		magic []byte
+	)
+	if _, ok := r.src.(io.ByteReader); ok {
+		// In memory or buffered already (the convention compress/flate relies on):
+		// another buffer would only copy every byte once more.
+		var head [6]byte
+		n, err := io.ReadFull(&r.rawIn, head[:])
+		if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+			return r.streamErr(0, err)
+		}
+		magic = head[:n]
+		in = io.MultiReader(bytes.NewReader(magic), &r.rawIn)
+	} else {
+		// A small buffer: header reads do not cost a system call each, while member
+		// data larger than the buffer is read straight into the arena.
+		br := bufio.NewReaderSize(&r.rawIn, readBufferSize)
+		var err error
+		if magic, err = br.Peek(6); err != nil && err != io.EOF {
+			return r.streamErr(0, err)
+		}
+		in = br
 	}
 	r.comp = DetectCompression(magic)
-	var in io.Reader = br
 	switch r.comp {
 	case Gzip:
-		zr, err := gzip.NewReader(br)
+		zr, err := gzip.NewReader(in)
 		if err != nil {
-			return r.streamErr(0, fmt.Errorf("%w: %w", ErrCorrupt, err))
+			return r.startErr(err)
 		}
 		r.dec = zr
-		in = zr
 	case Zstd:
-		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
+		zr, err := zstd.NewReader(in, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
 		if err != nil {
-			return r.streamErr(0, fmt.Errorf("%w: %w", ErrCorrupt, err))
+			return r.startErr(err)
 		}
 		r.dec = zr.IOReadCloser()
-		in = r.dec
 	case Bzip2:
-		in = bzip2.NewReader(br)
+		in = bzip2.NewReader(in)
 	case XZ, LZ4:
 		return r.streamErr(0, fmt.Errorf("%w: %s (recompress the shard with gzip or zstd)", ErrUnsupportedCompression, r.comp))
+	}
+	if r.dec != nil {
+		in = r.dec
 	}
 	r.tarIn = counter{r: in}
 	r.tr = tar.NewReader(&r.tarIn)
 	return nil
+}
+
+// startErr reports a decompressor that failed on its first bytes.
+func (r *Reader) startErr(err error) error {
+	switch {
+	case r.rawIn.err != nil:
+		err = r.rawIn.err
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		err = fmt.Errorf("%w: the %s stream ended early, after %d compressed bytes", ErrTruncated, r.comp, r.rawIn.n)
+	default:
+		err = fmt.Errorf("%w (%s): %w", ErrCorrupt, r.comp, err)
+	}
+	return r.streamErr(0, err)
 }
 
 // Next returns the next sample, or io.EOF after the last. A *Error whose Skippable
