@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -89,9 +90,23 @@ type Options struct {
 	// DefaultMaxMemberSize (256 MiB). A larger member is an error of its sample.
 	MaxMemberSize int64
 	// SizesOnly skips member data: fields carry their size and offset but no Data.
-	// Use it to list shards without reading their contents into memory.
+	// Use it to list shards without reading their contents into memory. On an
+	// uncompressed shard whose reader can seek (a local file), data is skipped by
+	// seeking and only headers are read.
 	SizesOnly bool
+	// MaxRatio caps how many bytes of tar a compressed shard may inflate to per
+	// stored byte, against decompression bombs. Zero means DefaultMaxRatio (1000); a
+	// negative value turns the check off. The first 1 MiB is always allowed.
+	MaxRatio float64
+	// Timing records the time spent reading the source and inflating, for Times.
+	Timing bool
 }
+
+// DefaultMaxRatio is the decompression ratio cap used when Options.MaxRatio is zero.
+const DefaultMaxRatio = 1000
+
+// ErrTooCompressed means a compressed shard inflated beyond Options.MaxRatio.
+var ErrTooCompressed = errors.New("shard: decompression ratio over the cap")
 
 // Field is one member of a sample.
 type Field struct {
@@ -202,6 +217,9 @@ func NewReader(r io.Reader, opts Options) *Reader {
 	if opts.MaxMemberSize <= 0 {
 		opts.MaxMemberSize = DefaultMaxMemberSize
 	}
+	if opts.MaxRatio == 0 {
+		opts.MaxRatio = DefaultMaxRatio
+	}
 	return &Reader{opts: opts, src: r}
 }
 
@@ -230,12 +248,24 @@ func (r *Reader) Close() error {
 
 func (r *Reader) start() error {
 	r.started = true
-	r.rawIn = counter{r: r.src}
+	r.rawIn = counter{r: r.src, timed: r.opts.Timing}
 	var (
 		in    io.Reader
 		magic []byte
 	)
-	if _, ok := r.src.(io.ByteReader); ok {
+	if sk, ok := r.src.(io.Seeker); ok && r.opts.SizesOnly && r.seekable(sk) {
+		// Headers only: read the magic, go back, and let archive/tar seek past data.
+		var head [6]byte
+		n, err := io.ReadFull(&r.rawIn, head[:])
+		if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+			return r.streamErr(0, err)
+		}
+		magic = head[:n]
+		if _, err := r.rawIn.Seek(int64(-n), io.SeekCurrent); err != nil {
+			return r.streamErr(0, err)
+		}
+		in = &r.rawIn
+	} else if _, ok := r.src.(io.ByteReader); ok {
 		// In memory or buffered already (the convention compress/flate relies on):
 		// another buffer would only copy every byte once more.
 		var head [6]byte
@@ -277,9 +307,33 @@ func (r *Reader) start() error {
 	if r.dec != nil {
 		in = r.dec
 	}
-	r.tarIn = counter{r: in}
+	r.tarIn = counter{r: in, timed: r.opts.Timing}
 	r.tr = tar.NewReader(&r.tarIn)
 	return nil
+}
+
+// seekable reports whether sk really seeks (os.Stdin has the method but fails).
+func (r *Reader) seekable(sk io.Seeker) bool {
+	pos, err := sk.Seek(0, io.SeekCurrent)
+	return err == nil && pos == 0
+}
+
+// Times returns the time spent so far reading the underlying reader (fetch) and
+// inflating a compressed shard (not counting fetch). Zero unless Options.Timing.
+func (r *Reader) Times() (fetch, inflate time.Duration) {
+	fetch = r.rawIn.dur
+	if r.comp != None {
+		inflate = max(r.tarIn.dur-fetch, 0)
+	}
+	return fetch, inflate
+}
+
+// checkRatio fails a compressed shard that inflates beyond the cap.
+func (r *Reader) checkRatio() error {
+	if r.comp == None || r.opts.MaxRatio < 0 || r.tarIn.n <= 1<<20 || float64(r.tarIn.n) <= r.opts.MaxRatio*float64(r.rawIn.n) {
+		return nil
+	}
+	return r.streamErr(r.tarIn.n, fmt.Errorf("%w: %d bytes of tar from %d stored bytes (cap %gx)", ErrTooCompressed, r.tarIn.n, r.rawIn.n, r.opts.MaxRatio))
 }
 
 // startErr reports a decompressor that failed on its first bytes.
@@ -387,6 +441,9 @@ func (r *Reader) nextHeader() (*tar.Header, int64, error) {
 		return nil, off, r.err
 	}
 	r.lastKey = ""
+	if err := r.checkRatio(); err != nil {
+		return nil, off, err
+	}
 	dataStart := r.tarIn.n
 	r.next = dataStart + (hdr.Size+blockSize-1)/blockSize*blockSize
 	return hdr, off, nil
@@ -477,18 +534,41 @@ func hasUpper(s string) bool {
 // counter counts the bytes read through it and remembers the first error other than
 // io.EOF that its source returned.
 type counter struct {
-	r   io.Reader
-	n   int64
-	err error
+	r     io.Reader
+	n     int64
+	err   error
+	timed bool
+	dur   time.Duration // time spent in r.Read, when timed
 }
 
 func (c *counter) Read(p []byte) (int, error) {
+	var t0 time.Time
+	if c.timed {
+		t0 = time.Now()
+	}
 	n, err := c.r.Read(p)
+	if c.timed {
+		c.dur += time.Since(t0)
+	}
 	c.n += int64(n)
 	if err != nil && err != io.EOF && c.err == nil {
 		c.err = err
 	}
 	return n, err
+}
+
+// Seek lets archive/tar skip member data when the source can seek; otherwise it
+// fails and archive/tar reads the data through.
+func (c *counter) Seek(off int64, whence int) (int64, error) {
+	sk, ok := c.r.(io.Seeker)
+	if !ok {
+		return 0, errors.New("shard: source cannot seek")
+	}
+	pos, err := sk.Seek(off, whence)
+	if err == nil {
+		c.n = pos
+	}
+	return pos, err
 }
 
 // Compression is a whole-shard compression format.

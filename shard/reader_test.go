@@ -508,3 +508,66 @@ func TestUnsafeNamesStayStrings(t *testing.T) {
 		}
 	}
 }
+
+// seekCounter is an in-memory seekable source that counts the bytes actually read.
+type seekCounter struct {
+	*bytes.Reader
+	read int
+}
+
+func (s *seekCounter) Read(p []byte) (int, error) {
+	n, err := s.Reader.Read(p)
+	s.read += n
+	return n, err
+}
+
+func TestSizesOnlySeeks(t *testing.T) {
+	data, err := os.ReadFile("../testdata/lhotse__features.000000.tar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := readAll(t, NewReader(bytes.NewReader(data), Options{SizesOnly: true}))
+	src := &seekCounter{Reader: bytes.NewReader(data)}
+	got := readAll(t, NewReader(src, Options{SizesOnly: true}))
+	if summary(got) != summary(want) || len(got) != 2 {
+		t.Fatalf("seeking listing differs: %s vs %s", summary(got), summary(want))
+	}
+	for i := range got {
+		for j := range got[i].Fields {
+			if got[i].Fields[j].Size != want[i].Fields[j].Size || got[i].Fields[j].Offset != want[i].Fields[j].Offset {
+				t.Errorf("field %s differs", got[i].Fields[j].Name)
+			}
+		}
+	}
+	if src.read > len(data)/10 {
+		t.Errorf("read %d of %d bytes; a listing of a seekable shard reads headers only", src.read, len(data))
+	}
+	// A truncated seekable shard is still reported.
+	cut := &seekCounter{Reader: bytes.NewReader(data[:len(data)/2])}
+	r := NewReader(cut, Options{SizesOnly: true, URL: "cut"})
+	for err == nil {
+		_, err = r.Next()
+	}
+	if !errors.Is(err, ErrTruncated) {
+		t.Errorf("truncated seekable shard: %v", err)
+	}
+}
+
+func TestMaxRatio(t *testing.T) {
+	bomb := compress(t, Zstd, buildTar(t, member{name: "a.x", data: strings.Repeat("\x00", 4<<20)}, member{name: "b.x", data: "1"}))
+	expectStreamError(t, bomb, ErrTooCompressed, "cap 1000x")
+	r := NewReader(bytes.NewReader(bomb), Options{MaxRatio: -1})
+	if n := len(readAll(t, r)); n != 2 {
+		t.Errorf("with the cap off: %d samples", n)
+	}
+}
+
+func TestTiming(t *testing.T) {
+	data := compress(t, Gzip, buildTar(t, member{name: "a.x", data: strings.Repeat("abc", 100000)}))
+	r := NewReader(bytes.NewReader(data), Options{Timing: true})
+	readAll(t, r)
+	fetch, inflate := r.Times()
+	if fetch <= 0 || inflate <= 0 {
+		t.Errorf("fetch %v inflate %v, want both > 0", fetch, inflate)
+	}
+}

@@ -158,4 +158,22 @@ func (s *fileStream) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Seek moves within the stream's window of the file, so that a tar reader listing
+// members can skip their data. It fails on pipes and devices.
+func (s *fileStream) Seek(off int64, whence int) (int64, error) {
+	sk, ok := s.r.(io.Seeker)
+	if !ok {
+		return 0, &Error{Op: "seek", URL: s.url, Err: errors.New("source: not seekable")}
+	}
+	if _, isFile := s.r.(*os.File); isFile {
+		return 0, &Error{Op: "seek", URL: s.url, Err: errors.New("source: not a regular file")}
+	}
+	pos, err := sk.Seek(off, whence)
+	if err != nil {
+		return pos, &Error{Op: "seek", URL: s.url, Err: err}
+	}
+	s.got = pos
+	return pos, nil
+}
+
 func (s *fileStream) Close() error { return s.c.Close() }

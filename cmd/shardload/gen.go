@@ -24,19 +24,26 @@ Prints the brace pattern that names the shards.`,
 		samples := fs.Int("samples", 256, "samples per shard")
 		minSize := byteSize(16 << 10)
 		maxSize := byteSize(48 << 10)
-		fs.Var(&minSize, "min-size", "smallest jpg payload")
-		fs.Var(&maxSize, "max-size", "largest jpg payload")
+		fs.Var(&minSize, "min-size", "smallest jpg payload (default preset)")
+		fs.Var(&maxSize, "max-size", "largest jpg payload (default preset)")
+		preset := fs.String("preset", "default", "sample fields: default (16-48 KiB jpg, cls, txt), images (~110 KB jpg, cls) or tokens (2048 int32 tokens as npy, cls)")
 		comp := fs.String("compression", "none", "whole-shard compression: none, gzip or zstd")
 		seed := fs.Uint64("seed", 1, "random seed")
 		return func(ctx context.Context, args []string, stdout, _ io.Writer) error {
 			if len(args) != 1 {
 				return fmt.Errorf("%w: want one output directory", errUsage)
 			}
-			spec := shardgen.Spec{Shards: *shards, SamplesPerShard: *samples, Seed: *seed}.Defaults()
+			fields, ok := shardgen.Presets[*preset]
+			if !ok {
+				return fmt.Errorf("%w: --preset %q: want default, images or tokens", errUsage, *preset)
+			}
+			spec := shardgen.Spec{Shards: *shards, SamplesPerShard: *samples, Seed: *seed, Fields: fields}.Defaults()
 			if *shards <= 0 || *samples <= 0 || minSize > maxSize {
 				return fmt.Errorf("%w: need --shards > 0, --samples > 0 and --min-size <= --max-size", errUsage)
 			}
-			spec.Fields[0].MinBytes, spec.Fields[0].MaxBytes = int(minSize), int(maxSize)
+			if *preset == "default" {
+				spec.Fields[0].MinBytes, spec.Fields[0].MaxBytes = int(minSize), int(maxSize)
+			}
 			switch *comp {
 			case "none":
 			case "gzip":

@@ -31,6 +31,9 @@ const (
 	Class
 	// Text is compressible ASCII words.
 	Text
+	// Tokens is a 1-D little-endian int32 .npy array of Field.Tokens token ids drawn
+	// from a skewed distribution over a 50257-word vocabulary, like tokenized text.
+	Tokens
 )
 
 // Field describes one member of every sample.
@@ -39,6 +42,17 @@ type Field struct {
 	Kind     Kind
 	MinBytes int // for Random and Text: size drawn uniformly in [MinBytes, MaxBytes]
 	MaxBytes int
+	Tokens   int // for Tokens: the array length
+}
+
+// Presets are named datasets for benchmarks and the demo; Spec.Fields takes them.
+var Presets = map[string][]Field{
+	// Captioned images: a random "jpg" of 16-48 KiB, a label and a caption.
+	"default": nil,
+	// ImageNet-like: a random "jpg" of 100-120 KB (about 110 KB) and a label.
+	"images": {{Ext: "jpg", Kind: Random, MinBytes: 100_000, MaxBytes: 120_000}, {Ext: "cls", Kind: Class}},
+	// Pre-tokenized text: 2048 int32 tokens as .npy (8 KiB) and a label.
+	"tokens": {{Ext: "npy", Kind: Tokens, Tokens: 2048}, {Ext: "cls", Kind: Class}},
 }
 
 // Spec describes a synthetic dataset. Zero fields take the defaults in Defaults.
@@ -161,6 +175,8 @@ func fieldBytes(buf []byte, f Field, rng *rand.Rand, chacha *rand.ChaCha8) []byt
 	switch f.Kind {
 	case Class:
 		return fmt.Appendf(buf, "%d", rng.IntN(1000))
+	case Tokens:
+		return appendTokens(buf, f.Tokens, rng)
 	case Text:
 		for len(buf) < size {
 			buf = append(buf, words[rng.IntN(len(words))]...)
@@ -172,6 +188,25 @@ func fieldBytes(buf []byte, f Field, rng *rand.Rand, chacha *rand.ChaCha8) []byt
 		chacha.Read(buf)
 		return buf
 	}
+}
+
+// appendTokens appends a .npy (version 1.0) of n little-endian int32 token ids.
+func appendTokens(buf []byte, n int, rng *rand.Rand) []byte {
+	header := fmt.Sprintf("{'descr': '<i4', 'fortran_order': False, 'shape': (%d,), }", n)
+	// The magic, version, header length and header are padded to a multiple of 64.
+	total := 10 + len(header) + 1
+	pad := (64 - total%64) % 64
+	buf = append(buf, "\x93NUMPY\x01\x00"...)
+	buf = binary.LittleEndian.AppendUint16(buf, uint16(len(header)+pad+1))
+	buf = append(buf, header...)
+	for range pad {
+		buf = append(buf, ' ')
+	}
+	buf = append(buf, '\n')
+	for range n {
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(int(rng.ExpFloat64()*3000)%50257))
+	}
+	return buf
 }
 
 // Generate writes every shard of s into dir (created if needed) and returns their

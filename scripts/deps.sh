@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that benchmarks and the Python-side tests use:
+# python3 with numpy and PyTorch (the DataLoader baseline, the trainer client), curl
+# (the raw fetch ceiling) and bc. Idempotent: installs only what is missing.
+set -euo pipefail
+pkgs=(python3 python3-numpy python3-torch curl bc)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+	echo "deps: all installed (${pkgs[*]})"
+	exit 0
+fi
+echo "deps: installing ${missing[*]}" >&2
+sudo=()
+[[ $(id -u) -eq 0 ]] || sudo=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "deps: installed ${missing[*]}"

@@ -1,0 +1,131 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+)
+
+// uneven returns n shards with 7..19 samples each.
+func uneven(n int) []Info {
+	out := make([]Info, n)
+	for i := range out {
+		out[i] = Info{URL: fmt.Sprintf("s3://b/%06d.tar", i), Samples: 7 + (i*5)%13}
+	}
+	return out
+}
+
+// planSamples lists the (shard, sample) pairs a plan reads.
+func planSamples(p Plan) [][2]int {
+	var out [][2]int
+	for _, s := range p.Spans {
+		for j := s.Skip; j < s.Skip+s.Take; j++ {
+			out = append(out, [2]int{s.Shard, j})
+		}
+	}
+	return out
+}
+
+func TestPlanCoversEpochOnce(t *testing.T) {
+	for _, nShards := range []int{1, 5, 7, 16, 17} {
+		shards := uneven(nShards)
+		total := 0
+		for _, s := range shards {
+			total += s.Samples
+		}
+		for _, world := range []int{1, 2, 3, 8} {
+			for _, dropLast := range []bool{false, true} {
+				name := fmt.Sprintf("shards=%d/world=%d/droplast=%v", nShards, world, dropLast)
+				t.Run(name, func(t *testing.T) {
+					seen := map[[2]int]int{}
+					batches := -1
+					for rank := 0; rank < world; rank++ {
+						p, err := NewPlan(shards, PlanConfig{Seed: 7, Epoch: 3, Rank: rank, World: world, Shuffle: true, BatchSize: 4, DropLast: dropLast})
+						if errors.Is(err, ErrNoSamples) && total/world < 4 {
+							return
+						}
+						if err != nil {
+							t.Fatal(err)
+						}
+						if batches >= 0 && p.Batches != batches {
+							t.Fatalf("rank %d has %d batches, rank 0 has %d", rank, p.Batches, batches)
+						}
+						batches = p.Batches
+						got := planSamples(p)
+						if len(got) != p.Samples || p.Samples != total/world {
+							t.Fatalf("rank %d: %d samples listed, Samples %d, want %d", rank, len(got), p.Samples, total/world)
+						}
+						wantBatches := (p.Samples + 3) / 4
+						if dropLast {
+							wantBatches = p.Samples / 4
+						}
+						if p.Batches != wantBatches {
+							t.Errorf("rank %d: %d batches for %d samples", rank, p.Batches, p.Samples)
+						}
+						for _, s := range got {
+							seen[s]++
+						}
+					}
+					// Every sample at most once; exactly total%world are read by no rank.
+					missing := 0
+					for i, s := range shards {
+						for j := 0; j < s.Samples; j++ {
+							switch seen[[2]int{i, j}] {
+							case 0:
+								missing++
+							case 1:
+							default:
+								t.Fatalf("sample %d of shard %d read %d times", j, i, seen[[2]int{i, j}])
+							}
+						}
+					}
+					if missing != total%world {
+						t.Errorf("%d samples read by no rank, want %d", missing, total%world)
+					}
+				})
+			}
+		}
+	}
+}
+
+func TestPlanDeterministicAndSeeded(t *testing.T) {
+	shards := uneven(23)
+	cfg := PlanConfig{Seed: 1, Epoch: 0, Rank: 1, World: 3, Shuffle: true, BatchSize: 8}
+	a, _ := NewPlan(shards, cfg)
+	b, _ := NewPlan(shards, cfg)
+	if !slices.Equal(a.Spans, b.Spans) {
+		t.Fatal("same settings gave different plans")
+	}
+	for _, c := range []PlanConfig{{Seed: 2}, {Epoch: 1}} {
+		other := cfg
+		other.Seed += c.Seed
+		other.Epoch += c.Epoch
+		o, _ := NewPlan(shards, other)
+		if slices.Equal(a.Spans, o.Spans) {
+			t.Errorf("seed %d epoch %d gave the same plan as seed 1 epoch 0", other.Seed, other.Epoch)
+		}
+	}
+	cfg.Shuffle = false
+	cfg.Rank = 0
+	in, _ := NewPlan(shards, cfg)
+	for i, s := range in.Spans {
+		if s.Shard != i {
+			t.Fatalf("unshuffled plan reads shard %d at position %d", s.Shard, i)
+		}
+	}
+}
+
+func TestPlanErrors(t *testing.T) {
+	shards := []Info{{URL: "a", Samples: 2}}
+	for _, cfg := range []PlanConfig{
+		{BatchSize: 0},
+		{BatchSize: 1, Rank: 3, World: 3},
+		{BatchSize: 1, World: 3},
+		{BatchSize: 4, DropLast: true},
+	} {
+		if _, err := NewPlan(shards, cfg); err == nil {
+			t.Errorf("%+v: no error", cfg)
+		}
+	}
+}
