@@ -253,18 +253,20 @@ func (r *Reader) start() error {
 		in    io.Reader
 		magic []byte
 	)
-	if sk, ok := r.src.(io.Seeker); ok && r.opts.SizesOnly && r.seekable(sk) {
-		// Headers only: read the magic, go back, and let archive/tar seek past data.
+	if sk, ok := r.src.(io.ReadSeeker); ok && r.opts.SizesOnly && r.seekable(sk) {
+		// Headers only: a buffer that seeks lets archive/tar skip member data, with
+		// no system call for members that fit in the buffer.
+		sb := &seekBuffer{src: &r.rawIn, buf: make([]byte, 0, readBufferSize)}
 		var head [6]byte
-		n, err := io.ReadFull(&r.rawIn, head[:])
+		n, err := io.ReadFull(sb, head[:])
 		if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
 			return r.streamErr(0, err)
 		}
 		magic = head[:n]
-		if _, err := r.rawIn.Seek(int64(-n), io.SeekCurrent); err != nil {
+		if _, err := sb.Seek(0, io.SeekStart); err != nil {
 			return r.streamErr(0, err)
 		}
-		in = &r.rawIn
+		in = sb
 	} else if _, ok := r.src.(io.ByteReader); ok {
 		// In memory or buffered already (the convention compress/flate relies on):
 		// another buffer would only copy every byte once more.
@@ -310,6 +312,51 @@ func (r *Reader) start() error {
 	r.tarIn = counter{r: in, timed: r.opts.Timing}
 	r.tr = tar.NewReader(&r.tarIn)
 	return nil
+}
+
+// seekBuffer is a bufio.Reader that can also seek: a seek within the buffered bytes
+// costs nothing, one beyond them seeks the source.
+type seekBuffer struct {
+	src io.ReadSeeker
+	buf []byte // buffered bytes are buf[r:]
+	r   int
+	pos int64 // source position of buf[len(buf)]
+}
+
+func (b *seekBuffer) Read(p []byte) (int, error) {
+	if b.r == len(b.buf) {
+		if len(p) >= cap(b.buf) {
+			n, err := b.src.Read(p)
+			b.pos += int64(n)
+			return n, err
+		}
+		n, err := b.src.Read(b.buf[:cap(b.buf)])
+		b.buf, b.r = b.buf[:n], 0
+		b.pos += int64(n)
+		if n == 0 {
+			return 0, err
+		}
+	}
+	n := copy(p, b.buf[b.r:])
+	b.r += n
+	return n, nil
+}
+
+func (b *seekBuffer) Seek(off int64, whence int) (int64, error) {
+	cur := b.pos - int64(len(b.buf)-b.r)
+	switch whence {
+	case io.SeekCurrent:
+		off += cur
+	case io.SeekEnd:
+		return 0, errors.New("shard: seek from end not supported")
+	}
+	if start := b.pos - int64(len(b.buf)); off >= start && off <= b.pos {
+		b.r = int(off - start)
+		return off, nil
+	}
+	pos, err := b.src.Seek(off, io.SeekStart)
+	b.buf, b.r, b.pos = b.buf[:0], 0, pos
+	return pos, err
 }
 
 // seekable reports whether sk really seeks (os.Stdin has the method but fails).
