@@ -10,7 +10,8 @@
 // SCM_RIGHTS; the trainer mmaps it once and sees the very same pages, so a batch is
 // written once and read in place, with no copy between the processes. The memfd's size
 // is sealed (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL) so that a process it is shared
-// with cannot truncate it under this one's mapping.
+// with cannot truncate it under this one's mapping. Memfds are Linux's; on other
+// systems NewRing returns an error wrapping errors.ErrUnsupported.
 //
 // # Locking, and what happens when it is not allowed
 //

@@ -63,6 +63,17 @@ type Spec struct {
 	Compression     shard.Compression // None, Gzip or Zstd
 	Seed            uint64
 	Prefix          string // file name prefix, default "train"
+	// Samples, when set, gives shard i Samples[i%len(Samples)] samples instead of
+	// SamplesPerShard, for datasets with uneven shards.
+	Samples []int
+}
+
+// SamplesIn returns the number of samples of shard i.
+func (s Spec) SamplesIn(i int) int {
+	if len(s.Samples) > 0 {
+		return s.Samples[i%len(s.Samples)]
+	}
+	return s.Defaults().SamplesPerShard
 }
 
 // Defaults fills the zero fields of s: 4 shards of 256 samples, each a random
@@ -142,7 +153,7 @@ func WriteShard(w io.Writer, s Spec, i int) error {
 	chacha := rand.NewChaCha8(seed) // payload bytes
 	tw := tar.NewWriter(out)
 	buf := make([]byte, 0, 64<<10)
-	for j := 0; j < s.SamplesPerShard; j++ {
+	for j := 0; j < s.SamplesIn(i); j++ {
 		key := Key(i, j)
 		for _, f := range s.Fields {
 			buf = fieldBytes(buf[:0], f, rng, chacha)

@@ -1,0 +1,354 @@
+#!/usr/bin/env python3
+"""The baseline shardload is measured against: what our users run today.
+
+A PyTorch ``DataLoader(ds, batch_size=32, num_workers=2)`` with its defaults (no
+pinned memory, workers re-created every epoch, prefetch_factor 2) over an
+``IterableDataset`` that streams WebDataset tar shards over HTTP with ``urllib``
+(plain GETs of public-read object URLs) and Python's ``tarfile`` in streaming mode.
+Shards are split across workers with ``get_worker_info``; members are grouped into
+samples by WebDataset's rules (key = member path up to the first dot of its basename,
+a new sample whenever the key changes); each sample is decoded to tensors (``cls`` ->
+int label, ``*npy`` -> ``numpy.load`` -> tensor, anything else -> raw bytes as a
+``torch.uint8`` tensor) and a ``collate_fn`` builds a dict per batch (labels and
+equal-shaped tensors stacked, ragged byte tensors as a list).
+
+A simulated trainer sleeps ``--step-time`` seconds per batch; the time the loop spends
+blocked in ``next()`` is the trainer's wait.
+
+Usage:
+    python3 bench/dataloader_baseline.py --urls-file URLS [--batch-size 32]
+        [--workers 2] [--epochs 1 | --batches N] [--step-time 0.05] [--json]
+
+URLS holds one http(s) URL per line (blank lines and lines starting with # are
+ignored). With --json it prints one JSON object with the keys of ``shardload bench
+--json`` where meaningful:
+
+    samples, batches, bytes_in (bytes received over HTTP), bytes_out (bytes of the
+    tensors in the batches: payloads plus 8 per int64 label), seconds (wall time from
+    before the DataLoader is created to the last batch, step sleeps included),
+    samples_per_sec, mb_per_sec (bytes_out, MB = 1e6 bytes), mb_per_sec_in (bytes_in),
+    first_batch_seconds, peak_rss_bytes, wait_fraction (time blocked in next() /
+    seconds), wait_seconds, plus the configuration.
+
+peak_rss_bytes is VmHWM (peak resident set) from /proc/PID/status of the main
+process plus the largest sum over the workers of one epoch. Workers exit when their
+epoch ends, so theirs is sampled after every batch while they live (VmHWM is a
+high-water mark, so the last sample is within one batch of their peak).
+
+Whole-shard compression is detected from the first bytes of the first shard, as
+shardload does: gzip, bzip2 and xz go to tarfile's own "r|*"; zstd needs the
+``zstandard`` module (Debian: python3-zstandard) or Python 3.14's
+``compression.zstd``. Without either, a zstd dataset is not run and the output is
+``{"skipped": "no zstd in Python", ...}`` with exit status 0.
+"""
+
+import argparse
+import io
+import json
+import os
+import sys
+import tarfile
+import time
+import urllib.request
+import warnings
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+HTTP_TIMEOUT = 60  # seconds, per socket operation
+
+
+def zstd_stream_reader():
+    """Returns a function f(fileobj) -> decompressed fileobj, or None."""
+    if os.environ.get("BASELINE_NO_ZSTD"):  # to test the skip path
+        return None
+    try:
+        import zstandard
+
+        def open_zstandard(f):
+            # read_across_frames: shards may be written as several frames.
+            return zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
+
+        return open_zstandard
+    except ImportError:
+        pass
+    try:
+        from compression import zstd  # Python 3.14+
+
+        return lambda f: zstd.ZstdFile(f, mode="rb")
+    except ImportError:
+        return None
+
+
+class CountingReader(io.RawIOBase):
+    """A read-only stream that counts the bytes read through it."""
+
+    def __init__(self, f):
+        self.f = f
+        self.n = 0
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        n = self.f.readinto(b)
+        if n:
+            self.n += n
+        return n
+
+    def read(self, size=-1):
+        data = self.f.read(size)
+        self.n += len(data)
+        return data
+
+
+def sample_key(name):
+    """WebDataset's rule: (key, ext) of a member path, or None for a member that is
+    not a sample field (a basename without a dot or starting with one, a top-level
+    __name__ metadata member)."""
+    slash = name.rfind("/")
+    if slash < 0 and name.startswith("__") and name.endswith("__"):
+        return None
+    base = name[slash + 1 :]
+    dot = base.find(".")
+    if dot <= 0:
+        return None
+    return name[: slash + 1 + dot], base[dot + 1 :].lower()
+
+
+def decode(ext, data):
+    if ext == "cls":
+        return int(bytes(data).strip())
+    if ext == "npy" or ext.endswith(".npy"):
+        return torch.from_numpy(np.load(io.BytesIO(data), allow_pickle=False))
+    if len(data) == 0:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(data, dtype=torch.uint8)
+
+
+class TarShards(IterableDataset):
+    """Streams samples from WebDataset tar shards fetched with plain HTTP GETs."""
+
+    def __init__(self, urls, zstd_open=None):
+        self.urls = urls
+        self.zstd_open = zstd_open
+
+    def __iter__(self):
+        info = get_worker_info()
+        urls = self.urls if info is None else self.urls[info.id :: info.num_workers]
+        for url in urls:
+            yield from self.shard_samples(url)
+
+    def shard_samples(self, url):
+        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as resp:
+            counted = CountingReader(resp)
+            buffered = io.BufferedReader(counted, 1 << 20)
+            if buffered.peek(4)[:4] == ZSTD_MAGIC:
+                if self.zstd_open is None:
+                    raise RuntimeError(f"{url}: zstd shard and no zstd in Python")
+                stream, mode = self.zstd_open(buffered), "r|"
+            else:
+                stream, mode = buffered, "r|*"
+            reported = 0  # bytes_in already attached to a sample
+            cur_key, cur = None, None
+            with tarfile.open(fileobj=stream, mode=mode) as tf:
+                for m in tf:
+                    if not m.isreg():
+                        continue
+                    ke = sample_key(m.name)
+                    if ke is None:
+                        continue
+                    key, ext = ke
+                    if key != cur_key:
+                        if cur is not None:
+                            cur["__bytes_in__"] = counted.n - reported
+                            reported = counted.n
+                            yield cur
+                        cur_key, cur = key, {"__key__": key, "__url__": url}
+                    if ext in cur:
+                        raise ValueError(f"{url}: sample {key}: duplicate extension {ext}")
+                    # Read straight into a writable buffer torch.frombuffer can share.
+                    data = bytearray(m.size)
+                    f = tf.extractfile(m)
+                    view, got = memoryview(data), 0
+                    while got < m.size:
+                        n = f.readinto(view[got:])
+                        if not n:
+                            raise EOFError(f"{url}: {m.name}: truncated member")
+                        got += n
+                    cur[ext] = decode(ext, data)
+            # Read what tarfile left (end-of-archive padding) so bytes_in is the object.
+            while buffered.read(1 << 20):
+                pass
+            if cur is not None:
+                cur["__bytes_in__"] = counted.n - reported
+                yield cur
+
+
+def nbytes(v):
+    if isinstance(v, torch.Tensor):
+        return v.element_size() * v.nelement()
+    if isinstance(v, list):
+        return sum(nbytes(x) for x in v)
+    return 0
+
+
+def collate(samples):
+    """One dict per batch: ints -> int64 tensor, equal-shaped tensors stacked,
+    ragged tensors as a list, strings as a list. __bytes_in__ is summed."""
+    out = {"__bytes_in__": sum(s.pop("__bytes_in__", 0) for s in samples)}
+    for name in samples[0]:
+        vals = [s[name] for s in samples]
+        v0 = vals[0]
+        if isinstance(v0, int):
+            out[name] = torch.tensor(vals, dtype=torch.int64)
+        elif isinstance(v0, torch.Tensor) and all(v.shape == v0.shape for v in vals):
+            out[name] = torch.stack(vals)
+        else:
+            out[name] = vals
+    return out
+
+
+def vm_hwm(pid):
+    """Peak resident set of a process in bytes, or 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def child_pids():
+    pids = []
+    me = os.getpid()
+    try:
+        for tid in os.listdir(f"/proc/{me}/task"):
+            with open(f"/proc/{me}/task/{tid}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+    except OSError:
+        pass
+    return pids
+
+
+def first_bytes(url, n=4):
+    req = urllib.request.Request(url, headers={"Range": f"bytes=0-{n - 1}"})
+    with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT) as resp:
+        return resp.read(n)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--urls-file", required=True, help="one http(s) shard URL per line")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--workers", type=int, default=2, help="DataLoader num_workers")
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--epochs", type=int, default=None, help="full passes (default 1)")
+    g.add_argument("--batches", type=int, default=None, help="stop after N batches (epochs repeat as needed)")
+    ap.add_argument("--step-time", type=float, default=0.0, help="simulated trainer step, seconds of sleep per batch")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args()
+
+    with open(args.urls_file) as f:
+        urls = [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+    if not urls:
+        sys.exit(f"{args.urls_file}: no URLs")
+    epochs = args.epochs if args.epochs is not None else (None if args.batches else 1)
+    config = {
+        "tool": "dataloader_baseline",
+        "torch": torch.__version__,
+        "shards": len(urls),
+        "batch_size": args.batch_size,
+        "workers": args.workers,
+        "epochs": epochs,
+        "batches_limit": args.batches,
+        "step_time": args.step_time,
+    }
+
+    zstd_open = zstd_stream_reader()
+    if first_bytes(urls[0]) == ZSTD_MAGIC and zstd_open is None:
+        out = dict(config, skipped="no zstd in Python")
+        print(json.dumps(out) if args.json else "skipped: no zstd in Python (install python3-zstandard)")
+        return
+
+    warnings.filterwarnings("ignore", category=UserWarning)  # torch.frombuffer chatter
+    ds = TarShards(urls, zstd_open)
+    samples = batches = bytes_in = bytes_out = 0
+    wait = 0.0
+    first_batch = None
+    peak_workers = 0
+    t0 = time.perf_counter()
+    epoch = 0
+    done = False
+    while not done:
+        loader = DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers, collate_fn=collate)
+        hwm = {}  # this epoch's workers: pid -> VmHWM
+        it = iter(loader)
+        got_any = False
+        while True:
+            w0 = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            now = time.perf_counter()
+            wait += now - w0
+            if first_batch is None:
+                first_batch = now - t0
+            got_any = True
+            batches += 1
+            bytes_in += batch.pop("__bytes_in__")
+            samples += len(batch["__key__"])
+            bytes_out += sum(nbytes(v) for k, v in batch.items() if not k.startswith("__"))
+            for pid in child_pids():
+                hwm[pid] = max(hwm.get(pid, 0), vm_hwm(pid))
+            if args.step_time > 0:
+                time.sleep(args.step_time)
+            if args.batches is not None and batches >= args.batches:
+                done = True
+                break
+        for pid in child_pids():  # still alive when we stopped early
+            hwm[pid] = max(hwm.get(pid, 0), vm_hwm(pid))
+        peak_workers = max(peak_workers, sum(hwm.values()))
+        del it, loader
+        epoch += 1
+        if epochs is not None and epoch >= epochs:
+            done = True
+        if not got_any:
+            done = True  # an empty dataset would loop forever
+    seconds = time.perf_counter() - t0
+    peak = vm_hwm(os.getpid()) + peak_workers
+
+    out = dict(
+        config,
+        epochs_run=epoch,
+        samples=samples,
+        batches=batches,
+        bytes_in=bytes_in,
+        bytes_out=bytes_out,
+        seconds=seconds,
+        samples_per_sec=samples / seconds if seconds else 0.0,
+        mb_per_sec=bytes_out / 1e6 / seconds if seconds else 0.0,
+        mb_per_sec_in=bytes_in / 1e6 / seconds if seconds else 0.0,
+        first_batch_seconds=first_batch,
+        peak_rss_bytes=peak,
+        wait_seconds=wait,
+        wait_fraction=wait / seconds if seconds else 0.0,
+    )
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(
+            f"{samples} samples in {batches} batches, {seconds:.2f}s: {out['samples_per_sec']:.0f} samples/s, "
+            f"{out['mb_per_sec']:.1f} MB/s out, {out['mb_per_sec_in']:.1f} MB/s in, "
+            f"first batch {first_batch or 0:.2f}s, wait {out['wait_fraction']:.0%}, "
+            f"peak RSS {peak / 2**20:.0f} MiB"
+        )
+
+
+if __name__ == "__main__":
+    main()

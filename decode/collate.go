@@ -1,0 +1,296 @@
+package decode
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+)
+
+// Align is the alignment in bytes of every column's data and of every ragged
+// column's offsets array, counted from the start of the slab. Slabs from package
+// pinned are page-aligned, so the columns are then 64-byte aligned in memory too.
+const Align = 64
+
+// KeyColumn is the name of the ragged column Collate adds after the fields' columns,
+// holding each sample's key as UTF-8 bytes.
+const KeyColumn = "__key__"
+
+// Column describes where one column of a batch lies in the slab, in the terms a
+// NumPy view needs.
+//
+// A fixed column holds rows equal-size elements back to back: element i is at
+// Offset + i*Length/rows. A ragged column holds rows variable-length items back to
+// back at Offset, and rows+1 little-endian int64 offsets at OffsetsOffset: item i is
+// slab[Offset+offsets[i] : Offset+offsets[i+1]], offsets[0] = 0 and
+// offsets[rows] = Length.
+type Column struct {
+	// Name is the field's column name, or KeyColumn.
+	Name string
+	// Kind is the field's kind; KindText for the key column.
+	Kind Kind
+	// Ragged says the column is variable-length (offsets plus bytes).
+	Ragged bool
+	// DType is the element type: a fixed NPY field's dtype, int64 for KindInt
+	// fields, uint8 for ragged columns.
+	DType DType
+	// Shape is [rows, per-sample shape...] for a fixed column ([rows] for KindInt)
+	// and [Length] (total bytes) for a ragged one.
+	Shape []int
+	// Offset is the byte offset of the column's data in the slab; a multiple of
+	// Align.
+	Offset int64
+	// Length is the number of bytes of data.
+	Length int64
+	// OffsetsOffset (ragged only) is the byte offset in the slab (not relative to
+	// Offset) of the rows+1 int64 offsets; a multiple of Align. The offsets
+	// themselves count bytes from Offset. Zero for a fixed column.
+	OffsetsOffset int64
+}
+
+// Batch is the layout of one collated batch in its slab.
+type Batch struct {
+	// Rows is the number of samples.
+	Rows int
+	// Columns holds one column per field, in the order of the fields, then the
+	// KeyColumn.
+	Columns []Column
+	// Used is the number of bytes of the slab the batch occupies, from its start.
+	Used int64
+}
+
+// Column returns the column called name.
+func (b *Batch) Column(name string) (*Column, bool) {
+	for i := range b.Columns {
+		if b.Columns[i].Name == name {
+			return &b.Columns[i], true
+		}
+	}
+	return nil, false
+}
+
+// Row returns the bytes of row i of the column in slab (aliasing it): the i-th
+// element of a fixed column, the i-th item of a ragged one. i must be less than the
+// batch's Rows.
+func (c *Column) Row(slab []byte, i int) []byte {
+	var start, end int64
+	if c.Ragged {
+		o := slab[c.OffsetsOffset+8*int64(i):]
+		start = c.Offset + int64(binary.LittleEndian.Uint64(o))
+		end = c.Offset + int64(binary.LittleEndian.Uint64(o[8:]))
+	} else {
+		if i < 0 || len(c.Shape) == 0 || i >= c.Shape[0] {
+			panic(fmt.Sprintf("decode: row %d of column %q out of range", i, c.Name))
+		}
+		n := c.Length / int64(c.Shape[0])
+		start = c.Offset + int64(i)*n
+		end = start + n
+	}
+	return slab[start:end:end]
+}
+
+// Offsets returns a copy of a ragged column's rows+1 offsets (nil for a fixed
+// column); rows is the batch's Rows.
+func (c *Column) Offsets(slab []byte, rows int) []int64 {
+	if !c.Ragged {
+		return nil
+	}
+	out := make([]int64, rows+1)
+	for i := range out {
+		out[i] = int64(binary.LittleEndian.Uint64(slab[c.OffsetsOffset+8*int64(i):]))
+	}
+	return out
+}
+
+// Int64s returns a copy of the values of a fixed int64 column (a KindInt field, or
+// an NPY field of dtype int64), flattened; nil for any other column.
+func (c *Column) Int64s(slab []byte) []int64 {
+	if c.Ragged || c.DType != Int64 {
+		return nil
+	}
+	data := slab[c.Offset : c.Offset+c.Length]
+	out := make([]int64, len(data)/8)
+	for i := range out {
+		out[i] = int64(binary.LittleEndian.Uint64(data[8*i:]))
+	}
+	return out
+}
+
+func alignUp(n int64) int64 { return (n + Align - 1) &^ (Align - 1) }
+
+// Needed returns the bytes of slab that Collate would use for this batch
+// (Batch.Used), or -1 when Collate would reject the input for another reason than
+// the slab's size.
+func Needed(fields []Field, keys []string, rows [][]Value) int64 {
+	n, err := layout(nil, fields, keys, rows)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// Collate writes a batch into slab and returns its layout. rows[i][j] is the value
+// of fields[j] for the i-th sample, as Decode returned it, and keys[i] is the
+// sample's key. See CollateInto.
+func Collate(slab []byte, fields []Field, keys []string, rows [][]Value) (Batch, error) {
+	var b Batch
+	if err := CollateInto(&b, slab, fields, keys, rows); err != nil {
+		return Batch{}, err
+	}
+	return b, nil
+}
+
+// CollateInto is Collate that refills b, reusing its Columns and their Shapes, so
+// that collating a batch does not allocate in the steady state. b's previous
+// contents are overwritten; on error they are unspecified.
+//
+// Columns, in order: one per field, then KeyColumn. A KindInt field gives a fixed
+// int64 column of shape [rows]; an NPY field with a Shape a fixed column
+// [rows, Shape...] of its DType; any other field (raw, text, json, NPY without a
+// Shape: the array data without header) a ragged column of bytes. Every column's
+// data and every offsets array starts at a multiple of Align from the start of
+// slab; the padding between them is zeroed. The fields must pass Validate.
+//
+// Sizes are computed before anything is written: if the batch needs more than
+// len(slab) bytes the error wraps ErrSlabTooSmall, says how many bytes were needed,
+// and slab is left untouched. A fixed NPY value whose data size, dtype or shape
+// does not fit its field gives a *FieldError wrapping ErrWrongShape or
+// ErrWrongDType, also before anything is written.
+func CollateInto(b *Batch, slab []byte, fields []Field, keys []string, rows [][]Value) error {
+	nc := len(fields) + 1
+	if cap(b.Columns) < nc {
+		b.Columns = slices.Grow(b.Columns[:0], nc)
+	}
+	b.Columns = b.Columns[:nc]
+	b.Rows = len(rows)
+	used, err := layout(b.Columns, fields, keys, rows)
+	if err != nil {
+		return err
+	}
+	b.Used = used
+	if used > int64(len(slab)) {
+		return errf(ErrSlabTooSmall, "needs %d bytes, slab has %d (raise the slab size, --slab-size)", used, len(slab))
+	}
+	slab = slab[:used]
+	var prev int64
+	for j := range b.Columns {
+		c := &b.Columns[j]
+		if c.Ragged {
+			clear(slab[prev:c.OffsetsOffset])
+			offs := slab[c.OffsetsOffset : c.OffsetsOffset+8*int64(len(rows)+1)]
+			clear(slab[c.OffsetsOffset+int64(len(offs)) : c.Offset])
+			data := slab[c.Offset : c.Offset+c.Length]
+			var o int
+			binary.LittleEndian.PutUint64(offs, 0)
+			for i := range rows {
+				if j < len(fields) {
+					o += copy(data[o:], rows[i][j].Data)
+				} else {
+					o += copy(data[o:], keys[i])
+				}
+				binary.LittleEndian.PutUint64(offs[8*(i+1):], uint64(o))
+			}
+		} else {
+			clear(slab[prev:c.Offset])
+			data := slab[c.Offset : c.Offset+c.Length]
+			if fields[j].Kind == KindInt {
+				for i := range rows {
+					binary.LittleEndian.PutUint64(data[8*i:], uint64(rows[i][j].Int))
+				}
+			} else {
+				var o int
+				for i := range rows {
+					o += copy(data[o:], rows[i][j].Data)
+				}
+			}
+		}
+		prev = c.Offset + c.Length
+	}
+	return nil
+}
+
+// layout checks the batch and computes its columns into cols (when not nil, of
+// length len(fields)+1); it returns the bytes used.
+func layout(cols []Column, fields []Field, keys []string, rows [][]Value) (int64, error) {
+	n := len(rows)
+	if len(keys) != n {
+		return 0, fmt.Errorf("decode: collate: %d keys for %d rows", len(keys), n)
+	}
+	for i := range rows {
+		if len(rows[i]) != len(fields) {
+			return 0, fmt.Errorf("decode: collate: row %d has %d values for %d fields", i, len(rows[i]), len(fields))
+		}
+	}
+	var cur int64
+	for j := range len(fields) + 1 {
+		var f *Field
+		if j < len(fields) {
+			f = &fields[j]
+		}
+		var c Column
+		if f != nil && f.fixed() {
+			rb := f.rowBytes()
+			if f.Kind == KindNPY {
+				for i := range rows {
+					if err := checkFixed(f, &rows[i][j], rb); err != nil {
+						return 0, err
+					}
+				}
+			}
+			c.Offset = alignUp(cur)
+			c.Length = rb * int64(n)
+			cur = c.Offset + c.Length
+		} else {
+			var total int64
+			if f != nil {
+				for i := range rows {
+					total += int64(len(rows[i][j].Data))
+				}
+			} else {
+				for _, k := range keys {
+					total += int64(len(k))
+				}
+			}
+			c.OffsetsOffset = alignUp(cur)
+			c.Offset = alignUp(c.OffsetsOffset + 8*int64(n+1))
+			c.Length = total
+			cur = c.Offset + c.Length
+		}
+		if cols == nil {
+			continue
+		}
+		col := &cols[j]
+		shape := col.Shape[:0]
+		col.Offset, col.Length, col.OffsetsOffset = c.Offset, c.Length, c.OffsetsOffset
+		switch {
+		case f == nil:
+			col.Name, col.Kind, col.Ragged, col.DType = KeyColumn, KindText, true, Uint8
+			shape = append(shape, int(c.Length))
+		case f.Kind == KindInt:
+			col.Name, col.Kind, col.Ragged, col.DType = f.ColumnName(), KindInt, false, Int64
+			shape = append(shape, n)
+		case f.fixed():
+			col.Name, col.Kind, col.Ragged, col.DType = f.ColumnName(), f.Kind, false, f.DType
+			shape = append(shape, n)
+			shape = append(shape, f.Shape...)
+		default:
+			col.Name, col.Kind, col.Ragged, col.DType = f.ColumnName(), f.Kind, true, Uint8
+			shape = append(shape, int(c.Length))
+		}
+		col.Shape = shape
+	}
+	return cur, nil
+}
+
+// checkFixed checks that a value fits a fixed NPY column.
+func checkFixed(f *Field, v *Value, rowBytes int64) error {
+	if !v.DType.IsZero() && v.DType != f.DType {
+		return f.err(errf(ErrWrongDType, "collate: got %s, want %s", v.DType.Name(), f.DType.Name()))
+	}
+	if v.Shape != nil && !slices.Equal(v.Shape, f.Shape) {
+		return f.err(errf(ErrWrongShape, "collate: got %s, want %s", formatShape(v.Shape), formatShape(f.Shape)))
+	}
+	if int64(len(v.Data)) != rowBytes {
+		return f.err(errf(ErrWrongShape, "collate: %d data bytes, want %d for %s %s", len(v.Data), rowBytes, formatShape(f.Shape), f.DType.Name()))
+	}
+	return nil
+}

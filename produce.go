@@ -1,0 +1,328 @@
+package shardload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/shard"
+)
+
+// item is one decoded sample owned by the loader: its values' data live in buf.
+type item struct {
+	key    string
+	values []decode.Value
+	buf    []byte
+	size   int64
+	refs   int // batches still to collate it (more than one when it pads an epoch)
+}
+
+func (it *item) ref() *item { it.refs++; return it }
+
+// slot is one open span: its producer sends decoded samples on ch, at most q's
+// capacity of bytes ahead of the mixer.
+type slot struct {
+	span shard.Span
+	ch   chan slotMsg
+	q    *semaphore.Weighted
+	cap  int64
+}
+
+// slotMsg carries a sample, a skip notice, or a failure.
+type slotMsg struct {
+	it      *item
+	weight  int64 // bytes held on the slot's queue semaphore
+	skipped int   // samples left out (Skip policy), with cause
+	shard   bool  // the rest of the shard was left out
+	cause   error
+	err     error // fatal
+}
+
+func newSlot(span shard.Span, queueBytes int64) *slot {
+	return &slot{span: span, ch: make(chan slotMsg, 256), q: semaphore.NewWeighted(queueBytes), cap: queueBytes}
+}
+
+// produce reads one span: fetch, inflate, split, decode. It holds a worker token while
+// it works and gives it up while it waits for room on its queue, so that a full
+// queue never stops the other shards.
+func (l *Loader) produce(ctx context.Context, s *slot) {
+	defer close(s.ch)
+	if !l.acquireWorker(ctx) {
+		return
+	}
+	defer l.releaseWorker()
+	p := producer{l: l, s: s, ctx: ctx}
+	p.run()
+}
+
+type producer struct {
+	l       *Loader
+	s       *slot
+	ctx     context.Context
+	dec     decode.Decoder
+	scratch []byte
+}
+
+func (p *producer) run() {
+	l, span := p.l, p.s.span
+	body, err := l.cfg.Sources.Open(p.ctx, span.URL)
+	if err != nil {
+		p.fail(span.Take, true, err)
+		return
+	}
+	defer body.Close()
+	r := shard.NewReader(body, shard.Options{URL: span.URL, MaxMemberSize: l.cfg.MaxMemberSize, MaxRatio: l.cfg.MaxRatio, Timing: true})
+	defer func() {
+		fetch, inflate := r.Times()
+		l.st.add(&l.st.fetch, fetch)
+		l.st.add(&l.st.inflate, inflate)
+		l.st.bytesIn.Add(r.StoredBytes())
+		l.st.bytesInflated.Add(r.Offset())
+		r.Close()
+	}()
+	var nextTime time.Duration
+	defer func() {
+		fetch, inflate := r.Times()
+		l.st.add(&l.st.split, nextTime-fetch-inflate)
+	}()
+	for idx, taken := 0, 0; taken < span.Take; idx++ {
+		t0 := time.Now()
+		smp, err := r.Next()
+		nextTime += time.Since(t0)
+		if err == io.EOF {
+			err = fmt.Errorf("%s: shard: %d samples, but the count said %d (the shard changed since it was counted?)", span.URL, idx, span.Skip+span.Take)
+		}
+		var se *shard.Error
+		sampleOnly := errors.As(err, &se) && se.Skippable()
+		if idx < span.Skip {
+			if err != nil && !sampleOnly {
+				p.fail(span.Take, true, err)
+				return
+			}
+			continue // the previous rank's samples
+		}
+		taken++
+		if err != nil {
+			if !sampleOnly {
+				p.fail(span.Take-taken+1, true, err)
+				return
+			}
+			if !p.fail(1, false, err) {
+				return
+			}
+			continue
+		}
+		t0 = time.Now()
+		it, err := p.decode(smp)
+		l.st.add(&l.st.decode, time.Since(t0))
+		if err != nil {
+			if !p.fail(1, false, err) {
+				return
+			}
+			continue
+		}
+		if !p.send(slotMsg{it: it}) {
+			l.pool.put(it)
+			return
+		}
+	}
+}
+
+// decode decodes the configured fields of smp into an item that owns its bytes.
+func (p *producer) decode(smp *shard.Sample) (*item, error) {
+	l := p.l
+	it := l.pool.item(len(l.fields))
+	it.key = smp.Key
+	it.buf = l.pool.get(int(smp.Bytes()))
+	type span struct{ off, n int }
+	var spans [16]span
+	offs := spans[:0]
+	for i := range l.fields {
+		f := &l.fields[i]
+		data, ok := smp.Get(f.Ext)
+		if !ok {
+			l.pool.put(it)
+			return nil, &SampleError{URL: smp.URL, Key: smp.Key, Err: fmt.Errorf("%w %q (the sample has %s)", ErrMissingField, f.Ext, extList(smp))}
+		}
+		v, scratch, err := p.dec.Decode(f, data, p.scratch)
+		p.scratch = scratch
+		if err != nil {
+			l.pool.put(it)
+			return nil, &SampleError{URL: smp.URL, Key: smp.Key, Err: err}
+		}
+		// Copy the bytes into the item now: the reader and the scratch buffer are
+		// reused for the next field and sample.
+		offs = append(offs, span{len(it.buf), len(v.Data)})
+		it.buf = l.pool.grow(it.buf, len(v.Data))
+		it.buf = append(it.buf, v.Data...)
+		it.values[i] = v
+	}
+	for i, o := range offs {
+		if o.n > 0 {
+			it.values[i].Data = it.buf[o.off : o.off+o.n : o.off+o.n]
+		}
+	}
+	it.size = int64(len(it.buf)) + int64(len(it.key))
+	return it, nil
+}
+
+func extList(s *shard.Sample) string {
+	var b []byte
+	for i, f := range s.Fields {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, f.Ext...)
+	}
+	if len(b) == 0 {
+		return "no fields"
+	}
+	return string(b)
+}
+
+// fail reports n samples that could not be read. Under the Fail policy, or when the
+// shard's failure cannot be skipped, it sends the error and reports false.
+func (p *producer) fail(n int, wholeShard bool, err error) bool {
+	if p.l.cfg.OnError == Fail || p.ctx.Err() != nil {
+		p.send(slotMsg{err: err})
+		return false
+	}
+	return p.send(slotMsg{skipped: n, shard: wholeShard, cause: err}) && !wholeShard
+}
+
+// send queues m for the mixer; it waits, without its worker token, while the queue
+// is full. It reports false when the loader is stopping.
+func (p *producer) send(m slotMsg) bool {
+	l, s := p.l, p.s
+	if m.it != nil {
+		m.weight = min(m.it.size, s.cap)
+		if !s.q.TryAcquire(m.weight) {
+			l.releaseWorker()
+			err := s.q.Acquire(p.ctx, m.weight)
+			if err != nil || !l.acquireWorker(p.ctx) {
+				return false
+			}
+		}
+	}
+	select {
+	case s.ch <- m:
+		return true
+	default:
+	}
+	l.releaseWorker()
+	select {
+	case s.ch <- m:
+	case <-p.ctx.Done():
+		return false
+	}
+	return l.acquireWorker(p.ctx)
+}
+
+func (l *Loader) acquireWorker(ctx context.Context) bool {
+	select {
+	case l.workers <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (l *Loader) releaseWorker() { <-l.workers }
+
+// SampleError is a sample that could not be decoded: a missing field, a wrong shape, a
+// label that is not a number.
+type SampleError struct {
+	URL, Key string
+	Err      error
+}
+
+func (e *SampleError) Error() string { return fmt.Sprintf("%s: sample %q: %v", e.URL, e.Key, e.Err) }
+
+// Unwrap returns the cause.
+func (e *SampleError) Unwrap() error { return e.Err }
+
+// ErrMissingField means a sample lacks a configured field.
+var ErrMissingField = errors.New("shardload: missing field")
+
+// ErrErrorBudget means the Skip policy left out more than Config.ErrorBudget.
+var ErrErrorBudget = errors.New("shardload: too many samples skipped")
+
+// bufPool recycles items and their byte buffers, in power-of-two size classes, so that
+// the steady state allocates nothing per sample.
+type bufPool struct {
+	items   sync.Pool
+	classes [40]sync.Pool
+}
+
+func (p *bufPool) item(fields int) *item {
+	it, _ := p.items.Get().(*item)
+	if it == nil {
+		it = &item{}
+	}
+	if cap(it.values) < fields {
+		it.values = make([]decode.Value, fields)
+	}
+	it.values = it.values[:fields]
+	it.refs = 1
+	return it
+}
+
+// grow returns b with room for n more bytes, moving it to a larger pooled buffer
+// when needed.
+func (p *bufPool) grow(b []byte, n int) []byte {
+	if cap(b)-len(b) >= n {
+		return b
+	}
+	nb := p.get(len(b) + n)
+	nb = append(nb, b...)
+	p.putBuf(b)
+	return nb
+}
+
+func sizeClass(n int) int {
+	c := 12 // 4 KiB at least
+	for 1<<c < n {
+		c++
+	}
+	return c
+}
+
+func (p *bufPool) get(n int) []byte {
+	c := sizeClass(n)
+	if c >= len(p.classes) {
+		return make([]byte, 0, n)
+	}
+	if b, ok := p.classes[c].Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, 1<<c)
+}
+
+func (p *bufPool) putBuf(b []byte) {
+	if cap(b) == 0 {
+		return
+	}
+	c := sizeClass(cap(b))
+	if 1<<c != cap(b) || c >= len(p.classes) {
+		return // not one of ours
+	}
+	b = b[:0]
+	p.classes[c].Put(&b)
+}
+
+// put drops one reference to it and recycles it when none is left.
+func (p *bufPool) put(it *item) {
+	if it.refs--; it.refs > 0 {
+		return
+	}
+	p.putBuf(it.buf)
+	clear(it.values)
+	*it = item{values: it.values[:0]}
+	p.items.Put(it)
+}
