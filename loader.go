@@ -124,6 +124,8 @@ func Open(ctx context.Context, cfg Config) (*Loader, error) {
 		out:     make(chan batchMsg, cfg.Slabs),
 		workers: make(chan struct{}, cfg.Workers),
 	}
+	// Free buffers kept for reuse: as much as the queues and the shuffle buffer hold.
+	l.pool.maxFree = int64(cfg.OpenShards)*cfg.QueueBytes + cfg.ShuffleBytes
 	l.wg.Add(1)
 	go l.run(ctx)
 	return l, nil
@@ -248,7 +250,11 @@ func (l *Loader) Close() error {
 }
 
 // Stats returns counters and per-stage times so far.
-func (l *Loader) Stats() Stats { return l.st.snapshot(l.start) }
+func (l *Loader) Stats() Stats {
+	st := l.st.snapshot(l.start)
+	st.Workers, st.PageLocked = l.cfg.Workers, l.ring.Locked()
+	return st
+}
 
 // run is the loader's mixing goroutine: it opens up to OpenShards spans in plan order,
 // takes samples from them in a seeded order, passes them through the shuffle buffer

@@ -53,11 +53,11 @@ func newSlot(span shard.Span, queueBytes int64) *slot {
 // queue never stops the other shards.
 func (l *Loader) produce(ctx context.Context, s *slot) {
 	defer close(s.ch)
-	if !l.acquireWorker(ctx) {
+	p := producer{l: l, s: s, ctx: ctx}
+	if !p.acquire() {
 		return
 	}
-	defer l.releaseWorker()
-	p := producer{l: l, s: s, ctx: ctx}
+	defer p.release()
 	p.run()
 }
 
@@ -67,6 +67,25 @@ type producer struct {
 	ctx     context.Context
 	dec     decode.Decoder
 	scratch []byte
+	worker  bool // holds a worker token
+}
+
+// acquire takes a worker token, reporting false when the loader is stopping.
+func (p *producer) acquire() bool {
+	select {
+	case p.l.workers <- struct{}{}:
+		p.worker = true
+	case <-p.ctx.Done():
+	}
+	return p.worker
+}
+
+// release gives the worker token back, if held.
+func (p *producer) release() {
+	if p.worker {
+		<-p.l.workers
+		p.worker = false
+	}
 }
 
 func (p *producer) run() {
@@ -199,13 +218,16 @@ func (p *producer) fail(n int, wholeShard bool, err error) bool {
 // send queues m for the mixer; it waits, without its worker token, while the queue
 // is full. It reports false when the loader is stopping.
 func (p *producer) send(m slotMsg) bool {
-	l, s := p.l, p.s
+	s := p.s
 	if m.it != nil {
 		m.weight = min(m.it.size, s.cap)
 		if !s.q.TryAcquire(m.weight) {
-			l.releaseWorker()
-			err := s.q.Acquire(p.ctx, m.weight)
-			if err != nil || !l.acquireWorker(p.ctx) {
+			p.release()
+			if s.q.Acquire(p.ctx, m.weight) != nil {
+				return false
+			}
+			if !p.acquire() {
+				s.q.Release(m.weight)
 				return false
 			}
 		}
@@ -215,25 +237,15 @@ func (p *producer) send(m slotMsg) bool {
 		return true
 	default:
 	}
-	l.releaseWorker()
+	p.release()
 	select {
 	case s.ch <- m:
 	case <-p.ctx.Done():
+		s.q.Release(m.weight)
 		return false
 	}
-	return l.acquireWorker(p.ctx)
+	return p.acquire()
 }
-
-func (l *Loader) acquireWorker(ctx context.Context) bool {
-	select {
-	case l.workers <- struct{}{}:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-func (l *Loader) releaseWorker() { <-l.workers }
 
 // SampleError is a sample that could not be decoded: a missing field, a wrong shape, a
 // label that is not a number.
@@ -254,10 +266,15 @@ var ErrMissingField = errors.New("shardload: missing field")
 var ErrErrorBudget = errors.New("shardload: too many samples skipped")
 
 // bufPool recycles items and their byte buffers, in power-of-two size classes, so that
-// the steady state allocates nothing per sample.
+// the steady state allocates nothing per sample. Unlike a sync.Pool it keeps its
+// buffers across garbage collections (fresh buffers cost page faults), up to
+// maxFree bytes.
 type bufPool struct {
 	items   sync.Pool
-	classes [40]sync.Pool
+	mu      sync.Mutex
+	free    [40][][]byte
+	held    int64 // bytes in free
+	maxFree int64
 }
 
 func (p *bufPool) item(fields int) *item {
@@ -295,25 +312,32 @@ func sizeClass(n int) int {
 
 func (p *bufPool) get(n int) []byte {
 	c := sizeClass(n)
-	if c >= len(p.classes) {
+	if c >= len(p.free) {
 		return make([]byte, 0, n)
 	}
-	if b, ok := p.classes[c].Get().(*[]byte); ok {
-		return (*b)[:0]
+	p.mu.Lock()
+	if k := len(p.free[c]); k > 0 {
+		b := p.free[c][k-1]
+		p.free[c] = p.free[c][:k-1]
+		p.held -= int64(cap(b))
+		p.mu.Unlock()
+		return b[:0]
 	}
+	p.mu.Unlock()
 	return make([]byte, 0, 1<<c)
 }
 
 func (p *bufPool) putBuf(b []byte) {
-	if cap(b) == 0 {
-		return
-	}
 	c := sizeClass(cap(b))
-	if 1<<c != cap(b) || c >= len(p.classes) {
+	if cap(b) == 0 || 1<<c != cap(b) || c >= len(p.free) {
 		return // not one of ours
 	}
-	b = b[:0]
-	p.classes[c].Put(&b)
+	p.mu.Lock()
+	if p.held+int64(cap(b)) <= p.maxFree {
+		p.free[c] = append(p.free[c], b)
+		p.held += int64(cap(b))
+	}
+	p.mu.Unlock()
 }
 
 // put drops one reference to it and recycles it when none is left.

@@ -105,7 +105,7 @@ def main():
                 return f"{label:44s} {'not measured':>8s}"
             return (
                 f"{label:44s} {fmt(r.get('seconds'), '{:.2f}'):>8s} {fmt(r.get('samples_per_sec'), '{:.0f}'):>10s}"
-                f" {fmt(rate(r, in_key)):>8s} {fmt(r.get('mb_per_sec') if 'samples' in r else None):>9s}"
+                f" {fmt(rate(r, in_key)):>8s} {fmt(rate(r, 'bytes_out')):>9s}"
                 f" {fmt(r.get('first_batch_seconds'), '{:.2f}s'):>9s} {fmt(r.get('wait_fraction'), '{:.0%}'):>6s}"
                 f" {fmt(r['peak_rss_bytes'] / 2**20 if r.get('peak_rss_bytes') else None, '{:.0f}Mi'):>9s}"
             )
@@ -118,7 +118,7 @@ def main():
             lines.append(row(f"DataLoader baseline, 2 workers (median of {n(base)})", base))
         lines.append(row(f"shardload bench --step-time 0 (median of {n(sl)})", sl))
         st = env.get("step_time", "50ms")
-        wb = env.get("wait_batches", "?")
+        wb = ds.get("wait_batches", env.get("wait_batches", "?"))
         lines.append(row(f"DataLoader, step {st} x {wb} batches", base_wait))
         lines.append(row(f"shardload, step {st} x {wb} batches (med. {n(sl_wait)})", sl_wait))
         d.update(ceiling=ceil, baseline=base, baseline_skipped=base_skipped, baseline_wait=base_wait,

@@ -52,7 +52,10 @@ type sentinelError struct {
 	msg      string
 }
 
+// Error returns the message.
 func (e *sentinelError) Error() string { return e.msg }
+
+// Unwrap returns the sentinel.
 func (e *sentinelError) Unwrap() error { return e.sentinel }
 
 func errf(sentinel error, format string, args ...any) error {
@@ -67,6 +70,7 @@ type FieldError struct {
 	Err   error  // the cause; wraps one of the sentinels
 }
 
+// Error returns `field "NAME" (.EXT): ` and the cause.
 func (e *FieldError) Error() string {
 	return "field " + strconv.Quote(e.Field) + " (." + e.Ext + "): " + e.Err.Error()
 }
@@ -149,7 +153,7 @@ func (f *Field) decode(d *Decoder, data, buf []byte) (Value, []byte, error) {
 		return Value{Int: n}, buf, nil
 	case KindText:
 		if !utf8.Valid(data) {
-			return Value{}, buf, f.err(errf(ErrNotUTF8, "at byte %d", firstInvalidUTF8(data)))
+			return Value{}, buf, f.err(&sentinelError{ErrNotUTF8, fmt.Sprintf("decode: invalid UTF-8 at byte %d", firstInvalidUTF8(data))})
 		}
 		return Value{Data: data}, buf, nil
 	case KindJSON:
@@ -312,6 +316,7 @@ func gzipHeaderLen(b []byte) (int, error) {
 // padding, as Python's gzip module accepts) into buf[:0], checking every member's
 // CRC-32 and size. It returns the grown buffer; on error the buffer must not be used.
 func (d *Decoder) gunzip(src, buf []byte, limit int64) ([]byte, error) {
+	defer d.br.Reset(nil) // do not keep src reachable from the Decoder
 	out := buf[:0]
 	if len(src) >= 18 {
 		// Size the buffer from the trailer's ISIZE (a hint: it may lie, so it is

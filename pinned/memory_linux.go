@@ -160,11 +160,15 @@ func memlockWarning(n int, slabBytes int64, need, limit uint64, why string, err 
 		cause = "mlock failed unexpectedly: " + err.Error() + "; "
 	}
 	kib := (need + 1023) / 1024
-	return fmt.Sprintf("pinned: cannot lock %s in memory (%d slabs of %s): %s"+
+	slabs := "slabs"
+	if n == 1 {
+		slabs = "slab"
+	}
+	return fmt.Sprintf("pinned: cannot lock %s in memory (%d %s of %s): %s"+
 		"RLIMIT_MEMLOCK is %s and %s; raise it to at least %d KiB "+
 		"(ulimit -l %d or unlimited; systemd LimitMEMLOCK=infinity; docker run --ulimit memlock=-1) "+
 		"or grant CAP_IPC_LOCK; slabs work unpinned (slower device copies)",
-		formatBytesExact(total), n, formatBytes(uint64(slabBytes)), cause, lim, why, kib, kib)
+		formatBytesExact(total), n, slabs, formatBytes(uint64(slabBytes)), cause, lim, why, kib, kib)
 }
 
 // touchPages writes one byte per page so each is faulted in (the memory is new, so

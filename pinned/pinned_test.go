@@ -90,6 +90,18 @@ func waitWaiting(t *testing.T, r *Ring, n int32) {
 	waitFor(t, fmt.Sprintf("%d Acquire calls waiting", n), func() bool { return r.waiting.Load() == n })
 }
 
+// receive returns the next result; the timeout only stops a broken test from hanging.
+func receive(t *testing.T, results <-chan acquired) acquired {
+	t.Helper()
+	select {
+	case res := <-results:
+		return res
+	case <-time.After(10 * time.Second):
+		t.Fatal("Acquire did not return")
+		return acquired{}
+	}
+}
+
 // waitFor spins, yielding, until cond holds; the deadline only stops a broken test.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -363,7 +375,7 @@ func TestBackPressure(t *testing.T) {
 				if err := r.Release(held[i]); err != nil {
 					t.Fatalf("Release slab %d: %v", held[i].Index(), err)
 				}
-				res := <-results
+				res := receive(t, results)
 				if res.err != nil || res.s != held[i] {
 					t.Fatalf("after releasing slab %d a waiter got %v, %v", held[i].Index(), res.s, res.err)
 				}
@@ -428,7 +440,7 @@ func TestAcquireContext(t *testing.T) {
 				waitWaiting(t, r, 1)
 				cancel()
 			}
-			res := <-results
+			res := receive(t, results)
 			if res.s != nil || !errors.Is(res.err, tt.want) {
 				t.Fatalf("Acquire = %v, %v; want %v", res.s, res.err, tt.want)
 			}
@@ -473,7 +485,7 @@ func TestClose(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 	for range 2 {
-		if res := <-results; res.s != nil || !errors.Is(res.err, ErrClosed) {
+		if res := receive(t, results); res.s != nil || !errors.Is(res.err, ErrClosed) {
 			t.Errorf("blocked Acquire after Close = %v, %v; want ErrClosed", res.s, res.err)
 		}
 	}
@@ -743,7 +755,7 @@ func TestDefaultWarn(t *testing.T) {
 		t.Errorf("Locked() = true beyond the limit without CAP_IPC_LOCK")
 	}
 	out := buf.String()
-	if !strings.HasPrefix(out, "shardload: warning: pinned: cannot lock 2 MiB (2097152 bytes) in memory (1 slabs of 2 MiB)") ||
+	if !strings.HasPrefix(out, "shardload: warning: pinned: cannot lock 2 MiB (2097152 bytes) in memory (1 slab of 2 MiB)") ||
 		strings.Count(out, "\n") != 1 || !strings.HasSuffix(out, "\n") ||
 		!strings.Contains(out, "RLIMIT_MEMLOCK is 64 KiB (65536 bytes)") {
 		t.Errorf("default warning output %q", out)

@@ -191,9 +191,9 @@ func NewRing(opts Options) (*Ring, error) {
 	return r, nil
 }
 
-// Acquire returns a free slab, waiting while all are in use. It returns ctx.Err() if
-// ctx is done (checked first, so a done ctx fails even when a slab is free) and
-// ErrClosed once the ring is closed.
+// Acquire returns a free slab, waiting while all are in use: that wait is the ring's
+// back-pressure. It returns ErrClosed once the ring is closed (also to calls waiting
+// when Close is called), and ctx.Err() if ctx is done, even when a slab is free.
 func (r *Ring) Acquire(ctx context.Context) (*Slab, error) {
 	select {
 	case <-r.done:
@@ -215,6 +215,8 @@ func (r *Ring) Acquire(ctx context.Context) (*Slab, error) {
 		return r.take(s)
 	case <-r.done:
 		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 }
 

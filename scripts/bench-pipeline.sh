@@ -20,7 +20,9 @@
 # (default WORK/results/TIMESTAMP), BENCH_SCALE (default 1; 0.05 for a quick trial),
 # BENCH_RUNS (3), BENCH_PY_RUNS (3, or 1 when the first run takes over
 # BENCH_PY_SLOW seconds, default 60), BENCH_WAIT_BATCHES (100), BENCH_STEP_TIME (50ms),
-# BENCH_CORES (nproc; for the zstd ceiling), BENCH_ONLY (images or tokens).
+# BENCH_CORES (nproc; for the zstd ceiling), BENCH_ONLY (images or tokens),
+# BENCH_RUN_TIMEOUT (600: seconds one measured run may take before it is killed and
+# counted as failed).
 # BENCH_SHARDLOAD (a shardload binary to measure instead of building bin/shardload),
 # BENCH_PYTHON (the baseline's interpreter; default: python3 or /usr/bin/python3,
 # whichever imports torch).
@@ -41,6 +43,7 @@ py_slow=${BENCH_PY_SLOW:-60}
 wait_batches=${BENCH_WAIT_BATCHES:-100}
 step_time=${BENCH_STEP_TIME:-50ms}
 cores=${BENCH_CORES:-$(nproc)}
+run_timeout=${BENCH_RUN_TIMEOUT:-600}
 only=${BENCH_ONLY:-}
 while [[ $# -gt 0 ]]; do
 	case $1 in
@@ -49,7 +52,7 @@ while [[ $# -gt 0 ]]; do
 	--scale) scale=$2; shift 2 ;;
 	--runs) runs=$2; shift 2 ;;
 	--only) only=$2; shift 2 ;;
-	-h | --help) sed -n '2,31s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,33s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) echo "bench-pipeline: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -133,7 +136,7 @@ layout() {
 # ds_dir and ds_pattern (the local brace pattern).
 dataset() {
 	local name=$1 preset=$2 comp=$3 shards=$4 samples=$5
-	ds_dir=$work/$name-$preset-$comp-${shards}x$samples
+	ds_dir=$work/$name-$comp-${shards}x$samples
 	if [[ -f $ds_dir/.complete ]]; then
 		ds_pattern=$(cat "$ds_dir/.complete")
 		log "$name: reusing $ds_dir"
@@ -147,6 +150,7 @@ dataset() {
 
 declare -A DIR PATTERN
 names=()
+failed=() # what failed but let the rest run; the script then exits 1
 [[ $only == tokens ]] || {
 	read -r s n < <(layout 32 300)
 	dataset images images none "$s" "$n"
@@ -257,7 +261,7 @@ export AWS_ENDPOINT_URL=$endpoint AWS_ENDPOINT_URL_S3=$endpoint AWS_ACCESS_KEY_I
 	AWS_SECRET_ACCESS_KEY=$secret_key AWS_REGION=$region AWS_EC2_METADATA_DISABLED=true
 unset AWS_SESSION_TOKEN AWS_PROFILE AWS_DEFAULT_PROFILE
 
-declare -A FILES URLS S3PAT BYTES NSHARDS INDEX
+declare -A FILES URLS S3PAT BYTES NSHARDS INDEX WAITB
 for name in "${names[@]}"; do
 	dir=${DIR[$name]}
 	files=$(find "$dir" -maxdepth 1 -name 'train-*' -type f | sort)
@@ -279,9 +283,14 @@ for name in "${names[@]}"; do
 	S3PAT[$name]=s3://$bucket/$name/$(basename "${PATTERN[$name]}")
 	INDEX[$name]=$out/$name.index.jsonl
 	"$sl" ls --summary --json "${S3PAT[$name]}" > "${INDEX[$name]}"
-	log "$name: index ${INDEX[$name]} ($(wc -l < "${INDEX[$name]}") shards)"
-	printf '{"name":"%s","dir":"%s","local_pattern":"%s","s3_pattern":"%s","shards":%d,"bytes":%d,"urls_file":"%s","index":"%s"}\n' \
-		"$name" "$dir" "${PATTERN[$name]}" "${S3PAT[$name]}" "$n" "$bytes" "${URLS[$name]}" "${INDEX[$name]}" > "$out/$name.dataset.json"
+	samples=$(python3 -c 'import json, sys; print(sum(json.loads(l)["samples"] for l in open(sys.argv[1])))' "${INDEX[$name]}")
+	# The trainer-wait runs stay within one epoch (shardload bench --batches does not
+	# go past --epochs), so both tools see the same batches.
+	WAITB[$name]=$(((samples / 32) < wait_batches ? samples / 32 : wait_batches))
+	((WAITB[$name] > 0)) || WAITB[$name]=1
+	log "$name: index ${INDEX[$name]} ($(wc -l < "${INDEX[$name]}") shards, $samples samples)"
+	printf '{"name":"%s","dir":"%s","local_pattern":"%s","s3_pattern":"%s","shards":%d,"samples":%d,"bytes":%d,"wait_batches":%d,"urls_file":"%s","index":"%s"}\n' \
+		"$name" "$dir" "${PATTERN[$name]}" "${S3PAT[$name]}" "$n" "$samples" "$bytes" "${WAITB[$name]}" "${URLS[$name]}" "${INDEX[$name]}" > "$out/$name.dataset.json"
 	# The public-read policy works: a plain GET of one object.
 	curl -fsS --noproxy '*' -m 60 -o /dev/null -r 0-0 "$(head -n 1 "${URLS[$name]}")"
 done
@@ -294,7 +303,7 @@ ceiling() {
 	n=${NSHARDS[$name]}
 	per=$(((n + 3) / 4))
 	t0=$(now)
-	xargs -P 4 -n "$per" curl -fsS --noproxy '*' -m 600 < "${URLS[$name]}" > /dev/null
+	xargs -P 4 -n "$per" curl -fsS --noproxy '*' -m "$run_timeout" < "${URLS[$name]}" > /dev/null
 	t1=$(now)
 	awk -v a="$t0" -v b="$t1" -v bytes="${BYTES[$name]}" -v n="$n" 'BEGIN {
 		s = b - a; printf "{\"objects\":%d,\"bytes\":%d,\"seconds\":%.6f,\"mb_per_sec\":%.3f,\"processes\":4}\n", n, bytes, s, bytes/1e6/s }' \
@@ -312,32 +321,46 @@ fields() {
 sl_bench() {
 	local name=$1 dest=$2; shift 2
 	# shellcheck disable=SC2046
-	if ! "$sl" bench --json --batch-size 32 --index "${INDEX[$name]}" $(fields "$name") "$@" \
+	if ! timeout --foreground -k 10 "$run_timeout" "$sl" bench --json --batch-size 32 --index "${INDEX[$name]}" $(fields "$name") "$@" \
 		"${S3PAT[$name]}" > "$dest.tmp" 2> "$dest.err"; then
-		log "$name: shardload bench failed (see $dest.err):"
+		log "$name: shardload bench failed or timed out after ${run_timeout}s (see $dest.err):"
 		tail -n 5 "$dest.err" >&2
 		rm -f "$dest.tmp"
+		failed+=("$name: shardload bench $*")
 		return 1
 	fi
 	tail -n 1 "$dest.tmp" > "$dest" && rm -f "$dest.tmp"
+	[[ -s $dest.err ]] || rm -f "$dest.err"
+	if ! python3 -c 'import json, sys; float(json.load(open(sys.argv[1]))["seconds"])' "$dest" 2> /dev/null; then
+		log "$name: shardload bench printed no JSON object with \"seconds\" (kept as $dest.bad)"
+		mv "$dest" "$dest.bad"
+		failed+=("$name: shardload bench $* (bad JSON)")
+		return 1
+	fi
 }
 
 for name in "${names[@]}"; do
 	log "== $name: ${NSHARDS[$name]} shards, ${BYTES[$name]} bytes stored"
 	# Ceiling and shardload throughput alternate, so both see the same machine state.
+	# A kind of shardload run that fails once is not repeated (a hang costs the timeout).
+	sl_ok=$have_bench
 	for ((i = 1; i <= runs; i++)); do
 		ceiling "$name" "$i"
 		log "$name: curl ceiling run $i: $(jfmt "$out/$name.ceiling.$i.json" mb_per_sec) MB/s"
-		if ((have_bench)); then
+		if ((sl_ok)); then
 			if sl_bench "$name" "$out/$name.shardload.$i.json" --epochs 1 --step-time 0; then
 				log "$name: shardload bench run $i: $(jfmt "$out/$name.shardload.$i.json" mb_per_sec) MB/s out, $(jfmt "$out/$name.shardload.$i.json" samples_per_sec %.0f) samples/s"
+			else
+				sl_ok=0
 			fi
 		fi
 	done
 	if ((have_bench)); then
 		for ((i = 1; i <= runs; i++)); do
-			if sl_bench "$name" "$out/$name.shardload-wait.$i.json" --batches "$wait_batches" --step-time "$step_time"; then
-				log "$name: shardload bench --step-time $step_time --batches $wait_batches run $i: wait_fraction $(jfmt "$out/$name.shardload-wait.$i.json" wait_fraction %.3f)"
+			if sl_bench "$name" "$out/$name.shardload-wait.$i.json" --batches "${WAITB[$name]}" --step-time "$step_time"; then
+				log "$name: shardload bench --step-time $step_time --batches ${WAITB[$name]} run $i: wait_fraction $(jfmt "$out/$name.shardload-wait.$i.json" wait_fraction %.3f)"
+			else
+				break
 			fi
 		done
 	else
@@ -346,15 +369,20 @@ for name in "${names[@]}"; do
 
 	if [[ $name == tokens ]]; then
 		# shellcheck disable=SC2086
-		bin/zstdrate ${FILES[$name]} > "$out/$name.zstdrate.json"
+		timeout --foreground -k 10 "$run_timeout" bin/zstdrate ${FILES[$name]} > "$out/$name.zstdrate.json"
 		log "$name: zstd single core: $(jfmt "$out/$name.zstdrate.json" mb_per_sec_decompressed) MB/s decompressed"
 	fi
 
 	if [[ -n $py ]]; then
 		n_py=$py_runs
 		for ((i = 1; i <= n_py; i++)); do
-			"$py" bench/dataloader_baseline.py --json --urls-file "${URLS[$name]}" --epochs 1 \
-				--batch-size 32 --workers 2 --step-time 0 > "$out/$name.baseline.$i.json"
+			if ! timeout --foreground -k 10 "$run_timeout" "$py" bench/dataloader_baseline.py --json --urls-file "${URLS[$name]}" --epochs 1 \
+				--batch-size 32 --workers 2 --step-time 0 > "$out/$name.baseline.$i.json"; then
+				log "$name: DataLoader baseline run $i failed or timed out after ${run_timeout}s"
+				failed+=("$name: DataLoader baseline run $i")
+				rm -f "$out/$name.baseline.$i.json"
+				break
+			fi
 			if [[ -n $(jget "$out/$name.baseline.$i.json" skipped) ]]; then
 				log "$name: DataLoader baseline skipped: $(jfmt "$out/$name.baseline.$i.json" skipped)"
 				break
@@ -366,12 +394,17 @@ for name in "${names[@]}"; do
 				n_py=1
 			fi
 		done
-		if [[ -z $(jget "$out/$name.baseline.1.json" skipped) ]]; then
-			"$py" bench/dataloader_baseline.py --json --urls-file "${URLS[$name]}" --batches "$wait_batches" \
+		if [[ -f $out/$name.baseline.1.json && -z $(jget "$out/$name.baseline.1.json" skipped) ]]; then
+			if ! timeout --foreground -k 10 "$run_timeout" "$py" bench/dataloader_baseline.py --json --urls-file "${URLS[$name]}" --batches "${WAITB[$name]}" \
 				--batch-size 32 --workers 2 --step-time "$(awk -v t="$step_time" 'BEGIN {
 					if (t ~ /ms$/) print t/1000; else if (t ~ /s$/) print t+0; else print t }')" \
-				> "$out/$name.baseline-wait.1.json"
-			log "$name: DataLoader baseline --step-time $step_time --batches $wait_batches: wait_fraction $(jfmt "$out/$name.baseline-wait.1.json" wait_fraction %.3f)"
+				> "$out/$name.baseline-wait.1.json"; then
+				log "$name: DataLoader baseline --step-time $step_time failed or timed out after ${run_timeout}s"
+				failed+=("$name: DataLoader baseline --step-time $step_time")
+				rm -f "$out/$name.baseline-wait.1.json"
+			else
+				log "$name: DataLoader baseline --step-time $step_time --batches ${WAITB[$name]}: wait_fraction $(jfmt "$out/$name.baseline-wait.1.json" wait_fraction %.3f)"
+			fi
 		fi
 	else
 		log "$name: SKIPPED DataLoader baseline (no torch)"
@@ -392,4 +425,8 @@ json.dump(env, open(sys.argv[-1], "w"), indent=1)' "$scale" "$runs" "$cores" "$s
 	"$(git rev-parse --short HEAD 2> /dev/null || echo unknown)$(git diff --quiet HEAD -- 2> /dev/null || echo -dirty)" \
 	"$(go env GOVERSION)" "${names[*]}" "$out/env.json"
 python3 bench/summarize_pipeline.py "$out" | tee "$out/summary.txt"
-log "results in $out"
+log "results in $out (python3 bench/summarize_pipeline.py $out prints the summary again)"
+if ((${#failed[@]})); then
+	printf 'bench-pipeline: FAILED: %s\n' "${failed[@]}" >&2
+	exit 1
+fi

@@ -15,13 +15,21 @@ type Shuffler[T any] struct {
 	sizes    []int64
 	bytes    int64
 	maxItems int
+	limit    int // the current item limit: grows from the initial one to maxItems
 	maxBytes int64
 }
+
+// ShuffleInitial is the number of items a Shuffler holds before its first item comes
+// out; from there the buffer grows by one item per item out, up to its size, so that
+// the first batch does not wait for the whole buffer to fill (as WebDataset's
+// shuffle does).
+const ShuffleInitial = 100
 
 // NewShuffler returns an empty buffer holding at most maxItems items and, when
 // maxBytes > 0, at most maxBytes bytes.
 func NewShuffler[T any](rng *rand.Rand, maxItems int, maxBytes int64) *Shuffler[T] {
-	return &Shuffler[T]{rng: rng, maxItems: max(maxItems, 1), maxBytes: maxBytes}
+	maxItems = max(maxItems, 1)
+	return &Shuffler[T]{rng: rng, maxItems: maxItems, limit: min(maxItems, ShuffleInitial), maxBytes: maxBytes}
 }
 
 // Push adds an item of the given size.
@@ -33,7 +41,7 @@ func (s *Shuffler[T]) Push(v T, size int64) {
 
 // Full reports whether an item must come out before the next goes in.
 func (s *Shuffler[T]) Full() bool {
-	return len(s.items) >= s.maxItems || (s.maxBytes > 0 && s.bytes >= s.maxBytes && len(s.items) > 0)
+	return len(s.items) >= s.limit || (s.maxBytes > 0 && s.bytes >= s.maxBytes && len(s.items) > 0)
 }
 
 // Len returns the number of items held.
@@ -56,5 +64,9 @@ func (s *Shuffler[T]) Pop() T {
 	var zero T
 	s.items[n] = zero
 	s.items, s.sizes = s.items[:n], s.sizes[:n]
+	if s.limit < s.maxItems && len(s.items) == s.limit-1 {
+		// Out of a full buffer: let it grow by one.
+		s.limit++
+	}
 	return v
 }

@@ -69,3 +69,24 @@ func TestShufflerByteBudget(t *testing.T) {
 		t.Errorf("peak %d bytes, budget 10", peak)
 	}
 }
+
+func TestShufflerRampsUp(t *testing.T) {
+	s := NewShuffler[int](EpochRand(0, 0, 0), 1000, 0)
+	firstOut, size := -1, 0
+	for i := 0; i < 5000; i++ {
+		s.Push(i, 1)
+		for s.Full() {
+			s.Pop()
+			if firstOut < 0 {
+				firstOut = i
+			}
+		}
+		size = max(size, s.Len())
+	}
+	if firstOut != ShuffleInitial-1 {
+		t.Errorf("first item out after %d in, want %d", firstOut+1, ShuffleInitial)
+	}
+	if size != 999 {
+		t.Errorf("buffer grew to %d items, want 999 of 1000", size)
+	}
+}

@@ -1,0 +1,321 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/decode"
+)
+
+var benchCommand = command{
+	name:  "bench",
+	short: "run the whole pipeline: samples/s, MB/s, stage times, trainer wait",
+	args:  "URL...",
+	summary: `Run the whole pipeline (fetch, inflate, split, shuffle, decode, collate into pinned
+slabs) over the shards for some epochs or batches, and report samples/s, MB/s
+(stored and decompressed), time to first batch, peak RSS, where the time went per
+stage, and, with --step-time, how long a trainer that holds each batch that long
+would wait for data.`,
+	setup: func(fs *pflag.FlagSet) func(context.Context, []string, io.Writer, io.Writer) error {
+		var lf loaderFlags
+		lf.register(fs)
+		epochs := fs.Int("epochs", 1, "epochs to run")
+		batches := fs.Int("batches", 0, "stop after this many batches (0: run the epochs)")
+		step := fs.Duration("step-time", 0, "simulated trainer step: hold each batch this long (e.g. 50ms)")
+		asJSON := fs.Bool("json", false, "print one JSON object instead of the report")
+		cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (for go tool pprof)")
+		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+			cfg, err := lf.config(args, stderr)
+			if err != nil {
+				return err
+			}
+			if *cpuProfile != "" {
+				f, err := os.Create(*cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
+			res, err := bench(ctx, cfg, *epochs, *batches, *step)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				enc := json.NewEncoder(stdout)
+				return enc.Encode(res)
+			}
+			return res.report(stdout)
+		}
+	},
+}
+
+// loaderFlags are the flags that configure a pipeline, shared by the commands that
+// run one.
+type loaderFlags struct {
+	rf            readFlags
+	fields        []string
+	batchSize     int
+	dropLast      bool
+	seed          uint64
+	epoch         int
+	rank, world   int
+	noShuffle     bool
+	shuffleBuffer int
+	shuffleBytes  byteSize
+	openShards    int
+	workers       int
+	queueBytes    byteSize
+	slabs         int
+	slabBytes     byteSize
+	onError       string
+	errorBudget   float64
+	index         string
+}
+
+func (lf *loaderFlags) register(fs *pflag.FlagSet) {
+	fs.StringArrayVar(&lf.fields, "field", nil, "field to decode, repeatable: [NAME=]EXT[:KIND[:DTYPE[:SHAPE]]], e.g. jpg, label=cls:int, tokens=npy:npy:int32:2048 (default: the extensions of the first sample)")
+	fs.IntVar(&lf.batchSize, "batch-size", 32, "samples per batch")
+	fs.BoolVar(&lf.dropLast, "drop-last", false, "drop the last batch of an epoch when it is not full")
+	fs.Uint64Var(&lf.seed, "seed", 0, "seed of the shard order and the shuffle")
+	fs.IntVar(&lf.epoch, "epoch", 0, "first epoch (seeds the order with --seed)")
+	fs.IntVar(&lf.rank, "rank", 0, "this rank, in [0, --world)")
+	fs.IntVar(&lf.world, "world", 1, "number of ranks; each gets the same number of batches")
+	fs.BoolVar(&lf.noShuffle, "no-shuffle", false, "read shards and samples in order")
+	fs.IntVar(&lf.shuffleBuffer, "shuffle-buffer", 1000, "samples in the shuffle buffer")
+	lf.shuffleBytes = 256 << 20
+	fs.Var(&lf.shuffleBytes, "shuffle-bytes", "bytes the shuffle buffer may hold")
+	fs.IntVar(&lf.openShards, "open-shards", 4, "shards read at once and interleaved")
+	fs.IntVar(&lf.workers, "workers", 0, "shards fetched, inflated and decoded at the same moment (default: CPU count, at most --open-shards)")
+	lf.queueBytes = 16 << 20
+	fs.Var(&lf.queueBytes, "queue-bytes", "decoded bytes waiting per open shard")
+	fs.IntVar(&lf.slabs, "slabs", 4, "pinned batch slabs in the ring (batches ready or in use at once)")
+	lf.slabBytes = 64 << 20
+	fs.Var(&lf.slabBytes, "slab-size", "bytes per slab; a batch must fit in one")
+	fs.StringVar(&lf.onError, "on-error", "fail", "bad samples and shards: fail, or skip (each logged, counted, within --error-budget)")
+	fs.Float64Var(&lf.errorBudget, "error-budget", 0.01, "fraction of samples or shards --on-error=skip may leave out before failing")
+	fs.StringVar(&lf.index, "index", "", `file or URL of JSON lines {"url","samples"} (from "shardload ls --summary --json"); without it the shards are counted first`)
+	lf.rf.register(fs)
+}
+
+func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config, error) {
+	if len(urls) == 0 {
+		return shardload.Config{}, fmt.Errorf("%w: no shard URLs given", errUsage)
+	}
+	policy, err := shardload.ParsePolicy(lf.onError)
+	if err != nil {
+		return shardload.Config{}, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	var fields []decode.Field
+	for _, spec := range lf.fields {
+		f, err := decode.ParseField(spec)
+		if err != nil {
+			return shardload.Config{}, fmt.Errorf("%w: --field: %v", errUsage, err)
+		}
+		fields = append(fields, f)
+	}
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(stderr, strings.TrimSuffix(format, "\n")+"\n", args...)
+	}
+	return shardload.Config{
+		URLs: urls, Index: lf.index, Fields: fields, BatchSize: lf.batchSize, DropLast: lf.dropLast,
+		Seed: lf.seed, Epoch: lf.epoch, Rank: lf.rank, World: lf.world,
+		NoShuffle: lf.noShuffle, ShuffleBuffer: lf.shuffleBuffer, ShuffleBytes: int64(lf.shuffleBytes),
+		OpenShards: lf.openShards, Workers: lf.workers, QueueBytes: int64(lf.queueBytes),
+		MaxMemberSize: int64(lf.rf.maxMember), Slabs: lf.slabs, SlabBytes: int64(lf.slabBytes),
+		OnError: policy, ErrorBudget: lf.errorBudget, Logf: logf,
+	}, nil
+}
+
+// benchResult is what bench reports; its JSON form is stable for scripts.
+type benchResult struct {
+	Samples         int64              `json:"samples"`
+	Batches         int64              `json:"batches"`
+	Epochs          int                `json:"epochs"`
+	BytesIn         int64              `json:"bytes_in"`
+	BytesDecomp     int64              `json:"bytes_decompressed"`
+	BytesOut        int64              `json:"bytes_out"`
+	Seconds         float64            `json:"seconds"`
+	CountSeconds    float64            `json:"count_seconds"`
+	SamplesPerSec   float64            `json:"samples_per_sec"`
+	MBPerSec        float64            `json:"mb_per_sec"`
+	MBPerSecDecomp  float64            `json:"mb_per_sec_decompressed"`
+	FirstBatch      float64            `json:"first_batch_seconds"`
+	PeakRSS         int64              `json:"peak_rss_bytes"`
+	StepSeconds     float64            `json:"step_seconds"`
+	WaitFraction    float64            `json:"wait_fraction"`
+	Skipped         int64              `json:"skipped"`
+	Padded          int64              `json:"padded"`
+	Workers         int                `json:"workers"`
+	Stages          map[string]float64 `json:"stages"`
+	Bottleneck      string             `json:"bottleneck"`
+	MemoryBudget    int64              `json:"memory_budget_bytes"`
+	SlabsPageLocked bool               `json:"slabs_page_locked"`
+	trainerSeconds  float64
+}
+
+func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, step time.Duration) (*benchResult, error) {
+	start := time.Now()
+	infos, err := shardload.Count(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	res := &benchResult{CountSeconds: time.Since(start).Seconds(), Stages: map[string]float64{}, StepSeconds: step.Seconds(),
+		MemoryBudget: cfg.MemoryBudget()}
+	cfg.Shards = infos
+	var firstBatch time.Duration
+	var trainer time.Duration
+	for e := 0; e < max(epochs, 1); e++ {
+		ecfg := cfg
+		ecfg.Epoch = cfg.Epoch + e
+		l, err := shardload.Open(ctx, ecfg)
+		if err != nil {
+			return nil, err
+		}
+		res.Epochs++
+		for {
+			b, err := l.Next(ctx)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				l.Close()
+				return nil, err
+			}
+			if firstBatch == 0 {
+				firstBatch = time.Since(start)
+			}
+			if step > 0 {
+				t0 := time.Now()
+				time.Sleep(step) // the simulated trainer computing on the batch
+				trainer += time.Since(t0)
+			}
+			b.Release()
+			if maxBatches > 0 && res.Batches+l.Stats().Batches >= int64(maxBatches) {
+				break
+			}
+		}
+		st := l.Stats()
+		l.Close()
+		res.add(st)
+		if maxBatches > 0 && res.Batches >= int64(maxBatches) {
+			break
+		}
+	}
+	res.Seconds = time.Since(start).Seconds() - res.CountSeconds
+	res.FirstBatch = firstBatch.Seconds()
+	res.trainerSeconds = trainer.Seconds()
+	res.SamplesPerSec = float64(res.Samples) / res.Seconds
+	res.MBPerSec = float64(res.BytesIn) / 1e6 / res.Seconds
+	res.MBPerSecDecomp = float64(res.BytesDecomp) / 1e6 / res.Seconds
+	if wait := res.Stages["wait"]; wait+res.trainerSeconds > 0 {
+		res.WaitFraction = wait / (wait + res.trainerSeconds)
+	}
+	res.PeakRSS = peakRSS()
+	res.Bottleneck = res.bottleneck()
+	return res, nil
+}
+
+func (r *benchResult) add(st shardload.Stats) {
+	r.Samples += st.Samples
+	r.Batches += st.Batches
+	r.BytesIn += st.BytesIn
+	r.BytesDecomp += st.BytesInflated
+	r.BytesOut += st.BytesOut
+	r.Skipped += st.Skipped
+	r.Padded += st.Padded
+	r.Workers = st.Workers
+	r.SlabsPageLocked = st.PageLocked
+	for k, v := range st.Stages {
+		r.Stages[k] += v.Seconds()
+	}
+}
+
+// bottleneck names, in one line, what limits the loader: nothing when the trainer
+// barely waits, otherwise the stage busiest for the goroutines that run it.
+func (r *benchResult) bottleneck() string {
+	if r.StepSeconds > 0 && r.WaitFraction < 0.01 {
+		return fmt.Sprintf("none: the trainer waited %.1f%% of its time; the loader keeps up with a %s step", 100*r.WaitFraction, time.Duration(r.StepSeconds*float64(time.Second)))
+	}
+	type load struct {
+		stage string
+		share float64
+	}
+	var loads []load
+	for _, s := range []string{"fetch", "inflate", "split", "decode"} {
+		loads = append(loads, load{s, r.Stages[s] / (r.Seconds * float64(r.Workers))})
+	}
+	for _, s := range []string{"shuffle", "collate"} {
+		loads = append(loads, load{s, r.Stages[s] / r.Seconds})
+	}
+	sort.SliceStable(loads, func(i, j int) bool { return loads[i].share > loads[j].share })
+	top := loads[0]
+	who := fmt.Sprintf("%d workers", r.Workers)
+	if top.stage == "shuffle" || top.stage == "collate" {
+		who = "the mixer"
+	}
+	msg := fmt.Sprintf("%s: %.0f%% of %s' time", top.stage, 100*top.share, who)
+	if r.StepSeconds > 0 {
+		msg = fmt.Sprintf("loader-bound, the trainer waited %.0f%% of its time; busiest stage %s", 100*r.WaitFraction, msg)
+	}
+	return msg
+}
+
+func (r *benchResult) report(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "bench: %d samples in %d batches (%d epoch(s)) in %.2fs", r.Samples, r.Batches, r.Epochs, r.Seconds)
+	if r.CountSeconds > 0.005 {
+		fmt.Fprintf(bw, ", after %.2fs counting samples", r.CountSeconds)
+	}
+	fmt.Fprintf(bw, "\n  %.0f samples/s, %.1f MB/s stored, %.1f MB/s decompressed, %.1f MB/s into slabs\n",
+		r.SamplesPerSec, r.MBPerSec, r.MBPerSecDecomp, float64(r.BytesOut)/1e6/r.Seconds)
+	fmt.Fprintf(bw, "  first batch after %.3fs; peak RSS %.0f MB (buffer budget %.0f MB); slabs page-locked: %v\n",
+		r.FirstBatch, float64(r.PeakRSS)/1e6, float64(r.MemoryBudget)/1e6, r.SlabsPageLocked)
+	fmt.Fprintf(bw, "  stages (seconds, summed over %d workers):", r.Workers)
+	for _, s := range shardload.StageNames {
+		fmt.Fprintf(bw, " %s %.2f", s, r.Stages[s])
+	}
+	fmt.Fprintln(bw)
+	if r.Skipped > 0 || r.Padded > 0 {
+		fmt.Fprintf(bw, "  skipped %d samples, padded %d rows\n", r.Skipped, r.Padded)
+	}
+	if r.StepSeconds > 0 {
+		fmt.Fprintf(bw, "  trainer step %s: waited %.1f%% of its time (GPU busy %.1f%% as the loader sees it)\n",
+			time.Duration(r.StepSeconds*float64(time.Second)), 100*r.WaitFraction, 100*(1-r.WaitFraction))
+	}
+	fmt.Fprintf(bw, "  bottleneck: %s\n", r.Bottleneck)
+	return bw.Flush()
+}
+
+// peakRSS returns the process's peak resident set size (VmHWM) from the kernel.
+func peakRSS() int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				kb, _ := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
