@@ -16,8 +16,8 @@ type Stats struct {
 	BytesIn       int64 // bytes read from the sources (compressed, as stored)
 	BytesInflated int64 // bytes of tar after whole-shard decompression
 	BytesOut      int64 // bytes of the batches written into slabs
-	Workers       int  // the Workers setting in effect
-	PageLocked    bool // whether the slabs are page-locked (mlock)
+	Workers       int   // the Workers setting in effect
+	PageLocked    bool  // whether the slabs are page-locked (mlock)
 	Elapsed       time.Duration
 	FirstBatch    time.Duration // from Open to the first batch handed to Next's caller
 	// Stages: fetch (reading sources), inflate (whole-shard decompression), split
