@@ -114,7 +114,7 @@ func Open(ctx context.Context, cfg Config) (*Loader, error) {
 		}
 	}
 	ring, err := pinned.NewRing(pinned.Options{Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, NoLock: cfg.NoLock,
-		Warn: func(msg string) { cfg.Logf("%s", msg) }})
+		Warn: func(msg string) { lockWarning.Do(func() { cfg.Logf("shardload: warning: %s", msg) }) }})
 	if err != nil {
 		return nil, err
 	}
@@ -163,6 +163,9 @@ func inferFields(ctx context.Context, cfg Config, infos []shard.Info) ([]decode.
 	}
 	return nil, ErrEmpty
 }
+
+// lockWarning says once per process that slabs cannot be page-locked.
+var lockWarning sync.Once
 
 // ErrEmpty means the shards hold no samples.
 var ErrEmpty = errors.New("shardload: no samples in the shards")

@@ -1,0 +1,99 @@
+package shardload_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"strings"
+
+	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/source"
+)
+
+// Read the real WebDataset shard in testdata/ in batches of 4: ten samples, each a
+// "txt" and a "bin" member.
+func ExampleOpen() {
+	ctx := context.Background()
+	txt, _ := decode.ParseField("txt:text")
+	l, err := shardload.Open(ctx, shardload.Config{
+		URLs:      []string{"testdata/pytorch-data__wds.tar"},
+		Fields:    []decode.Field{txt},
+		BatchSize: 4,
+		NoShuffle: true,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	for b, err := range l.All(ctx) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		col, _ := b.Column("txt")
+		fmt.Println(b.Seq, b.Keys(), string(col.Row(b.Data(), 0)))
+	}
+	// Output:
+	// 0 [data/0 data/1 data/2 data/3] text0
+	// 1 [data/4 data/5 data/6 data/7] text4
+	// 2 [data/8 data/9] text8
+}
+
+// memSource serves shards from memory under a scheme of its own: a stand-in for any
+// storage a user reaches with their own code.
+type memSource map[string][]byte
+
+func (m memSource) Stat(_ context.Context, url string) (source.Info, error) {
+	data, ok := m[url]
+	if !ok {
+		return source.Info{}, &source.Error{Op: "stat", URL: url, Err: source.ErrNotFound}
+	}
+	return source.Info{URL: url, Size: int64(len(data))}, nil
+}
+
+func (m memSource) Open(ctx context.Context, url string) (io.ReadCloser, error) {
+	if _, err := m.Stat(ctx, url); err != nil {
+		return nil, err
+	}
+	return io.NopCloser(bytes.NewReader(m[url])), nil
+}
+
+// A Source from the user's own package, plugged in through Config.Sources.
+func ExampleConfig_sources() {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for i := 0; i < 6; i++ {
+		for _, m := range []struct{ ext, data string }{{"cls", fmt.Sprint(i % 3)}, {"txt", strings.Repeat("x", i)}} {
+			tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("k%d.%s", i, m.ext), Mode: 0o644, Size: int64(len(m.data))})
+			tw.Write([]byte(m.data))
+		}
+	}
+	tw.Close()
+
+	reg := &source.Registry{}
+	reg.Register("mem", memSource{"mem://shards/0.tar": buf.Bytes()})
+	ctx := context.Background()
+	l, err := shardload.Open(ctx, shardload.Config{
+		URLs:      []string{"mem://shards/0.tar"},
+		Sources:   reg,
+		BatchSize: 3,
+		Seed:      1,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	for b, err := range l.All(ctx) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		labels, _ := b.Column("cls") // fields inferred: cls as int, txt as text
+		fmt.Println(b.Rows, len(labels.Int64s(b.Data())), labels.Kind)
+	}
+	// Output:
+	// 3 3 int
+	// 3 3 int
+}
