@@ -196,6 +196,7 @@ type Reader struct {
 	comp    Compression
 	dec     io.ReadCloser // decompressor, nil for None
 	rawIn   counter       // counts bytes of the shard as stored; sits above src
+	seeker  *seekBuffer   // set when listing a seekable shard by seeking past data
 	tarIn   counter       // counts tar-stream bytes; sits between dec and tr
 	tr      *tar.Reader
 
@@ -257,6 +258,7 @@ func (r *Reader) start() error {
 		// Headers only: a buffer that seeks lets archive/tar skip member data, with
 		// no system call for members that fit in the buffer.
 		sb := &seekBuffer{src: &r.rawIn, buf: make([]byte, 0, readBufferSize)}
+		r.seeker = sb
 		var head [6]byte
 		n, err := io.ReadFull(sb, head[:])
 		if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
@@ -528,8 +530,15 @@ func (r *Reader) errAt(key string, off int64, err error) error {
 		err = fmt.Errorf("%w (%s, near compressed byte %d): %w", ErrCorrupt, r.comp, r.rawIn.n, r.tarIn.err)
 		off = r.tarIn.n
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		err = fmt.Errorf("%w: stream ended after %d bytes", ErrTruncated, r.tarIn.n)
-		off = r.tarIn.n
+		end := r.tarIn.n
+		if r.seeker != nil {
+			// archive/tar sought past the end: the stream ends where the object does.
+			if size, serr := r.seeker.src.Seek(0, io.SeekEnd); serr == nil {
+				end = size
+			}
+		}
+		err = fmt.Errorf("%w: stream ended after %d bytes", ErrTruncated, end)
+		off = end
 	case errors.Is(err, tar.ErrHeader):
 		err = fmt.Errorf("%w: %w", ErrBadHeader, err)
 	}

@@ -548,8 +548,9 @@ func TestSizesOnlySeeks(t *testing.T) {
 	for err == nil {
 		_, err = r.Next()
 	}
-	if !errors.Is(err, ErrTruncated) {
-		t.Errorf("truncated seekable shard: %v", err)
+	var se *Error
+	if !errors.Is(err, ErrTruncated) || !errors.As(err, &se) || se.Offset != int64(len(data)/2) {
+		t.Errorf("truncated seekable shard: %v, want truncated at byte %d", err, len(data)/2)
 	}
 }
 
