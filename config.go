@@ -84,7 +84,7 @@ type Config struct {
 	// Workers is the number of shards being fetched, inflated, split and decoded at
 	// the same moment. Default GOMAXPROCS, at most OpenShards.
 	Workers int
-	// QueueBytes caps the decoded samples waiting per open shard. Default 16 MiB.
+	// QueueBytes caps the decoded samples waiting per open shard. Default 4 MiB.
 	QueueBytes int64
 	// MaxMemberSize caps one tar member in memory. Default 256 MiB.
 	MaxMemberSize int64
@@ -94,8 +94,8 @@ type Config struct {
 	// Slabs is the number of batch slabs in the ring: batches ready or in use at once.
 	// Default 4.
 	Slabs int
-	// SlabBytes is the size of one slab. Default 64 MiB; a batch that does not fit is
-	// an error that says how much it needs.
+	// SlabBytes is the size of one slab. Default 16 MiB (32 samples of up to 500 KB);
+	// a batch that does not fit is an error that says how much it needs.
 	SlabBytes int64
 	// NoLock does not page-lock the slabs.
 	NoLock bool
@@ -135,7 +135,7 @@ func (cfg Config) withDefaults() Config {
 	}
 	cfg.Workers = min(cfg.Workers, cfg.OpenShards)
 	if cfg.QueueBytes == 0 {
-		cfg.QueueBytes = 16 << 20
+		cfg.QueueBytes = 4 << 20
 	}
 	if cfg.MaxMemberSize == 0 {
 		cfg.MaxMemberSize = shard.DefaultMaxMemberSize
@@ -144,7 +144,7 @@ func (cfg Config) withDefaults() Config {
 		cfg.Slabs = 4
 	}
 	if cfg.SlabBytes == 0 {
-		cfg.SlabBytes = 64 << 20
+		cfg.SlabBytes = 16 << 20
 	}
 	if cfg.ErrorBudget == 0 {
 		cfg.ErrorBudget = 0.01

@@ -23,7 +23,11 @@ type Loader struct {
 	cfg    Config
 	plan   shard.Plan
 	fields []decode.Field
-	ring   *pinned.Ring
+
+	ring      *pinned.Ring // set once ringReady is closed
+	ringErr   error
+	ringReady chan struct{}
+
 	out    chan batchMsg
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -113,19 +117,22 @@ func Open(ctx context.Context, cfg Config) (*Loader, error) {
 			return nil, err
 		}
 	}
-	ring, err := pinned.NewRing(pinned.Options{Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, NoLock: cfg.NoLock,
-		Warn: func(msg string) { lockWarning.Do(func() { cfg.Logf("shardload: warning: %s", msg) }) }})
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	l := &Loader{
-		cfg: cfg, plan: plan, fields: fields, ring: ring, cancel: cancel, start: start,
-		out:     make(chan batchMsg, cfg.Slabs),
-		workers: make(chan struct{}, cfg.Workers),
+		cfg: cfg, plan: plan, fields: fields, cancel: cancel, start: start,
+		out:       make(chan batchMsg, cfg.Slabs),
+		workers:   make(chan struct{}, cfg.Workers),
+		ringReady: make(chan struct{}),
 	}
 	// Free buffers kept for reuse: as much as the queues and the shuffle buffer hold.
 	l.pool.maxFree = int64(cfg.OpenShards)*cfg.QueueBytes + cfg.ShuffleBytes
+	// Mapping and locking the slabs takes a while (page faults for every page): it
+	// overlaps with reading the first samples, and the first batch waits for it.
+	go func() {
+		defer close(l.ringReady)
+		l.ring, l.ringErr = pinned.NewRing(pinned.Options{Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, NoLock: cfg.NoLock,
+			Warn: func(msg string) { lockWarning.Do(func() { cfg.Logf("shardload: warning: %s", msg) }) }})
+	}()
 	l.wg.Add(1)
 	go l.run(ctx)
 	return l, nil
@@ -247,7 +254,10 @@ func (l *Loader) Close() error {
 			}
 		}()
 		l.wg.Wait()
-		l.closeErr = l.ring.Close()
+		<-l.ringReady
+		if l.ring != nil {
+			l.closeErr = l.ring.Close()
+		}
 	})
 	return l.closeErr
 }
@@ -255,7 +265,12 @@ func (l *Loader) Close() error {
 // Stats returns counters and per-stage times so far.
 func (l *Loader) Stats() Stats {
 	st := l.st.snapshot(l.start)
-	st.Workers, st.PageLocked = l.cfg.Workers, l.ring.Locked()
+	st.Workers = l.cfg.Workers
+	select {
+	case <-l.ringReady:
+		st.PageLocked = l.ring != nil && l.ring.Locked()
+	default:
+	}
 	return st
 }
 
@@ -431,6 +446,14 @@ func (b *batcher) finish(ctx context.Context) error {
 
 func (b *batcher) flush(ctx context.Context) error {
 	l := b.l
+	select {
+	case <-l.ringReady:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if l.ringErr != nil {
+		return l.ringErr
+	}
 	slab, err := l.ring.Acquire(ctx)
 	if err != nil {
 		return err
