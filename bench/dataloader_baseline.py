@@ -50,7 +50,6 @@ import sys
 import tarfile
 import time
 import urllib.request
-import warnings
 
 import numpy as np
 import torch
@@ -275,7 +274,6 @@ def main():
         print(json.dumps(out) if args.json else "skipped: no zstd in Python (install python3-zstandard)")
         return
 
-    warnings.filterwarnings("ignore", category=UserWarning)  # torch.frombuffer chatter
     ds = TarShards(urls, zstd_open)
     samples = batches = bytes_in = bytes_out = 0
     wait = 0.0

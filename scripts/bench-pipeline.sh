@@ -57,6 +57,8 @@ while [[ $# -gt 0 ]]; do
 	esac
 done
 case $only in "" | images | tokens) ;; *) echo "bench-pipeline: --only images|tokens" >&2; exit 2 ;; esac
+[[ $scale =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] && awk -v f="$scale" 'BEGIN {exit !(f > 0)}' ||
+	{ echo "bench-pipeline: scale must be a positive number, not $scale" >&2; exit 2; }
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "bench-pipeline: runs must be a positive integer" >&2; exit 2; }
 work=$(mkdir -p "$work" && cd "$work" && pwd)
 out=${out:-$work/results/$(date +%Y%m%dT%H%M%S)}
@@ -69,19 +71,10 @@ unset HTTP_PROXY HTTPS_PROXY http_proxy https_proxy ALL_PROXY all_proxy
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 now() { date +%s.%N; }
-# median: the median of numbers on stdin, one a line.
-median() { sort -g | awk '{a[NR]=$1} END {if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 # jget FILE KEY: a top-level key of a one-object JSON file ("" if absent or null).
 jget() { python3 -c 'import json,sys; v=json.load(open(sys.argv[1])).get(sys.argv[2]); print("" if v is None else v)' "$1" "$2"; }
 # jfmt FILE KEY [FORMAT]: a number from a JSON file, printf-formatted (default %.1f).
 jfmt() { python3 -c 'import json,sys; v=json.load(open(sys.argv[1])).get(sys.argv[2]); print("-" if v is None else sys.argv[3] % v)' "$1" "$2" "${3:-%.1f}"; }
-# median_file KEY FILE...: the file whose KEY is the median (lower median for even counts).
-median_file() {
-	local key=$1; shift
-	local f
-	for f in "$@"; do printf '%s %s\n' "$(jget "$f" "$key")" "$f"; done | sort -g | awk '{a[NR]=$2} END {print a[int((NR+1)/2)]}'
-}
-
 command -v curl > /dev/null || { echo "bench-pipeline: curl not found (scripts/deps.sh installs it)" >&2; exit 1; }
 command -v python3 > /dev/null || { echo "bench-pipeline: python3 not found (scripts/deps.sh installs it)" >&2; exit 1; }
 curl --help all 2> /dev/null | grep -q -- --aws-sigv4 || { echo "bench-pipeline: this curl has no --aws-sigv4 (need 7.75 or later)" >&2; exit 1; }
@@ -92,7 +85,8 @@ if [[ -n ${BENCH_SHARDLOAD:-} ]]; then
 	log "using $sl (BENCH_SHARDLOAD); building bin/zstdrate"
 else
 	log "building bin/shardload and bin/zstdrate"
-	go build -o bin/shardload ./cmd/shardload
+	go build -o bin/shardload ./cmd/shardload ||
+		{ echo "bench-pipeline: go build ./cmd/shardload failed (BENCH_SHARDLOAD=BINARY measures a binary built before)" >&2; exit 1; }
 	sl=$root/bin/shardload
 fi
 go build -o bin/zstdrate ./internal/cmd/zstdrate

@@ -99,7 +99,7 @@ func (lf *loaderFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&lf.world, "world", 1, "number of ranks; each gets the same number of batches")
 	fs.BoolVar(&lf.noShuffle, "no-shuffle", false, "read shards and samples in order")
 	fs.IntVar(&lf.shuffleBuffer, "shuffle-buffer", 1000, "samples in the shuffle buffer")
-	lf.shuffleBytes = 256 << 20
+	lf.shuffleBytes = 64 << 20
 	fs.Var(&lf.shuffleBytes, "shuffle-bytes", "bytes the shuffle buffer may hold")
 	fs.IntVar(&lf.openShards, "open-shards", 4, "shards read at once and interleaved")
 	fs.IntVar(&lf.workers, "workers", 0, "shards fetched, inflated and decoded at the same moment (default: CPU count, at most --open-shards)")
@@ -215,9 +215,8 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 				break
 			}
 		}
-		st := l.Stats()
-		l.Close()
-		res.add(st)
+		l.Close() // producers cut short by --batches add their byte counts as they stop
+		res.add(l.Stats())
 		if maxBatches > 0 && res.Batches >= int64(maxBatches) {
 			break
 		}
