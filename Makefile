@@ -11,7 +11,8 @@ build:
 	$(GO) build -o $(BIN) ./cmd/shardload
 
 # The main job on an embedded default: generate a small local dataset (no cloud
-# account needed), list it, and stream every sample through the reader.
+# account needed), list it, stream every sample, and run the loader pipeline into
+# pinned batches, flat out and for a trainer with a 50 ms step.
 demo: build
 	@echo "== $(BIN) gen --shards 8 --samples 512 $(DEMO)"
 	@$(BIN) gen --shards 8 --samples 512 $(DEMO)
@@ -21,6 +22,10 @@ demo: build
 	@$(BIN) ls $(DEMO)/train-000000.tar | head -4
 	@echo "== $(BIN) cat --stats '$(PATTERN)' > /dev/null"
 	@$(BIN) cat --stats '$(PATTERN)' > /dev/null
+	@echo "== $(BIN) bench --field jpg --field cls --field txt '$(PATTERN)'"
+	@$(BIN) bench --field jpg --field cls --field txt '$(PATTERN)'
+	@echo "== $(BIN) bench --step-time 50ms --batches 40 '$(PATTERN)'"
+	@$(BIN) bench --step-time 50ms --batches 40 '$(PATTERN)'
 
 # Every test: formatting, vet, the race-checked suite with real MinIO, and the fuzz
 # targets for a short time. scripts/tools.sh builds MinIO once (minutes) and caches it.

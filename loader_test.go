@@ -392,3 +392,37 @@ func TestLoaderCloseMidEpoch(t *testing.T) {
 		t.Errorf("%d goroutines after Close, %d before", n, before)
 	}
 }
+
+// A sample whose array has the wrong shape for a fixed-shape column follows the
+// error policy like any bad sample.
+func TestLoaderWrongShape(t *testing.T) {
+	paths, _ := dataset(t, 2, shardgen.Presets["tokens"], shard.None) // 2048 tokens each
+	wrong := []decode.Field{mustField(t, "tokens=npy:npy:int32:1024")}
+	ctx := context.Background()
+	l, err := shardload.Open(ctx, shardload.Config{URLs: paths, Fields: wrong, BatchSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got error
+	for _, err := range l.All(ctx) {
+		got = err
+	}
+	l.Close()
+	var se *shardload.SampleError
+	if !errors.Is(got, decode.ErrWrongShape) || !errors.As(got, &se) || se.Key == "" {
+		t.Errorf("got %v, want a wrong-shape error naming the sample", got)
+	}
+
+	// Skipping every sample is over any budget short of 100%.
+	l, err = shardload.Open(ctx, shardload.Config{URLs: paths, Fields: wrong, BatchSize: 4, OnError: shardload.Skip, Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, err := range l.All(ctx) {
+		got = err
+	}
+	if !errors.Is(got, shardload.ErrErrorBudget) || !strings.Contains(got.Error(), "wrong shape") {
+		t.Errorf("skip: got %v", got)
+	}
+}

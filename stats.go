@@ -21,7 +21,8 @@ type Stats struct {
 	Elapsed       time.Duration
 	FirstBatch    time.Duration // from Open to the first batch handed to Next's caller
 	// Stages: fetch (reading sources), inflate (whole-shard decompression), split
-	// (tar parsing and grouping), decode, shuffle, collate (writing slabs), starve
+	// (tar parsing and grouping), decode (field decoders, and copying the sample into
+	// memory the loader owns while it waits), shuffle, collate (writing slabs), starve
 	// (the mixer waiting for decoded samples) and wait (Next's caller waiting for a
 	// batch).
 	Stages map[string]time.Duration

@@ -27,8 +27,9 @@ ignored). With --json it prints one JSON object with the keys of ``shardload ben
     tensors in the batches: payloads plus 8 per int64 label), seconds (wall time from
     before the DataLoader is created to the last batch, step sleeps included),
     samples_per_sec, mb_per_sec (bytes_out, MB = 1e6 bytes), mb_per_sec_in (bytes_in),
-    first_batch_seconds, peak_rss_bytes, wait_fraction (time blocked in next() /
-    seconds), wait_seconds, plus the configuration.
+    first_batch_seconds, peak_rss_bytes, wait_fraction (time blocked in next() after
+    the first batch / (that + the simulated step time)), wait_seconds, plus the
+    configuration.
 
 peak_rss_bytes is VmHWM (peak resident set) from /proc/PID/status of the main
 process plus the largest sum over the workers of one epoch. Workers exit when their
@@ -277,6 +278,7 @@ def main():
     ds = TarShards(urls, zstd_open)
     samples = batches = bytes_in = bytes_out = 0
     wait = 0.0
+    trained = 0.0
     first_batch = None
     peak_workers = 0
     t0 = time.perf_counter()
@@ -294,9 +296,10 @@ def main():
             except StopIteration:
                 break
             now = time.perf_counter()
-            wait += now - w0
             if first_batch is None:
                 first_batch = now - t0
+            else:
+                wait += now - w0  # the first batch's latency is first_batch_seconds
             got_any = True
             batches += 1
             bytes_in += batch.pop("__bytes_in__")
@@ -305,7 +308,9 @@ def main():
             for pid in child_pids():
                 hwm[pid] = max(hwm.get(pid, 0), vm_hwm(pid))
             if args.step_time > 0:
-                time.sleep(args.step_time)
+                s0 = time.perf_counter()
+                time.sleep(args.step_time)  # the simulated trainer computing on the batch
+                trained += time.perf_counter() - s0
             if args.batches is not None and batches >= args.batches:
                 done = True
                 break
@@ -335,7 +340,9 @@ def main():
         first_batch_seconds=first_batch,
         peak_rss_bytes=peak,
         wait_seconds=wait,
-        wait_fraction=wait / seconds if seconds else 0.0,
+        # As shardload bench: the share of the trainer's time spent waiting for data
+        # after its first batch (with no step time, the share of the run).
+        wait_fraction=wait / (wait + trained) if trained else (wait / seconds if seconds else 0.0),
     )
     if args.json:
         print(json.dumps(out))

@@ -180,6 +180,7 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 		MemoryBudget: cfg.MemoryBudget()}
 	cfg.Shards = infos
 	var firstBatch time.Duration
+	var consumed, samples int64     // batches and samples the trainer took
 	var trainer, wait time.Duration // the simulated trainer: computing, and waiting after its first batch
 	for e := 0; e < max(epochs, 1); e++ {
 		ecfg := cfg
@@ -210,17 +211,21 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 				time.Sleep(step) // the simulated trainer computing on the batch
 				trainer += time.Since(t0)
 			}
+			consumed++
+			samples += int64(b.Rows - b.Padded)
 			b.Release()
-			if maxBatches > 0 && res.Batches+l.Stats().Batches >= int64(maxBatches) {
+			if maxBatches > 0 && consumed >= int64(maxBatches) {
 				break
 			}
 		}
 		l.Close() // producers cut short by --batches add their byte counts as they stop
 		res.add(l.Stats())
-		if maxBatches > 0 && res.Batches >= int64(maxBatches) {
+		if maxBatches > 0 && consumed >= int64(maxBatches) {
 			break
 		}
 	}
+	// What the trainer took, not what the loader had prepared ahead of it.
+	res.Batches, res.Samples = consumed, samples
 	res.Seconds = time.Since(start).Seconds() - res.CountSeconds
 	res.FirstBatch = firstBatch.Seconds()
 	res.trainerSeconds = trainer.Seconds()
@@ -236,8 +241,6 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 }
 
 func (r *benchResult) add(st shardload.Stats) {
-	r.Samples += st.Samples
-	r.Batches += st.Batches
 	r.BytesIn += st.BytesIn
 	r.BytesDecomp += st.BytesInflated
 	r.BytesOut += st.BytesOut
