@@ -2,6 +2,7 @@
 //
 //	shardload ls    URL...   samples of shards: key, fields, sizes
 //	shardload cat   URL...   samples as one tar stream on stdout
+//	shardload bench URL...   the whole pipeline: samples/s, MB/s, stages, trainer wait
 //	shardload gen   DIR      write synthetic shards for tests and demos
 //
 // Run "shardload help" or "shardload COMMAND --help" for the flags.
