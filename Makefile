@@ -33,6 +33,7 @@ test: tools lint
 	$(GO) test -race -count=1 ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) ./shard/
 	$(GO) test -run '^$$' -fuzz '^FuzzExpand$$' -fuzztime 10s ./shard/
+	$(GO) test -run '^$$' -fuzz '^FuzzTarReader$$' -fuzztime 15s ./shard/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNPY$$' -fuzztime 10s ./decode/
 
 tools:

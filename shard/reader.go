@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/klauspost/compress/gzip"
@@ -198,10 +199,11 @@ type Reader struct {
 	rawIn   counter       // counts bytes of the shard as stored; sits above src
 	seeker  *seekBuffer   // set when listing a seekable shard by seeking past data
 	tarIn   counter       // counts tar-stream bytes; sits between dec and tr
-	tr      *tar.Reader
+	tr      *tarReader
 
 	err     error       // sticky stream error
-	pending *tar.Header // header of the next sample's first member
+	pending *tarHeader  // header of the next sample's first member
+	pendHdr tarHeader
 	pendOff int64       // its header offset
 	next    int64       // offset where the next header is expected
 	skipKey string      // key of a failed sample whose remaining members are skipped
@@ -243,6 +245,32 @@ func (r *Reader) Close() error {
 	}
 	if r.err == nil {
 		r.err = errors.New("shard: reader closed")
+	}
+	return nil
+}
+
+// zstdPool keeps zstd decoders between shards: a new one allocates its window and
+// history buffers (megabytes) and faults them in.
+var zstdPool sync.Pool
+
+func getZstd(in io.Reader) (*zstd.Decoder, error) {
+	if zr, ok := zstdPool.Get().(*zstd.Decoder); ok {
+		if err := zr.Reset(in); err == nil {
+			return zr, nil
+		}
+		zr.Close()
+	}
+	return zstd.NewReader(in, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
+}
+
+// pooledZstd returns its decoder to the pool on Close instead of closing it.
+type pooledZstd struct{ *zstd.Decoder }
+
+func (p pooledZstd) Close() error {
+	if p.Decoder.Reset(nil) == nil {
+		zstdPool.Put(p.Decoder)
+	} else {
+		p.Decoder.Close()
 	}
 	return nil
 }
@@ -298,11 +326,11 @@ func (r *Reader) start() error {
 		}
 		r.dec = zr
 	case Zstd:
-		zr, err := zstd.NewReader(in, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
+		zr, err := getZstd(in)
 		if err != nil {
 			return r.startErr(err)
 		}
-		r.dec = zr.IOReadCloser()
+		r.dec = pooledZstd{zr}
 	case Bzip2:
 		in = bzip2.NewReader(in)
 	case XZ, LZ4:
@@ -312,7 +340,7 @@ func (r *Reader) start() error {
 		in = r.dec
 	}
 	r.tarIn = counter{r: in, timed: r.opts.Timing}
-	r.tr = tar.NewReader(&r.tarIn)
+	r.tr = newTarReader(&r.tarIn)
 	return nil
 }
 
@@ -437,7 +465,8 @@ func (r *Reader) Next() (*Sample, error) {
 			r.skip = false
 		}
 		if len(s.Fields) > 0 && key != s.Key {
-			r.pending, r.pendOff = hdr, off
+			r.pendHdr = *hdr // the tar reader reuses its header
+			r.pending, r.pendOff = &r.pendHdr, off
 			return s, nil
 		}
 		if len(s.Fields) == 0 {
@@ -465,7 +494,7 @@ func (r *Reader) Next() (*Sample, error) {
 }
 
 // nextHeader returns the next tar header and the offset where it starts.
-func (r *Reader) nextHeader() (*tar.Header, int64, error) {
+func (r *Reader) nextHeader() (*tarHeader, int64, error) {
 	off := r.next
 	hdr, err := r.tr.Next()
 	if err == io.EOF {
@@ -556,7 +585,11 @@ const blockSize = 512
 // it.
 const readBufferSize = 8 << 10
 
-func isRegular(h *tar.Header) bool { return h.Typeflag == tar.TypeReg || h.Typeflag == 0 }
+// isRegular reports whether a member is a regular file, as Python's tarfile (and so
+// WebDataset) sees it: '0', the old '\x00', and '7' (contiguous file).
+func isRegular(h *tarHeader) bool {
+	return h.Typeflag == tar.TypeReg || h.Typeflag == 0 || h.Typeflag == tar.TypeCont
+}
 
 // splitName splits a member path into WebDataset's key and extension. It reports
 // false for members that are not sample fields: base names without a dot or starting

@@ -1,0 +1,266 @@
+package shard
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// tarReader reads the members of a tar stream: USTAR, GNU and PAX headers, GNU long
+// names and PAX path and size records, the end-of-archive marker. It is what
+// archive/tar does for the fields a WebDataset reader needs (name, size, type),
+// without allocating per member beyond the name: shards of small samples spend most
+// of their time in header handling. Errors wrap tar.ErrHeader for bad headers and
+// io.ErrUnexpectedEOF for a stream cut short, as archive/tar's do.
+type tarReader struct {
+	r       io.Reader
+	blk     [blockSize]byte
+	remain  int64 // data bytes of the current entry not yet read
+	pad     int64 // padding after the current entry's data
+	discard []byte
+	hdr     tarHeader
+}
+
+// tarHeader is the part of a tar header shard.Reader uses.
+type tarHeader struct {
+	Name     string
+	Size     int64
+	Typeflag byte
+}
+
+func newTarReader(r io.Reader) *tarReader { return &tarReader{r: r} }
+
+// Next skips what is left of the current entry and returns the next entry's header,
+// or io.EOF after the end-of-archive marker or at the end of the stream on a block
+// boundary (shard.Reader tells the two apart).
+func (t *tarReader) Next() (*tarHeader, error) {
+	if err := t.skip(t.remain + t.pad); err != nil {
+		return nil, err
+	}
+	t.remain, t.pad = 0, 0
+	var longName string // from a GNU 'L' entry or a PAX path record
+	size := int64(-1)   // from a PAX size record
+	for {
+		if _, err := io.ReadFull(t.r, t.blk[:]); err != nil {
+			return nil, err // io.EOF on a boundary, io.ErrUnexpectedEOF inside a block
+		}
+		if allZero(t.blk[:]) {
+			// The end-of-archive marker is two zero blocks; accept one (some writers).
+			if _, err := io.ReadFull(t.r, t.blk[:]); err != nil && err != io.EOF {
+				return nil, err
+			}
+			if !allZero(t.blk[:]) {
+				return nil, fmt.Errorf("%w: a zero block followed by a non-zero one", tar.ErrHeader)
+			}
+			return nil, io.EOF
+		}
+		if err := t.checksum(); err != nil {
+			return nil, err
+		}
+		n, err := parseNumeric(t.blk[124:136])
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%w: bad size field %q", tar.ErrHeader, t.blk[124:136])
+		}
+		flag := t.blk[156]
+		switch flag {
+		case 'x', 'L':
+			if n > 1<<20 {
+				return nil, fmt.Errorf("%w: %q extension header of %d bytes", tar.ErrHeader, flag, n)
+			}
+			data := make([]byte, n)
+			if _, err := io.ReadFull(t.r, data); err != nil {
+				return nil, unexpected(err)
+			}
+			if err := t.skip(padding(n)); err != nil {
+				return nil, err
+			}
+			if flag == 'L' {
+				longName = cString(data)
+				continue
+			}
+			path, psize, err := parsePAX(data)
+			if err != nil {
+				return nil, err
+			}
+			if path != "" {
+				longName = path
+			}
+			if psize >= 0 {
+				size = psize
+			}
+			continue
+		}
+		h := &t.hdr
+		h.Typeflag = flag
+		h.Size = n
+		if size >= 0 {
+			h.Size = size
+		}
+		switch {
+		case longName != "":
+			h.Name = longName
+		case bytes.Equal(t.blk[257:263], []byte("ustar\x00")) && t.blk[345] != 0:
+			h.Name = cString(t.blk[345:500]) + "/" + cString(t.blk[0:100])
+		default:
+			h.Name = cString(t.blk[0:100])
+		}
+		if flag == 0 && len(h.Name) > 0 && h.Name[len(h.Name)-1] == '/' {
+			h.Typeflag = tar.TypeDir // an old-style directory
+		}
+		switch h.Typeflag {
+		case tar.TypeLink, tar.TypeSymlink, tar.TypeChar, tar.TypeBlock, tar.TypeDir, tar.TypeFifo:
+			h.Size = 0 // these have no data, whatever the size field says
+		}
+		t.remain, t.pad = h.Size, padding(h.Size)
+		return h, nil
+	}
+}
+
+// Read reads the current entry's data.
+func (t *tarReader) Read(p []byte) (int, error) {
+	if t.remain <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > t.remain {
+		p = p[:t.remain]
+	}
+	n, err := t.r.Read(p)
+	t.remain -= int64(n)
+	if err == io.EOF && t.remain > 0 {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+// skip discards n bytes, seeking when the stream can.
+func (t *tarReader) skip(n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	if sk, ok := t.r.(io.Seeker); ok && n > 1 {
+		if _, err := sk.Seek(n-1, io.SeekCurrent); err == nil {
+			// Read the last byte, so that a stream cut short is noticed here.
+			n = 1
+		}
+	}
+	if t.discard == nil {
+		t.discard = make([]byte, 32<<10)
+	}
+	for n > 0 {
+		m, err := t.r.Read(t.discard[:min(n, int64(len(t.discard)))])
+		n -= int64(m)
+		if err != nil && n > 0 {
+			return unexpected(err)
+		}
+	}
+	return nil
+}
+
+// checksum verifies the header block's checksum (unsigned or, as some old writers
+// computed it, signed).
+func (t *tarReader) checksum() error {
+	want, err := parseNumeric(t.blk[148:156])
+	if err != nil {
+		return fmt.Errorf("%w: bad checksum field", tar.ErrHeader)
+	}
+	var unsigned, signed int64
+	for i, c := range t.blk {
+		if 148 <= i && i < 156 {
+			c = ' '
+		}
+		unsigned += int64(c)
+		signed += int64(int8(c))
+	}
+	if want != unsigned && want != signed {
+		return fmt.Errorf("%w: checksum mismatch", tar.ErrHeader)
+	}
+	return nil
+}
+
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+func padding(n int64) int64 { return -n & (blockSize - 1) }
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// cString returns b up to its first NUL.
+func cString(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}
+
+// parseNumeric parses a tar number field: octal text padded with spaces or NULs, or
+// GNU's base-256 binary form (first byte's high bit set).
+func parseNumeric(b []byte) (int64, error) {
+	if len(b) > 0 && b[0]&0x80 != 0 {
+		if b[0]&0x40 != 0 {
+			return 0, errors.New("negative base-256 number")
+		}
+		var v int64
+		for i, c := range b {
+			if i == 0 {
+				c &= 0x7f
+			}
+			if v>>55 != 0 {
+				return 0, errors.New("base-256 number overflows")
+			}
+			v = v<<8 | int64(c)
+		}
+		return v, nil
+	}
+	b = bytes.Trim(b, " \x00")
+	if len(b) == 0 {
+		return 0, nil
+	}
+	return strconv.ParseInt(string(b), 8, 64)
+}
+
+// parsePAX returns the path and size records of a PAX extended header (size -1 when
+// absent).
+func parsePAX(data []byte) (path string, size int64, err error) {
+	size = -1
+	for len(data) > 0 {
+		sp := bytes.IndexByte(data, ' ')
+		if sp <= 0 {
+			return "", 0, fmt.Errorf("%w: bad PAX record", tar.ErrHeader)
+		}
+		n, perr := strconv.Atoi(string(data[:sp]))
+		if perr != nil || n <= sp+1 || n > len(data) || data[n-1] != '\n' {
+			return "", 0, fmt.Errorf("%w: bad PAX record length", tar.ErrHeader)
+		}
+		rec := data[sp+1 : n-1]
+		data = data[n:]
+		eq := bytes.IndexByte(rec, '=')
+		if eq < 0 {
+			return "", 0, fmt.Errorf("%w: PAX record without '='", tar.ErrHeader)
+		}
+		switch key, val := string(rec[:eq]), rec[eq+1:]; key {
+		case "path":
+			path = string(val)
+		case "size":
+			v, perr := strconv.ParseInt(string(val), 10, 64)
+			if perr != nil || v < 0 {
+				return "", 0, fmt.Errorf("%w: bad PAX size %q", tar.ErrHeader, val)
+			}
+			size = v
+		}
+	}
+	return path, size, nil
+}
