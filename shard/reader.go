@@ -201,12 +201,12 @@ type Reader struct {
 	tarIn   counter       // counts tar-stream bytes; sits between dec and tr
 	tr      *tarReader
 
-	err     error       // sticky stream error
-	pending *tarHeader  // header of the next sample's first member
+	err     error      // sticky stream error
+	pending *tarHeader // header of the next sample's first member
 	pendHdr tarHeader
-	pendOff int64       // its header offset
-	next    int64       // offset where the next header is expected
-	skipKey string      // key of a failed sample whose remaining members are skipped
+	pendOff int64  // its header offset
+	next    int64  // offset where the next header is expected
+	skipKey string // key of a failed sample whose remaining members are skipped
 	skip    bool
 	lastKey string // key of the last member header read, for errors in its data
 
