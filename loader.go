@@ -93,7 +93,8 @@ const keyColumn = "__key__"
 
 // Open plans this rank's epoch and starts the loader: it counts the shards' samples
 // unless cfg.Shards or cfg.Index give them, infers the fields from the first sample
-// unless cfg.Fields names them, allocates the slab ring and starts reading.
+// unless cfg.Fields names them, allocates the slab ring and starts reading. ctx bounds
+// Open's own work; the loader then runs until the epoch ends or Close.
 func Open(ctx context.Context, cfg Config) (*Loader, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
