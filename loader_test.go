@@ -297,10 +297,7 @@ func TestLoaderErrorPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		var got error
-		for _, err := range l.All(ctx) {
-			got = err
-		}
+		got := runToError(ctx, l)
 		var se *shardload.SampleError
 		if !errors.As(got, &se) || se.Key != "b03" || !errors.Is(got, shardload.ErrMissingField) || !strings.Contains(got.Error(), paths[1]) {
 			t.Errorf("got %v, want a missing field in sample b03 of %s", got, paths[1])
@@ -348,10 +345,7 @@ func TestLoaderErrorPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		var got error
-		for _, err := range l.All(ctx) {
-			got = err
-		}
+		got := runToError(ctx, l)
 		if !errors.Is(got, shardload.ErrErrorBudget) {
 			t.Errorf("got %v, want the error budget exceeded", got)
 		}
@@ -403,10 +397,7 @@ func TestLoaderWrongShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got error
-	for _, err := range l.All(ctx) {
-		got = err
-	}
+	got := runToError(ctx, l)
 	l.Close()
 	var se *shardload.SampleError
 	if !errors.Is(got, decode.ErrWrongShape) || !errors.As(got, &se) || se.Key == "" {
@@ -419,10 +410,18 @@ func TestLoaderWrongShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	for _, err := range l.All(ctx) {
-		got = err
-	}
+	got = runToError(ctx, l)
 	if !errors.Is(got, shardload.ErrErrorBudget) || !strings.Contains(got.Error(), "wrong shape") {
 		t.Errorf("skip: got %v", got)
 	}
+}
+
+// runToError reads the rest of the epoch and returns the error it ended with (nil at
+// a clean end).
+func runToError(ctx context.Context, l *shardload.Loader) error {
+	var last error
+	for _, err := range l.All(ctx) {
+		last = err
+	}
+	return last
 }
