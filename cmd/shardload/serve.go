@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/spf13/pflag"
+
+	"github.com/shardload/shardload/serve"
+)
+
+var serveCommand = command{
+	name:  "serve",
+	short: "the loader process beside the trainers of a node (unix socket, shared slabs)",
+	args:  "[URL...]",
+	summary: `Serve trainer ranks on this node over a unix socket: each rank that connects (the
+Python client in client/python) gets its own pipeline and a ring of page-locked
+slabs, shared as memfds, into which its batches are collated; only small messages
+cross the socket (protocol: docs/protocol.md). The URLs are the server's dataset; a
+trainer may name other URLs only under a prefix given by --allow. The rank, world,
+seed, epoch, batch size, drop_last and fields come from each trainer's hello; the
+other pipeline flags below apply to every session. Stops on SIGTERM or SIGINT,
+removing its socket.`,
+	setup: func(fs *pflag.FlagSet) func(context.Context, []string, io.Writer, io.Writer) error {
+		var lf loaderFlags
+		lf.register(fs)
+		// The trainer says these in its hello.
+		for _, name := range []string{"rank", "world", "seed", "epoch", "batch-size", "drop-last"} {
+			fs.MarkHidden(name)
+		}
+		socket := fs.String("socket", defaultSocket(), "path of the unix socket; its directory is created with mode 0700")
+		allow := fs.StringArray("allow", nil, "URL prefix trainers may ask for besides the server's URLs, repeatable (e.g. s3://bucket/train/, file:///data/shards/)")
+		allowUIDs := fs.IntSlice("allow-uid", nil, "uids accepted besides the server's own, comma-separated")
+		maxSessions := fs.Int("max-sessions", serve.DefaultMaxSessions, "trainers served at once; each holds --slabs x --slab-size of page-locked memory")
+		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+			if len(args) == 0 && len(*allow) == 0 {
+				return fmt.Errorf("%w: give the dataset's URLs, or --allow prefixes under which trainers name theirs", errUsage)
+			}
+			cfg, err := lf.config(args, stderr)
+			if err != nil {
+				return err
+			}
+			logf := cfg.Logf
+			srv, err := serve.Listen(serve.Options{
+				Socket: *socket, URLs: args, Allow: *allow, AllowUIDs: *allowUIDs,
+				Pipeline: cfg, MaxSessions: *maxSessions, Logf: logf,
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "shardload serve: listening on %s (protocol version %d)\n", srv.Addr(), serve.Version)
+			if f, ok := stdout.(interface{ Sync() error }); ok {
+				f.Sync()
+			}
+			err = srv.Serve(ctx)
+			if err == nil {
+				fmt.Fprintf(stdout, "shardload serve: stopped\n")
+			}
+			return err
+		}
+	},
+}
+
+// defaultSocket is $XDG_RUNTIME_DIR/shardload/loader.sock, or
+// /tmp/shardload-UID/loader.sock without a runtime directory. The Python client
+// computes the same default.
+func defaultSocket() string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "shardload", "loader.sock")
+	}
+	return filepath.Join(os.TempDir(), "shardload-"+strconv.Itoa(os.Getuid()), "loader.sock")
+}

@@ -1,0 +1,625 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	sl "github.com/shardload/shardload"
+	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/internal/shardgen"
+	"github.com/shardload/shardload/shard"
+)
+
+// The Python that runs the client: Debian's, where scripts/deps.sh installs numpy and
+// PyTorch.
+const systemPython = "/usr/bin/python3"
+
+// python returns the interpreter for the client tests. It fails the test in CI when
+// the interpreter or its numpy and torch are missing, and skips it loudly elsewhere.
+func python(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command(systemPython, "-c", "import numpy, torch").CombinedOutput()
+	if err != nil {
+		msg := fmt.Sprintf("%s with numpy and torch is needed for the client tests (scripts/deps.sh installs them): %v: %s", systemPython, err, out)
+		if ci := os.Getenv("CI"); ci != "" && ci != "false" && ci != "0" {
+			t.Fatal(msg)
+		}
+		t.Skip("SKIPPED: " + msg)
+	}
+	return systemPython
+}
+
+var trainerScript = func() string {
+	p, _ := filepath.Abs("../client/python/tests/trainer.py")
+	return p
+}()
+
+// server is a running "shardload serve".
+type server struct {
+	cmd    *exec.Cmd
+	socket string
+	out    *lineReader
+	stderr *strings.Builder
+	done   chan error
+}
+
+// lineReader hands out the lines of a process's output as they come.
+type lineReader struct {
+	lines chan string
+}
+
+func newLineReader(r io.Reader) *lineReader {
+	lr := &lineReader{lines: make(chan string, 1024)}
+	go func() {
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for sc.Scan() {
+			lr.lines <- sc.Text()
+		}
+		close(lr.lines)
+	}()
+	return lr
+}
+
+// next returns the next line, failing the test after timeout (a guard against a hang,
+// not a measurement) or at the end of the output.
+func (lr *lineReader) next(t *testing.T, timeout time.Duration) string {
+	t.Helper()
+	select {
+	case l, ok := <-lr.lines:
+		if !ok {
+			t.Fatal("output ended")
+		}
+		return l
+	case <-time.After(timeout):
+		t.Fatalf("no output line within %v", timeout)
+	}
+	return ""
+}
+
+// startServer starts "shardload serve" on a socket in a new directory and waits for
+// it to say it listens.
+func startServer(t *testing.T, socket string, args ...string) *server {
+	t.Helper()
+	if socket == "" {
+		socket = filepath.Join(t.TempDir(), "run", "loader.sock")
+	}
+	cmd := exec.Command(bin, append([]string{"serve", "--socket", socket}, args...)...)
+	cmd.Env = append(os.Environ(), "AWS_EC2_METADATA_DISABLED=true")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{cmd: cmd, socket: socket, stderr: &strings.Builder{}, done: make(chan error, 1)}
+	cmd.Stderr = &lockedWriter{w: s.stderr}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s.out = newLineReader(stdout)
+	go func() { s.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-s.done
+	})
+	line := s.out.next(t, 30*time.Second)
+	if !strings.Contains(line, "listening on "+socket) {
+		t.Fatalf("server said %q; stderr: %s", line, s.stderr)
+	}
+	return s
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *strings.Builder
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (s *server) pid() int { return s.cmd.Process.Pid }
+
+// wait waits for the server to exit and returns its exit status.
+func (s *server) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case err := <-s.done:
+		s.done <- err
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(60 * time.Second):
+		t.Fatal("server did not exit within 60s")
+	}
+	return -1
+}
+
+// trainer is a running client/python/tests/trainer.py.
+type trainer struct {
+	cmd   *exec.Cmd
+	out   *lineReader
+	stdin io.WriteCloser
+	errb  *strings.Builder
+}
+
+func startTrainer(t *testing.T, py, socket string, uid int, args ...string) *trainer {
+	t.Helper()
+	cmd := exec.Command(py, append([]string{trainerScript, "--socket", socket}, args...)...)
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	if uid >= 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &trainer{cmd: cmd, stdin: stdin, errb: &strings.Builder{}}
+	cmd.Stderr = &lockedWriter{w: tr.errb}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tr.out = newLineReader(stdout)
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return tr
+}
+
+// trainerLine is one line of trainer.py's output.
+type trainerLine struct {
+	Ready *struct {
+		Batches, Samples, Slabs int
+	} `json:"ready"`
+	Epoch   int               `json:"epoch"`
+	Seq     int               `json:"seq"`
+	Rows    int               `json:"rows"`
+	Padded  int               `json:"padded"`
+	Keys    []string          `json:"keys"`
+	Columns map[string]string `json:"columns"`
+	End     map[string]any    `json:"end"`
+	Paused  int               `json:"paused"`
+	Error   string            `json:"error"`
+	Code    string            `json:"code"`
+	Message string            `json:"message"`
+}
+
+func (tr *trainer) line(t *testing.T) trainerLine {
+	t.Helper()
+	l := tr.out.next(t, 60*time.Second)
+	var tl trainerLine
+	if err := json.Unmarshal([]byte(l), &tl); err != nil {
+		t.Fatalf("trainer printed %q: %v (stderr: %s)", l, err, tr.errb)
+	}
+	return tl
+}
+
+// run reads the trainer's output to its end: its batches, and its error if any.
+func (tr *trainer) run(t *testing.T) (batches []trainerLine, errLine *trainerLine) {
+	t.Helper()
+	for {
+		select {
+		case l, ok := <-tr.out.lines:
+			if !ok {
+				if err := tr.cmd.Wait(); err != nil && errLine == nil {
+					t.Fatalf("trainer: %v; stderr: %s", err, tr.errb)
+				}
+				return batches, errLine
+			}
+			var tl trainerLine
+			if err := json.Unmarshal([]byte(l), &tl); err != nil {
+				t.Fatalf("trainer printed %q: %v (stderr: %s)", l, err, tr.errb)
+			}
+			switch {
+			case tl.Error != "":
+				errLine = &tl
+			case tl.Columns != nil:
+				batches = append(batches, tl)
+			}
+		case <-time.After(120 * time.Second):
+			t.Fatalf("trainer did not finish within 120s; stderr: %s", tr.errb)
+		}
+	}
+}
+
+// digest is trainer.py's column digest, computed from a Go batch.
+func digest(c *decode.Column, slab []byte, rows int) string {
+	h := sha256.New()
+	if c.Ragged {
+		var n [8]byte
+		for i := range rows {
+			r := c.Row(slab, i)
+			binary.LittleEndian.PutUint64(n[:], uint64(len(r)))
+			h.Write(n[:])
+			h.Write(r)
+		}
+	} else {
+		h.Write(slab[c.Offset : c.Offset+c.Length])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// libraryBatches reads epochs with the Go library and describes each batch as
+// trainer.py does.
+func libraryBatches(t *testing.T, cfg sl.Config, epochs int) []trainerLine {
+	t.Helper()
+	var out []trainerLine
+	for e := cfg.Epoch; e < cfg.Epoch+epochs; e++ {
+		c := cfg
+		c.Epoch = e
+		l, err := sl.Open(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for b, err := range l.All(context.Background()) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			tl := trainerLine{Epoch: e, Seq: b.Seq, Rows: b.Rows, Padded: b.Padded, Keys: b.Keys(), Columns: map[string]string{}}
+			for i := range b.Columns {
+				col := &b.Columns[i]
+				if col.Name != decode.KeyColumn {
+					tl.Columns[col.Name] = digest(col, b.Data(), b.Rows)
+				}
+			}
+			out = append(out, tl)
+		}
+		l.Close()
+	}
+	return out
+}
+
+func sameBatches(t *testing.T, what string, got, want []trainerLine) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d batches, want %d", what, len(got), len(want))
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.Epoch != w.Epoch || g.Seq != w.Seq || g.Rows != w.Rows || g.Padded != w.Padded || !slices.Equal(g.Keys, w.Keys) {
+			t.Fatalf("%s: batch %d: epoch %d seq %d rows %d keys %v, want epoch %d seq %d rows %d keys %v",
+				what, i, g.Epoch, g.Seq, g.Rows, g.Keys, w.Epoch, w.Seq, w.Rows, w.Keys)
+		}
+		for name, d := range w.Columns {
+			if g.Columns[name] != d {
+				t.Fatalf("%s: batch %d column %q: digest %s, want %s", what, i, name, g.Columns[name], d)
+			}
+		}
+		if len(g.Columns) != len(w.Columns) {
+			t.Fatalf("%s: batch %d columns %v, want %v", what, i, g.Columns, w.Columns)
+		}
+	}
+}
+
+// datasets writes two small datasets: "images" (plain tar: jpg, cls, txt) and
+// "tokens" (zstd shards of fixed-shape npy arrays and a label).
+func datasets(t *testing.T) (images, tokens string) {
+	t.Helper()
+	dir := t.TempDir()
+	img := shardgen.Spec{Shards: 5, SamplesPerShard: 23, Fields: shardgen.Presets["default"], Prefix: "img"}
+	if _, err := shardgen.Generate(dir, img); err != nil {
+		t.Fatal(err)
+	}
+	tok := shardgen.Spec{Shards: 3, SamplesPerShard: 30, Fields: shardgen.Presets["tokens"], Compression: shard.Zstd, Prefix: "tok"}
+	if _, err := shardgen.Generate(dir, tok); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, img.Pattern()), filepath.Join(dir, tok.Pattern())
+}
+
+func TestServeMatchesLibrary(t *testing.T) {
+	py := python(t)
+	images, tokens := datasets(t)
+	for _, tc := range []struct {
+		name, pattern string
+		fields        []string
+		output        string
+		batch         int
+	}{
+		{"images-numpy", images, []string{"jpg", "label=cls:int", "txt"}, "numpy", 8},
+		{"images-torch", images, []string{"jpg", "label=cls:int", "txt"}, "torch", 8},
+		{"images-stdlib", images, []string{"jpg", "label=cls:int", "txt"}, "memoryview", 16},
+		{"tokens-numpy", tokens, []string{"tokens=npy:npy:int32:2048", "cls:int"}, "numpy", 7},
+		{"tokens-torch", tokens, []string{"tokens=npy:npy:int32:2048", "cls:int"}, "torch", 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := startServer(t, "", "--shuffle-buffer", "40", "--open-shards", "3", tc.pattern)
+			var fieldArgs []string
+			var fields []decode.Field
+			for _, f := range tc.fields {
+				fieldArgs = append(fieldArgs, "--field", f)
+				df, err := decode.ParseField(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				fields = append(fields, df)
+			}
+			tr := startTrainer(t, py, srv.socket, -1, append(fieldArgs, "--seed", "11", "--epoch", "2", "--epochs", "2",
+				"--batch-size", strconv.Itoa(tc.batch), "--output", tc.output)...)
+			got, errLine := tr.run(t)
+			if errLine != nil {
+				t.Fatalf("trainer: %+v", *errLine)
+			}
+			want := libraryBatches(t, sl.Config{URLs: []string{tc.pattern}, Fields: fields, Seed: 11, Epoch: 2,
+				BatchSize: tc.batch, ShuffleBuffer: 40, OpenShards: 3, Logf: t.Logf}, 2)
+			sameBatches(t, tc.name, got, want)
+		})
+	}
+}
+
+func TestServeTwoRanks(t *testing.T) {
+	py := python(t)
+	images, _ := datasets(t)
+	srv := startServer(t, "", images)
+	all := map[string]int{}
+	var counts []int
+	var trainers []*trainer
+	for rank := range 2 {
+		trainers = append(trainers, startTrainer(t, py, srv.socket, -1, "--rank", strconv.Itoa(rank), "--world", "2",
+			"--seed", "3", "--batch-size", "6", "--field", "jpg", "--field", "cls:int"))
+	}
+	for rank, tr := range trainers {
+		got, errLine := tr.run(t)
+		if errLine != nil {
+			t.Fatalf("rank %d: %+v", rank, *errLine)
+		}
+		counts = append(counts, len(got))
+		for _, b := range got {
+			for _, k := range b.Keys[:b.Rows-b.Padded] {
+				all[k]++
+			}
+		}
+	}
+	if counts[0] != counts[1] {
+		t.Errorf("ranks got %v batches", counts)
+	}
+	// 115 samples in world 2: 57 each, one sample of the epoch read by neither.
+	if len(all) != 114 {
+		t.Errorf("%d distinct samples across the ranks, want 114", len(all))
+	}
+	for k, n := range all {
+		if n != 1 {
+			t.Errorf("sample %s seen %d times", k, n)
+		}
+	}
+}
+
+// memfdMaps counts the slabs the server process has mapped.
+func memfdMaps(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "/memfd:shardload-session")
+}
+
+func fdCount(t *testing.T, pid int) int {
+	t.Helper()
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// eventually polls cond until it holds or the deadline passes: the server frees a
+// session's resources on its own schedule after the peer is gone.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 30s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestServeClientKilledLeaksNothing(t *testing.T) {
+	py := python(t)
+	images, _ := datasets(t)
+	srv := startServer(t, "", "--slabs", "3", "--slab-size", "4MiB", images)
+	baseFDs := fdCount(t, srv.pid())
+	if n := memfdMaps(t, srv.pid()); n != 0 {
+		t.Fatalf("%d slabs mapped before any trainer", n)
+	}
+	for round := range 2 {
+		tr := startTrainer(t, py, srv.socket, -1, "--batch-size", "4", "--pause-after", "2", "--field", "jpg")
+		if l := tr.line(t); l.Ready == nil || l.Ready.Slabs != 3 {
+			t.Fatalf("first line %+v", l)
+		}
+		for l := tr.line(t); l.Paused == 0; l = tr.line(t) {
+		}
+		if n := memfdMaps(t, srv.pid()); n != 3 {
+			t.Fatalf("round %d: %d slabs mapped during the session, want 3", round, n)
+		}
+		tr.cmd.Process.Signal(syscall.SIGKILL)
+		tr.cmd.Wait()
+		eventually(t, "slabs unmapped after the trainer was killed", func() bool { return memfdMaps(t, srv.pid()) == 0 })
+		eventually(t, "descriptors back to the baseline", func() bool { return fdCount(t, srv.pid()) == baseFDs })
+	}
+}
+
+func TestServeOtherUserRefused(t *testing.T) {
+	py := python(t)
+	if os.Getuid() != 0 {
+		msg := "running a client as nobody needs root"
+		if ci := os.Getenv("CI"); ci != "" && ci != "false" && ci != "0" {
+			t.Fatal(msg)
+		}
+		t.Skip("SKIPPED: " + msg)
+	}
+	const nobody = 65534
+	images, _ := datasets(t)
+	srv := startServer(t, "", images)
+	// The socket's directory keeps other users out.
+	tr := startTrainer(t, py, srv.socket, nobody)
+	_, errLine := tr.run(t)
+	if errLine == nil || !strings.Contains(errLine.Message, "no permission to connect") {
+		t.Fatalf("nobody through a 0700 directory: %+v", errLine)
+	}
+	// With the directory opened up, the server's uid check refuses the peer.
+	for p := filepath.Dir(srv.socket); strings.HasPrefix(p, os.TempDir()+"/"); p = filepath.Dir(p) {
+		if err := os.Chmod(p, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(srv.socket, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	tr = startTrainer(t, py, srv.socket, nobody)
+	_, errLine = tr.run(t)
+	if errLine == nil || errLine.Code != "denied" || !strings.Contains(errLine.Message, "uid 65534") {
+		t.Fatalf("nobody with the socket reachable: %+v", errLine)
+	}
+	// And the server's own user is still served.
+	tr = startTrainer(t, py, srv.socket, -1, "--field", "cls:int")
+	if got, errLine := tr.run(t); errLine != nil || len(got) == 0 {
+		t.Fatalf("own user after a refusal: %d batches, %+v", len(got), errLine)
+	}
+}
+
+func TestServeSIGTERM(t *testing.T) {
+	py := python(t)
+	images, _ := datasets(t)
+	srv := startServer(t, "", images)
+	tr := startTrainer(t, py, srv.socket, -1, "--batch-size", "4", "--pause-after", "1", "--field", "jpg")
+	for l := tr.line(t); l.Paused == 0; l = tr.line(t) {
+	}
+	srv.cmd.Process.Signal(syscall.SIGTERM)
+	if code := srv.wait(t); code != 0 {
+		t.Fatalf("exit status %d after SIGTERM; stderr: %s", code, srv.stderr)
+	}
+	if _, err := os.Lstat(srv.socket); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket left behind: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Dir(srv.socket)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket directory left behind: %v", err)
+	}
+	// The paused trainer goes on and hears why the batches stopped.
+	io.WriteString(tr.stdin, "go\n")
+	_, errLine := tr.run(t)
+	if errLine == nil || errLine.Code != "shutdown" {
+		t.Fatalf("trainer after the server's SIGTERM: %+v", errLine)
+	}
+}
+
+func TestServeKilledServer(t *testing.T) {
+	py := python(t)
+	images, _ := datasets(t)
+	socket := filepath.Join(t.TempDir(), "run", "loader.sock")
+	srv := startServer(t, socket, images)
+	// A second server on a live socket refuses to start.
+	r := shardload(t, "", nil, "serve", "--socket", socket, images)
+	if r.code != 1 || !strings.Contains(r.stderr, "another server is listening") {
+		t.Fatalf("second server: exit %d: %s", r.code, r.stderr)
+	}
+	tr := startTrainer(t, py, srv.socket, -1, "--batch-size", "4", "--pause-after", "1", "--field", "jpg")
+	for l := tr.line(t); l.Paused == 0; l = tr.line(t) {
+	}
+	srv.cmd.Process.Signal(syscall.SIGKILL)
+	srv.wait(t)
+	io.WriteString(tr.stdin, "go\n")
+	_, errLine := tr.run(t)
+	if errLine == nil || errLine.Error != "ServerGone" {
+		t.Fatalf("trainer after the server was killed: %+v", errLine)
+	}
+	if _, err := os.Lstat(socket); err != nil {
+		t.Fatalf("a killed server leaves its socket file: %v", err)
+	}
+	// The stale socket is recovered by the next server.
+	srv = startServer(t, socket, images)
+	tr = startTrainer(t, py, srv.socket, -1, "--field", "cls:int")
+	if got, errLine := tr.run(t); errLine != nil || len(got) == 0 {
+		t.Fatalf("after restart: %d batches, %+v", len(got), errLine)
+	}
+}
+
+// hello sends a raw hello and returns the server's first answer.
+func rawHello(t *testing.T, socket string, h map[string]any) map[string]any {
+	t.Helper()
+	c, err := net.Dial("unixpacket", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b, _ := json.Marshal(h)
+	if _, err := c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	buf := make([]byte, 1<<16)
+	n, err := c.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(buf[:n], &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestServeRefusals(t *testing.T) {
+	py := python(t)
+	images, tokens := datasets(t)
+	allowed := "file://" + filepath.Dir(tokens) + "/"
+	srv := startServer(t, "", "--allow", allowed, images)
+	hello := func(version int, urls ...string) map[string]any {
+		return map[string]any{"type": "hello", "version": version, "rank": 0, "world": 1, "batch_size": 4, "urls": urls}
+	}
+	m := rawHello(t, srv.socket, hello(2))
+	if m["type"] != "error" || m["code"] != "version" || !strings.Contains(m["message"].(string), "version 2") ||
+		!strings.Contains(m["message"].(string), "speaks version 1") {
+		t.Errorf("hello of version 2: %v", m)
+	}
+	m = rawHello(t, srv.socket, map[string]any{"type": "release", "slab": 0})
+	if m["code"] != "bad_request" {
+		t.Errorf("release before hello: %v", m)
+	}
+	for _, u := range []string{"file:///etc/passwd", "/etc/passwd", allowed + "../x.tar", strings.TrimSuffix(allowed, "/") + "-other/x.tar"} {
+		m = rawHello(t, srv.socket, hello(1, u))
+		if m["code"] != "denied" {
+			t.Errorf("hello for %s: %v", u, m)
+		}
+	}
+	// A URL under the allowed prefix is served, the tokens dataset here.
+	tokURL := "file://" + tokens
+	tr := startTrainer(t, py, srv.socket, -1, "--url", tokURL, "--field", "cls:int", "--batch-size", "10")
+	got, errLine := tr.run(t)
+	if errLine != nil || len(got) != 9 {
+		t.Fatalf("allowed URL: %d batches, %+v", len(got), errLine)
+	}
+	// A bad field spec is the trainer's error, said plainly.
+	tr = startTrainer(t, py, srv.socket, -1, "--field", "cls:nonsense")
+	if _, errLine := tr.run(t); errLine == nil || errLine.Code != "bad_request" || !strings.Contains(errLine.Message, "nonsense") {
+		t.Fatalf("bad field: %+v", errLine)
+	}
+}

@@ -1,0 +1,172 @@
+package serve
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/shardload/shardload/decode"
+)
+
+// Version is the protocol version this server speaks (docs/protocol.md). A client
+// that says another version in its hello is refused with a message naming both.
+const Version = 1
+
+// MaxMessage is the largest message either side may send, in bytes.
+const MaxMessage = 64 << 10
+
+// maxFDs is the most descriptors one SCM_RIGHTS message carries on Linux (SCM_MAX_FD).
+const maxFDs = 253
+
+// Message types.
+const (
+	typeHello   = "hello"
+	typeReady   = "ready"
+	typeBatch   = "batch"
+	typeRelease = "release"
+	typeEnd     = "end"
+	typeEpoch   = "epoch"
+	typeBye     = "bye"
+	typeError   = "error"
+)
+
+// Error codes of an error message.
+const (
+	CodeVersion    = "version"     // the client speaks another protocol version
+	CodeDenied     = "denied"      // the peer's uid, or a URL it asked for, is not allowed
+	CodeBadRequest = "bad_request" // a malformed or out-of-order message, or bad settings
+	CodeBusy       = "busy"        // the server serves its maximum of sessions
+	CodePipeline   = "pipeline"    // the pipeline failed: the text says what and where
+	CodeShutdown   = "shutdown"    // the server is stopping
+)
+
+// hello is the client's first message.
+type hello struct {
+	Type      string   `json:"type"`
+	Version   int      `json:"version"`
+	Rank      int      `json:"rank"`
+	World     int      `json:"world"`
+	LocalRank int      `json:"local_rank"`
+	Seed      uint64   `json:"seed"`
+	Epoch     int      `json:"epoch"`
+	BatchSize int      `json:"batch_size"`
+	DropLast  bool     `json:"drop_last"`
+	Fields    []string `json:"fields,omitempty"`
+	URLs      []string `json:"urls,omitempty"`
+	Client    string   `json:"client,omitempty"`
+}
+
+// fieldInfo describes a field the session decodes.
+type fieldInfo struct {
+	Name  string `json:"name"`
+	Ext   string `json:"ext"`
+	Kind  string `json:"kind"`
+	DType string `json:"dtype,omitempty"`
+	Shape []int  `json:"shape,omitempty"`
+}
+
+// ready answers a hello; the slabs' memfds travel with it.
+type ready struct {
+	Type      string      `json:"type"`
+	Version   int         `json:"version"`
+	Session   uint64      `json:"session"`
+	Slabs     int         `json:"slabs"`
+	SlabBytes int64       `json:"slab_bytes"`
+	Fields    []fieldInfo `json:"fields"`
+	Epoch     int         `json:"epoch"`
+	Batches   int         `json:"batches"`
+	Samples   int64       `json:"samples"`
+	Shards    int         `json:"shards"`
+}
+
+// column is one column of a batch (see decode.Column).
+type column struct {
+	Name          string `json:"name"`
+	Kind          string `json:"kind"`
+	DType         string `json:"dtype"`
+	Shape         []int  `json:"shape"`
+	Offset        int64  `json:"offset"`
+	Length        int64  `json:"length"`
+	Ragged        bool   `json:"ragged"`
+	OffsetsOffset int64  `json:"offsets_offset"`
+}
+
+// batch says a batch is ready in a slab.
+type batch struct {
+	Type    string   `json:"type"`
+	Epoch   int      `json:"epoch"`
+	Seq     int      `json:"seq"`
+	Slab    int      `json:"slab"`
+	Rows    int      `json:"rows"`
+	Padded  int      `json:"padded"`
+	Used    int64    `json:"used"`
+	Columns []column `json:"columns"`
+}
+
+// release hands a slab back.
+type release struct {
+	Type string `json:"type"`
+	Slab int    `json:"slab"`
+	Seq  int    `json:"seq"`
+}
+
+// end closes an epoch.
+type end struct {
+	Type    string `json:"type"`
+	Epoch   int    `json:"epoch"`
+	Batches int    `json:"batches"`
+	Samples int64  `json:"samples"`
+	Skipped int64  `json:"skipped"`
+	Padded  int64  `json:"padded"`
+}
+
+// epochMsg asks for another epoch after an end.
+type epochMsg struct {
+	Type  string `json:"type"`
+	Epoch int    `json:"epoch"`
+}
+
+// errorMsg reports why the server ends the session.
+type errorMsg struct {
+	Type    string `json:"type"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// envelope reads a message's type before decoding the rest.
+type envelope struct {
+	Type string `json:"type"`
+}
+
+// errProtocol marks a message the server cannot accept.
+var errProtocol = errors.New("serve: protocol error")
+
+func decodeMessage(b []byte, v any) error {
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%w: %v", errProtocol, err)
+	}
+	return nil
+}
+
+func columnsOf(b *decode.Batch) []column {
+	cols := make([]column, len(b.Columns))
+	for i, c := range b.Columns {
+		cols[i] = column{
+			Name: c.Name, Kind: c.Kind.String(), DType: c.DType.Descr(), Shape: c.Shape,
+			Offset: c.Offset, Length: c.Length, Ragged: c.Ragged, OffsetsOffset: c.OffsetsOffset,
+		}
+	}
+	return cols
+}
+
+func fieldsOf(fs []decode.Field) []fieldInfo {
+	out := make([]fieldInfo, len(fs))
+	for i := range fs {
+		f := &fs[i]
+		out[i] = fieldInfo{Name: f.ColumnName(), Ext: f.Ext, Kind: f.Kind.String(), Shape: f.Shape}
+		if !f.DType.IsZero() {
+			out[i].DType = f.DType.Descr()
+		}
+	}
+	return out
+}

@@ -1,0 +1,350 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/internal/shardgen"
+)
+
+// dataset writes a small dataset and returns its pattern: 4 shards of 25 samples.
+func dataset(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	spec := shardgen.Spec{Shards: 4, SamplesPerShard: 25, Fields: shardgen.Presets["default"]}
+	if _, err := shardgen.Generate(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, spec.Pattern())
+}
+
+func fields(t *testing.T, specs ...string) []decode.Field {
+	t.Helper()
+	var fs []decode.Field
+	for _, s := range specs {
+		f, err := decode.ParseField(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs = append(fs, f)
+	}
+	return fs
+}
+
+// start runs a server on a new socket until the test ends.
+func start(t *testing.T, opts Options) *Server {
+	t.Helper()
+	if opts.Socket == "" {
+		opts.Socket = filepath.Join(t.TempDir(), "run", "s.sock")
+	}
+	if opts.Pipeline.Logf == nil {
+		opts.Pipeline.Logf = t.Logf
+	}
+	opts.Logf = t.Logf
+	s, err := Listen(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(context.Background()) }()
+	t.Cleanup(func() {
+		s.Close()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return s
+}
+
+// client is a minimal trainer speaking the protocol, for tests.
+type client struct {
+	t     *testing.T
+	c     *net.UnixConn
+	ready ready
+	slabs [][]byte
+}
+
+func dial(t *testing.T, socket string, h hello) (*client, map[string]any) {
+	t.Helper()
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: socket, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	h.Type = typeHello
+	cl := &client{t: t, c: c}
+	cl.send(h)
+	buf := make([]byte, MaxMessage)
+	oob := make([]byte, unix.CmsgSpace(4*maxFDs))
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(buf[:n], &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["type"] != typeReady {
+		return nil, m
+	}
+	json.Unmarshal(buf[:n], &cl.ready)
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("control messages %v: %v", msgs, err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fds) != cl.ready.Slabs {
+		t.Fatalf("%d descriptors for %d slabs", len(fds), cl.ready.Slabs)
+	}
+	for _, fd := range fds {
+		b, err := unix.Mmap(fd, 0, int(cl.ready.SlabBytes), unix.PROT_READ, unix.MAP_SHARED)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl.slabs = append(cl.slabs, b)
+		t.Cleanup(func() { unix.Munmap(b) })
+	}
+	return cl, nil
+}
+
+func (cl *client) send(v any) {
+	b, _ := json.Marshal(v)
+	if _, err := cl.c.Write(b); err != nil {
+		cl.t.Fatal(err)
+	}
+}
+
+// recv returns the next message's type and bytes.
+func (cl *client) recv() (string, []byte) {
+	buf := make([]byte, MaxMessage)
+	cl.c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	n, err := cl.c.Read(buf)
+	if err != nil {
+		cl.t.Fatalf("reading: %v", err)
+	}
+	var env envelope
+	json.Unmarshal(buf[:n], &env)
+	return env.Type, buf[:n]
+}
+
+// epoch reads one epoch's batches, releasing each, and returns their keys.
+func (cl *client) epoch() ([][]string, end) {
+	var keys [][]string
+	for {
+		typ, b := cl.recv()
+		switch typ {
+		case typeBatch:
+			var m batch
+			json.Unmarshal(b, &m)
+			kc := m.Columns[len(m.Columns)-1]
+			if kc.Name != decode.KeyColumn {
+				cl.t.Fatalf("last column %q", kc.Name)
+			}
+			col := decode.Column{Ragged: true, Offset: kc.Offset, Length: kc.Length, OffsetsOffset: kc.OffsetsOffset}
+			var ks []string
+			for i := range m.Rows {
+				ks = append(ks, string(col.Row(cl.slabs[m.Slab], i)))
+			}
+			keys = append(keys, ks)
+			cl.send(release{Type: typeRelease, Slab: m.Slab, Seq: m.Seq})
+		case typeEnd:
+			var e end
+			json.Unmarshal(b, &e)
+			return keys, e
+		default:
+			cl.t.Fatalf("unexpected %s", b)
+		}
+	}
+}
+
+func libraryKeys(t *testing.T, cfg shardload.Config) [][]string {
+	t.Helper()
+	l, err := shardload.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var keys [][]string
+	for b, err := range l.All(context.Background()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, b.Keys())
+	}
+	return keys
+}
+
+func TestSessionMatchesLibrary(t *testing.T) {
+	pattern := dataset(t)
+	fs := fields(t, "jpg", "cls:int")
+	s := start(t, Options{URLs: []string{pattern}, Pipeline: shardload.Config{Fields: fs, Slabs: 3, SlabBytes: 4 << 20, ShuffleBuffer: 30}})
+	cl, errm := dial(t, s.Addr(), hello{Version: Version, Rank: 1, World: 2, Seed: 5, Epoch: 3, BatchSize: 7})
+	if errm != nil {
+		t.Fatal(errm)
+	}
+	if cl.ready.Slabs != 3 || cl.ready.Samples != 50 || cl.ready.Batches != 8 || len(cl.ready.Fields) != 2 {
+		t.Fatalf("ready %+v", cl.ready)
+	}
+	for _, epoch := range []int{3, 4} {
+		if epoch == 4 {
+			cl.send(epochMsg{Type: typeEpoch, Epoch: 4})
+		}
+		got, e := cl.epoch()
+		want := libraryKeys(t, shardload.Config{URLs: []string{pattern}, Fields: fs, Rank: 1, World: 2, Seed: 5, Epoch: epoch,
+			BatchSize: 7, ShuffleBuffer: 30, Logf: t.Logf})
+		if !slices.EqualFunc(got, want, slices.Equal) {
+			t.Fatalf("epoch %d: keys\n%v\nwant\n%v", epoch, got, want)
+		}
+		if e.Epoch != epoch || e.Batches != 8 || e.Samples != 50 {
+			t.Errorf("end %+v", e)
+		}
+	}
+	cl.send(map[string]string{"type": typeBye})
+	if _, err := cl.c.Read(make([]byte, 10)); err == nil {
+		t.Error("connection still open after bye")
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	pattern := dataset(t)
+	s := start(t, Options{URLs: []string{pattern}, Allow: []string{"s3://bucket/train/"}, MaxSessions: 1,
+		Pipeline: shardload.Config{Slabs: 2, SlabBytes: 4 << 20}})
+	for _, tc := range []struct {
+		h          hello
+		code, text string
+	}{
+		{hello{Version: 7, World: 1, BatchSize: 1}, CodeVersion, "protocol version 7 is not supported: this server speaks version 1"},
+		{hello{Version: 1, World: 1, BatchSize: 0}, CodeBadRequest, "batch size 0"},
+		{hello{Version: 1, Rank: 2, World: 2, BatchSize: 4}, CodeBadRequest, "rank 2 outside [0, world 2)"},
+		{hello{Version: 1, World: 1, BatchSize: 4, Fields: []string{"x:bogus"}}, CodeBadRequest, "bogus"},
+		{hello{Version: 1, World: 1, BatchSize: 4, URLs: []string{"s3://bucket/train-evil/x.tar"}}, CodeDenied, "does not serve s3://bucket/train-evil/x.tar"},
+		{hello{Version: 1, World: 1, BatchSize: 4, URLs: []string{"s3://bucket/train/../secret/x.tar"}}, CodeDenied, "does not serve"},
+		{hello{Version: 1, World: 1, BatchSize: 4, URLs: []string{"file:///etc/passwd"}}, CodeDenied, "does not serve"},
+	} {
+		_, m := dial(t, s.Addr(), tc.h)
+		if m == nil || m["code"] != tc.code || !strings.Contains(m["message"].(string), tc.text) {
+			t.Errorf("hello %+v: %v, want code %s with %q", tc.h, m, tc.code, tc.text)
+		}
+	}
+	// One session at a time: a second trainer hears the server is busy.
+	cl, m := dial(t, s.Addr(), hello{Version: 1, World: 1, BatchSize: 4, Fields: []string{"cls:int"}})
+	if m != nil {
+		t.Fatal(m)
+	}
+	_, m = dial(t, s.Addr(), hello{Version: 1, World: 1, BatchSize: 4})
+	if m == nil || m["code"] != CodeBusy {
+		t.Errorf("second session: %v", m)
+	}
+	// A release of a slab the trainer does not hold is a protocol error.
+	cl.send(release{Type: typeRelease, Slab: 1000, Seq: 0})
+	for {
+		typ, b := cl.recv()
+		if typ == typeError {
+			if !strings.Contains(string(b), "slab 1000") {
+				t.Errorf("error %s", b)
+			}
+			break
+		}
+	}
+}
+
+func TestCloseEndsSessions(t *testing.T) {
+	pattern := dataset(t)
+	s := start(t, Options{URLs: []string{pattern}, Pipeline: shardload.Config{Slabs: 2, SlabBytes: 4 << 20}})
+	cl, m := dial(t, s.Addr(), hello{Version: 1, World: 1, BatchSize: 4})
+	if m != nil {
+		t.Fatal(m)
+	}
+	// The trainer holds the batches it was sent and releases nothing.
+	typ, _ := cl.recv()
+	if typ != typeBatch {
+		t.Fatalf("got %s", typ)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		typ, b := cl.recv()
+		if typ == typeError {
+			if !strings.Contains(string(b), CodeShutdown) {
+				t.Errorf("error %s", b)
+			}
+			break
+		}
+	}
+	if s.Sessions() != 0 {
+		t.Errorf("%d sessions after Close", s.Sessions())
+	}
+	if _, err := os.Lstat(s.Addr()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket after Close: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Dir(s.Addr())); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket directory after Close: %v", err)
+	}
+}
+
+func TestStaleSocket(t *testing.T) {
+	pattern := dataset(t)
+	dir := filepath.Join(t.TempDir(), "run")
+	os.Mkdir(dir, 0o700)
+	path := filepath.Join(dir, "s.sock")
+	// A socket file nobody listens on, as a killed server leaves it.
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close()
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, Options{Socket: path, URLs: []string{pattern}})
+	if _, err := Listen(Options{Socket: path, URLs: []string{pattern}}); !errors.Is(err, ErrAlreadyServing) {
+		t.Errorf("second Listen on a live socket: %v", err)
+	}
+	s.Close()
+	// Not a socket: left alone.
+	os.WriteFile(path, []byte("data"), 0o600)
+	if _, err := Listen(Options{Socket: path, URLs: []string{pattern}}); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Errorf("Listen over a regular file: %v", err)
+	}
+	// A directory others may write to is refused.
+	open := filepath.Join(t.TempDir(), "open")
+	os.Mkdir(open, 0o777)
+	os.Chmod(open, 0o777)
+	if _, err := Listen(Options{Socket: filepath.Join(open, "s.sock"), URLs: []string{pattern}}); err == nil || !strings.Contains(err.Error(), "writable by other users") {
+		t.Errorf("Listen in a world-writable directory: %v", err)
+	}
+}
+
+func TestHelloTimeout(t *testing.T) {
+	s := start(t, Options{URLs: []string{dataset(t)}, HelloTimeout: 50 * time.Millisecond})
+	c, err := net.Dial("unixpacket", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	buf := make([]byte, MaxMessage)
+	n, err := c.Read(buf)
+	if err != nil || !strings.Contains(string(buf[:n]), "no hello within 50ms") {
+		t.Errorf("silent client: %q %v", buf[:n], err)
+	}
+}

@@ -1,0 +1,329 @@
+// Package serve is the loader process that runs beside the trainers of a node: it
+// listens on a unix socket, runs one pipeline per trainer rank that connects, and
+// hands each rank its batches in a ring of shared, page-locked slabs whose memfds it
+// passes over the socket. Only small messages cross the socket; batch data never
+// does. The protocol is written down in docs/protocol.md; Version is its version.
+//
+// The server decides which shards a trainer may read: its own dataset, and URLs under
+// the prefixes of Options.Allow. It accepts peers of its own uid (checked with
+// SO_PEERCRED) and those listed in Options.AllowUIDs.
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/shard"
+)
+
+// DefaultMaxSessions is Options.MaxSessions when zero.
+const DefaultMaxSessions = 16
+
+// DefaultHelloTimeout is Options.HelloTimeout when zero.
+const DefaultHelloTimeout = 10 * time.Second
+
+// Options configure a Server.
+type Options struct {
+	// Socket is the path of the unix socket. Its directory is created with mode 0700
+	// when missing (and removed by Close when the server created it); an existing
+	// directory must not be writable by other users.
+	Socket string
+	// URLs is the server's dataset: shard URLs or brace patterns that a trainer
+	// reads when its hello names none. A trainer may always name these exact URLs.
+	URLs []string
+	// Allow lists URL prefixes a trainer may ask for besides URLs, such as
+	// "s3://bucket/train/" or "file:///data/shards/". A prefix matches whole path
+	// segments; URLs with "." or ".." segments are refused. Local files are only
+	// readable by a trainer under a file:// prefix listed here.
+	Allow []string
+	// AllowUIDs are peer uids accepted besides the server's own.
+	AllowUIDs []int
+	// Pipeline holds the settings of every session's pipeline: fields used when a
+	// hello names none, shuffle buffer, workers, slab count and size, error policy,
+	// sources (share one cached registry between sessions here). The hello sets the
+	// rank, world, seed, epoch, batch size, drop_last and fields.
+	Pipeline shardload.Config
+	// MaxSessions bounds the trainers served at once. Default DefaultMaxSessions (16).
+	MaxSessions int
+	// HelloTimeout bounds the wait for a client's hello. Default 10s.
+	HelloTimeout time.Duration
+	// Logf receives one line per session start, end and failure. Default: none.
+	Logf func(format string, args ...any)
+}
+
+// Server serves trainer sessions on a unix socket.
+type Server struct {
+	opts    Options
+	ln      *net.UnixListener
+	madeDir bool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // sessions
+	own    map[string]bool // the expanded URLs of Options.URLs
+	slots  chan struct{}
+	nextID atomic.Uint64
+	active atomic.Int32
+
+	countMu sync.Mutex
+	counts  map[string][]shard.Info // sample counts per dataset, shared by sessions
+
+	mu      sync.Mutex
+	closing bool // no session starts once set
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// ErrAlreadyServing means another server answers on the socket path.
+var ErrAlreadyServing = errors.New("serve: another server is listening on the socket")
+
+// Listen creates the socket directory and the socket, recovering a stale socket file
+// left by a server that was killed, and returns a Server ready to Serve.
+func Listen(opts Options) (*Server, error) {
+	if opts.Socket == "" {
+		return nil, errors.New("serve: no socket path")
+	}
+	if opts.MaxSessions == 0 {
+		opts.MaxSessions = DefaultMaxSessions
+	}
+	if opts.MaxSessions < 0 {
+		return nil, fmt.Errorf("serve: max sessions %d < 0", opts.MaxSessions)
+	}
+	if opts.HelloTimeout == 0 {
+		opts.HelloTimeout = DefaultHelloTimeout
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	for _, p := range opts.Allow {
+		if err := checkPrefix(p); err != nil {
+			return nil, err
+		}
+	}
+	path, err := filepath.Abs(opts.Socket)
+	if err != nil {
+		return nil, err
+	}
+	opts.Socket = path
+	if len(opts.URLs) > 0 {
+		opts.Pipeline.URLs = opts.URLs
+	}
+	madeDir, err := socketDir(filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	own := map[string]bool{}
+	if len(opts.URLs) > 0 {
+		urls, err := shard.ExpandAll(opts.URLs)
+		if err != nil {
+			return nil, err
+		}
+		for _, u := range urls {
+			own[u] = true
+		}
+	}
+	if err := recoverStale(path); err != nil {
+		return nil, err
+	}
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("serve: listen on %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	// Only the owner (and root) can reach the socket; the directory already says so.
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{
+		opts: opts, ln: ln, madeDir: madeDir, ctx: ctx, cancel: cancel, own: own,
+		slots:  make(chan struct{}, opts.MaxSessions),
+		counts: map[string][]shard.Info{},
+	}, nil
+}
+
+// socketDir makes dir with mode 0700, or checks that an existing one is a directory
+// no other user can write to. It reports whether it created dir.
+func socketDir(dir string) (bool, error) {
+	err := os.Mkdir(dir, 0o700)
+	if err == nil {
+		return true, nil
+	}
+	if !errors.Is(err, os.ErrExist) {
+		return false, fmt.Errorf("serve: socket directory: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return false, fmt.Errorf("serve: socket directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return false, fmt.Errorf("serve: socket directory %s is not a directory", dir)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0 {
+		return false, fmt.Errorf("serve: socket directory %s (mode %v, owner uid %d) is writable by other users; use a directory of your own", dir, fi.Mode().Perm(), st.Uid)
+	}
+	return false, nil
+}
+
+// recoverStale removes a socket file that no server answers on. A live server, or a
+// file that is not a socket, is an error.
+func recoverStale(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("serve: %s exists and is not a socket; not removing it", path)
+	}
+	c, err := net.DialTimeout("unixpacket", path, time.Second)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("%w: %s", ErrAlreadyServing, path)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("serve: checking for a server on %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("serve: removing stale socket: %w", err)
+	}
+	return nil
+}
+
+// Addr returns the socket's path.
+func (s *Server) Addr() string { return s.opts.Socket }
+
+// Sessions returns the number of trainer sessions being served.
+func (s *Server) Sessions() int { return int(s.active.Load()) }
+
+// Serve accepts trainers until ctx is done or Close is called, then shuts down as
+// Close does. It returns nil after a shutdown and the listener's error otherwise.
+func (s *Server) Serve(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() { s.Close() })
+	defer stop()
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err != nil {
+			if s.ctx.Err() != nil {
+				// Close has begun: wait until it has finished.
+				s.Close()
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			s.Close()
+			return fmt.Errorf("serve: accept: %w", err)
+		}
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			c.Close()
+			continue
+		}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			s.handle(c)
+		}()
+	}
+}
+
+// Close stops accepting, ends every session (each trainer gets a shutdown message,
+// its batches are released and its slabs freed), waits for them, and removes the
+// socket and the directory the server created. It is idempotent.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closing = true
+		s.mu.Unlock()
+		s.cancel()
+		s.closeErr = s.ln.Close()
+		s.wg.Wait()
+		if s.madeDir {
+			if err := os.Remove(filepath.Dir(s.opts.Socket)); err != nil && !errors.Is(err, os.ErrNotExist) && s.closeErr == nil {
+				s.closeErr = err
+			}
+		}
+	})
+	return s.closeErr
+}
+
+// count returns the sample counts of a dataset, counting it once per server.
+func (s *Server) count(ctx context.Context, cfg shardload.Config) ([]shard.Info, error) {
+	key := strings.Join(cfg.URLs, "\x00") + "\x00" + cfg.Index
+	s.countMu.Lock()
+	defer s.countMu.Unlock()
+	if infos, ok := s.counts[key]; ok {
+		return infos, nil
+	}
+	infos, err := shardload.Count(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.counts[key] = infos
+	return infos, nil
+}
+
+// checkPrefix validates an Allow prefix.
+func checkPrefix(p string) error {
+	if !strings.Contains(p, "://") {
+		return fmt.Errorf("serve: allowed prefix %q: want a URL such as s3://bucket/prefix/ or file:///data/", p)
+	}
+	if hasDotSegment(p) {
+		return fmt.Errorf("serve: allowed prefix %q has a . or .. segment", p)
+	}
+	return nil
+}
+
+// hasDotSegment reports whether the path of url has a "." or ".." segment.
+func hasDotSegment(url string) bool {
+	if i := strings.Index(url, "://"); i >= 0 {
+		url = url[i+3:]
+	}
+	if i := strings.IndexAny(url, "?#"); i >= 0 {
+		url = url[:i]
+	}
+	for _, seg := range strings.Split(url, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// allowed reports whether a trainer may read url: one of the server's own URLs, or
+// under an Allow prefix at a segment boundary.
+func (s *Server) allowed(url string) bool {
+	if s.own[url] {
+		return true
+	}
+	if !strings.Contains(url, "://") || hasDotSegment(url) {
+		return false
+	}
+	for _, p := range s.opts.Allow {
+		if !strings.HasPrefix(url, p) {
+			continue
+		}
+		if strings.HasSuffix(p, "/") || len(url) == len(p) || url[len(p)] == '/' {
+			return true
+		}
+	}
+	return false
+}

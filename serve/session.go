@@ -1,0 +1,506 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/pinned"
+	"github.com/shardload/shardload/shard"
+)
+
+// Limits on what a hello may ask for.
+const (
+	maxBatchSize = 1 << 16
+	maxWorld     = 1 << 16
+)
+
+// Causes of a session's end, other than the pipeline's errors.
+var (
+	errClientGone = errors.New("serve: trainer disconnected")
+	errBye        = errors.New("serve: trainer said bye")
+	errShutdown   = errors.New("serve: server shutting down")
+)
+
+// requestError is a failure to be reported to the trainer with a code.
+type requestError struct {
+	code string
+	msg  string
+}
+
+func (e *requestError) Error() string { return e.msg }
+
+func reject(code, format string, args ...any) error {
+	return &requestError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// handle serves one connection from its first message to its end.
+func (s *Server) handle(c *net.UnixConn) {
+	defer linger(c)
+	id := s.nextID.Add(1)
+	uid, pid, err := peerCred(c)
+	if err != nil {
+		s.opts.Logf("serve: session %d: reading peer credentials: %v", id, err)
+		return
+	}
+	if !s.uidAllowed(uid) {
+		s.opts.Logf("serve: session %d: refused uid %d (pid %d)", id, uid, pid)
+		sendError(c, CodeDenied, fmt.Sprintf("uid %d may not use this server: it serves uid %d and those given by --allow-uid", uid, os.Getuid()))
+		return
+	}
+	h, err := s.readHello(c)
+	if err != nil {
+		var re *requestError
+		if errors.As(err, &re) {
+			s.opts.Logf("serve: session %d (pid %d): %s", id, pid, re.msg)
+			sendError(c, re.code, re.msg)
+		} else {
+			s.opts.Logf("serve: session %d (pid %d): %v", id, pid, err)
+		}
+		return
+	}
+	cfg, err := s.sessionConfig(h)
+	if err != nil {
+		s.opts.Logf("serve: session %d (pid %d): %v", id, pid, err)
+		var re *requestError
+		if errors.As(err, &re) {
+			sendError(c, re.code, re.msg)
+		} else {
+			sendError(c, CodeBadRequest, err.Error())
+		}
+		return
+	}
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	default:
+		s.opts.Logf("serve: session %d (pid %d): refused, %d sessions already", id, pid, s.opts.MaxSessions)
+		sendError(c, CodeBusy, fmt.Sprintf("the server already serves its maximum of %d trainers (--max-sessions)", s.opts.MaxSessions))
+		return
+	}
+	s.active.Add(1)
+	defer s.active.Add(-1)
+	s.opts.Logf("serve: session %d: pid %d rank %d of %d, epoch %d, batch size %d", id, pid, h.Rank, h.World, h.Epoch, h.BatchSize)
+	ss := &session{srv: s, id: id, conn: c, cfg: cfg, held: map[int]*shardload.Batch{}}
+	err = ss.run()
+	switch {
+	case err == nil || errors.Is(err, errBye):
+		s.opts.Logf("serve: session %d: done", id)
+	case errors.Is(err, errClientGone):
+		s.opts.Logf("serve: session %d: trainer went away; its batches are released", id)
+	default:
+		s.opts.Logf("serve: session %d: %v", id, oneLine(err))
+	}
+}
+
+// peerCred returns the uid and pid of the process at the other end of c.
+func peerCred(c *net.UnixConn) (uid, pid int, err error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, 0, err
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, 0, err
+	}
+	if credErr != nil {
+		return 0, 0, credErr
+	}
+	return int(cred.Uid), int(cred.Pid), nil
+}
+
+func (s *Server) uidAllowed(uid int) bool {
+	return uid == os.Getuid() || slices.Contains(s.opts.AllowUIDs, uid)
+}
+
+// readHello reads and checks the client's first message.
+func (s *Server) readHello(c *net.UnixConn) (*hello, error) {
+	c.SetReadDeadline(time.Now().Add(s.opts.HelloTimeout))
+	defer c.SetReadDeadline(time.Time{})
+	msg, err := readMessage(c, make([]byte, MaxMessage+1))
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil, reject(CodeBadRequest, "no hello within %v", s.opts.HelloTimeout)
+		}
+		return nil, err
+	}
+	var env envelope
+	if err := decodeMessage(msg, &env); err != nil {
+		return nil, reject(CodeBadRequest, "hello: %v", err)
+	}
+	if env.Type != typeHello {
+		return nil, reject(CodeBadRequest, "the first message must be a hello, not %q", env.Type)
+	}
+	var h hello
+	if err := decodeMessage(msg, &h); err != nil {
+		return nil, reject(CodeBadRequest, "hello: %v", err)
+	}
+	if h.Version != Version {
+		return nil, reject(CodeVersion, "protocol version %d is not supported: this server speaks version %d (upgrade the %s client or the server so that they match)", h.Version, Version, clientName(h.Client))
+	}
+	return &h, nil
+}
+
+func clientName(c string) string {
+	if c == "" {
+		return "trainer's"
+	}
+	return c
+}
+
+// sessionConfig builds a session's pipeline settings from the server's and the hello.
+func (s *Server) sessionConfig(h *hello) (shardload.Config, error) {
+	cfg := s.opts.Pipeline
+	switch {
+	case h.World < 1 || h.World > maxWorld:
+		return cfg, reject(CodeBadRequest, "world %d outside [1, %d]", h.World, maxWorld)
+	case h.Rank < 0 || h.Rank >= h.World:
+		return cfg, reject(CodeBadRequest, "rank %d outside [0, world %d)", h.Rank, h.World)
+	case h.BatchSize < 1 || h.BatchSize > maxBatchSize:
+		return cfg, reject(CodeBadRequest, "batch size %d outside [1, %d]", h.BatchSize, maxBatchSize)
+	case h.Epoch < 0:
+		return cfg, reject(CodeBadRequest, "epoch %d < 0", h.Epoch)
+	}
+	cfg.Rank, cfg.World, cfg.Seed, cfg.Epoch = h.Rank, h.World, h.Seed, h.Epoch
+	cfg.BatchSize, cfg.DropLast = h.BatchSize, h.DropLast
+	if len(h.Fields) > 0 {
+		cfg.Fields = nil
+		for _, spec := range h.Fields {
+			f, err := decode.ParseField(spec)
+			if err != nil {
+				return cfg, reject(CodeBadRequest, "field %q: %v", spec, err)
+			}
+			cfg.Fields = append(cfg.Fields, f)
+		}
+		if err := decode.Validate(cfg.Fields...); err != nil {
+			return cfg, reject(CodeBadRequest, "fields: %v", err)
+		}
+	}
+	if len(h.URLs) > 0 {
+		urls, err := shard.ExpandAll(h.URLs)
+		if err != nil {
+			return cfg, reject(CodeBadRequest, "urls: %v", err)
+		}
+		for _, u := range urls {
+			if !s.allowed(u) {
+				return cfg, reject(CodeDenied, "this server does not serve %s: it serves its own dataset and URLs under the prefixes given by --allow", u)
+			}
+		}
+		if !slices.Equal(h.URLs, s.opts.URLs) {
+			// The server's index describes its own dataset only.
+			cfg.URLs, cfg.Index, cfg.Shards = h.URLs, "", nil
+		}
+	}
+	if len(cfg.URLs) == 0 && len(cfg.Shards) == 0 {
+		return cfg, reject(CodeBadRequest, "the hello names no URLs and the server has no dataset of its own")
+	}
+	return cfg, nil
+}
+
+// session is one trainer's connection: its slab ring, its loader, the batches it
+// holds.
+type session struct {
+	srv  *Server
+	id   uint64
+	conn *net.UnixConn
+	cfg  shardload.Config
+
+	mu   sync.Mutex
+	held map[int]*shardload.Batch // by slab index: batches sent and not released
+}
+
+// run creates the ring, sends it, and streams epochs until the trainer leaves, the
+// pipeline fails or the server stops. Everything it made is freed when it returns.
+func (ss *session) run() error {
+	s := ss.srv
+	ctx, cancel := context.WithCancelCause(s.ctx)
+	defer cancel(nil)
+
+	cfg := ss.cfg
+	ring, err := pinned.NewRing(pinned.Options{
+		Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, NoLock: cfg.NoLock,
+		Name: fmt.Sprintf("shardload-session%d", ss.id),
+		Warn: func(msg string) { s.opts.Logf("serve: session %d: warning: %s", ss.id, msg) },
+	})
+	if err != nil {
+		ss.sendError(CodePipeline, err.Error())
+		return err
+	}
+	if len(ring.Slabs()) > maxFDs {
+		ring.Close()
+		err := fmt.Errorf("%d slabs: a session passes at most %d descriptors", len(ring.Slabs()), maxFDs)
+		ss.sendError(CodeBadRequest, err.Error())
+		return err
+	}
+	var l *shardload.Loader
+	defer func() {
+		if l != nil {
+			l.Close()
+		}
+		ss.releaseAll()
+		ring.Close()
+	}()
+
+	infos, err := s.count(ctx, cfg)
+	if err != nil {
+		return ss.fail(ctx, err)
+	}
+	cfg.Shards, cfg.Ring = infos, ring
+	if l, err = shardload.Open(ctx, cfg); err != nil {
+		return ss.fail(ctx, err)
+	}
+	plan := l.Plan()
+	rd := ready{
+		Type: typeReady, Version: Version, Session: ss.id, Slabs: len(ring.Slabs()), SlabBytes: ring.SlabBytes(),
+		Fields: fieldsOf(l.Fields()), Epoch: cfg.Epoch, Batches: plan.Batches, Samples: int64(plan.Samples), Shards: len(infos),
+	}
+	fds := make([]int, len(ring.Slabs()))
+	for i, sl := range ring.Slabs() {
+		fds[i] = sl.FD()
+	}
+	if err := ss.write(rd, fds); err != nil {
+		return errClientGone
+	}
+	// Fields are fixed for the session: later epochs decode what the first did.
+	cfg.Fields = l.Fields()
+
+	epochs := make(chan int, 1)
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		ss.readLoop(ctx, cancel, epochs)
+	}()
+	// The reader stops when the session does; the connection's end needs it gone.
+	defer func() { cancel(nil); <-readerDone }()
+
+	for {
+		if err := ss.stream(ctx, l, cfg.Epoch); err != nil {
+			return ss.fail(ctx, err)
+		}
+		st := l.Stats()
+		if err := ss.write(end{Type: typeEnd, Epoch: cfg.Epoch, Batches: int(st.Batches), Samples: st.Samples, Skipped: st.Skipped, Padded: st.Padded}, nil); err != nil {
+			return errClientGone
+		}
+		l.Close()
+		l = nil
+		select {
+		case e := <-epochs:
+			cfg.Epoch = e
+		case <-ctx.Done():
+			return ss.fail(ctx, ctx.Err())
+		}
+		if l, err = shardload.Open(ctx, cfg); err != nil {
+			return ss.fail(ctx, err)
+		}
+	}
+}
+
+// stream sends the batches of one epoch.
+func (ss *session) stream(ctx context.Context, l *shardload.Loader, epoch int) error {
+	for {
+		b, err := l.Next(ctx)
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		idx := b.Slab().Index()
+		ss.mu.Lock()
+		ss.held[idx] = b
+		ss.mu.Unlock()
+		m := batch{
+			Type: typeBatch, Epoch: epoch, Seq: b.Seq, Slab: idx, Rows: b.Rows, Padded: b.Padded,
+			Used: b.Used, Columns: columnsOf(&b.Batch),
+		}
+		if err := ss.write(m, nil); err != nil {
+			return errClientGone
+		}
+	}
+}
+
+// readLoop reads the trainer's messages until it leaves or the session ends:
+// releases free slabs, an epoch message starts the next epoch, bye ends the session.
+func (ss *session) readLoop(ctx context.Context, cancel context.CancelCauseFunc, epochs chan<- int) {
+	// A blocked read ends when the session does.
+	stop := context.AfterFunc(ctx, func() { ss.conn.SetReadDeadline(time.Now()) })
+	defer stop()
+	buf := make([]byte, MaxMessage+1)
+	for {
+		msg, err := readMessage(ss.conn, buf)
+		if err != nil {
+			if ctx.Err() == nil {
+				cancel(errClientGone)
+			}
+			return
+		}
+		var env envelope
+		if err := decodeMessage(msg, &env); err != nil {
+			ss.protocolError(cancel, "%v", err)
+			return
+		}
+		switch env.Type {
+		case typeRelease:
+			var r release
+			if err := decodeMessage(msg, &r); err != nil {
+				ss.protocolError(cancel, "release: %v", err)
+				return
+			}
+			if err := ss.release(r); err != nil {
+				ss.protocolError(cancel, "%v", err)
+				return
+			}
+		case typeEpoch:
+			var e epochMsg
+			if err := decodeMessage(msg, &e); err != nil || e.Epoch < 0 {
+				ss.protocolError(cancel, "epoch: want {\"type\": \"epoch\", \"epoch\": N >= 0}")
+				return
+			}
+			select {
+			case epochs <- e.Epoch:
+			default:
+				ss.protocolError(cancel, "epoch %d asked for before the current epoch ended", e.Epoch)
+				return
+			}
+		case typeBye:
+			cancel(errBye)
+			return
+		default:
+			ss.protocolError(cancel, "unexpected message type %q", env.Type)
+			return
+		}
+	}
+}
+
+func (ss *session) protocolError(cancel context.CancelCauseFunc, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	ss.sendError(CodeBadRequest, msg)
+	cancel(fmt.Errorf("%w: %s", errProtocol, msg))
+}
+
+// release hands a slab the trainer is done with back to the ring.
+func (ss *session) release(r release) error {
+	ss.mu.Lock()
+	b, ok := ss.held[r.Slab]
+	if ok && b.Seq == r.Seq {
+		delete(ss.held, r.Slab)
+	}
+	ss.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("release of slab %d, which holds no batch of this trainer", r.Slab)
+	}
+	if b.Seq != r.Seq {
+		return fmt.Errorf("release of slab %d for batch %d, but it holds batch %d", r.Slab, r.Seq, b.Seq)
+	}
+	b.Release()
+	return nil
+}
+
+func (ss *session) releaseAll() {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for k, b := range ss.held {
+		b.Release()
+		delete(ss.held, k)
+	}
+}
+
+// fail ends the session: it tells the trainer why, unless the trainer is the reason.
+func (ss *session) fail(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); ctx.Err() != nil {
+		switch {
+		case errors.Is(cause, errClientGone), errors.Is(cause, errBye), errors.Is(cause, errProtocol):
+			return cause
+		case ss.srv.ctx.Err() != nil:
+			ss.sendError(CodeShutdown, "the shardload server is shutting down")
+			return errShutdown
+		}
+	}
+	ss.sendError(CodePipeline, oneLine(err))
+	return err
+}
+
+func (ss *session) sendError(code, msg string) { sendError(ss.conn, code, msg) }
+
+func (ss *session) write(v any, fds []int) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(b) > MaxMessage {
+		return fmt.Errorf("serve: message of %d bytes exceeds %d", len(b), MaxMessage)
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	_, _, err = ss.conn.WriteMsgUnix(b, oob, nil)
+	return err
+}
+
+// lingerTime bounds how long a connection's end waits for the trainer to close.
+const lingerTime = time.Second
+
+// linger ends a connection so that the trainer reads everything sent to it: closing a
+// unix socket with unread messages would reset the connection, and the trainer would
+// lose the last messages (an error that says why). It shuts down the sending side,
+// reads what the trainer still sends until it closes or lingerTime passes, and closes.
+func linger(c *net.UnixConn) {
+	c.CloseWrite()
+	c.SetReadDeadline(time.Now().Add(lingerTime))
+	buf := make([]byte, MaxMessage+1)
+	for {
+		if _, err := c.Read(buf); err != nil {
+			break
+		}
+	}
+	c.Close()
+}
+
+// sendError sends an error message, best effort: the session ends after it.
+func sendError(c *net.UnixConn, code, msg string) {
+	b, _ := json.Marshal(errorMsg{Type: typeError, Code: code, Message: msg})
+	c.SetWriteDeadline(time.Now().Add(time.Second))
+	c.Write(b)
+}
+
+// readMessage reads one message into buf, which has room for MaxMessage+1 bytes so
+// that a longer message is seen as such.
+func readMessage(c *net.UnixConn, buf []byte) ([]byte, error) {
+	n, err := c.Read(buf)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, io.EOF
+	}
+	if n > MaxMessage {
+		return nil, reject(CodeBadRequest, "message longer than %d bytes", MaxMessage)
+	}
+	return buf[:n], nil
+}
+
+func oneLine(err error) string {
+	b := []byte(err.Error())
+	for i, c := range b {
+		if c == '\n' {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}
