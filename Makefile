@@ -5,7 +5,7 @@ DEMO    := .demo/data
 PATTERN := $(DEMO)/train-{000000..000007}.tar
 FUZZTIME ?= 20s
 
-.PHONY: build demo test tools lint fuzz bench clean
+.PHONY: build demo test deps tools lint fuzz bench clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/shardload
@@ -29,7 +29,7 @@ demo: build
 
 # Every test: formatting, vet, the race-checked suite with real MinIO, and the fuzz
 # targets for a short time. scripts/tools.sh builds MinIO once (minutes) and caches it.
-test: tools lint
+test: deps tools lint
 	$(GO) test -race -count=1 ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) ./shard/
 	$(GO) test -run '^$$' -fuzz '^FuzzExpand$$' -fuzztime 10s ./shard/
@@ -38,6 +38,11 @@ test: tools lint
 
 tools:
 	scripts/tools.sh
+
+# Debian packages the Python client tests and benchmarks use (python3 with numpy and
+# PyTorch, curl); installs only what is missing.
+deps:
+	scripts/deps.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

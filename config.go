@@ -7,6 +7,8 @@ import (
 	"runtime"
 
 	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/device"
+	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 )
@@ -100,6 +102,20 @@ type Config struct {
 	SlabBytes int64
 	// NoLock does not page-lock the slabs.
 	NoLock bool
+	// Ring, when set, is the slab ring batches are collated into, instead of one the
+	// loader creates from Slabs, SlabBytes and NoLock. The loader does not close it,
+	// so one ring can serve several epochs (a server shares it with a trainer once).
+	Ring *pinned.Ring
+	// BindSlabs, when set, is called with each new slab's memory before its pages
+	// are faulted in: numa.Bind(mem, node) places the slabs on the node of the GPU
+	// they feed (see pinned.Options.Bind). A failure gives one warning. Not used with
+	// Ring.
+	BindSlabs func(mem []byte) error
+	// Device is the device-copy stage after collation (package device). The zero
+	// value is the host backend: batches stay in their slabs. device.CUDA copies each
+	// batch to GPU Device.GPU (Batch.Transfer says when it is there); device.Auto does
+	// so when there is a GPU. Device.BufferBytes defaults to the slab size.
+	Device device.Options
 
 	// OnError is the error policy, Fail by default.
 	OnError Policy

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/device"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/shard"
 )
@@ -24,6 +25,7 @@ type Loader struct {
 	plan   shard.Plan
 	fields []decode.Field
 
+	dev       deviceHook   // the device-copy stage
 	ring      *pinned.Ring // set once ringReady is closed
 	ringErr   error
 	ringReady chan struct{}
@@ -58,6 +60,7 @@ type Batch struct {
 	Padded int
 
 	slab     *pinned.Slab
+	xfer     *device.Transfer // the copy to the device, see device.go
 	l        *Loader
 	released atomic.Bool
 }
@@ -85,6 +88,9 @@ func (b *Batch) Keys() []string {
 // memory that a later batch overwrites. Release is idempotent.
 func (b *Batch) Release() {
 	if b.released.CompareAndSwap(false, true) {
+		if b.xfer != nil {
+			b.xfer.Release() // waits for the copy, so the slab is free to refill
+		}
 		b.l.ring.Release(b.slab)
 	}
 }
@@ -118,8 +124,12 @@ func Open(ctx context.Context, cfg Config) (*Loader, error) {
 			return nil, err
 		}
 	}
+	dev, err := openDevice(cfg)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	l := &Loader{
+	l := &Loader{dev: deviceHook{stage: dev},
 		cfg: cfg, plan: plan, fields: fields, cancel: cancel, start: start,
 		out:       make(chan batchMsg, cfg.Slabs),
 		workers:   make(chan struct{}, cfg.Workers),
@@ -127,13 +137,18 @@ func Open(ctx context.Context, cfg Config) (*Loader, error) {
 	}
 	// Free buffers kept for reuse: as much as the queues and the shuffle buffer hold.
 	l.pool.maxFree = int64(cfg.OpenShards)*cfg.QueueBytes + cfg.ShuffleBytes
-	// Mapping and locking the slabs takes a while (page faults for every page): it
-	// overlaps with reading the first samples, and the first batch waits for it.
-	go func() {
-		defer close(l.ringReady)
-		l.ring, l.ringErr = pinned.NewRing(pinned.Options{Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, NoLock: cfg.NoLock,
-			Warn: func(msg string) { lockWarning.Do(func() { cfg.Logf("shardload: warning: %s", msg) }) }})
-	}()
+	if cfg.Ring != nil {
+		l.ring = cfg.Ring
+		close(l.ringReady)
+	} else {
+		// Mapping and locking the slabs takes a while (page faults for every page): it
+		// overlaps with reading the first samples, and the first batch waits for it.
+		go func() {
+			defer close(l.ringReady)
+			l.ring, l.ringErr = pinned.NewRing(pinned.Options{Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, NoLock: cfg.NoLock, Bind: cfg.BindSlabs,
+				Warn: func(msg string) { lockWarning.Do(func() { cfg.Logf("shardload: warning: %s", msg) }) }})
+		}()
+	}
 	l.wg.Add(1)
 	go l.run(ctx)
 	return l, nil
@@ -241,7 +256,8 @@ func (l *Loader) All(ctx context.Context) iter.Seq2[*Batch, error] {
 }
 
 // Close stops the loader, waits for its goroutines and frees the slabs. Batches not
-// yet released must not be used afterwards. Close is idempotent.
+// yet released must not be used afterwards. With Config.Ring, the ring stays open and
+// the caller releases the batches it still holds. Close is idempotent.
 func (l *Loader) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
@@ -255,10 +271,12 @@ func (l *Loader) Close() error {
 			}
 		}()
 		l.wg.Wait()
+		devErr := l.closeDevice()
 		<-l.ringReady
-		if l.ring != nil {
+		if l.ring != nil && l.cfg.Ring == nil {
 			l.closeErr = l.ring.Close()
 		}
+		l.closeErr = errors.Join(devErr, l.closeErr)
 	})
 	return l.closeErr
 }
@@ -475,6 +493,10 @@ func (b *batcher) flush(ctx context.Context) error {
 		return fmt.Errorf("shardload: batch %d: %w", b.seq, err)
 	}
 	out := &Batch{Batch: db, Seq: b.seq, Padded: b.padded, slab: slab, l: l}
+	if err := l.toDevice(ctx, out); err != nil {
+		out.Release()
+		return err
+	}
 	l.st.samples.Add(int64(len(b.rows) - b.padded))
 	l.st.padded.Add(int64(b.padded))
 	l.st.batches.Add(1)

@@ -8,7 +8,8 @@ prints the table.
 Inputs (written by the script; any may be missing, and that part is then reported
 as not measured): env.json; per dataset NAME: NAME.dataset.json,
 NAME.ceiling.I.json, NAME.baseline.I.json, NAME.baseline-wait.1.json,
-NAME.shardload.I.json, NAME.shardload-wait.I.json, NAME.zstdrate.json.
+NAME.shardload.I.json, NAME.shardload-wait.I.json, NAME.serve.I.json,
+NAME.serve-wait.I.json, NAME.zstdrate.json.
 
 The median run of a group is the run with the median "seconds" (wait runs: the median
 "wait_fraction"); its figures are reported whole, so they stay consistent.
@@ -89,6 +90,8 @@ def main():
         base_wait = median_run(runs(outdir, name, "baseline-wait"), "wait_fraction")
         sl = median_run(runs(outdir, name, "shardload"), "seconds")
         sl_wait = median_run(runs(outdir, name, "shardload-wait"), "wait_fraction")
+        sv = median_run(runs(outdir, name, "serve"), "seconds")
+        sv_wait = median_run(runs(outdir, name, "serve-wait"), "wait_fraction")
         zr = load(os.path.join(outdir, f"{name}.zstdrate.json"))
 
         d = {"dataset": ds}
@@ -121,8 +124,10 @@ def main():
         wb = ds.get("wait_batches", env.get("wait_batches", "?"))
         lines.append(row(f"DataLoader, step {st} x {wb} batches", base_wait))
         lines.append(row(f"shardload, step {st} x {wb} batches (med. {n(sl_wait)})", sl_wait))
+        lines.append(row(f"serve + Python client, step 0 (median of {n(sv)})", sv))
+        lines.append(row(f"serve + client, step {st} x {wb} (med. {n(sv_wait)})", sv_wait))
         d.update(ceiling=ceil, baseline=base, baseline_skipped=base_skipped, baseline_wait=base_wait,
-                 shardload=sl, shardload_wait=sl_wait, zstdrate=zr)
+                 shardload=sl, shardload_wait=sl_wait, serve=sv, serve_wait=sv_wait, zstdrate=zr)
 
         ratios = {}
         ceil_mbs = rate(ceil, "bytes")
@@ -152,8 +157,19 @@ def main():
                 ratios["dataloader_decompressed_over_zstd_cores"] = (
                     base["bytes_in"] * expand / 1e6 / base["seconds"] / (cores * zr_rate)
                 )
+        if sv and sl and sl.get("samples_per_sec"):
+            ratios["serve_over_bench"] = sv["samples_per_sec"] / sl["samples_per_sec"]
+        if sv and base and base.get("samples_per_sec"):
+            ratios["serve_over_dataloader"] = sv["samples_per_sec"] / base["samples_per_sec"]
+        overheads = sorted(r["client_overhead_us"] for r in runs(outdir, name, "serve") if r.get("client_overhead_us"))
+        if overheads:
+            ratios["client_overhead_us"] = overheads[len(overheads) // 2]
         d["ratios"] = ratios
         lines.append("ratios:")
+        if sv:
+            lines.append(f"  serve + client / shardload bench, samples/s:  {fmt(ratios.get('serve_over_bench'), '{:.2f}', 'not measured')}   (target >= 0.9)")
+            lines.append(f"  serve + client / DataLoader, samples/s:       {fmt(ratios.get('serve_over_dataloader'), '{:.2f}', 'not measured')}")
+            lines.append(f"  client cost per batch (median):               {fmt(ratios.get('client_overhead_us'), '{:.0f} us', 'not measured')}   (target < 100 us)")
         lines.append(f"  shardload / curl ceiling, stored MB/s:        {fmt(ratios.get('shardload_over_ceiling'), '{:.2f}', 'not measured')}"
                      + ("   (target >= 0.9)" if not zr else ""))
         lines.append(f"  shardload / DataLoader baseline, samples/s:   {fmt(ratios.get('shardload_over_dataloader'), '{:.2f}', 'not measured')}")

@@ -623,3 +623,74 @@ func TestServeRefusals(t *testing.T) {
 		t.Fatalf("bad field: %+v", errLine)
 	}
 }
+
+// torchLine is one line of torch_check.py's output.
+type torchLine struct {
+	Epoch      int               `json:"epoch"`
+	Keys       []string          `json:"keys"`
+	Columns    map[string]string `json:"columns"`
+	Device     []string          `json:"device"`
+	CUDA       *bool             `json:"cuda"`
+	Registered bool              `json:"registered"`
+}
+
+func TestServeTorchAdapters(t *testing.T) {
+	py := python(t)
+	_, tokens := datasets(t)
+	srv := startServer(t, "", tokens)
+	fieldSpecs := []string{"tokens=npy:npy:int32:2048", "label=cls:int"}
+	// Rank 1 of 2, from the variables torchrun sets.
+	want := libraryBatches(t, sl.Config{URLs: []string{tokens}, Fields: fields(t, fieldSpecs...), Seed: 1, Rank: 1, World: 2,
+		BatchSize: 8, Logf: t.Logf}, 2)
+	for _, mode := range []string{"dataset", "prefetch"} {
+		t.Run(mode, func(t *testing.T) {
+			script, _ := filepath.Abs("../client/python/tests/torch_check.py")
+			cmd := exec.Command(py, append([]string{script, mode, srv.socket, "2", "8"}, fieldSpecs...)...)
+			cmd.Env = append(os.Environ(), "RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=0", "PYTHONDONTWRITEBYTECODE=1")
+			out, err := cmd.Output()
+			if err != nil {
+				var stderr []byte
+				if ee, ok := err.(*exec.ExitError); ok {
+					stderr = ee.Stderr
+				}
+				t.Fatalf("%v: %s", err, stderr)
+			}
+			var got []trainerLine
+			for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				var tl torchLine
+				if err := json.Unmarshal([]byte(l), &tl); err != nil {
+					t.Fatalf("%q: %v", l, err)
+				}
+				if tl.CUDA != nil {
+					t.Logf("CUDA %v, slabs registered %v", *tl.CUDA, tl.Registered)
+					continue
+				}
+				for _, d := range tl.Device {
+					if !strings.HasPrefix(d, "cuda") && d != "cpu" {
+						t.Errorf("device %q", d)
+					}
+				}
+				got = append(got, trainerLine{Epoch: tl.Epoch, Rows: len(tl.Keys), Keys: tl.Keys, Columns: tl.Columns})
+			}
+			// torch_check.py does not print seq or padding: compare what it prints.
+			w := slices.Clone(want)
+			for i := range w {
+				w[i].Seq, w[i].Padded = 0, 0
+			}
+			sameBatches(t, mode, got, w)
+		})
+	}
+}
+
+func fields(t *testing.T, specs ...string) []decode.Field {
+	t.Helper()
+	var fs []decode.Field
+	for _, s := range specs {
+		f, err := decode.ParseField(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs = append(fs, f)
+	}
+	return fs
+}

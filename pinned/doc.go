@@ -41,6 +41,13 @@
 // "within_size"); an advice the kernel refuses is not an error, and Ring.HugePages
 // says whether it was accepted.
 //
+// # NUMA placement
+//
+// Options.Bind is called with each slab's memory after mapping and before any page
+// is faulted in, so that a caller can bind the slabs to the NUMA node of the GPU they
+// feed (package numa's Bind does it with mbind). This package does not know nodes; a
+// Bind that fails gives one warning and the ring carries on, as with locking.
+//
 // # The ring
 //
 // A Ring hands out its slabs with Acquire, which blocks while all of them are in use:

@@ -46,7 +46,7 @@ func hasCapIPCLock() bool {
 
 // newRing creates and maps c.slabs memfds. On error everything made so far is undone.
 func newRing(c config) (_ *Ring, err error) {
-	r := &Ring{slabBytes: c.slabBytes, huge: !c.noHuge}
+	r := &Ring{slabBytes: c.slabBytes, huge: !c.noHuge, bound: c.bind != nil}
 	defer func() {
 		if err != nil {
 			unmapSlabs(r.slabs)
@@ -72,6 +72,12 @@ func newRing(c config) (_ *Ring, err error) {
 		if err != nil {
 			s.data = nil
 			return nil, fmt.Errorf("pinned: mmap slab %d (%d bytes): %w", i, c.slabBytes, err)
+		}
+		if r.bound {
+			if berr := c.bind(s.data); berr != nil {
+				r.bound = false
+				c.warn(fmt.Sprintf("pinned: slab %d of %d not bound: %v; slabs left where the kernel puts them", i, c.slabs, berr))
+			}
 		}
 		if !c.noHuge && unix.Madvise(s.data, unix.MADV_HUGEPAGE) != nil {
 			// EINVAL: no transparent huge pages in this kernel. Not an error.

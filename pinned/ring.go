@@ -67,9 +67,17 @@ type Options struct {
 	// base page size only. The default (false) advises huge pages.
 	NoHugePages bool
 
-	// Warn receives the one-line warning given, at most once per ring, when the slabs
-	// cannot be locked. nil means writing "shardload: warning: " + msg and a newline
-	// to os.Stderr. It is called from NewRing, before NewRing returns.
+	// Bind, if set, is called with each slab's memory right after it is mapped,
+	// before its pages are faulted in: the place to bind it to a NUMA node (for
+	// example func(m []byte) error { return numa.Bind(m, node) }), so that the pages
+	// are allocated there. An error is not fatal: it is reported once through Warn,
+	// Bind is not called for the remaining slabs, and Ring.Bound says false. nil (the
+	// default) leaves placement to the kernel.
+	Bind func(mem []byte) error
+
+	// Warn receives the one-line warnings given, at most one per cause and ring, when
+	// the slabs cannot be locked or bound. nil means writing "shardload: warning: " +
+	// msg and a newline to os.Stderr. It is called from NewRing, before NewRing returns.
 	Warn func(msg string)
 }
 
@@ -80,6 +88,7 @@ type config struct {
 	name      string
 	noLock    bool
 	noHuge    bool
+	bind      func([]byte) error
 	warn      func(string)
 }
 
@@ -90,6 +99,7 @@ func (o Options) config() (config, error) {
 		name:      o.Name,
 		noLock:    o.NoLock,
 		noHuge:    o.NoHugePages,
+		bind:      o.Bind,
 		warn:      o.Warn,
 	}
 	if c.slabs < 0 {
@@ -156,6 +166,7 @@ type Ring struct {
 	slabBytes int64
 	locked    bool
 	huge      bool
+	bound     bool
 
 	free chan *Slab    // slabs not acquired; capacity len(slabs), so sends never block
 	done chan struct{} // closed by Close
@@ -284,6 +295,9 @@ func (r *Ring) Locked() bool { return r.locked }
 // /sys/kernel/mm/transparent_hugepage/shmem_enabled allows. False with
 // Options.NoHugePages.
 func (r *Ring) HugePages() bool { return r.huge }
+
+// Bound reports whether Options.Bind was set and succeeded for every slab.
+func (r *Ring) Bound() bool { return r.bound }
 
 // InUse returns how many slabs are acquired and not yet released.
 func (r *Ring) InUse() int {

@@ -168,6 +168,7 @@ minio_dir=$(mktemp -d "${TMPDIR:-/tmp}/bench-pipeline-minio.XXXXXX")
 minio_pid=
 cleanup() {
 	local rc=$?
+	serve_stop 2> /dev/null || true
 	if [[ -n $minio_pid ]] && kill -0 "$minio_pid" 2> /dev/null; then
 		kill -TERM "$minio_pid" 2> /dev/null || true
 		local i
@@ -333,12 +334,68 @@ sl_bench() {
 	fi
 }
 
+# serve_start NAME: start `shardload serve` for a dataset (its own pipeline flags as
+# bench's), wait until it listens; sets serve_pid and serve_sock. serve_stop ends it.
+serve_pid=
+serve_start() {
+	local name=$1 deadline
+	serve_sock=$(mktemp -d "${TMPDIR:-/tmp}/bench-serve.XXXXXX")/run/loader.sock
+	# shellcheck disable=SC2046
+	"$sl" serve --socket "$serve_sock" --index "${INDEX[$name]}" $(fields "$name") "${S3PAT[$name]}" \
+		> "$out/$name.serve.log" 2>&1 &
+	serve_pid=$!
+	deadline=$(($(date +%s) + 30))
+	while ! grep -q "listening on" "$out/$name.serve.log"; do
+		if ! kill -0 "$serve_pid" 2> /dev/null || (($(date +%s) > deadline)); then
+			log "$name: shardload serve did not start (see $out/$name.serve.log)"
+			serve_stop
+			return 1
+		fi
+		sleep 0.1
+	done
+}
+serve_stop() {
+	[[ -n $serve_pid ]] || return 0
+	kill -TERM "$serve_pid" 2> /dev/null || true
+	wait "$serve_pid" 2> /dev/null || true
+	serve_pid=
+	rm -rf "$(dirname "$(dirname "$serve_sock")")"
+}
+# sl_serve NAME OUTFILE ARGS...: one run of bench/serve_trainer.py (a PyTorch trainer
+# stand-in fed by the server through the Python client).
+sl_serve() {
+	local name=$1 dest=$2; shift 2
+	# shellcheck disable=SC2046
+	if ! timeout --foreground -k 10 "$run_timeout" "$py" bench/serve_trainer.py --json --socket "$serve_sock" \
+		--batch-size 32 $(fields "$name") "$@" > "$dest" 2> "$dest.err"; then
+		log "$name: serve_trainer.py failed or timed out (see $dest.err):"
+		tail -n 5 "$dest.err" >&2
+		rm -f "$dest"
+		failed+=("$name: serve_trainer.py $*")
+		return 1
+	fi
+	[[ -s $dest.err ]] || rm -f "$dest.err"
+}
+step_seconds=$(awk -v t="$step_time" 'BEGIN { if (t ~ /ms$/) print t/1000; else if (t ~ /s$/) print t+0; else print t }')
+
 for name in "${names[@]}"; do
 	log "== $name: ${NSHARDS[$name]} shards, ${BYTES[$name]} bytes stored"
-	# Ceiling and shardload throughput alternate, so both see the same machine state.
-	# A kind of shardload run that fails once is not repeated (a hang costs the timeout).
+	serve_ok=0
+	if [[ -n $py ]] && ((have_bench)) && "$sl" serve --help > /dev/null 2>&1; then
+		serve_start "$name" && serve_ok=1
+	fi
+	# Ceiling, shardload bench and the served trainer alternate, so all see the same
+	# machine state. A kind of run that fails once is not repeated (a hang costs the
+	# timeout).
 	sl_ok=$have_bench
 	for ((i = 1; i <= runs; i++)); do
+		if ((serve_ok)); then
+			if sl_serve "$name" "$out/$name.serve.$i.json" --epochs 1; then
+				log "$name: serve + Python client run $i: $(jfmt "$out/$name.serve.$i.json" samples_per_sec %.0f) samples/s, client $(jfmt "$out/$name.serve.$i.json" client_overhead_us) us/batch"
+			else
+				serve_ok=0
+			fi
+		fi
 		ceiling "$name" "$i"
 		log "$name: curl ceiling run $i: $(jfmt "$out/$name.ceiling.$i.json" mb_per_sec) MB/s"
 		if ((sl_ok)); then
@@ -360,6 +417,17 @@ for name in "${names[@]}"; do
 	else
 		log "$name: SKIPPED shardload bench (not available yet)"
 	fi
+
+	if ((serve_ok)); then
+		for ((i = 1; i <= runs; i++)); do
+			if sl_serve "$name" "$out/$name.serve-wait.$i.json" --batches "${WAITB[$name]}" --step-time "$step_seconds"; then
+				log "$name: serve + client --step-time $step_time --batches ${WAITB[$name]} run $i: wait_fraction $(jfmt "$out/$name.serve-wait.$i.json" wait_fraction %.3f)"
+			else
+				break
+			fi
+		done
+	fi
+	serve_stop
 
 	if [[ $name == tokens ]]; then
 		# shellcheck disable=SC2086
@@ -390,8 +458,7 @@ for name in "${names[@]}"; do
 		done
 		if [[ -f $out/$name.baseline.1.json && -z $(jget "$out/$name.baseline.1.json" skipped) ]]; then
 			if ! timeout --foreground -k 10 "$run_timeout" "$py" bench/dataloader_baseline.py --json --urls-file "${URLS[$name]}" --batches "${WAITB[$name]}" \
-				--batch-size 32 --workers 2 --step-time "$(awk -v t="$step_time" 'BEGIN {
-					if (t ~ /ms$/) print t/1000; else if (t ~ /s$/) print t+0; else print t }')" \
+				--batch-size 32 --workers 2 --step-time "$step_seconds" \
 				> "$out/$name.baseline-wait.1.json"; then
 				log "$name: DataLoader baseline --step-time $step_time failed or timed out after ${run_timeout}s"
 				failed+=("$name: DataLoader baseline --step-time $step_time")

@@ -106,9 +106,16 @@ class Ragged:
         return rows
 
     def copy(self):
-        data = self.data.copy() if hasattr(self.data, "copy") else bytes(self.data)
-        offsets = self.offsets.copy() if hasattr(self.offsets, "copy") else list(self.offsets)
-        return Ragged(data if not isinstance(data, bytes) else memoryview(data), offsets, self.kind)
+        """A Ragged that owns its data (of the same array type)."""
+        return Ragged(_copy_array(self.data), _copy_array(self.offsets), self.kind)
+
+
+def _copy_array(a):
+    if hasattr(a, "clone"):  # a torch tensor
+        return a.clone()
+    if isinstance(a, memoryview):
+        return memoryview(a.tobytes()).cast(a.format, a.shape)
+    return a.copy()  # numpy
 
 
 class Batch:
@@ -161,14 +168,7 @@ class Batch:
         """A copy that owns its memory and needs no release."""
         cols = {}
         for name, col in self.columns.items():
-            if isinstance(col, Ragged):
-                cols[name] = col.copy()
-            elif hasattr(col, "clone"):
-                cols[name] = col.clone()
-            elif hasattr(col, "copy"):
-                cols[name] = col.copy()
-            else:
-                cols[name] = memoryview(bytes(col)).cast(col.format, col.shape)
+            cols[name] = col.copy() if isinstance(col, Ragged) else _copy_array(col)
         b = Batch(None, {"slab": -1, "epoch": self.epoch, "seq": self.seq, "rows": self.rows,
                          "padded": self.padded}, cols, list(self.keys))
         b.released = True
@@ -178,7 +178,8 @@ class Batch:
         """Hand the slab back to the server; idempotent."""
         if self.released:
             return
-        self.keys  # keys are copied out before the slab is reused
+        if isinstance(self._keys, Ragged):
+            self._keys = self._keys.copy()  # the keys outlive the slab's reuse
         self.released = True
         if self._client is not None:
             self._client._release(self._slab, self.seq)
@@ -334,14 +335,14 @@ class Client:
 
     # -- batches --
 
-    def _view(self, mm, col, rows):
+    def _view(self, mm, col, rows, key=False):
         off, length = col["offset"], col["length"]
         np = self._np
         if col["ragged"]:
             if np is not None:
                 data = np.ndarray((length,), dtype=np.uint8, buffer=mm, offset=off)
                 offsets = np.ndarray((rows + 1,), dtype="<i8", buffer=mm, offset=col["offsets_offset"])
-                if self._torch is not None:
+                if self._torch is not None and not key:
                     data = self._torch.from_numpy(data)
                     offsets = self._torch.from_numpy(offsets)
             else:
@@ -366,11 +367,10 @@ class Client:
         cols = {}
         keys = None
         for col in msg["columns"]:
-            v = self._view(mm, col, rows)
             if col["name"] == "__key__":
-                keys = v
+                keys = self._view(mm, col, rows, key=True)
             else:
-                cols[col["name"]] = v
+                cols[col["name"]] = self._view(mm, col, rows)
         return Batch(self, msg, cols, keys)
 
     def batches(self, auto_release=True):

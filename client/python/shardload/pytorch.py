@@ -81,11 +81,9 @@ class CudaPrefetcher:
         out = {}
         with torch.cuda.stream(self.stream):
             for name, col in b.items():
-                if isinstance(col, Ragged):
-                    out[name] = col.copy()
-                elif isinstance(col, torch.Tensor):
+                if isinstance(col, torch.Tensor):
                     out[name] = col.to(self.device, non_blocking=True)
-                else:
+                else:  # ragged columns, and numpy arrays of types torch lacks
                     out[name] = col.copy()
             ev = torch.cuda.Event()
             ev.record(self.stream)
