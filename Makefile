@@ -5,7 +5,7 @@ DEMO    := .demo/data
 PATTERN := $(DEMO)/train-{000000..000007}.tar
 FUZZTIME ?= 20s
 
-.PHONY: build demo test deps tools lint fuzz bench clean
+.PHONY: build demo test deps tools lint fuzz bench gpu-check clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/shardload
@@ -27,14 +27,17 @@ demo: build
 	@echo "== $(BIN) bench --step-time 50ms --batches 40 '$(PATTERN)'"
 	@$(BIN) bench --step-time 50ms --batches 40 '$(PATTERN)'
 
-# Every test: formatting, vet, the race-checked suite with real MinIO, and the fuzz
-# targets for a short time. scripts/tools.sh builds MinIO once (minutes) and caches it.
+# Every test: formatting, vet, the race-checked suite with real MinIO and
+# fake-gcs-server and the Python client, and the fuzz targets for a short time.
+# scripts/tools.sh builds the servers once (minutes) and caches them; scripts/deps.sh
+# installs python3 with numpy and PyTorch from Debian when missing.
 test: deps tools lint
 	$(GO) test -race -count=1 ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) ./shard/
 	$(GO) test -run '^$$' -fuzz '^FuzzExpand$$' -fuzztime 10s ./shard/
 	$(GO) test -run '^$$' -fuzz '^FuzzTarReader$$' -fuzztime 15s ./shard/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNPY$$' -fuzztime 10s ./decode/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseCPUList$$' -fuzztime 10s ./numa/
 
 tools:
 	scripts/tools.sh
@@ -57,3 +60,8 @@ bench:
 
 clean:
 	rm -rf bin .demo
+
+# The device-copy stage on a machine with an NVIDIA GPU (no network needed there): run
+# "make build" first, or carry bin/shardload over; the script builds nothing.
+gpu-check:
+	scripts/gpu-check.sh
