@@ -694,3 +694,29 @@ func fields(t *testing.T, specs ...string) []decode.Field {
 	}
 	return fs
 }
+
+// The client installs with pip from the repository, with no index and no network.
+func TestPythonClientInstallsWithPip(t *testing.T) {
+	py := python(t)
+	src := filepath.Join(t.TempDir(), "python")
+	if err := os.CopyFS(src, os.DirFS("../client/python")); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(t.TempDir(), "site")
+	cmd := exec.Command(py, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", "--target", target, src)
+	cmd.Env = append(os.Environ(), "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_ROOT_USER_ACTION=ignore")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pip install: %v\n%s", err, out)
+	}
+	cmd = exec.Command(py, "-c", "import shardload, shardload.pytorch; print(shardload.__file__); print(shardload.PROTOCOL_VERSION)")
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+target)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("importing the installed client: %v\n%s", err, out)
+	}
+	lines := strings.Fields(string(out))
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], target) || lines[1] != "1" {
+		t.Errorf("installed client: %q", out)
+	}
+}

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that benchmarks and the Python-side tests use:
 # python3 with numpy, PyTorch and zstandard (the DataLoader baseline, the trainer
-# client), curl
-# (the raw fetch ceiling) and bc. Idempotent: installs only what is missing.
+# client), pip and setuptools (installing the client from the repository), curl (the
+# raw fetch ceiling) and bc. Idempotent: installs only what is missing.
 set -euo pipefail
-pkgs=(python3 python3-numpy python3-torch python3-zstandard curl bc)
+pkgs=(python3 python3-numpy python3-torch python3-zstandard python3-pip python3-setuptools curl bc)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
