@@ -420,6 +420,23 @@ func memfdMaps(t *testing.T, pid int) int {
 	return strings.Count(string(b), "/memfd:shardload-session")
 }
 
+// lockedKiB is the page-locked memory of a process (VmLck), in KiB.
+func lockedKiB(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmLck:" {
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+	}
+	t.Fatal("no VmLck in /proc/PID/status")
+	return 0
+}
+
 func fdCount(t *testing.T, pid int) int {
 	t.Helper()
 	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
@@ -446,7 +463,7 @@ func TestServeClientKilledLeaksNothing(t *testing.T) {
 	py := python(t)
 	images, _ := datasets(t)
 	srv := startServer(t, "", "--slabs", "3", "--slab-size", "4MiB", images)
-	baseFDs := fdCount(t, srv.pid())
+	baseFDs, baseLocked := fdCount(t, srv.pid()), lockedKiB(t, srv.pid())
 	if n := memfdMaps(t, srv.pid()); n != 0 {
 		t.Fatalf("%d slabs mapped before any trainer", n)
 	}
@@ -464,6 +481,7 @@ func TestServeClientKilledLeaksNothing(t *testing.T) {
 		tr.cmd.Wait()
 		eventually(t, "slabs unmapped after the trainer was killed", func() bool { return memfdMaps(t, srv.pid()) == 0 })
 		eventually(t, "descriptors back to the baseline", func() bool { return fdCount(t, srv.pid()) == baseFDs })
+		eventually(t, "locked memory back to the baseline", func() bool { return lockedKiB(t, srv.pid()) == baseLocked })
 	}
 }
 
