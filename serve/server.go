@@ -69,7 +69,7 @@ type Server struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // sessions
+	wg     sync.WaitGroup  // sessions
 	own    map[string]bool // the expanded URLs of Options.URLs
 	slots  chan struct{}
 	nextID atomic.Uint64
