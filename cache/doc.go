@@ -1,5 +1,62 @@
-// Package cache will own the node-wide shard cache: a memory LRU tier and a disk LRU
-// tier, each with a byte budget, in front of any source.Source; concurrent misses for
-// one shard merged into one fetch; crash-safe files (written to a temporary name,
-// verified, renamed); and the pre-warm used by "shardload warm". It does not parse tar.
+// Package cache is the node-wide shard cache: a memory tier and a disk tier, each an
+// LRU with a byte budget, in front of any source.Source. It does not parse tar.
+//
+// # Lookups
+//
+// Open goes memory -> disk -> source. Concurrent misses for one object merge into one
+// fetch (the in-flight map is re-checked under the lock that creates a fetch), and a
+// fetch can be read while it fills: every reader of a shard being downloaded reads the
+// bytes as they arrive, from the one temporary file (or memory buffer) they are
+// written to. A reader sees the end of the stream only once the entry is committed.
+//
+// # Validation
+//
+// Every Open of a cached object first asks the source for the object's Info (Stat,
+// bounded by Options.StatTimeout, 2 s by default). A different Version (an S3 ETag, a
+// file's size and modification time) or size drops the cached copy and fetches the
+// object again. When the source cannot be reached (a timeout, a refused connection,
+// any error other than not-found or access-denied), the cached copy is served, counted
+// in Stats.Unvalidated, and for Options.OfflineFor (30 s) other opens serve cached
+// copies without asking, so an unreachable store costs one timeout, not one per
+// shard. Not found drops the cached copy and fails; access denied fails.
+//
+// # Disk tier
+//
+// Entries live in Options.Dir/v1 (created 0700; files 0600). An entry is two files
+// named by the SHA-256 of its URL and a random generation, never by the URL or a tar
+// member: HASH-GEN.data (the object) and HASH-GEN.meta (JSON: URL, version, size,
+// XXH64 checksum, fetch time). A fetch writes tmp-HASH-GEN.data, fsyncs it, reads it
+// back to check its size and checksum against the bytes received, writes and fsyncs
+// the meta file, renames both into place (data first) and fsyncs the directory. On
+// start the index is rebuilt from the meta files: leftover temporary files, data
+// without meta, meta that does not parse or does not match its name, and data of the
+// wrong size are deleted; the LRU order is the data files' modification time, which a
+// hit updates. The checksum of an entry is verified the first time a process opens it
+// (a mismatch drops the entry, counts it in Stats.Corrupt, and fetches the object
+// again). Only names of this pattern inside Dir/v1 are ever deleted; one process at a
+// time uses a directory (an exclusive flock on Dir/v1/lock; a second one gets
+// ErrBusy).
+//
+// XXH64 is the checksum: it guards against torn writes, truncation and media errors,
+// not against an attacker (the directory is private to its user), and at more than
+// 10 GB/s per core it does not slow a warm epoch, which SHA-256 (about 1-2 GB/s)
+// would.
+//
+// # Budgets and eviction
+//
+// Budgets are bytes, not entries. The disk budget counts data and meta files, and
+// space for a fetch is reserved (evicting least recently used entries) before its
+// first byte is written, so the files in Dir/v1 never exceed it. An entry being read
+// is never evicted. When there is no room because the rest of the budget is held by
+// entries being read, or an object is larger than the budget, the read falls through
+// to the source without caching and is counted in Stats.Bypassed: no deadlock, no
+// overrun.
+//
+// The memory tier (Options.MemoryBytes, off by default) can be split into
+// Options.Nodes per-NUMA-node tiers; a reader picks its node with Cache.Node. With a
+// disk tier, an entry enters the memory tier of the node that reads it from disk; with
+// no disk tier, fetches fill the memory tier directly. Options.BindMemory, when set,
+// binds each buffer to its node before it is filled.
+//
+// Warm and Plan pre-fill the cache, as "shardload warm" does.
 package cache

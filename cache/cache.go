@@ -1,0 +1,663 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/shardload/shardload/source"
+)
+
+// Errors of this package.
+var (
+	// ErrClosed means the Cache was used after Close.
+	ErrClosed = errors.New("cache: closed")
+	// ErrBusy means another process holds the cache directory.
+	ErrBusy = errors.New("cache: directory in use by another process")
+	// ErrCorrupt means a cached file does not match its recorded size or checksum.
+	ErrCorrupt = errors.New("cache: corrupt entry")
+	// ErrChanged means an object changed at the source while it was being fetched.
+	ErrChanged = errors.New("cache: object changed at the source while it was fetched")
+	// ErrNoRoom means an object could not be cached: it is larger than the budget, or
+	// the rest of the budget is held by entries being read.
+	ErrNoRoom = errors.New("cache: no room in the budget")
+)
+
+// Default values of Options.
+const (
+	DefaultDiskBytes   = 32 << 30
+	DefaultStatTimeout = 2 * time.Second
+	DefaultOfflineFor  = 30 * time.Second
+)
+
+// Options configure a Cache. The zero value is a cache with no tiers, whose every
+// Open goes to the source; set Dir, MemoryBytes or both.
+type Options struct {
+	// Dir is the directory of the disk tier; entries live in Dir/v1. Empty: no disk
+	// tier.
+	Dir string
+	// DiskBytes is the disk tier's budget: data and metadata files together. Default
+	// 32 GiB (DefaultDiskBytes).
+	DiskBytes int64
+	// MemoryBytes is the memory tier's budget, across all nodes. Default 0: no memory
+	// tier.
+	MemoryBytes int64
+	// Nodes splits the memory tier into this many per-node tiers of MemoryBytes/Nodes
+	// each (NUMA nodes). Default 1.
+	Nodes int
+	// BindMemory, if not nil, is called with each buffer allocated for the memory
+	// tier of node, before it is filled, to place it on that node. An error is
+	// logged and the buffer used unbound.
+	BindMemory func(b []byte, node int) error
+	// StatTimeout bounds the Stat that validates a cached entry on Open. Default 2 s.
+	StatTimeout time.Duration
+	// OfflineFor is how long, after a validation found the source unreachable, cached
+	// entries are served without asking it again. Default 30 s; negative: ask every
+	// time.
+	OfflineFor time.Duration
+	// Logf receives warnings (an unbound buffer, a file that could not be removed).
+	// Default log.Printf.
+	Logf func(format string, args ...any)
+}
+
+func (o Options) withDefaults() Options {
+	if o.DiskBytes == 0 {
+		o.DiskBytes = DefaultDiskBytes
+	}
+	if o.Nodes <= 0 {
+		o.Nodes = 1
+	}
+	if o.StatTimeout <= 0 {
+		o.StatTimeout = DefaultStatTimeout
+	}
+	if o.OfflineFor == 0 {
+		o.OfflineFor = DefaultOfflineFor
+	}
+	if o.Logf == nil {
+		o.Logf = log.Printf
+	}
+	return o
+}
+
+// Stats counts what the cache did. All counts are since New.
+type Stats struct {
+	MemoryHits  int64 // opens served from the memory tier
+	DiskHits    int64 // opens served from the disk tier
+	Fetches     int64 // objects fetched from the source into the cache
+	Joined      int64 // opens that joined a fetch already in flight
+	Bypassed    int64 // opens read straight from the source: no room in the budget
+	Stale       int64 // cached entries dropped because the source's version changed
+	Corrupt     int64 // cached entries dropped because their checksum or size was wrong
+	Unvalidated int64 // cached entries served while the source was unreachable
+	Evicted     int64 // entries evicted from either tier to make room
+	Failed      int64 // fetches that failed
+
+	DiskBytes     int64 // bytes the disk tier holds or has reserved
+	DiskEntries   int   // entries in the disk tier
+	MemoryBytes   int64 // bytes the memory tiers hold or have reserved
+	MemoryEntries int   // entries in the memory tiers
+}
+
+type counters struct {
+	memHits, diskHits, fetches, joined, bypassed, stale, corrupt, unvalidated, evicted, failed atomic.Int64
+}
+
+// Cache is a source.Source that keeps the objects it reads in a memory and a disk
+// tier. It is safe for concurrent use. Open and Stat use the memory tier of node 0;
+// Node returns a view for another node.
+type Cache struct {
+	opts Options
+	up   source.Source
+
+	ctx    context.Context // canceled by Close; fetches run under it
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+
+	mu     sync.Mutex
+	closed bool
+	disk   *diskTier  // nil: no disk tier
+	mem    []*memTier // nil: no memory tier
+	fills  map[string]*fill
+
+	loads        singleflight.Group // disk -> verify / memory, per entry
+	offlineUntil atomic.Int64       // unix nanoseconds
+	n            counters
+}
+
+var (
+	_ source.Source      = (*Cache)(nil)
+	_ source.RangeReader = (*Cache)(nil)
+	_ source.Source      = (*View)(nil)
+	_ source.RangeReader = (*View)(nil)
+)
+
+// New returns a cache in front of upstream. With a Dir it creates the directory
+// (0700), takes its lock, and rebuilds the index from the files there, deleting what
+// it cannot verify (see the package documentation).
+func New(opts Options, upstream source.Source) (*Cache, error) {
+	if upstream == nil {
+		return nil, errors.New("cache: nil upstream source")
+	}
+	if opts.DiskBytes < 0 || opts.MemoryBytes < 0 {
+		return nil, fmt.Errorf("cache: negative budget (disk %d, memory %d)", opts.DiskBytes, opts.MemoryBytes)
+	}
+	opts = opts.withDefaults()
+	c := &Cache{opts: opts, up: upstream, fills: make(map[string]*fill)}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	if opts.MemoryBytes > 0 {
+		per := opts.MemoryBytes / int64(opts.Nodes)
+		for i := range opts.Nodes {
+			c.mem = append(c.mem, newMemTier(i, per))
+		}
+	}
+	if opts.Dir != "" {
+		d, err := openDisk(opts.Dir, opts.DiskBytes, opts.Logf)
+		if err != nil {
+			c.cancel()
+			return nil, err
+		}
+		c.disk = d
+	}
+	return c, nil
+}
+
+// Close cancels fetches in flight, waits for them, and releases the directory. Streams
+// already open from the memory or disk tier stay readable. It is idempotent.
+func (c *Cache) Close() error {
+	c.once.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
+		c.cancel()
+		c.wg.Wait()
+		if c.disk != nil {
+			c.disk.close()
+		}
+	})
+	return nil
+}
+
+// Stats returns the counts so far and the tiers' sizes.
+func (c *Cache) Stats() Stats {
+	s := Stats{
+		MemoryHits: c.n.memHits.Load(), DiskHits: c.n.diskHits.Load(), Fetches: c.n.fetches.Load(),
+		Joined: c.n.joined.Load(), Bypassed: c.n.bypassed.Load(), Stale: c.n.stale.Load(),
+		Corrupt: c.n.corrupt.Load(), Unvalidated: c.n.unvalidated.Load(), Evicted: c.n.evicted.Load(),
+		Failed: c.n.failed.Load(),
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.disk != nil {
+		s.DiskBytes, s.DiskEntries = c.disk.used, c.disk.lru.Len()
+	}
+	for _, m := range c.mem {
+		s.MemoryBytes += m.used
+		s.MemoryEntries += m.lru.Len()
+	}
+	return s
+}
+
+// Node returns a view of the cache whose reads use the memory tier of NUMA node i
+// (taken modulo Options.Nodes).
+func (c *Cache) Node(i int) *View {
+	if i < 0 {
+		i = -i
+	}
+	return &View{c: c, node: i % c.opts.Nodes}
+}
+
+// View is the cache as seen from one NUMA node: see Cache.Node.
+type View struct {
+	c    *Cache
+	node int
+}
+
+// Stat is Cache.Stat.
+func (v *View) Stat(ctx context.Context, url string) (source.Info, error) {
+	return v.c.Stat(ctx, url)
+}
+
+// Open is Cache.Open using this node's memory tier.
+func (v *View) Open(ctx context.Context, url string) (io.ReadCloser, error) {
+	r, _, err := v.c.open(ctx, url, v.node, 0)
+	return r, err
+}
+
+// OpenRange is Cache.OpenRange using this node's memory tier.
+func (v *View) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
+	return v.c.openRange(ctx, url, v.node, off, length)
+}
+
+// Stat returns the source's Info for url. When the source cannot be reached and the
+// cache holds the object, it returns the cached object's Info.
+func (c *Cache) Stat(ctx context.Context, url string) (source.Info, error) {
+	info, err := c.up.Stat(ctx, url)
+	if err != nil && unreachable(ctx, err) {
+		if v, ok := c.cachedVersion(url); ok {
+			c.n.unvalidated.Add(1)
+			return v, nil
+		}
+	}
+	return info, err
+}
+
+// Open returns the object, from the memory tier of node 0, the disk tier, a fetch in
+// flight, or a new fetch that fills the cache as it is read. Streams of cached entries
+// implement io.Seeker.
+func (c *Cache) Open(ctx context.Context, url string) (io.ReadCloser, error) {
+	r, _, err := c.open(ctx, url, 0, 0)
+	return r, err
+}
+
+// OpenRange returns length bytes of the object from off (to the end when length < 0).
+// A cached object is served from the cache; otherwise the range is read from the
+// source, without caching, when the source is a source.RangeReader, and cut from a
+// whole fetch when it is not.
+func (c *Cache) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
+	return c.openRange(ctx, url, 0, off, length)
+}
+
+func (c *Cache) openRange(ctx context.Context, url string, node int, off, length int64) (io.ReadCloser, error) {
+	if off < 0 {
+		return nil, &source.Error{Op: "open", URL: url, Err: fmt.Errorf("cache: negative offset %d", off)}
+	}
+	if _, ok := c.cachedVersion(url); !ok {
+		if rr, ok := c.up.(source.RangeReader); ok {
+			c.n.bypassed.Add(1)
+			return rr.OpenRange(ctx, url, off, length)
+		}
+	}
+	r, _, err := c.open(ctx, url, node, 0)
+	if err != nil {
+		return nil, err
+	}
+	if sk, ok := r.(io.Seeker); ok {
+		if _, err := sk.Seek(off, io.SeekStart); err != nil {
+			r.Close()
+			return nil, &source.Error{Op: "open", URL: url, Err: err}
+		}
+	} else if _, err := io.CopyN(io.Discard, r, off); err != nil && err != io.EOF {
+		r.Close()
+		return nil, err
+	}
+	if length < 0 {
+		return r, nil
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(r, length), r}, nil
+}
+
+// how says where an open was served from.
+type how int
+
+const (
+	fromMemory how = iota
+	fromDisk
+	fromFetch  // started a fetch
+	fromJoin   // joined a fetch in flight
+	fromSource // bypassed the cache
+)
+
+// cachedVersion returns the Info of a cached copy of url in any tier.
+func (c *Cache) cachedVersion(url string) (source.Info, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.mem {
+		if e, ok := m.lru.Peek(url); ok {
+			return source.Info{URL: url, Size: int64(len(e.data)), Version: e.version}, true
+		}
+	}
+	if c.disk != nil {
+		if e, ok := c.disk.lru.Peek(url); ok {
+			return source.Info{URL: url, Size: e.meta.Size, Version: e.meta.Version, ModTime: e.meta.Fetched}, true
+		}
+	}
+	return source.Info{}, false
+}
+
+// unreachable reports whether a Stat error means the source could not be asked, as
+// opposed to an answer (not found, access denied) or the caller giving up.
+func unreachable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	return !errors.Is(err, source.ErrNotFound) && !errors.Is(err, source.ErrPermission)
+}
+
+// validate asks the source for url's Info when a copy is cached. ok is false when the
+// source could not be reached and the cached copy (cached) is to be served as is.
+func (c *Cache) validate(ctx context.Context, url string) (info source.Info, ok bool, err error) {
+	cached, have := c.cachedVersion(url)
+	if !have {
+		info, err = c.up.Stat(ctx, url)
+		return info, err == nil, err
+	}
+	if c.opts.OfflineFor > 0 && time.Now().UnixNano() < c.offlineUntil.Load() {
+		c.n.unvalidated.Add(1)
+		return cached, false, nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, c.opts.StatTimeout)
+	info, err = c.up.Stat(sctx, url)
+	cancel()
+	switch {
+	case err == nil:
+		if info.Size != cached.Size || info.Version != cached.Version {
+			c.n.stale.Add(1)
+			c.drop(url)
+		}
+		return info, true, nil
+	case unreachable(ctx, err):
+		if c.opts.OfflineFor > 0 {
+			c.offlineUntil.Store(time.Now().Add(c.opts.OfflineFor).UnixNano())
+		}
+		c.opts.Logf("cache: serving cached %s without validation: %v", url, err)
+		c.n.unvalidated.Add(1)
+		return cached, false, nil
+	case errors.Is(err, source.ErrNotFound):
+		c.drop(url)
+	}
+	return info, false, err
+}
+
+// drop removes every cached copy of url (files of entries being read go when their
+// last reader closes).
+func (c *Cache) drop(url string) {
+	c.mu.Lock()
+	var victims []*diskEntry
+	for _, m := range c.mem {
+		m.remove(url)
+	}
+	if c.disk != nil {
+		if e, ok := c.disk.lru.Peek(url); ok {
+			victims = c.disk.remove(e)
+		}
+	}
+	c.mu.Unlock()
+	c.reap(victims)
+}
+
+// open serves url. It re-checks the tiers after a corrupt entry is dropped, once.
+func (c *Cache) open(ctx context.Context, url string, node int, attempt int) (io.ReadCloser, how, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, &source.Error{Op: "open", URL: url, Err: err}
+	}
+	info, validated, err := c.validate(ctx, url)
+	if err != nil {
+		return nil, 0, err
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, 0, &source.Error{Op: "open", URL: url, Err: ErrClosed}
+	}
+	if me := c.memLookup(url, node, info); me != nil {
+		me.refs++
+		c.mu.Unlock()
+		c.n.memHits.Add(1)
+		return &memReader{Reader: bytes.NewReader(me.data), c: c, e: me}, fromMemory, nil
+	}
+	if c.disk != nil {
+		if de, ok := c.disk.lru.Get(url); ok && de.matches(info) {
+			de.refs++
+			c.mu.Unlock()
+			r, err := c.openDisk(de, node)
+			if errors.Is(err, ErrCorrupt) && attempt == 0 {
+				c.opts.Logf("cache: %s: %v; fetching it again", url, err)
+				return c.open(ctx, url, node, attempt+1)
+			}
+			if err != nil {
+				return nil, 0, err
+			}
+			c.n.diskHits.Add(1)
+			return r, fromDisk, nil
+		}
+	}
+	if !validated {
+		// The source is unreachable and nothing matching is cached any more.
+		c.mu.Unlock()
+		r, err := c.up.Open(ctx, url)
+		return r, fromSource, err
+	}
+	if f := c.fills[url]; f != nil && f.info.Version == info.Version && f.info.Size == info.Size {
+		f.readers++
+		f.fileRefs++
+		c.mu.Unlock()
+		c.n.joined.Add(1)
+		return &fillReader{ctx: ctx, f: f}, fromJoin, nil
+	}
+	if (c.disk == nil && c.mem == nil) || info.Size < 0 {
+		// No tier, or a size the source cannot tell: nothing to reserve.
+		c.mu.Unlock()
+		c.n.bypassed.Add(1)
+		r, err := c.up.Open(ctx, url)
+		return r, fromSource, err
+	}
+	f := &fill{c: c, url: url, info: info, node: node, readers: 1, fileRefs: 2, wake: make(chan struct{})}
+	if _, busy := c.fills[url]; !busy {
+		c.fills[url] = f // an older fill of another version keeps running unregistered
+		f.registered = true
+	}
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go f.run()
+	return &fillReader{ctx: ctx, f: f}, fromFetch, nil
+}
+
+// memLookup returns a memory entry for url matching info, from node's tier or
+// another node's. Called with c.mu held.
+func (c *Cache) memLookup(url string, node int, info source.Info) *memEntry {
+	if c.mem == nil {
+		return nil
+	}
+	if e, ok := c.mem[node].lru.Get(url); ok && e.matches(info) {
+		return e
+	}
+	for i, m := range c.mem {
+		if i == node {
+			continue
+		}
+		if e, ok := m.lru.Peek(url); ok && e.matches(info) {
+			return e
+		}
+	}
+	return nil
+}
+
+// openDisk serves a disk entry the caller holds a reference on: into the memory tier
+// of node when it fits, else straight from the file. The first open in this process
+// verifies the checksum; a mismatch drops the entry and returns ErrCorrupt.
+func (c *Cache) openDisk(de *diskEntry, node int) (io.ReadCloser, error) {
+	if c.mem != nil {
+		key := "mem:" + de.name
+		v, err, _ := c.loads.Do(key, func() (any, error) { return c.loadToMemory(de, node) })
+		if err != nil {
+			c.release(de)
+			if errors.Is(err, ErrCorrupt) {
+				c.n.corrupt.Add(1)
+				c.drop(de.meta.URL)
+			}
+			return nil, err
+		}
+		if me, _ := v.(*memEntry); me != nil {
+			c.mu.Lock()
+			if !me.gone {
+				me.refs++
+				c.mu.Unlock()
+				c.release(de)
+				return &memReader{Reader: bytes.NewReader(me.data), c: c, e: me}, nil
+			}
+			c.mu.Unlock()
+		}
+	}
+	if !de.isVerified() {
+		_, err, _ := c.loads.Do("verify:"+de.name, func() (any, error) {
+			if de.isVerified() {
+				return nil, nil
+			}
+			if err := c.disk.verify(de); err != nil {
+				return nil, err
+			}
+			de.setVerified()
+			return nil, nil
+		})
+		if err != nil {
+			c.release(de)
+			if errors.Is(err, ErrCorrupt) {
+				c.n.corrupt.Add(1)
+				c.drop(de.meta.URL)
+			}
+			return nil, err
+		}
+	}
+	fh, err := os.Open(c.disk.dataPath(de.name))
+	if err != nil {
+		c.release(de)
+		c.drop(de.meta.URL)
+		return nil, &source.Error{Op: "open", URL: de.meta.URL, Err: fmt.Errorf("%w: %v", ErrCorrupt, err)}
+	}
+	c.disk.touch(de)
+	return &diskReader{SectionReader: io.NewSectionReader(fh, 0, de.meta.Size), fh: fh, c: c, e: de}, nil
+}
+
+// loadToMemory reads a disk entry into a new buffer of node's memory tier, verifying
+// its checksum. It returns a nil entry when the tier has no room.
+func (c *Cache) loadToMemory(de *diskEntry, node int) (any, error) {
+	m := c.mem[node]
+	size := de.meta.Size
+	c.mu.Lock()
+	if e, ok := m.lru.Peek(de.meta.URL); ok && e.version == de.meta.Version && int64(len(e.data)) == size {
+		c.mu.Unlock()
+		return e, nil
+	}
+	ok := m.reserve(size, &c.n)
+	c.mu.Unlock()
+	if !ok {
+		return nil, nil
+	}
+	buf := c.alloc(size, node)
+	if err := c.disk.readVerified(de, buf); err != nil {
+		c.mu.Lock()
+		m.used -= size
+		c.mu.Unlock()
+		return nil, err
+	}
+	de.setVerified()
+	c.mu.Lock()
+	e := m.insert(de.meta.URL, de.meta.Version, buf)
+	c.mu.Unlock()
+	c.disk.touch(de)
+	return e, nil
+}
+
+// alloc returns a buffer for node's memory tier, bound to the node when
+// Options.BindMemory is set.
+func (c *Cache) alloc(size int64, node int) []byte {
+	buf := make([]byte, size)
+	if c.opts.BindMemory != nil && size > 0 {
+		if err := c.opts.BindMemory(buf, node); err != nil {
+			c.opts.Logf("cache: binding %d bytes to node %d: %v (using them unbound)", size, node, err)
+		}
+	}
+	return buf
+}
+
+// release drops a reference on a disk entry, deleting its files if it was removed
+// from the index while it was read.
+func (c *Cache) release(de *diskEntry) {
+	c.mu.Lock()
+	de.refs--
+	var victims []*diskEntry
+	if de.refs == 0 && de.gone {
+		victims = []*diskEntry{de}
+	}
+	c.mu.Unlock()
+	c.reap(victims)
+}
+
+// reap deletes the files of removed entries and gives their bytes back to the budget.
+func (c *Cache) reap(victims []*diskEntry) {
+	if len(victims) == 0 {
+		return
+	}
+	var freed int64
+	for _, e := range victims {
+		c.disk.removeFiles(e.name)
+		freed += e.bytes
+	}
+	c.mu.Lock()
+	c.disk.used -= freed
+	c.mu.Unlock()
+}
+
+// memReader streams a memory entry.
+type memReader struct {
+	*bytes.Reader
+	c    *Cache
+	e    *memEntry
+	once sync.Once
+}
+
+func (r *memReader) Close() error {
+	r.once.Do(func() {
+		r.c.mu.Lock()
+		r.e.unref()
+		r.c.mu.Unlock()
+	})
+	return nil
+}
+
+// diskReader streams a disk entry.
+type diskReader struct {
+	*io.SectionReader
+	fh   *os.File
+	c    *Cache
+	e    *diskEntry
+	once sync.Once
+}
+
+func (r *diskReader) Close() error {
+	var err error
+	r.once.Do(func() {
+		err = r.fh.Close()
+		r.c.release(r.e)
+	})
+	return err
+}
+
+// Wrap returns a Cache in front of reg and a registry that serves each of reg's
+// schemes through it, except the schemes listed in uncached, which go to reg's own
+// Source (for instance "file": local files gain nothing from a disk copy). Schemes
+// registered in reg later are not in the returned registry.
+func Wrap(opts Options, reg *source.Registry, uncached ...string) (*source.Registry, *Cache, error) {
+	c, err := New(opts, reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	skip := map[string]bool{}
+	for _, s := range uncached {
+		skip[strings.ToLower(s)] = true
+	}
+	out := &source.Registry{}
+	for _, scheme := range reg.Schemes() {
+		if skip[scheme] {
+			src, _ := reg.Lookup(scheme + "://x")
+			out.Register(scheme, src)
+			continue
+		}
+		out.Register(scheme, c)
+	}
+	return out, c, nil
+}

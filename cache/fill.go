@@ -1,0 +1,390 @@
+package cache
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/shardload/shardload/source"
+)
+
+// fill states.
+const (
+	pending   = iota // space not reserved yet
+	streaming        // bytes are going to fh or buf
+	bypass           // no room: each reader reads the source itself
+)
+
+// fillChunk is how many bytes a fetch reads from the source at a time; readers are
+// woken after each.
+const fillChunk = 1 << 20
+
+// fill is one fetch of an object into the cache, readable while it runs.
+type fill struct {
+	c          *Cache
+	url        string
+	info       source.Info
+	node       int
+	registered bool // in c.fills
+
+	// Guarded by c.mu.
+	readers  int        // open fillReaders
+	fileRefs int        // fillReaders + the fetch itself: fh closes at 0
+	diskEnt  *diskEntry // committed entry; readers release it on close
+	memEnt   *memEntry
+
+	mu    sync.Mutex
+	state int
+	fh    *os.File // disk tier: the temporary file
+	buf   []byte   // memory tier only: the entry's buffer
+	n     int64    // bytes written and readable
+	done  bool
+	err   error
+	wake  chan struct{} // closed and replaced whenever the fields above change
+}
+
+// set changes the fill's state under f.mu and wakes its readers.
+func (f *fill) set(fn func()) {
+	f.mu.Lock()
+	fn()
+	close(f.wake)
+	f.wake = make(chan struct{})
+	f.mu.Unlock()
+}
+
+// run fetches the object, commits it, and ends the fill.
+func (f *fill) run() {
+	c := f.c
+	defer c.wg.Done()
+	err := f.fetch()
+	if err != nil {
+		c.n.failed.Add(1)
+		c.mu.Lock()
+		f.unregister()
+		c.mu.Unlock()
+	}
+	c.mu.Lock()
+	f.fileRefs--
+	last := f.fileRefs == 0
+	c.mu.Unlock()
+	if last && f.fh != nil {
+		f.fh.Close()
+	}
+	f.set(func() { f.done, f.err = true, err })
+}
+
+// unregister takes f out of the in-flight map. Called with c.mu held.
+func (f *fill) unregister() {
+	if f.registered && f.c.fills[f.url] == f {
+		delete(f.c.fills, f.url)
+	}
+	f.registered = false
+}
+
+// fetch reserves space, streams the object into it, and commits the entry. Without
+// room it switches the fill to bypass and returns nil.
+func (f *fill) fetch() error {
+	c := f.c
+	size := f.info.Size
+	var (
+		name, metaTmp string
+		mb            []byte
+		reserved      int64
+	)
+	fetched := time.Now().UTC()
+	if c.disk != nil {
+		name = newName(f.url)
+		m := meta{Format: metaFormat, URL: f.url, Version: f.info.Version, Size: size, XXH64: "0000000000000000", Fetched: fetched}
+		mb, _ = json.Marshal(m)
+		mb = append(mb, '\n')
+		if len(mb) > maxMetaBytes || !f.reserveDisk(size+int64(len(mb))) {
+			return f.bypass()
+		}
+		reserved = size + int64(len(mb))
+		fh, err := os.OpenFile(c.disk.tmpData(name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			c.opts.Logf("cache: %v (reading %s without caching)", err, f.url)
+			f.unreserve(reserved)
+			return f.bypass()
+		}
+		f.set(func() { f.state, f.fh = streaming, fh })
+	} else {
+		m := c.mem[f.node]
+		c.mu.Lock()
+		ok := m.reserve(size, &c.n)
+		c.mu.Unlock()
+		if !ok {
+			return f.bypass()
+		}
+		buf := c.alloc(size, f.node)
+		f.set(func() { f.state, f.buf = streaming, buf })
+	}
+	c.n.fetches.Add(1)
+
+	fail := func(err error) error {
+		if f.fh != nil {
+			c.disk.removePath(c.disk.tmpData(name))
+			if metaTmp != "" {
+				c.disk.removePath(metaTmp)
+			}
+			f.unreserve(reserved)
+		} else {
+			c.mu.Lock()
+			c.mem[f.node].used -= size
+			c.mu.Unlock()
+		}
+		return err
+	}
+	h := xxhash.New()
+	n, err := f.copyFrom(h)
+	if err != nil {
+		return fail(err)
+	}
+	if n != size {
+		return fail(&source.Error{Op: "read", URL: f.url, Err: fmt.Errorf("%w: read %d bytes, the source said %d", ErrChanged, n, size)})
+	}
+	sum := fmt.Sprintf("%016x", h.Sum64())
+	if f.fh == nil {
+		c.mu.Lock()
+		f.memEnt = c.mem[f.node].insert(f.url, f.info.Version, f.buf)
+		f.memEnt.refs = f.readers
+		f.unregister()
+		c.mu.Unlock()
+		return nil
+	}
+
+	// Disk: make the data durable, check it, then the meta, then rename both.
+	d := c.disk
+	m := meta{Format: metaFormat, URL: f.url, Version: f.info.Version, Size: size, XXH64: sum, Fetched: fetched}
+	mb, _ = json.Marshal(m)
+	mb = append(mb, '\n')
+	wrap := func(op string, err error) error {
+		return fail(&source.Error{Op: op, URL: f.url, Err: fmt.Errorf("cache: %w", err)})
+	}
+	if err := f.fh.Sync(); err != nil {
+		return wrap("sync", err)
+	}
+	if err := checkFile(f.fh, m, d.tmpData(name)); err != nil {
+		return fail(err)
+	}
+	metaTmp = d.tmpMeta(name)
+	if err := writeFileSync(metaTmp, mb); err != nil {
+		return wrap("write", err)
+	}
+	if err := os.Rename(d.tmpData(name), d.dataPath(name)); err != nil {
+		return wrap("rename", err)
+	}
+	if err := os.Rename(metaTmp, d.metaPath(name)); err != nil {
+		d.removePath(d.dataPath(name))
+		return wrap("rename", err)
+	}
+	if err := d.syncDir(); err != nil {
+		c.opts.Logf("cache: syncing %s: %v", d.root, err)
+	}
+	e := &diskEntry{name: name, meta: m, bytes: size + int64(len(mb))}
+	e.setVerified()
+	c.mu.Lock()
+	var victims []*diskEntry
+	if old, ok := d.lru.Peek(f.url); ok {
+		victims = d.remove(old)
+	}
+	d.used += e.bytes - reserved
+	e.refs = f.readers
+	d.lru.Add(f.url, e)
+	f.diskEnt = e
+	f.unregister()
+	c.mu.Unlock()
+	c.reap(victims)
+	return nil
+}
+
+// copyFrom streams the object from the source into the fill, hashing it, and
+// publishes each chunk to the readers.
+func (f *fill) copyFrom(h io.Writer) (int64, error) {
+	c := f.c
+	body, err := c.up.Open(c.ctx, f.url)
+	if err != nil {
+		return 0, err
+	}
+	defer body.Close()
+	size := f.info.Size
+	var chunk []byte
+	if f.fh != nil {
+		chunk = make([]byte, fillChunk)
+	}
+	var n int64
+	for {
+		var p []byte
+		if f.fh != nil {
+			p = chunk
+		} else {
+			if n == size {
+				// Read one more byte to see the end (or that the object grew).
+				p = make([]byte, 1)
+			} else {
+				p = f.buf[n:min(n+fillChunk, size)]
+			}
+		}
+		k, rerr := body.Read(p)
+		if k > 0 {
+			if n+int64(k) > size {
+				return n, &source.Error{Op: "read", URL: f.url, Err: fmt.Errorf("%w: more than the %d bytes the source said", ErrChanged, size)}
+			}
+			if f.fh != nil {
+				if _, err := f.fh.WriteAt(p[:k], n); err != nil {
+					return n, &source.Error{Op: "write", URL: f.url, Err: fmt.Errorf("cache: %w", err)}
+				}
+			}
+			h.Write(p[:k])
+			n += int64(k)
+			f.set(func() { f.n = n })
+		}
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
+}
+
+// bypass makes every reader of f read the source itself.
+func (f *fill) bypass() error {
+	c := f.c
+	c.mu.Lock()
+	f.unregister()
+	c.mu.Unlock()
+	f.set(func() { f.state = bypass })
+	return nil
+}
+
+func (f *fill) reserveDisk(n int64) bool {
+	c := f.c
+	c.mu.Lock()
+	victims, ok := c.disk.reserve(n, &c.n)
+	c.mu.Unlock()
+	c.reap(victims)
+	return ok
+}
+
+func (f *fill) unreserve(n int64) {
+	f.c.mu.Lock()
+	f.c.disk.used -= n
+	f.c.mu.Unlock()
+}
+
+// writeFileSync writes a new file with mode 0600 and fsyncs it.
+func writeFileSync(path string, b []byte) error {
+	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = fh.Write(b)
+	if err == nil {
+		err = fh.Sync()
+	}
+	if cerr := fh.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// fillReader reads a fill as it grows, or the source itself when the fill had no
+// room.
+type fillReader struct {
+	ctx    context.Context
+	f      *fill
+	off    int64
+	up     io.ReadCloser // bypass: the reader's own stream from the source
+	closed bool
+}
+
+func (r *fillReader) Read(p []byte) (int, error) {
+	if r.closed {
+		return 0, errors.New("cache: read after close")
+	}
+	if r.up != nil {
+		return r.up.Read(p)
+	}
+	f := r.f
+	for {
+		f.mu.Lock()
+		state, n, done, err, wake, fh, buf := f.state, f.n, f.done, f.err, f.wake, f.fh, f.buf
+		f.mu.Unlock()
+		switch {
+		case state == bypass:
+			f.c.n.bypassed.Add(1)
+			up, err := f.c.up.Open(r.ctx, f.url)
+			if err != nil {
+				return 0, err
+			}
+			r.up = up
+			return up.Read(p)
+		case r.off < n:
+			k := int(min(int64(len(p)), n-r.off))
+			if fh != nil {
+				k, err = fh.ReadAt(p[:k], r.off)
+				if err != nil && err != io.EOF {
+					return k, &source.Error{Op: "read", URL: f.url, Err: fmt.Errorf("cache: %w", err)}
+				}
+			} else {
+				copy(p, buf[r.off:r.off+int64(k)])
+			}
+			r.off += int64(k)
+			return k, nil
+		case done && err != nil:
+			return 0, err
+		case done:
+			return 0, io.EOF
+		}
+		select {
+		case <-wake:
+		case <-r.ctx.Done():
+			return 0, &source.Error{Op: "read", URL: f.url, Err: r.ctx.Err()}
+		}
+	}
+}
+
+func (r *fillReader) Close() error {
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	var err error
+	if r.up != nil {
+		err = r.up.Close()
+	}
+	f, c := r.f, r.f.c
+	c.mu.Lock()
+	f.readers--
+	f.fileRefs--
+	last := f.fileRefs == 0
+	var victims []*diskEntry
+	if e := f.diskEnt; e != nil {
+		e.refs--
+		if e.refs == 0 && e.gone {
+			victims = append(victims, e)
+		}
+	}
+	if e := f.memEnt; e != nil {
+		e.unref()
+	}
+	c.mu.Unlock()
+	c.reap(victims)
+	if last {
+		f.mu.Lock()
+		fh := f.fh
+		f.mu.Unlock()
+		if fh != nil {
+			fh.Close()
+		}
+	}
+	return err
+}

@@ -1,0 +1,29 @@
+package cache
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+)
+
+// FuzzParseMeta feeds the meta parser arbitrary files: it must not panic, and what it
+// accepts must name an object that hashes to the file's name and have a sane size and
+// checksum.
+func FuzzParseMeta(f *testing.F) {
+	url := "s3://bucket/train-000000.tar"
+	good, _ := json.Marshal(meta{Format: metaFormat, URL: url, Version: `"abc"`, Size: 1234, XXH64: "0123456789abcdef", Fetched: time.Unix(1, 0).UTC()})
+	f.Add(good)
+	f.Add([]byte(`{"format":1,"url":"s3://bucket/train-000000.tar","size":-1,"xxh64":"0123456789abcdef"}`))
+	f.Add([]byte(`{"format":1}{}`))
+	f.Add([]byte(""))
+	hash := hashURL(url)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := parseMeta(b, hash)
+		if err != nil {
+			return
+		}
+		if hashURL(m.URL) != hash || m.Size < 0 || len(m.XXH64) != 16 || m.Format != metaFormat {
+			t.Fatalf("accepted %q as %+v", b, m)
+		}
+	})
+}
