@@ -38,6 +38,8 @@ test: deps tools lint
 	$(GO) test -run '^$$' -fuzz '^FuzzTarReader$$' -fuzztime 15s ./shard/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNPY$$' -fuzztime 10s ./decode/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCPUList$$' -fuzztime 10s ./numa/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseContentRange$$' -fuzztime 10s ./source/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseMeta$$' -fuzztime 10s ./cache/
 
 tools:
 	scripts/tools.sh

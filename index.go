@@ -30,6 +30,9 @@ func Count(ctx context.Context, cfg Config) ([]shard.Info, error) {
 	if err != nil {
 		return nil, err
 	}
+	if urls, err = cfg.Sources.Expand(ctx, urls); err != nil {
+		return nil, err
+	}
 	if cfg.Index != "" {
 		return readIndex(ctx, cfg, urls)
 	}

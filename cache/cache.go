@@ -661,3 +661,28 @@ func Wrap(opts Options, reg *source.Registry, uncached ...string) (*source.Regis
 	}
 	return out, c, nil
 }
+
+// List lists the objects under prefix through the upstream source, so that listing
+// URLs (a trailing slash, a glob) expand the same with and without the cache.
+// Listings are not cached. It fails with source.ErrNotLister when the upstream
+// cannot list.
+func (c *Cache) List(ctx context.Context, prefix string, fn func(source.Info) error) error {
+	up := c.up
+	if reg, ok := up.(*source.Registry); ok {
+		src, err := reg.Lookup(prefix)
+		if err != nil {
+			return err
+		}
+		up = src
+	}
+	l, ok := up.(source.Lister)
+	if f, isFetcher := up.(*source.Fetcher); isFetcher {
+		_, ok = f.Source().(source.Lister)
+	}
+	if !ok {
+		return &source.Error{Op: "list", URL: prefix, Err: source.ErrNotLister}
+	}
+	return l.List(ctx, prefix, fn)
+}
+
+var _ source.Lister = (*Cache)(nil)

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -768,5 +769,35 @@ func TestPlanAndWarm(t *testing.T) {
 	p3, err := small.Plan(t.Context(), urls, 0)
 	if err != nil || p3.Fits {
 		t.Errorf("plan for a small budget: %+v, %v; want it not to fit", p3, err)
+	}
+}
+
+// Listing URLs expand through a wrapped registry as through the bare one, and a
+// scheme whose source cannot list says so.
+func TestWrappedRegistryLists(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"train-1.tar", "train-2.tar", "eval-1.tar"} {
+		os.WriteFile(filepath.Join(dir, n), []byte(n), 0o600)
+	}
+	reg := &source.Registry{}
+	// Listed through the cache here (not left uncached), to exercise Cache.List.
+	reg.Register("file", &source.File{})
+	reg.Register("mem", newFake())
+	out, c, err := Wrap(Options{MemoryBytes: 1 << 20}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pattern := "file://" + dir + "/train-*.tar"
+	want, err := reg.Expand(context.Background(), []string{pattern})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := out.Expand(context.Background(), []string{pattern})
+	if err != nil || !slices.Equal(got, want) || len(got) != 2 {
+		t.Fatalf("through the cache: %v %v, bare: %v", got, err, want)
+	}
+	if _, err := out.Expand(context.Background(), []string{"mem://b/train-*.tar"}); !errors.Is(err, source.ErrNotLister) {
+		t.Errorf("listing a source that cannot list: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the servers the tests run against, at pinned versions, from the Go module
-# proxy into a per-user cache, skipping those already there.
+# Builds the servers the tests run against (MinIO for S3, fake-gcs-server for GCS), at
+# pinned versions, from the Go module proxy into a per-user cache, skipping those
+# already there.
 #
 #   scripts/tools.sh              build every tool that is missing
 #   scripts/tools.sh path NAME    print where tool NAME lives (built or not)
@@ -11,6 +12,7 @@
 set -euo pipefail
 
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
+FAKE_GCS_VERSION=v1.56.1
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/shardload/tools"
 tmp=
@@ -19,7 +21,8 @@ tmp=
 tool() {
 	case $1 in
 	minio) pkg=github.com/minio/minio version=$MINIO_VERSION ;;
-	*) echo "tools.sh: unknown tool: $1 (known: minio)" >&2; exit 2 ;;
+	fake-gcs-server) pkg=github.com/fsouza/fake-gcs-server version=$FAKE_GCS_VERSION ;;
+	*) echo "tools.sh: unknown tool: $1 (known: minio fake-gcs-server)" >&2; exit 2 ;;
 	esac
 }
 
@@ -51,7 +54,7 @@ build() {
 }
 
 case ${1:-} in
-"") build minio ;;
+"") build minio && build fake-gcs-server ;;
 path)
 	[[ $# -eq 2 ]] || { echo "usage: $0 path NAME" >&2; exit 2; }
 	path "$2"

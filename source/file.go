@@ -177,3 +177,57 @@ func (s *fileStream) Seek(off int64, whence int) (int64, error) {
 }
 
 func (s *fileStream) Close() error { return s.c.Close() }
+
+var (
+	_ Lister        = (*File)(nil)
+	_ VersionReader = (*File)(nil)
+)
+
+// OpenVersion is OpenRange, failing with ErrChanged when the file's size or
+// modification time is no longer the one of version.
+func (f *File) OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
+	info, err := f.Stat(ctx, url)
+	if err != nil {
+		return nil, &Error{Op: "open", URL: url, Err: errors.Unwrap(err)}
+	}
+	if info.Version != version {
+		return nil, &Error{Op: "open", URL: url, Err: fmt.Errorf("%w: version %s, was %s", ErrChanged, info.Version, version)}
+	}
+	return f.OpenRange(ctx, url, off, length)
+}
+
+// List calls fn for the regular files in prefix's directory whose names start with
+// prefix's last component, in name order. URLs keep prefix's form (plain path or
+// file URL).
+func (*File) List(ctx context.Context, prefix string, fn func(Info) error) error {
+	cut := strings.LastIndex(prefix, "/") + 1
+	dirURL, base := prefix[:cut], prefix[cut:]
+	dir := "."
+	if dirURL != "" {
+		p, err := filePath(dirURL)
+		if err != nil {
+			return &Error{Op: "list", URL: prefix, Err: err}
+		}
+		dir = p
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return &Error{Op: "list", URL: prefix, Err: fileErr(err)}
+	}
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return &Error{Op: "list", URL: prefix, Err: err}
+		}
+		if !strings.HasPrefix(e.Name(), base) || !e.Type().IsRegular() {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue // removed since ReadDir
+		}
+		if err := fn(fileInfo(dirURL+e.Name(), fi)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

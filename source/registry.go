@@ -81,12 +81,24 @@ func (r *Registry) Open(ctx context.Context, url string) (io.ReadCloser, error) 
 }
 
 // Default is the registry used by the package-level functions and the command line.
-// It serves "file" (and plain paths) and "s3" out of the box.
+// It serves "file" (and plain paths) with File, and "s3", "gs", "http" and "https"
+// with S3, GCS and HTTP each behind a Fetcher with the default FetchOptions: parallel
+// ranged parts, retries that resume mid-object, pinned to the version first seen.
+// RegisterDefaults(Default, opts) sets other options.
 var Default = &Registry{}
 
-func init() {
-	Default.Register("file", &File{})
-	Default.Register("s3", &S3{})
+func init() { RegisterDefaults(Default, FetchOptions{}) }
+
+// RegisterDefaults registers the built-in backends in r: File for "file", and S3,
+// GCS and HTTP behind a Fetcher with opts for "s3", "gs", "http" and "https",
+// replacing what was registered for those schemes.
+func RegisterDefaults(r *Registry, opts FetchOptions) {
+	r.Register("file", &File{})
+	r.Register("s3", NewFetcher(&S3{}, opts))
+	r.Register("gs", NewFetcher(&GCS{}, opts))
+	web := NewFetcher(&HTTP{}, opts)
+	r.Register("http", web)
+	r.Register("https", web)
 }
 
 // Register makes src serve URLs of scheme in the Default registry.

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -39,6 +40,8 @@ type S3 struct {
 	// Client, if not nil, is used as is instead of a client built from the default
 	// configuration. Set it before first use.
 	Client *s3.Client
+	// ListPageSize is the most keys one ListObjectsV2 page asks for. Default 1000.
+	ListPageSize int32
 
 	once   sync.Once
 	client *s3.Client
@@ -46,8 +49,10 @@ type S3 struct {
 }
 
 var (
-	_ Source      = (*S3)(nil)
-	_ RangeReader = (*S3)(nil)
+	_ Source        = (*S3)(nil)
+	_ RangeReader   = (*S3)(nil)
+	_ VersionReader = (*S3)(nil)
+	_ Lister        = (*S3)(nil)
 )
 
 // PathStyleEnv names the environment variable that, set to true or false, overrides
@@ -89,6 +94,16 @@ func (s *S3) Open(ctx context.Context, url string) (io.ReadCloser, error) {
 // object when length < 0. A range past the end of the object is cut short; one
 // starting at or past the end is an empty stream.
 func (s *S3) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
+	return s.openRange(ctx, url, "", off, length)
+}
+
+// OpenVersion is OpenRange with If-Match on the ETag version: an object that was
+// overwritten fails with an error wrapping ErrChanged.
+func (s *S3) OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
+	return s.openRange(ctx, url, version, off, length)
+}
+
+func (s *S3) openRange(ctx context.Context, url, etag string, off, length int64) (io.ReadCloser, error) {
 	c, bucket, key, err := s.prepare(url)
 	if err == nil && off < 0 {
 		err = fmt.Errorf("source: negative offset %d", off)
@@ -103,7 +118,11 @@ func (s *S3) OpenRange(ctx context.Context, url string, off, length int64) (io.R
 	if length > 0 && off <= (1<<63-1)-length {
 		rng += strconv.FormatInt(off+length-1, 10)
 	}
-	out, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &key, Range: &rng})
+	in := &s3.GetObjectInput{Bucket: &bucket, Key: &key, Range: &rng}
+	if etag != "" {
+		in.IfMatch = &etag
+	}
+	out, err := c.GetObject(ctx, in)
 	if err != nil {
 		var re *smithyhttp.ResponseError
 		if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusRequestedRangeNotSatisfiable {
@@ -112,12 +131,57 @@ func (s *S3) OpenRange(ctx context.Context, url string, off, length int64) (io.R
 		}
 		return nil, &Error{Op: "open", URL: url, Err: s3Err(err)}
 	}
+	if got := aws.ToString(out.ETag); etag != "" && got != "" && got != etag {
+		out.Body.Close() // a store that ignored If-Match
+		return nil, &Error{Op: "open", URL: url, Err: fmt.Errorf("%w: ETag %s, was %s", ErrChanged, got, etag)}
+	}
 	// A server may answer a Range with the whole object (200, no Content-Range).
 	if out.ContentRange == nil && (off > 0 || length > 0 && aws.ToInt64(out.ContentLength) > length) {
 		out.Body.Close()
-		return nil, &Error{Op: "open", URL: url, Err: errors.New("source: server ignored the Range header")}
+		return nil, &Error{Op: "open", URL: url, Err: ErrRangeIgnored}
 	}
 	return newS3Stream(ctx, url, out), nil
+}
+
+// List lists the keys that start with prefix's key and have no "/" after it, one
+// ListObjectsV2 page of ListPageSize keys at a time.
+func (s *S3) List(ctx context.Context, prefix string, fn func(Info) error) error {
+	rest, ok := strings.CutPrefix(prefix, "s3://")
+	if !ok && Scheme(prefix) == "s3" {
+		rest, ok = prefix[len("s3://"):], true
+	}
+	bucket, keyPrefix, _ := strings.Cut(rest, "/")
+	if !ok || bucket == "" {
+		return &Error{Op: "list", URL: prefix, Err: fmt.Errorf("source: not an s3://bucket/prefix URL: %q", prefix)}
+	}
+	c, err := s.s3Client()
+	if err != nil {
+		return &Error{Op: "list", URL: prefix, Err: err}
+	}
+	in := &s3.ListObjectsV2Input{Bucket: &bucket, Prefix: &keyPrefix, Delimiter: aws.String("/")}
+	if s.ListPageSize > 0 {
+		in.MaxKeys = aws.Int32(s.ListPageSize)
+	}
+	base := prefix[:len(prefix)-len(keyPrefix)]
+	pages := s3.NewListObjectsV2Paginator(c, in)
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return &Error{Op: "list", URL: prefix, Err: s3Err(err)}
+		}
+		for _, o := range page.Contents {
+			err := fn(Info{
+				URL:     base + aws.ToString(o.Key),
+				Size:    aws.ToInt64(o.Size),
+				Version: aws.ToString(o.ETag),
+				ModTime: aws.ToTime(o.LastModified),
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // prepare returns the client and the object's bucket and key.
@@ -161,6 +225,8 @@ func newS3Client(ctx context.Context) (*s3.Client, error) {
 		cfg.Region = "us-east-1"
 	}
 	return s3.NewFromConfig(cfg, func(o *s3.Options) {
+		// One attempt per call: the retry policy of a Fetcher is the one in charge.
+		o.Retryer = aws.NopRetryer{}
 		custom := o.BaseEndpoint != nil // resolved from cfg and the environment by now
 		o.UsePathStyle = custom
 		if pathStyle != nil {
@@ -195,6 +261,14 @@ func s3Err(err error) error {
 	case status == http.StatusForbidden, code == "AccessDenied", code == "InvalidAccessKeyId",
 		code == "SignatureDoesNotMatch":
 		return fmt.Errorf("%w: %w", ErrPermission, err)
+	case status == http.StatusPreconditionFailed, code == "PreconditionFailed":
+		return fmt.Errorf("%w: %w", ErrChanged, err)
+	case retryableStatus(status), code == "SlowDown", code == "InternalError", code == "RequestTimeout":
+		var after time.Duration
+		if re != nil && re.Response != nil {
+			after = parseRetryAfter(re.Response.Header, time.Now())
+		}
+		return &StatusError{Status: status, Code: code, RetryAfterHint: after, Err: err}
 	}
 	return err
 }

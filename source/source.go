@@ -18,14 +18,17 @@ import (
 	"time"
 )
 
-// Info describes one object.
+// Info describes one object. Size is -1 when a backend cannot tell (an HTTP server
+// that sends no Content-Length).
 type Info struct {
 	// URL is the object's URL as given to Stat.
 	URL string
 	// Size is the object's length in bytes.
 	Size int64
 	// Version identifies the object's content where the backend knows it: an S3 ETag,
-	// or a file's size and modification time. Empty when unknown.
+	// a GCS generation, an HTTP ETag (or Last-Modified when there is no ETag), or a
+	// file's size and modification time. Empty when unknown. A cache may key on it;
+	// VersionReader pins reads to it.
 	Version string
 	// ModTime is the last modification time, zero when unknown.
 	ModTime time.Time
@@ -68,8 +71,12 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("%s %s: %v", e.Op, e.URL, e.Err)
+	return fmt.Sprintf("%s %s: %v", e.Op, Redact(e.URL), e.Err)
 }
 
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
+
+// ErrRangeIgnored means a server answered a ranged request with the whole object
+// where the backend cannot skip to the offset itself.
+var ErrRangeIgnored = errors.New("source: server ignored the Range header")

@@ -2,12 +2,14 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,6 +19,8 @@ import (
 
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/device"
+	"github.com/shardload/shardload/numa"
 )
 
 var benchCommand = command{
@@ -37,11 +41,16 @@ would wait for data: the share of its time spent waiting after its first batch
 		step := fs.Duration("step-time", 0, "simulated trainer step: hold each batch this long (e.g. 50ms)")
 		asJSON := fs.Bool("json", false, "print one JSON object instead of the report")
 		cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (for go tool pprof)")
+		verify := fs.Bool("verify", false, "read every batch back from the device and compare it with its slab (slow; fails on a difference)")
 		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+			if len(args) == 0 {
+				return fmt.Errorf("%w: no shard URLs given", errUsage)
+			}
 			cfg, err := lf.config(args, stderr)
 			if err != nil {
 				return err
 			}
+			placement := lf.place(&cfg, stderr)
 			if *cpuProfile != "" {
 				f, err := os.Create(*cpuProfile)
 				if err != nil {
@@ -53,10 +62,11 @@ would wait for data: the share of its time spent waiting after its first batch
 				}
 				defer pprof.StopCPUProfile()
 			}
-			res, err := bench(ctx, cfg, *epochs, *batches, *step)
+			res, err := bench(ctx, cfg, *epochs, *batches, *step, *verify)
 			if err != nil {
 				return err
 			}
+			res.Device.Placement = placement
 			if *asJSON {
 				enc := json.NewEncoder(stdout)
 				return enc.Encode(res)
@@ -87,6 +97,9 @@ type loaderFlags struct {
 	onError       string
 	errorBudget   float64
 	index         string
+	device        string
+	gpu           int
+	numa          bool
 }
 
 func (lf *loaderFlags) register(fs *pflag.FlagSet) {
@@ -111,16 +124,21 @@ func (lf *loaderFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&lf.onError, "on-error", "fail", "bad samples and shards: fail, or skip (each logged, counted, within --error-budget)")
 	fs.Float64Var(&lf.errorBudget, "error-budget", 0.01, "fraction of samples or shards --on-error=skip may leave out before failing")
 	fs.StringVar(&lf.index, "index", "", `file or URL of JSON lines {"url","samples"} (from "shardload ls --summary --json"); without it the shards are counted first`)
+	fs.StringVar(&lf.device, "device", "host", "device-copy stage: host (batches stay in pinned slabs), cuda (copy each batch to --gpu; fails without a driver) or auto (cuda when there is a GPU)")
+	fs.IntVar(&lf.gpu, "gpu", 0, "this rank's GPU: the CUDA device the cuda stage copies to, and the GPU whose NUMA node --numa places the loader on")
+	fs.BoolVar(&lf.numa, "numa", true, "place the loader on --gpu's NUMA node: its threads on that node's CPUs, its slabs in that node's memory (nothing to do on one node)")
 	lf.rf.register(fs)
 }
 
+// config returns the pipeline's settings for urls; callers check that there are some.
 func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config, error) {
-	if len(urls) == 0 {
-		return shardload.Config{}, fmt.Errorf("%w: no shard URLs given", errUsage)
-	}
 	policy, err := shardload.ParsePolicy(lf.onError)
 	if err != nil {
 		return shardload.Config{}, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	kind, err := device.ParseKind(lf.device)
+	if err != nil {
+		return shardload.Config{}, fmt.Errorf("%w: --device: %v", errUsage, err)
 	}
 	var fields []decode.Field
 	for _, spec := range lf.fields {
@@ -139,8 +157,38 @@ func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config
 		NoShuffle: lf.noShuffle, ShuffleBuffer: lf.shuffleBuffer, ShuffleBytes: int64(lf.shuffleBytes),
 		OpenShards: lf.openShards, Workers: lf.workers, QueueBytes: int64(lf.queueBytes),
 		MaxMemberSize: int64(lf.rf.maxMember), Slabs: lf.slabs, SlabBytes: int64(lf.slabBytes),
-		OnError: policy, ErrorBudget: lf.errorBudget, Logf: logf,
+		OnError: policy, ErrorBudget: lf.errorBudget, Logf: logf, Sources: lf.rf.sources(),
+		Device: device.Options{Kind: kind, GPU: lf.gpu, Logf: logf},
 	}, nil
+}
+
+// place applies --numa: it reads the topology, restricts the process's threads to
+// --gpu's node's CPUs and makes cfg bind the slabs to that node's memory, warning on
+// stderr where the system forbids it. It returns the plan's one line ("" with
+// --numa=false).
+func (lf *loaderFlags) place(cfg *shardload.Config, stderr io.Writer) string {
+	if !lf.numa {
+		return ""
+	}
+	topo, err := numa.Read("")
+	if err != nil {
+		fmt.Fprintf(stderr, "shardload: warning: NUMA placement skipped: %v\n", err)
+		return ""
+	}
+	plan, err := topo.Place(lf.gpu)
+	if err != nil {
+		fmt.Fprintf(stderr, "shardload: warning: NUMA placement skipped: %v\n", err)
+		return ""
+	}
+	if !plan.Placed() {
+		return plan.Reason
+	}
+	if err := numa.SetProcessAffinity(plan.CPUs); err != nil {
+		fmt.Fprintf(stderr, "shardload: warning: threads not placed: %v\n", err)
+	}
+	node := plan.Node
+	cfg.BindSlabs = func(mem []byte) error { return numa.Bind(mem, node) }
+	return plan.Reason
 }
 
 // benchResult is what bench reports; its JSON form is stable for scripts.
@@ -167,10 +215,70 @@ type benchResult struct {
 	Bottleneck      string             `json:"bottleneck"`
 	MemoryBudget    int64              `json:"memory_budget_bytes"`
 	SlabsPageLocked bool               `json:"slabs_page_locked"`
+	Device          deviceResult       `json:"device"`
 	trainerSeconds  float64
 }
 
-func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, step time.Duration) (*benchResult, error) {
+// deviceResult is the device-copy stage's part of the report.
+type deviceResult struct {
+	Kind        string  `json:"kind"`
+	Name        string  `json:"name"`
+	Placement   string  `json:"placement,omitempty"`
+	Copies      int64   `json:"copies"`
+	Bytes       int64   `json:"bytes"`
+	CopySeconds float64 `json:"copy_seconds"`
+	GBPerSec    float64 `json:"gb_per_sec"`
+	WaitSeconds float64 `json:"wait_seconds"`
+	// Overlap is the share of copy time the trainer did not wait for; Overlapped
+	// says whether copies hid behind a --step-time step (at least 90% of it).
+	Overlap    float64 `json:"overlap"`
+	Overlapped bool    `json:"overlapped"`
+	Verified   int64   `json:"verified_batches"`
+}
+
+func (d *deviceResult) add(l *shardload.Loader) {
+	st := l.DeviceStats()
+	d.Kind, d.Name = string(st.Kind), l.Device().String()
+	d.Copies += st.Copies
+	d.Bytes += st.Bytes
+	d.CopySeconds += st.CopyTime.Seconds()
+	d.WaitSeconds += st.WaitTime.Seconds()
+}
+
+func (d *deviceResult) finish(step time.Duration) {
+	st := device.Stats{Bytes: d.Bytes, CopyTime: time.Duration(d.CopySeconds * float64(time.Second)),
+		WaitTime: time.Duration(d.WaitSeconds * float64(time.Second))}
+	d.GBPerSec, d.Overlap = st.GBPerSec(), st.Overlap()
+	d.Overlapped = step > 0 && d.CopySeconds > 0 && d.Overlap >= 0.9
+}
+
+// verifyBatch reads b back from the device and compares it with its slab.
+func verifyBatch(ctx context.Context, b *shardload.Batch, buf []byte) ([]byte, error) {
+	tr := b.Transfer()
+	buf = slices.Grow(buf[:0], tr.Len())[:tr.Len()]
+	if err := tr.ReadBack(ctx, buf); err != nil {
+		return buf, err
+	}
+	if i := mismatch(buf, b.Data()[:b.Used]); i >= 0 {
+		return buf, fmt.Errorf("--verify: batch %d: byte %d of %d on the device differs from the slab's", b.Seq, i, tr.Len())
+	}
+	return buf, nil
+}
+
+// mismatch returns the first index where a and b differ, -1 if none.
+func mismatch(a, b []byte) int {
+	if bytes.Equal(a, b) {
+		return -1
+	}
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, step time.Duration, verify bool) (*benchResult, error) {
 	start := time.Now()
 	infos, err := shardload.Count(ctx, cfg)
 	if err != nil {
@@ -182,6 +290,7 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 	var firstBatch time.Duration
 	var consumed, samples int64     // batches and samples the trainer took
 	var trainer, wait time.Duration // the simulated trainer: computing, and waiting after its first batch
+	var readBack []byte
 	for e := 0; e < max(epochs, 1); e++ {
 		ecfg := cfg
 		ecfg.Epoch = cfg.Epoch + e
@@ -203,8 +312,25 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 				l.Close()
 				return nil, err
 			}
-			if firstBatch == 0 {
+			// The trainer waits for the batch to be on the device before its step.
+			tw := time.Now()
+			if err := b.Transfer().Wait(ctx); err != nil {
+				b.Release()
+				l.Close()
+				return nil, err
+			}
+			if firstBatch > 0 {
+				wait += time.Since(tw)
+			} else {
 				firstBatch = time.Since(start)
+			}
+			if verify {
+				if readBack, err = verifyBatch(ctx, b, readBack); err != nil {
+					b.Release()
+					l.Close()
+					return nil, err
+				}
+				res.Device.Verified++
 			}
 			if step > 0 {
 				t0 := time.Now()
@@ -218,8 +344,11 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 				break
 			}
 		}
-		l.Close() // producers cut short by --batches add their byte counts as they stop
+		if err := l.Close(); err != nil { // producers cut short by --batches add their byte counts as they stop
+			return nil, err
+		}
 		res.add(l.Stats())
+		res.Device.add(l)
 		if maxBatches > 0 && consumed >= int64(maxBatches) {
 			break
 		}
@@ -235,6 +364,7 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 	if w := wait.Seconds(); w+res.trainerSeconds > 0 {
 		res.WaitFraction = w / (w + res.trainerSeconds)
 	}
+	res.Device.finish(step)
 	res.PeakRSS = peakRSS()
 	res.Bottleneck = res.bottleneck()
 	return res, nil
@@ -304,6 +434,24 @@ func (r *benchResult) report(w io.Writer) error {
 	if r.StepSeconds > 0 {
 		fmt.Fprintf(bw, "  trainer step %s: waited %.1f%% of its time (GPU busy %.1f%% as the loader sees it)\n",
 			time.Duration(r.StepSeconds*float64(time.Second)), 100*r.WaitFraction, 100*(1-r.WaitFraction))
+	}
+	d := r.Device
+	if d.Kind == string(device.CUDA) {
+		fmt.Fprintf(bw, "  device %s: %d copies, %.1f MB in %.3fs of copy time: %.2f GB/s host to device",
+			d.Name, d.Copies, float64(d.Bytes)/1e6, d.CopySeconds, d.GBPerSec)
+		if r.StepSeconds > 0 {
+			fmt.Fprintf(bw, "; trainer waited %.3fs for copies, %.0f%% of copy time overlapped the step (overlapped: %v)",
+				d.WaitSeconds, 100*d.Overlap, d.Overlapped)
+		}
+		fmt.Fprintln(bw)
+	} else {
+		fmt.Fprintf(bw, "  device host: %d batches (%.1f MB) left in pinned slabs, no copy\n", d.Copies, float64(d.Bytes)/1e6)
+	}
+	if d.Verified > 0 {
+		fmt.Fprintf(bw, "  verified: %d batches on the device equal their slabs\n", d.Verified)
+	}
+	if d.Placement != "" {
+		fmt.Fprintf(bw, "  placement: %s\n", d.Placement)
 	}
 	fmt.Fprintf(bw, "  bottleneck: %s\n", r.Bottleneck)
 	return bw.Flush()

@@ -9,9 +9,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/shardload/shardload/cache"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 )
@@ -26,7 +29,7 @@ type command struct {
 	setup   func(fs *pflag.FlagSet) func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
-var commands = []command{lsCommand, catCommand, benchCommand, genCommand}
+var commands = []command{lsCommand, catCommand, warmCommand, benchCommand, serveCommand, doctorCommand, genCommand}
 
 // errUsage marks errors in how the command was called (exit status 2).
 var errUsage = errors.New("usage")
@@ -82,7 +85,7 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-6s %s\n", c.name, c.short)
 	}
-	fmt.Fprintf(w, "\nURLs: s3://bucket/key (AWS credential chain; AWS_ENDPOINT_URL for MinIO), file:///abs/path\nor a plain path; brace patterns such as\n'train-{000000..000099}.tar' expand as in WebDataset. Run \"shardload COMMAND --help\".\n")
+	fmt.Fprintf(w, "\nURLs: s3://bucket/key (AWS credential chain; AWS_ENDPOINT_URL for MinIO), gs://bucket/object\n(Application Default Credentials; STORAGE_EMULATOR_HOST), http(s)://..., file:///abs/path\nor a plain path; brace patterns such as 'train-{000000..000099}.tar' expand as in\nWebDataset, and a trailing / or a glob ('s3://bucket/train-*.tar') lists the objects.\nRun \"shardload COMMAND --help\".\n")
 }
 
 // oneLine keeps an error to one line so a user sees it whole.
@@ -110,12 +113,110 @@ func bindEnv(fs *pflag.FlagSet) error {
 
 // readFlags are the flags of every command that reads shards.
 type readFlags struct {
-	maxMember byteSize
+	maxMember   byteSize
+	cacheDir    string
+	cacheDisk   byteSize
+	cacheMemory byteSize
+	partSize    byteSize
+	parallel    int
+	attempts    int
+	maxBackoff  time.Duration
+	stall       time.Duration
+
+	once  sync.Once
+	reg   *source.Registry // what shards are read through
+	cache *cache.Cache     // nil without --cache-dir
 }
 
 func (rf *readFlags) register(fs *pflag.FlagSet) {
 	rf.maxMember = shard.DefaultMaxMemberSize
 	fs.Var(&rf.maxMember, "max-member-size", "largest tar member held in memory; a larger one fails its sample (e.g. 64MiB, 1GiB)")
+	fs.StringVar(&rf.cacheDir, "cache-dir", "", "directory of the node's shard cache, on local disk (entries in DIR/v1; one process at a time); remote shards are read through it (default: no cache)")
+	rf.cacheDisk = cache.DefaultDiskBytes
+	fs.Var(&rf.cacheDisk, "cache-disk", "byte budget of the cache's disk tier, data and metadata (with --cache-dir)")
+	fs.Var(&rf.cacheMemory, "cache-memory", "byte budget of the cache's memory tier in this process (with --cache-dir; 0: none)")
+	rf.partSize = source.DefaultPartSize
+	fs.Var(&rf.partSize, "fetch-part-size", "remote objects (s3, gs, http) are read as ranged parts of this size")
+	fs.IntVar(&rf.parallel, "fetch-parallel", source.DefaultParallel, "ranged parts in flight per remote shard; each holds --fetch-part-size of memory")
+	fs.IntVar(&rf.attempts, "retry-attempts", source.DefaultAttempts, "tries per request to a remote store, counting the first; a read resumes at its byte offset")
+	fs.DurationVar(&rf.maxBackoff, "retry-max-backoff", source.DefaultMaxBackoff, "longest wait between retries (exponential from 100ms, with jitter; Retry-After honoured up to 30s)")
+	fs.DurationVar(&rf.stall, "stall-timeout", source.DefaultStallTimeout, "a remote read that delivers nothing for this long is ended and retried (negative: never)")
+}
+
+// remote returns a registry of the built-in backends with the fetch and retry flags'
+// settings, without the cache.
+func (rf *readFlags) remote() (*source.Registry, error) {
+	fopts, err := rf.fetchOptions()
+	if err != nil {
+		return nil, err
+	}
+	reg := &source.Registry{}
+	source.RegisterDefaults(reg, fopts)
+	return reg, nil
+}
+
+// fetchOptions returns the remote backends' settings from the flags.
+func (rf *readFlags) fetchOptions() (source.FetchOptions, error) {
+	if rf.partSize <= 0 || rf.parallel <= 0 || rf.attempts <= 0 || rf.maxBackoff <= 0 {
+		return source.FetchOptions{}, fmt.Errorf("%w: --fetch-part-size, --fetch-parallel, --retry-attempts and --retry-max-backoff must be more than 0", errUsage)
+	}
+	return source.FetchOptions{PartSize: int64(rf.partSize), Parallel: rf.parallel,
+		Retry: source.RetryPolicy{Attempts: rf.attempts, MaxBackoff: rf.maxBackoff, StallTimeout: rf.stall}}, nil
+}
+
+// cacheOptions returns the cache's options from the flags.
+func (rf *readFlags) cacheOptions() (cache.Options, error) {
+	if rf.cacheDisk <= 0 {
+		return cache.Options{}, fmt.Errorf("%w: --cache-disk must be more than 0", errUsage)
+	}
+	return cache.Options{
+		Dir: rf.cacheDir, DiskBytes: int64(rf.cacheDisk), MemoryBytes: int64(rf.cacheMemory),
+		Logf: func(format string, args ...any) {
+			fmt.Fprintf(os.Stderr, "shardload: "+strings.TrimSuffix(format, "\n")+"\n", args...)
+		},
+	}, nil
+}
+
+// sources returns the registry shards are read through: the built-in backends with
+// the fetch and retry flags, and with --cache-dir the cache in front of them for every
+// scheme but local files. If the cache
+// cannot be opened, every open fails with the reason.
+func (rf *readFlags) sources() *source.Registry {
+	rf.once.Do(func() {
+		var err error
+		rf.reg, err = rf.remote()
+		if err == nil && rf.cacheDir != "" {
+			var opts cache.Options
+			if opts, err = rf.cacheOptions(); err == nil {
+				rf.reg, rf.cache, err = cache.Wrap(opts, rf.reg, "file")
+			}
+		}
+		if err != nil {
+			rf.reg = &source.Registry{}
+			for _, scheme := range source.Default.Schemes() {
+				rf.reg.Register(scheme, failingSource{err})
+			}
+		}
+	})
+	return rf.reg
+}
+
+// closeCache closes the cache, if one was opened.
+func (rf *readFlags) closeCache() {
+	if rf.cache != nil {
+		rf.cache.Close()
+	}
+}
+
+// failingSource fails every call with err.
+type failingSource struct{ err error }
+
+func (s failingSource) Stat(_ context.Context, url string) (source.Info, error) {
+	return source.Info{}, &source.Error{Op: "stat", URL: url, Err: s.err}
+}
+
+func (s failingSource) Open(_ context.Context, url string) (io.ReadCloser, error) {
+	return nil, &source.Error{Op: "open", URL: url, Err: s.err}
 }
 
 // eachShard expands the URL patterns and calls fn with a Reader of each shard in turn.
@@ -127,11 +228,15 @@ func eachShard(ctx context.Context, patterns []string, rf *readFlags, sizesOnly 
 	if err != nil {
 		return err
 	}
+	defer rf.closeCache()
+	if urls, err = rf.sources().Expand(ctx, urls); err != nil {
+		return err
+	}
 	for _, url := range urls {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		body, err := source.Open(ctx, url)
+		body, err := rf.sources().Open(ctx, url)
 		if err != nil {
 			return err
 		}

@@ -43,17 +43,20 @@ func TestMinIO(t *testing.T) {
 	}
 }
 
-// TestToolsScriptAgrees checks that scripts/tools.sh puts MinIO where MinIOBin looks.
+// TestToolsScriptAgrees checks that scripts/tools.sh puts each server where testenv
+// looks for it.
 func TestToolsScriptAgrees(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash")
 	}
-	out, err := exec.Command("bash", "../../scripts/tools.sh", "path", "minio").Output()
-	if err != nil {
-		t.Fatalf("scripts/tools.sh path minio: %v", err)
-	}
-	if got, want := strings.TrimSpace(string(out)), ToolPath("minio", MinIOVersion); got != want {
-		t.Errorf("scripts/tools.sh path minio = %q, testenv uses %q", got, want)
+	for name, version := range map[string]string{"minio": MinIOVersion, "fake-gcs-server": FakeGCSVersion} {
+		out, err := exec.Command("bash", "../../scripts/tools.sh", "path", name).Output()
+		if err != nil {
+			t.Fatalf("scripts/tools.sh path %s: %v", name, err)
+		}
+		if got, want := strings.TrimSpace(string(out)), ToolPath(name, version); got != want {
+			t.Errorf("scripts/tools.sh path %s = %q, testenv uses %q", name, got, want)
+		}
 	}
 }
 

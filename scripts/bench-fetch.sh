@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Reads one object from MinIO on loopback three ways, alternating them, and prints
+# the medians and ratios:
+#   1 stream    the Fetcher with --parallel 1 (one GET)
+#   parallel    the Fetcher with ranged parts (8 MiB, 4 in flight by default)
+#   curl x4     4 parallel curl range requests covering the same object
+#
+#   scripts/bench-fetch.sh [SIZE_MIB] [RUNS] [PARALLEL]    (defaults: 512, 5, 4)
+#
+# Needs curl (7.75 or later, for --aws-sigv4) and bc; builds MinIO with
+# scripts/tools.sh if it is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+size_mib=${1:-512}
+runs=${2:-5}
+parallel=${3:-4}
+
+bash scripts/tools.sh >&2
+minio=$(bash scripts/tools.sh path minio)
+go build -o bin/fetchbench ./internal/cmd/fetchbench
+
+work=$(mktemp -d)
+pid=
+cleanup() {
+	[[ -n $pid ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+console=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+export AWS_ACCESS_KEY_ID=bench-$RANDOM$RANDOM AWS_SECRET_ACCESS_KEY=bench-secret-$RANDOM$RANDOM$RANDOM
+export AWS_REGION=us-east-1 AWS_ENDPOINT_URL=http://127.0.0.1:$port AWS_EC2_METADATA_DISABLED=true
+MINIO_ROOT_USER=$AWS_ACCESS_KEY_ID MINIO_ROOT_PASSWORD=$AWS_SECRET_ACCESS_KEY MINIO_BROWSER=off MINIO_UPDATE=off \
+	"$minio" server --address "127.0.0.1:$port" --console-address "127.0.0.1:$console" "$work/data" > "$work/minio.log" 2>&1 &
+pid=$!
+for ((i = 0; i < 300; i++)); do
+	curl -fs "$AWS_ENDPOINT_URL/minio/health/live" > /dev/null && break
+	sleep 0.1
+done
+curl -fs "$AWS_ENDPOINT_URL/minio/health/live" > /dev/null || { echo "MinIO did not start:" >&2; tail "$work/minio.log" >&2; exit 1; }
+
+s3curl() { curl -fsS --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" "$@"; }
+bytes=$((size_mib << 20))
+head -c "$bytes" /dev/urandom > "$work/obj"
+s3curl -X PUT "$AWS_ENDPOINT_URL/bench" > /dev/null
+s3curl -T "$work/obj" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$AWS_ENDPOINT_URL/bench/obj" > /dev/null
+rm "$work/obj"
+
+secs() { # seconds one command takes, with its output to /dev/null
+	local t0 t1
+	t0=$(date +%s.%N)
+	"$@" > /dev/null
+	t1=$(date +%s.%N)
+	echo "$t1 - $t0" | bc -l
+}
+curl4() { # 4 parallel range requests covering the object
+	local q=$(((bytes + 3) / 4)) i pids=()
+	for ((i = 0; i < 4; i++)); do
+		local a=$((i * q)) b=$(((i + 1) * q - 1))
+		((b >= bytes)) && b=$((bytes - 1))
+		s3curl -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -r "$a-$b" -o /dev/null "$AWS_ENDPOINT_URL/bench/obj" &
+		pids+=($!)
+	done
+	for p in "${pids[@]}"; do wait "$p"; done
+}
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+one=() par=() cu=()
+for ((i = 0; i < runs; i++)); do
+	one+=("$(secs bin/fetchbench -parallel 1 s3://bench/obj)")
+	par+=("$(secs bin/fetchbench -parallel "$parallel" s3://bench/obj)")
+	cu+=("$(secs curl4)")
+done
+m1=$(printf '%s\n' "${one[@]}" | median)
+mp=$(printf '%s\n' "${par[@]}" | median)
+mc=$(printf '%s\n' "${cu[@]}" | median)
+rate() { echo "$bytes/1000000/$1" | bc -l; }
+printf 'object: %d MiB on MinIO at 127.0.0.1, %d runs each, medians (process start included)\n' "$size_mib" "$runs"
+printf '1 stream:                     %.3fs  %.0f MB/s\n' "$m1" "$(rate "$m1")"
+printf 'parallel parts (8 MiB x %d):   %.3fs  %.0f MB/s\n' "$parallel" "$mp" "$(rate "$mp")"
+printf 'curl x4 range requests:       %.3fs  %.0f MB/s\n' "$mc" "$(rate "$mc")"
+printf 'parallel / 1 stream:          %.2f\n' "$(echo "$m1/$mp" | bc -l)"
+printf 'parallel / curl x4:           %.2f (target >= 0.90)\n' "$(echo "$mc/$mp" | bc -l)"

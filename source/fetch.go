@@ -1,0 +1,519 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// VersionReader is the optional capability to read part of one version of an object:
+// the version an earlier Stat returned as Info.Version. When the object is no longer
+// at that version the open (or a read) fails with an error wrapping ErrChanged.
+// S3 pins with If-Match on the ETag, GCS with the generation, HTTP with If-Match (or
+// If-Unmodified-Since), the file backend by comparing size and modification time.
+type VersionReader interface {
+	OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error)
+}
+
+// FetchOptions configure a Fetcher. The zero value gives the defaults.
+type FetchOptions struct {
+	// PartSize is the size of each ranged part. Default 8 MiB (DefaultPartSize).
+	PartSize int64
+	// Parallel is the most parts in flight for one stream, each holding a PartSize
+	// buffer, so one stream holds at most Parallel × PartSize bytes. 1 reads an
+	// object as one stream with no buffering. Default 4 (DefaultParallel).
+	Parallel int
+	// Retry is the retry policy of every request and read.
+	Retry RetryPolicy
+}
+
+// Defaults of FetchOptions.
+const (
+	DefaultPartSize = 8 << 20
+	DefaultParallel = 4
+)
+
+func (o FetchOptions) withDefaults() FetchOptions {
+	if o.PartSize <= 0 {
+		o.PartSize = DefaultPartSize
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = DefaultParallel
+	}
+	o.Retry = o.Retry.withDefaults()
+	return o
+}
+
+// Fetcher reads objects of another Source fast and reliably:
+//   - Stat and List are retried under the retry policy;
+//   - Open and OpenRange read an object as parts of PartSize bytes, up to Parallel of
+//     them in flight, delivered in order as one stream, when the Source has ranged
+//     reads (RangeReader) and the object is larger than one part;
+//   - a read that fails in the middle of a body resumes at the exact byte offset with
+//     a ranged request, pinned to the version Stat first saw when the Source
+//     implements VersionReader (else unpinned), and fails with ErrChanged if the
+//     object changed; a request that makes no progress for StallTimeout is ended and
+//     retried;
+//   - the bytes delivered are checked against the object's size.
+//
+// Without ranged reads, Open retries only failures before the first byte.
+// A Fetcher is safe for concurrent use.
+type Fetcher struct {
+	src  Source
+	opts FetchOptions
+}
+
+var (
+	_ Source      = (*Fetcher)(nil)
+	_ RangeReader = (*Fetcher)(nil)
+	_ Lister      = (*Fetcher)(nil)
+)
+
+// NewFetcher returns a Fetcher reading src with opts (zero fields take defaults).
+func NewFetcher(src Source, opts FetchOptions) *Fetcher {
+	return &Fetcher{src: src, opts: opts.withDefaults()}
+}
+
+// Source returns the Source the Fetcher reads.
+func (f *Fetcher) Source() Source { return f.src }
+
+// Options returns the Fetcher's options, defaults filled in.
+func (f *Fetcher) Options() FetchOptions { return f.opts }
+
+// Stat stats the object, retrying retryable failures.
+func (f *Fetcher) Stat(ctx context.Context, url string) (Info, error) {
+	var info Info
+	err := f.opts.Retry.Do(ctx, func(int) error {
+		var err error
+		info, err = f.stat(ctx, url)
+		return err
+	})
+	return info, err
+}
+
+// stat is one Stat under the stall timeout.
+func (f *Fetcher) stat(ctx context.Context, url string) (Info, error) {
+	if f.opts.Retry.StallTimeout < 0 {
+		return f.src.Stat(ctx, url)
+	}
+	actx, cancel := context.WithTimeoutCause(ctx, f.opts.Retry.StallTimeout, ErrStalled)
+	defer cancel()
+	info, err := f.src.Stat(actx, url)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), ErrStalled) {
+		err = &Error{Op: "stat", URL: url, Err: fmt.Errorf("%w: no answer for %v", ErrStalled, f.opts.Retry.StallTimeout)}
+	}
+	return info, err
+}
+
+// List lists through the Source's Lister, retrying a failed listing from its start.
+// Objects are handed to fn only once the whole listing has succeeded.
+func (f *Fetcher) List(ctx context.Context, prefix string, fn func(Info) error) error {
+	l, ok := f.src.(Lister)
+	if !ok {
+		return &Error{Op: "list", URL: prefix, Err: ErrNotLister}
+	}
+	var infos []Info
+	err := f.opts.Retry.Do(ctx, func(int) error {
+		infos = infos[:0]
+		return l.List(ctx, prefix, func(i Info) error {
+			if len(infos) >= MaxListed {
+				return &Error{Op: "list", URL: prefix, Err: fmt.Errorf("%w: more than %d objects", ErrTooMany, MaxListed)}
+			}
+			infos = append(infos, i)
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	for _, i := range infos {
+		if err := fn(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Open returns the whole object as a stream.
+func (f *Fetcher) Open(ctx context.Context, url string) (io.ReadCloser, error) {
+	return f.open(ctx, url, 0, -1)
+}
+
+// OpenRange returns length bytes of the object starting at off, or the rest of the
+// object when length < 0. A range past the end is cut short; one starting at or past
+// the end is an empty stream.
+func (f *Fetcher) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
+	if off < 0 {
+		return nil, &Error{Op: "open", URL: url, Err: fmt.Errorf("source: negative offset %d", off)}
+	}
+	return f.open(ctx, url, off, length)
+}
+
+func (f *Fetcher) open(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
+	rr, ranged := f.src.(RangeReader)
+	if !ranged {
+		if off != 0 || length >= 0 {
+			return nil, &Error{Op: "open", URL: url, Err: errors.New("source: ranged reads not supported by this source")}
+		}
+		var rc io.ReadCloser
+		err := f.opts.Retry.Do(ctx, func(int) error {
+			var err error
+			rc, err = f.src.Open(ctx, url)
+			return err
+		})
+		return rc, err
+	}
+	info, err := f.Stat(ctx, url)
+	if err != nil {
+		var se *Error
+		if errors.As(err, &se) && se.Op == "stat" {
+			err = &Error{Op: "open", URL: url, Err: se.Err}
+		}
+		return nil, err
+	}
+	if info.Size < 0 { // size unknown: one stream, retried before its first byte
+		var rc io.ReadCloser
+		err := f.opts.Retry.Do(ctx, func(int) error {
+			var err error
+			rc, err = rr.OpenRange(ctx, url, off, length)
+			return err
+		})
+		return rc, err
+	}
+	n := max(info.Size-off, 0)
+	if length >= 0 {
+		n = min(n, length)
+	}
+	if n == 0 {
+		return io.NopCloser(eofReader{}), nil
+	}
+	pr := partReader{f: f, rr: rr, url: url, version: info.Version, size: info.Size}
+	if vr, ok := f.src.(VersionReader); ok && info.Version != "" {
+		pr.vr = vr
+	}
+	if f.opts.Parallel <= 1 || n <= f.opts.PartSize {
+		return newResumeStream(ctx, pr, off, n), nil
+	}
+	return newParallelStream(ctx, pr, off, n), nil
+}
+
+type eofReader struct{}
+
+func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
+
+// partReader opens ranges of one object at one version.
+type partReader struct {
+	f       *Fetcher
+	rr      RangeReader
+	vr      VersionReader // nil: unpinned
+	url     string
+	version string
+	size    int64
+}
+
+func (p partReader) openRange(ctx context.Context, off, n int64) (io.ReadCloser, error) {
+	if p.vr != nil {
+		return p.vr.OpenVersion(ctx, p.url, p.version, off, n)
+	}
+	return p.rr.OpenRange(ctx, p.url, off, n)
+}
+
+// resumeStream reads [off, off+n) of an object, resuming after retryable failures at
+// the byte it got to, under the stall watchdog.
+type resumeStream struct {
+	ctx  context.Context
+	p    partReader
+	off  int64 // next byte to deliver
+	end  int64
+	body io.ReadCloser
+	// attempt is the current attempt's context and its watchdog.
+	actx   context.Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
+	tries  int // failed attempts since the last progress
+	err    error
+}
+
+func newResumeStream(ctx context.Context, p partReader, off, n int64) *resumeStream {
+	return &resumeStream{ctx: ctx, p: p, off: off, end: off + n}
+}
+
+// Read delivers the next bytes, resuming transparently.
+func (s *resumeStream) Read(b []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	if s.off >= s.end {
+		s.closeBody()
+		return 0, io.EOF
+	}
+	if len(b) == 0 {
+		return 0, nil
+	}
+	for {
+		if s.body == nil {
+			if err := s.openBody(); err != nil {
+				if s.retry(err) {
+					continue
+				}
+				return 0, s.fail(err)
+			}
+		}
+		want := min(int64(len(b)), s.end-s.off)
+		n, err := s.body.Read(b[:want])
+		if n > 0 {
+			s.off += int64(n)
+			s.tries = 0
+			s.kick()
+		}
+		if err == nil && s.off >= s.end {
+			s.closeBody()
+			return n, nil
+		}
+		if err == io.EOF {
+			if s.off >= s.end {
+				s.closeBody()
+				return n, io.EOF
+			}
+			err = &Error{Op: "read", URL: s.p.url, Err: fmt.Errorf("%w: stream ended at byte %d of %d",
+				ErrShortRead, s.off, s.end)}
+		}
+		if err != nil {
+			err = s.stallErr(err)
+			s.closeBody()
+			if n > 0 {
+				// Deliver what arrived; the failure is retried on the next Read.
+				return n, nil
+			}
+			if s.retry(err) {
+				continue
+			}
+			return 0, s.fail(err)
+		}
+		if n > 0 {
+			return n, nil
+		}
+	}
+}
+
+// openBody opens the rest of the range under a fresh watchdog.
+func (s *resumeStream) openBody() error {
+	if err := s.ctx.Err(); err != nil {
+		return &Error{Op: "read", URL: s.p.url, Err: err}
+	}
+	s.actx, s.cancel = context.WithCancelCause(s.ctx)
+	if st := s.p.f.opts.Retry.StallTimeout; st > 0 {
+		cancel := s.cancel
+		s.timer = time.AfterFunc(st, func() { cancel(ErrStalled) })
+	}
+	body, err := s.p.openRange(s.actx, s.off, s.end-s.off)
+	if err != nil {
+		err = s.stallErr(err)
+		s.closeBody()
+		return err
+	}
+	s.body = body
+	return nil
+}
+
+// kick restarts the watchdog after progress.
+func (s *resumeStream) kick() {
+	if s.timer != nil {
+		s.timer.Reset(s.p.f.opts.Retry.StallTimeout)
+	}
+}
+
+// stallErr turns the failure of an attempt the watchdog ended into ErrStalled.
+func (s *resumeStream) stallErr(err error) error {
+	if s.actx != nil && s.ctx.Err() == nil && errors.Is(context.Cause(s.actx), ErrStalled) {
+		return &Error{Op: "read", URL: s.p.url, Err: fmt.Errorf("%w: no bytes for %v at byte %d",
+			ErrStalled, s.p.f.opts.Retry.StallTimeout, s.off)}
+	}
+	return err
+}
+
+// retry reports whether to try again after err, having waited the backoff.
+func (s *resumeStream) retry(err error) bool {
+	if !IsRetryable(err) || s.ctx.Err() != nil {
+		return false
+	}
+	s.tries++
+	pol := s.p.f.opts.Retry
+	if s.tries >= pol.Attempts {
+		s.err = exhausted(s.tries, err)
+		return false
+	}
+	return pol.Sleep(s.ctx, pol.Backoff(s.tries, err)) == nil
+}
+
+func (s *resumeStream) fail(err error) error {
+	if s.err == nil {
+		if s.ctx.Err() != nil {
+			err = &Error{Op: "read", URL: s.p.url, Err: s.ctx.Err()}
+		}
+		s.err = err
+	}
+	return s.err
+}
+
+func (s *resumeStream) closeBody() {
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+	if s.body != nil {
+		s.body.Close()
+		s.body = nil
+	}
+	if s.cancel != nil {
+		s.cancel(context.Canceled)
+		s.cancel = nil
+	}
+}
+
+// Close ends the stream. It is idempotent.
+func (s *resumeStream) Close() error {
+	s.closeBody()
+	if s.err == nil {
+		s.err = &Error{Op: "read", URL: s.p.url, Err: errors.New("source: read after close")}
+	}
+	return nil
+}
+
+// parallelStream reads [off, off+n) as parts fetched by up to Parallel goroutines
+// into Parallel buffers, and delivers them in order.
+type parallelStream struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	url    string
+	order  chan *part     // parts in object order, as they are started
+	free   chan []byte    // buffers not in use; its capacity bounds memory
+	wg     sync.WaitGroup // the dispatcher and part goroutines
+	cur    *part
+	pos    int // read position in cur.buf
+	err    error
+	once   sync.Once
+}
+
+type part struct {
+	buf  []byte
+	done chan struct{} // closed when buf is full or err is set
+	err  error
+}
+
+func newParallelStream(ctx context.Context, p partReader, off, n int64) *parallelStream {
+	ctx, cancel := context.WithCancel(ctx)
+	par, size := p.f.opts.Parallel, p.f.opts.PartSize
+	s := &parallelStream{
+		ctx:    ctx,
+		cancel: cancel,
+		url:    p.url,
+		order:  make(chan *part, par),
+		free:   make(chan []byte, par),
+	}
+	for range par {
+		s.free <- nil // allocated on first use
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(s.order)
+		for start := off; start < off+n; start += size {
+			var buf []byte
+			select {
+			case buf = <-s.free:
+			case <-ctx.Done():
+				return
+			}
+			plen := min(size, off+n-start)
+			if buf == nil {
+				buf = make([]byte, size)
+			}
+			pt := &part{buf: buf[:plen], done: make(chan struct{})}
+			select {
+			case s.order <- pt:
+			case <-ctx.Done():
+				return
+			}
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				defer close(pt.done)
+				pt.err = fillPart(ctx, p, start, pt.buf)
+			}()
+		}
+	}()
+	return s
+}
+
+// fillPart reads exactly len(buf) bytes at off into buf.
+func fillPart(ctx context.Context, p partReader, off int64, buf []byte) error {
+	rs := newResumeStream(ctx, p, off, int64(len(buf)))
+	defer rs.Close()
+	_, err := io.ReadFull(rs, buf)
+	if errors.Is(err, io.ErrUnexpectedEOF) || err == io.EOF {
+		err = &Error{Op: "read", URL: p.url, Err: fmt.Errorf("%w: part at byte %d", ErrShortRead, off)}
+	}
+	return err
+}
+
+// Read delivers the parts' bytes in order.
+func (s *parallelStream) Read(b []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	for s.cur == nil || s.pos == len(s.cur.buf) {
+		if s.cur != nil {
+			s.free <- s.cur.buf[:cap(s.cur.buf)] // never blocks: it came from free
+			s.cur = nil
+		}
+		var pt *part
+		var ok bool
+		select {
+		case pt, ok = <-s.order:
+		case <-s.ctx.Done():
+			return 0, s.setErr(&Error{Op: "read", URL: s.url, Err: context.Cause(s.ctx)})
+		}
+		if !ok {
+			if err := s.ctx.Err(); err != nil {
+				return 0, s.setErr(&Error{Op: "read", URL: s.url, Err: err})
+			}
+			return 0, s.setErr(io.EOF)
+		}
+		select {
+		case <-pt.done:
+		case <-s.ctx.Done():
+			return 0, s.setErr(&Error{Op: "read", URL: s.url, Err: context.Cause(s.ctx)})
+		}
+		if pt.err != nil {
+			return 0, s.setErr(pt.err)
+		}
+		s.cur, s.pos = pt, 0
+	}
+	n := copy(b, s.cur.buf[s.pos:])
+	s.pos += n
+	return n, nil
+}
+
+func (s *parallelStream) setErr(err error) error {
+	s.err = err
+	if err != io.EOF {
+		s.cancel()
+	}
+	return err
+}
+
+// Close cancels the parts in flight and waits for their goroutines. It is idempotent.
+func (s *parallelStream) Close() error {
+	s.once.Do(func() {
+		s.cancel()
+		s.wg.Wait()
+		if s.err == nil {
+			s.err = &Error{Op: "read", URL: s.url, Err: errors.New("source: read after close")}
+		}
+	})
+	return nil
+}

@@ -1,0 +1,253 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/storage"
+	"google.golang.org/api/googleapi"
+	"google.golang.org/api/iterator"
+)
+
+// GCS reads objects addressed as gs://bucket/object from Google Cloud Storage.
+// The object name is used as written, without percent-decoding.
+//
+// The zero value is ready to use: on first use it creates a client, once, with
+// Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS, the gcloud
+// configuration, the metadata server), or with no credentials against an emulator
+// when STORAGE_EMULATOR_HOST is set (as fake-gcs-server is used). The client's own
+// retries are turned off: it would retry some failures forever, and the retry policy
+// of a Fetcher is the one in charge.
+//
+// Info.Version is the object's generation; OpenVersion reads that generation only.
+// A GCS is safe for concurrent use. It must not be copied after first use.
+type GCS struct {
+	// Client, if not nil, is used as is instead of a client built as above. Set it
+	// before first use.
+	Client *storage.Client
+	// ListPageSize is the most objects one listing page asks for. Default 1000.
+	ListPageSize int
+
+	once   sync.Once
+	client *storage.Client
+	err    error
+}
+
+var (
+	_ Source        = (*GCS)(nil)
+	_ RangeReader   = (*GCS)(nil)
+	_ VersionReader = (*GCS)(nil)
+	_ Lister        = (*GCS)(nil)
+)
+
+// Stat returns the object's size, update time and generation as Version.
+func (g *GCS) Stat(ctx context.Context, url string) (Info, error) {
+	c, bucket, name, err := g.prepare(url)
+	if err != nil {
+		return Info{}, &Error{Op: "stat", URL: url, Err: err}
+	}
+	attrs, err := c.Bucket(bucket).Object(name).Attrs(ctx)
+	if err != nil {
+		return Info{}, &Error{Op: "stat", URL: url, Err: gcsErr(err)}
+	}
+	return Info{URL: url, Size: attrs.Size, Version: strconv.FormatInt(attrs.Generation, 10), ModTime: attrs.Updated}, nil
+}
+
+// Open returns the whole object as a stream.
+func (g *GCS) Open(ctx context.Context, url string) (io.ReadCloser, error) {
+	return g.open(ctx, url, "", 0, -1)
+}
+
+// OpenRange returns length bytes of the object starting at off, or the rest of the
+// object when length < 0. A range past the end is cut short; one starting at or past
+// the end is an empty stream.
+func (g *GCS) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
+	return g.open(ctx, url, "", off, length)
+}
+
+// OpenVersion is OpenRange of generation version only: when that generation is no
+// longer the object's (overwritten or deleted), it fails with ErrChanged.
+func (g *GCS) OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
+	return g.open(ctx, url, version, off, length)
+}
+
+func (g *GCS) open(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
+	c, bucket, name, err := g.prepare(url)
+	if err == nil && off < 0 {
+		err = fmt.Errorf("source: negative offset %d", off)
+	}
+	var gen int64
+	if err == nil && version != "" {
+		gen, err = strconv.ParseInt(version, 10, 64)
+		if err != nil {
+			err = fmt.Errorf("source: bad GCS generation %q", version)
+		}
+	}
+	if err != nil {
+		return nil, &Error{Op: "open", URL: url, Err: err}
+	}
+	if length == 0 {
+		return io.NopCloser(eofReader{}), nil
+	}
+	obj := c.Bucket(bucket).Object(name)
+	if version != "" {
+		obj = obj.Generation(gen)
+	}
+	if length < 0 {
+		length = -1
+	}
+	r, err := obj.NewRangeReader(ctx, off, length)
+	if err != nil {
+		var ge *googleapi.Error
+		if errors.As(err, &ge) && ge.Code == http.StatusRequestedRangeNotSatisfiable {
+			return io.NopCloser(eofReader{}), nil
+		}
+		if version != "" && errors.Is(gcsErr(err), ErrNotFound) {
+			// Not ErrNotFound: the object may well exist, at another generation.
+			err = fmt.Errorf("%w: generation %s is gone (%v)", ErrChanged, version, err)
+		} else {
+			err = gcsErr(err)
+		}
+		return nil, &Error{Op: "open", URL: url, Err: err}
+	}
+	if version != "" && r.Attrs.Generation != 0 && r.Attrs.Generation != gen {
+		r.Close()
+		return nil, &Error{Op: "open", URL: url, Err: fmt.Errorf("%w: generation %d, was %d", ErrChanged, r.Attrs.Generation, gen)}
+	}
+	if off > 0 && r.Attrs.StartOffset != off && r.Remain() > 0 {
+		r.Close()
+		return nil, &Error{Op: "open", URL: url, Err: fmt.Errorf("%w: asked for byte %d, got %d", ErrRangeIgnored, off, r.Attrs.StartOffset)}
+	}
+	return &gcsStream{ctx: ctx, url: url, r: r, want: r.Remain()}, nil
+}
+
+// List lists the objects whose names start with prefix's and have no "/" after it,
+// one page of ListPageSize objects at a time.
+func (g *GCS) List(ctx context.Context, prefix string, fn func(Info) error) error {
+	rest, ok := strings.CutPrefix(prefix, "gs://")
+	if !ok && Scheme(prefix) == "gs" {
+		rest, ok = prefix[len("gs://"):], true
+	}
+	bucket, namePrefix, _ := strings.Cut(rest, "/")
+	if !ok || bucket == "" {
+		return &Error{Op: "list", URL: prefix, Err: fmt.Errorf("source: not a gs://bucket/prefix URL: %q", prefix)}
+	}
+	c, err := g.gcsClient()
+	if err != nil {
+		return &Error{Op: "list", URL: prefix, Err: err}
+	}
+	q := &storage.Query{Prefix: namePrefix, Delimiter: "/"}
+	if err := q.SetAttrSelection([]string{"Name", "Size", "Generation", "Updated"}); err != nil {
+		return &Error{Op: "list", URL: prefix, Err: err}
+	}
+	it := c.Bucket(bucket).Objects(ctx, q)
+	if g.ListPageSize > 0 {
+		it.PageInfo().MaxSize = g.ListPageSize
+	}
+	base := prefix[:len(prefix)-len(namePrefix)]
+	for {
+		attrs, err := it.Next()
+		if err == iterator.Done {
+			return nil
+		}
+		if err != nil {
+			return &Error{Op: "list", URL: prefix, Err: gcsErr(err)}
+		}
+		if attrs.Name == "" { // a "directory" (a common prefix)
+			continue
+		}
+		err = fn(Info{URL: base + attrs.Name, Size: attrs.Size,
+			Version: strconv.FormatInt(attrs.Generation, 10), ModTime: attrs.Updated})
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (g *GCS) prepare(url string) (c *storage.Client, bucket, name string, err error) {
+	rest, ok := strings.CutPrefix(url, "gs://")
+	if !ok && Scheme(url) == "gs" {
+		rest, ok = url[len("gs://"):], true
+	}
+	bucket, name, _ = strings.Cut(rest, "/")
+	if !ok || bucket == "" || name == "" {
+		return nil, "", "", fmt.Errorf("source: not a gs://bucket/object URL: %q", url)
+	}
+	c, err = g.gcsClient()
+	return c, bucket, name, err
+}
+
+func (g *GCS) gcsClient() (*storage.Client, error) {
+	if g.Client != nil {
+		return g.Client, nil
+	}
+	g.once.Do(func() {
+		g.client, g.err = storage.NewClient(context.Background())
+		if g.err != nil {
+			g.err = fmt.Errorf("source: creating the GCS client: %w", g.err)
+			return
+		}
+		g.client.SetRetry(storage.WithPolicy(storage.RetryNever))
+	})
+	return g.client, g.err
+}
+
+// gcsErr makes a GCS error matchable against the package's sentinels and marks the
+// retryable ones, keeping the client's error matchable too.
+func gcsErr(err error) error {
+	if errors.Is(err, storage.ErrObjectNotExist) || errors.Is(err, storage.ErrBucketNotExist) {
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	var ge *googleapi.Error
+	if !errors.As(err, &ge) {
+		return err
+	}
+	switch {
+	case ge.Code == http.StatusNotFound:
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	case ge.Code == http.StatusUnauthorized, ge.Code == http.StatusForbidden:
+		return fmt.Errorf("%w: %w", ErrPermission, err)
+	case ge.Code == http.StatusPreconditionFailed:
+		return fmt.Errorf("%w: %w", ErrChanged, err)
+	case retryableStatus(ge.Code):
+		return &StatusError{Status: ge.Code, RetryAfterHint: parseRetryAfter(ge.Header, time.Now()), Err: err}
+	}
+	return err
+}
+
+// gcsStream is a storage.Reader that fails with ErrShortRead if it ends before its
+// length. It stops when ctx is done.
+type gcsStream struct {
+	ctx       context.Context
+	url       string
+	r         *storage.Reader
+	want, got int64
+}
+
+func (s *gcsStream) Read(p []byte) (int, error) {
+	if err := s.ctx.Err(); err != nil {
+		return 0, &Error{Op: "read", URL: s.url, Err: err}
+	}
+	n, err := s.r.Read(p)
+	s.got += int64(n)
+	switch {
+	case err == io.EOF && s.got < s.want:
+		return n, &Error{Op: "read", URL: s.url, Err: fmt.Errorf("%w: read %d of %d bytes", ErrShortRead, s.got, s.want)}
+	case err == io.EOF:
+		return n, io.EOF
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return n, &Error{Op: "read", URL: s.url, Err: fmt.Errorf("%w: read %d of %d bytes: %w", ErrShortRead, s.got, s.want, err)}
+	case err != nil:
+		return n, &Error{Op: "read", URL: s.url, Err: gcsErr(err)}
+	}
+	return n, nil
+}
+
+func (s *gcsStream) Close() error { return s.r.Close() }

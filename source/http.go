@@ -1,0 +1,307 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	neturl "net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// HTTP reads objects addressed as http:// or https:// URLs with GET and HEAD, and
+// ranged reads with the Range header. The zero value is ready to use and safe for
+// concurrent use.
+//
+// Info.Version is the response's ETag, or its Last-Modified when it has no ETag.
+// OpenVersion pins a read to it with If-Match (or If-Unmodified-Since) and also
+// compares the validators of the answer, so a changed object fails with ErrChanged.
+//
+// A server that ignores Range (200 with the whole object instead of 206) is handled:
+// the stream skips to the offset and stops after the length, so the bytes are the
+// same, at the cost of transferring the skipped ones. A 206 whose Content-Range does
+// not start at the offset asked for is an error, never a mis-read.
+//
+// User information and signature query parameters of URLs are redacted in errors.
+type HTTP struct {
+	// Client, if not nil, sends the requests; default http.DefaultClient.
+	Client *http.Client
+}
+
+var (
+	_ Source        = (*HTTP)(nil)
+	_ RangeReader   = (*HTTP)(nil)
+	_ VersionReader = (*HTTP)(nil)
+)
+
+func (h *HTTP) client() *http.Client {
+	if h.Client != nil {
+		return h.Client
+	}
+	return http.DefaultClient
+}
+
+// Stat sends HEAD and returns Content-Length, ETag (or Last-Modified) and
+// Last-Modified. Size is -1 when the server does not say.
+func (h *HTTP) Stat(ctx context.Context, url string) (Info, error) {
+	resp, err := h.do(ctx, http.MethodHead, url, nil)
+	if err != nil {
+		return Info{}, &Error{Op: "stat", URL: url, Err: err}
+	}
+	resp.Body.Close()
+	if err := statusErr(resp); err != nil {
+		return Info{}, &Error{Op: "stat", URL: url, Err: err}
+	}
+	info := Info{URL: url, Size: resp.ContentLength, Version: httpVersion(resp.Header)}
+	if t, err := http.ParseTime(resp.Header.Get("Last-Modified")); err == nil {
+		info.ModTime = t
+	}
+	return info, nil
+}
+
+// Open returns the whole object as a stream, checked against its Content-Length.
+func (h *HTTP) Open(ctx context.Context, url string) (io.ReadCloser, error) {
+	return h.open(ctx, url, "", 0, -1)
+}
+
+// OpenRange returns length bytes of the object starting at off, or the rest of the
+// object when length < 0. A range past the end is cut short; one starting at or past
+// the end is an empty stream.
+func (h *HTTP) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
+	return h.open(ctx, url, "", off, length)
+}
+
+// OpenVersion is OpenRange pinned to version (an ETag or a Last-Modified date).
+func (h *HTTP) OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
+	return h.open(ctx, url, version, off, length)
+}
+
+func (h *HTTP) open(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
+	if off < 0 {
+		return nil, &Error{Op: "open", URL: url, Err: fmt.Errorf("source: negative offset %d", off)}
+	}
+	if length == 0 {
+		return io.NopCloser(eofReader{}), nil
+	}
+	hdr := http.Header{}
+	ranged := off > 0 || length > 0
+	if ranged {
+		rng := fmt.Sprintf("bytes=%d-", off)
+		if length > 0 && off <= (1<<63-1)-length {
+			rng += strconv.FormatInt(off+length-1, 10)
+		}
+		hdr.Set("Range", rng)
+	}
+	switch {
+	case isStrongETag(version):
+		hdr.Set("If-Match", version)
+	case version != "" && !strings.HasPrefix(version, "W/"):
+		hdr.Set("If-Unmodified-Since", version)
+	}
+	resp, err := h.do(ctx, http.MethodGet, url, hdr)
+	if err != nil {
+		return nil, &Error{Op: "open", URL: url, Err: err}
+	}
+	fail := func(err error) (io.ReadCloser, error) {
+		resp.Body.Close()
+		return nil, &Error{Op: "open", URL: url, Err: err}
+	}
+	if resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && ranged {
+		resp.Body.Close()
+		return io.NopCloser(eofReader{}), nil
+	}
+	if err := statusErr(resp); err != nil {
+		return fail(err)
+	}
+	if version != "" {
+		if got := httpVersion(resp.Header); got != "" && got != version {
+			return fail(fmt.Errorf("%w: version %s, was %s", ErrChanged, got, version))
+		}
+	}
+	st := &httpStream{ctx: ctx, url: url, body: resp.Body, want: resp.ContentLength}
+	switch {
+	case resp.StatusCode == http.StatusPartialContent:
+		start, _, _, ok := parseContentRange(resp.Header.Get("Content-Range"))
+		if !ok || start != off {
+			return fail(fmt.Errorf("source: asked for bytes from %d, server sent Content-Range %q",
+				off, resp.Header.Get("Content-Range")))
+		}
+		if length > 0 && st.want > length {
+			return fail(fmt.Errorf("source: asked for %d bytes, server sent %d", length, st.want))
+		}
+	case ranged:
+		// The server ignored Range and sent the whole object: skip to off and stop
+		// after length, so the caller still gets exactly the bytes it asked for.
+		st.skip = off
+		if st.want >= 0 {
+			st.want = max(st.want-off, 0)
+		}
+		if length > 0 && (st.want < 0 || st.want > length) {
+			st.want, st.limit = length, true
+		}
+	}
+	return st, nil
+}
+
+func (h *HTTP) do(ctx context.Context, method, url string, hdr http.Header) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("source: bad http URL: %w", redactErr(err))
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	resp, err := h.client().Do(req)
+	if err != nil {
+		return nil, redactErr(err)
+	}
+	return resp, nil
+}
+
+// statusErr maps a response that is not a success to the package's errors.
+func statusErr(resp *http.Response) error {
+	code := resp.StatusCode
+	if code >= 200 && code < 300 {
+		return nil
+	}
+	se := &StatusError{Status: code, RetryAfterHint: parseRetryAfter(resp.Header, time.Now())}
+	switch code {
+	case http.StatusNotFound, http.StatusGone:
+		return fmt.Errorf("%w: %w", ErrNotFound, se)
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return fmt.Errorf("%w: %w", ErrPermission, se)
+	case http.StatusPreconditionFailed:
+		return fmt.Errorf("%w: %w", ErrChanged, se)
+	}
+	return se
+}
+
+func httpVersion(h http.Header) string {
+	if v := h.Get("ETag"); v != "" {
+		return v
+	}
+	return h.Get("Last-Modified")
+}
+
+func isStrongETag(v string) bool { return strings.HasPrefix(v, `"`) }
+
+// parseContentRange parses "bytes START-END/SIZE" (SIZE may be "*").
+func parseContentRange(s string) (start, end, size int64, ok bool) {
+	rest, found := strings.CutPrefix(s, "bytes ")
+	if !found {
+		return 0, 0, 0, false
+	}
+	rng, total, found := strings.Cut(rest, "/")
+	a, b, found2 := strings.Cut(rng, "-")
+	if !found || !found2 {
+		return 0, 0, 0, false
+	}
+	var err1, err2, err3 error
+	start, err1 = strconv.ParseInt(a, 10, 64)
+	end, err2 = strconv.ParseInt(b, 10, 64)
+	size = -1
+	if total != "*" {
+		size, err3 = strconv.ParseInt(total, 10, 64)
+	}
+	return start, end, size, err1 == nil && err2 == nil && err3 == nil && start <= end
+}
+
+// httpStream is a response body that skips skip bytes first, reads want bytes (want
+// < 0: to EOF) and fails with ErrShortRead if the body ends early.
+type httpStream struct {
+	ctx       context.Context
+	url       string
+	body      io.ReadCloser
+	skip      int64
+	want, got int64
+	limit     bool // stop at want even though the body goes on
+}
+
+func (s *httpStream) Read(p []byte) (int, error) {
+	if err := s.ctx.Err(); err != nil {
+		return 0, &Error{Op: "read", URL: s.url, Err: err}
+	}
+	if s.skip > 0 {
+		n, err := io.CopyN(io.Discard, s.body, s.skip)
+		s.skip -= n
+		if err != nil {
+			return 0, s.readErr(err)
+		}
+	}
+	if s.limit && s.got >= s.want {
+		return 0, io.EOF
+	}
+	if s.limit {
+		p = p[:min(int64(len(p)), s.want-s.got)]
+	}
+	n, err := s.body.Read(p)
+	s.got += int64(n)
+	if err != nil {
+		return n, s.readErr(err)
+	}
+	return n, nil
+}
+
+func (s *httpStream) readErr(err error) error {
+	switch {
+	case err == io.EOF && s.want >= 0 && s.got < s.want:
+		return &Error{Op: "read", URL: s.url, Err: fmt.Errorf("%w: read %d of %d bytes", ErrShortRead, s.got, s.want)}
+	case err == io.EOF:
+		return io.EOF
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &Error{Op: "read", URL: s.url, Err: fmt.Errorf("%w: read %d of %d bytes: %w", ErrShortRead, s.got, s.want, err)}
+	}
+	return &Error{Op: "read", URL: s.url, Err: redactErr(err)}
+}
+
+func (s *httpStream) Close() error { return s.body.Close() }
+
+// redactErr keeps url.Error's redaction of passwords and also hides signature
+// query parameters.
+func redactErr(err error) error {
+	var ue *neturl.Error
+	if errors.As(err, &ue) {
+		return &neturl.Error{Op: ue.Op, URL: Redact(ue.URL), Err: ue.Err}
+	}
+	return err
+}
+
+// secretParams are query parameters that carry credentials in signed URLs.
+var secretParams = []string{"x-amz-signature", "x-amz-credential", "x-amz-security-token",
+	"x-goog-signature", "x-goog-credential", "signature", "sig", "token", "access_token", "key"}
+
+// Redact returns url with a password in its user information and the values of
+// credential-bearing query parameters (signatures, tokens) replaced by "xxxxx".
+// Errors of this package pass their URLs through it.
+func Redact(url string) string {
+	u, err := neturl.Parse(url)
+	if err != nil || u.Host == "" {
+		return url
+	}
+	changed := false
+	if _, has := u.User.Password(); has {
+		u.User = neturl.UserPassword(u.User.Username(), "xxxxx")
+		changed = true
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k := range q {
+			for _, s := range secretParams {
+				if strings.EqualFold(k, s) {
+					q[k] = []string{"xxxxx"}
+					changed = true
+				}
+			}
+		}
+		if changed {
+			u.RawQuery = q.Encode()
+		}
+	}
+	if !changed {
+		return url
+	}
+	return u.String()
+}

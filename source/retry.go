@@ -1,0 +1,257 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// More sentinels for errors.Is.
+var (
+	// ErrChanged means the object was replaced by another version while it was read:
+	// a read resumed after a failure, or a later part of a parallel read, found a
+	// version other than the one first seen. The read fails rather than mix versions.
+	ErrChanged = errors.New("source: object changed while it was read")
+	// ErrStalled means a read made no progress for the stall timeout. It is retryable.
+	ErrStalled = errors.New("source: read stalled")
+	// ErrRetriesExhausted means every attempt a RetryPolicy allows failed; the last
+	// failure is wrapped beside it.
+	ErrRetriesExhausted = errors.New("source: retries exhausted")
+)
+
+// Retryable is implemented by errors that know whether the operation that failed is
+// worth trying again. IsRetryable finds it anywhere in an error's chain.
+type Retryable interface {
+	Retryable() bool
+}
+
+// RetryAfter is implemented by errors that carry a server's Retry-After hint.
+type RetryAfter interface {
+	RetryAfter() time.Duration
+}
+
+// StatusError is an HTTP response that was not a success, from a backend that speaks
+// HTTP. 408, 429 and 5xx other than 501 are retryable; RetryAfterHint is the
+// response's Retry-After header, if it had one.
+type StatusError struct {
+	// Status is the HTTP status code.
+	Status int
+	// Code is the store's error code ("SlowDown", "NoSuchKey"), when known.
+	Code string
+	// RetryAfterHint is the server's Retry-After, zero when absent.
+	RetryAfterHint time.Duration
+	// Err is the backend's own error, if any.
+	Err error
+}
+
+func (e *StatusError) Error() string {
+	s := fmt.Sprintf("HTTP %d %s", e.Status, http.StatusText(e.Status))
+	if e.Code != "" {
+		s += " (" + e.Code + ")"
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Unwrap returns the backend's error.
+func (e *StatusError) Unwrap() error { return e.Err }
+
+// Retryable reports whether the status is one a retry may cure.
+func (e *StatusError) Retryable() bool { return retryableStatus(e.Status) }
+
+// RetryAfter returns the server's Retry-After hint.
+func (e *StatusError) RetryAfter() time.Duration { return e.RetryAfterHint }
+
+func retryableStatus(code int) bool {
+	switch code {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
+		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// parseRetryAfter reads a Retry-After header: seconds, or an HTTP date.
+func parseRetryAfter(h http.Header, now time.Time) time.Duration {
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// retryableErr marks a cause as retryable (or not) without changing its message.
+type retryableErr struct {
+	err error
+	ok  bool
+}
+
+func (e *retryableErr) Error() string   { return e.err.Error() }
+func (e *retryableErr) Unwrap() error   { return e.err }
+func (e *retryableErr) Retryable() bool { return e.ok }
+
+// IsRetryable reports whether err is a failure a retry may cure: an error that says so
+// through a Retryable method, a short or cut body (ErrShortRead,
+// io.ErrUnexpectedEOF), a stall, or a network failure (a *net.OpError such as a
+// reset or a refused connection, or a timeout).
+// Context cancellation, ErrNotFound, ErrPermission and ErrChanged are not.
+func IsRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.Canceled) && !errors.Is(err, ErrStalled) {
+		return false
+	}
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrPermission) || errors.Is(err, ErrChanged) ||
+		errors.Is(err, ErrUnknownScheme) {
+		return false
+	}
+	var r Retryable
+	if errors.As(err, &r) {
+		return r.Retryable()
+	}
+	if errors.Is(err, ErrStalled) || errors.Is(err, ErrShortRead) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	var op *net.OpError // dial, read and write failures of a connection
+	return errors.As(err, &op)
+}
+
+// RetryPolicy decides how failed requests and reads are retried. One policy serves
+// every backend; the decision to retry comes from IsRetryable. The zero value is the
+// default policy.
+type RetryPolicy struct {
+	// Attempts is how many times one request is tried in all, counting the first;
+	// a read that made progress since its last failure starts counting afresh.
+	// Default 5; 1 means no retries.
+	Attempts int
+	// BaseBackoff is the wait before the first retry; it doubles each retry up to
+	// MaxBackoff, and each wait is drawn uniformly from its upper half (jitter).
+	// Defaults 100ms and 10s.
+	BaseBackoff, MaxBackoff time.Duration
+	// MaxRetryAfter caps a server's Retry-After: a longer hint waits this long.
+	// Default 30s.
+	MaxRetryAfter time.Duration
+	// StallTimeout ends a request that delivers no bytes for this long (waiting for
+	// the response included) and retries it. Default 60s; negative disables it.
+	StallTimeout time.Duration
+	// Sleep waits d or until ctx is done; tests inject a fake. Default: a timer.
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// Defaults of RetryPolicy.
+const (
+	DefaultAttempts      = 5
+	DefaultBaseBackoff   = 100 * time.Millisecond
+	DefaultMaxBackoff    = 10 * time.Second
+	DefaultMaxRetryAfter = 30 * time.Second
+	DefaultStallTimeout  = 60 * time.Second
+)
+
+// withDefaults fills in zero fields.
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.Attempts <= 0 {
+		p.Attempts = DefaultAttempts
+	}
+	if p.BaseBackoff <= 0 {
+		p.BaseBackoff = DefaultBaseBackoff
+	}
+	if p.MaxBackoff <= 0 {
+		p.MaxBackoff = DefaultMaxBackoff
+	}
+	if p.MaxBackoff < p.BaseBackoff {
+		p.MaxBackoff = p.BaseBackoff
+	}
+	if p.MaxRetryAfter <= 0 {
+		p.MaxRetryAfter = DefaultMaxRetryAfter
+	}
+	if p.StallTimeout == 0 {
+		p.StallTimeout = DefaultStallTimeout
+	}
+	if p.Sleep == nil {
+		p.Sleep = sleepCtx
+	}
+	return p
+}
+
+// Backoff returns how long to wait before retry number retry (1 for the first) after
+// err: a server's Retry-After (capped at MaxRetryAfter) if err carries one, else
+// exponential backoff with jitter.
+func (p RetryPolicy) Backoff(retry int, err error) time.Duration {
+	p = p.withDefaults()
+	var ra RetryAfter
+	if errors.As(err, &ra) && ra.RetryAfter() > 0 {
+		return min(ra.RetryAfter(), p.MaxRetryAfter)
+	}
+	d := p.BaseBackoff
+	for i := 1; i < retry && d < p.MaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, p.MaxBackoff)
+	return d/2 + rand.N(d/2+1)
+}
+
+// Do calls op until it succeeds, fails with an error that is not retryable, ctx is
+// done, or Attempts calls have failed; it waits Backoff between calls. op gets the
+// attempt number, from 1. The error returned is op's last; when the attempts ran out
+// it also wraps ErrRetriesExhausted.
+func (p RetryPolicy) Do(ctx context.Context, op func(attempt int) error) error {
+	p = p.withDefaults()
+	for attempt := 1; ; attempt++ {
+		err := op(attempt)
+		if err == nil || !IsRetryable(err) || ctx.Err() != nil {
+			return err
+		}
+		if attempt >= p.Attempts {
+			return exhausted(attempt, err)
+		}
+		if serr := p.Sleep(ctx, p.Backoff(attempt, err)); serr != nil {
+			return err
+		}
+	}
+}
+
+// exhausted wraps the last error of attempts failed tries, keeping an *Error on top
+// so that callers still see the operation and URL.
+func exhausted(attempts int, err error) error {
+	var se *Error
+	if errors.As(err, &se) {
+		return &Error{Op: se.Op, URL: se.URL, Err: fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, attempts, se.Err)}
+	}
+	return fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, attempts, err)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
