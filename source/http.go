@@ -199,14 +199,24 @@ func parseContentRange(s string) (start, end, size int64, ok bool) {
 	if !found || !found2 {
 		return 0, 0, 0, false
 	}
-	var err1, err2, err3 error
-	start, err1 = strconv.ParseInt(a, 10, 64)
-	end, err2 = strconv.ParseInt(b, 10, 64)
-	size = -1
+	var ok1, ok2, ok3 bool
+	start, ok1 = parseDigits(a)
+	end, ok2 = parseDigits(b)
+	size, ok3 = -1, true
 	if total != "*" {
-		size, err3 = strconv.ParseInt(total, 10, 64)
+		size, ok3 = parseDigits(total)
 	}
-	return start, end, size, err1 == nil && err2 == nil && err3 == nil && start <= end
+	// RFC 9110 14.4: first-pos <= last-pos < complete-length.
+	return start, end, size, ok1 && ok2 && ok3 && start <= end && (size < 0 || end < size)
+}
+
+// parseDigits parses a non-negative decimal number of ASCII digits only (no sign).
+func parseDigits(s string) (int64, bool) {
+	if s == "" || s[0] < '0' || s[0] > '9' {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
 }
 
 // httpStream is a response body that skips skip bytes first, reads want bytes (want
