@@ -66,15 +66,22 @@ curl4() { # 4 parallel range requests covering the object
 }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-one=() par=() cu=()
+# last_read ARGS...: seconds of the last read of fetchbench -repeat 2 (a running
+# process: connections and part buffers of the first read reused).
+last_read() { bin/fetchbench -repeat 2 "$@" | tail -n 1 | awk '{print $3}'; }
+one=() par=() cu=() one2=() par2=()
 for ((i = 0; i < runs; i++)); do
 	one+=("$(secs bin/fetchbench -parallel 1 s3://bench/obj)")
 	par+=("$(secs bin/fetchbench -parallel "$parallel" s3://bench/obj)")
 	cu+=("$(secs curl4)")
+	one2+=("$(last_read -parallel 1 s3://bench/obj)")
+	par2+=("$(last_read -parallel "$parallel" s3://bench/obj)")
 done
 m1=$(printf '%s\n' "${one[@]}" | median)
 mp=$(printf '%s\n' "${par[@]}" | median)
 mc=$(printf '%s\n' "${cu[@]}" | median)
+m12=$(printf '%s\n' "${one2[@]}" | median)
+mp2=$(printf '%s\n' "${par2[@]}" | median)
 rate() { echo "$bytes/1000000/$1" | bc -l; }
 printf 'object: %d MiB on MinIO at 127.0.0.1, %d runs each, medians (process start included)\n' "$size_mib" "$runs"
 printf '1 stream:                     %.3fs  %.0f MB/s\n' "$m1" "$(rate "$m1")"
@@ -82,3 +89,7 @@ printf 'parallel parts (8 MiB x %d):   %.3fs  %.0f MB/s\n' "$parallel" "$mp" "$(
 printf 'curl x4 range requests:       %.3fs  %.0f MB/s\n' "$mc" "$(rate "$mc")"
 printf 'parallel / 1 stream:          %.2f\n' "$(echo "$m1/$mp" | bc -l)"
 printf 'parallel / curl x4:           %.2f (target >= 0.90)\n' "$(echo "$mc/$mp" | bc -l)"
+printf 'in a running process (the second read of fetchbench -repeat 2):\n'
+printf '1 stream:                     %.3fs  %.0f MB/s\n' "$m12" "$(rate "$m12")"
+printf 'parallel parts (8 MiB x %d):   %.3fs  %.0f MB/s\n' "$parallel" "$mp2" "$(rate "$mp2")"
+printf 'parallel / curl x4:           %.2f\n' "$(echo "$mc/$mp2" | bc -l)"

@@ -64,6 +64,43 @@ func (o FetchOptions) withDefaults() FetchOptions {
 type Fetcher struct {
 	src  Source
 	opts FetchOptions
+
+	// Part buffers that streams gave back, for the next streams: a fresh buffer
+	// costs a page fault per 4 KiB on first write, which at loopback speeds costs
+	// more than the copy. At most maxFreeParts are kept.
+	mu   sync.Mutex
+	bufs [][]byte
+}
+
+// maxFreeParts bounds the part buffers a Fetcher keeps between streams: 4 streams'
+// worth (at the defaults, 128 MiB).
+func (f *Fetcher) maxFreeParts() int { return 4 * f.opts.Parallel }
+
+// getBuf returns a part buffer of PartSize bytes.
+func (f *Fetcher) getBuf() []byte {
+	f.mu.Lock()
+	if n := len(f.bufs); n > 0 {
+		b := f.bufs[n-1]
+		f.bufs = f.bufs[:n-1]
+		f.mu.Unlock()
+		return b
+	}
+	f.mu.Unlock()
+	b := make([]byte, f.opts.PartSize)
+	prefault(b)
+	return b
+}
+
+// putBuf keeps a part buffer for later streams, up to maxFreeParts.
+func (f *Fetcher) putBuf(b []byte) {
+	if int64(cap(b)) != f.opts.PartSize {
+		return
+	}
+	f.mu.Lock()
+	if len(f.bufs) < f.maxFreeParts() {
+		f.bufs = append(f.bufs, b[:cap(b)])
+	}
+	f.mu.Unlock()
 }
 
 var (
@@ -388,6 +425,7 @@ func (s *resumeStream) Close() error {
 type parallelStream struct {
 	ctx    context.Context
 	cancel context.CancelFunc
+	f      *Fetcher
 	url    string
 	order  chan *part     // parts in object order, as they are started
 	free   chan []byte    // buffers not in use; its capacity bounds memory
@@ -410,6 +448,7 @@ func newParallelStream(ctx context.Context, p partReader, off, n int64) *paralle
 	s := &parallelStream{
 		ctx:    ctx,
 		cancel: cancel,
+		f:      p.f,
 		url:    p.url,
 		order:  make(chan *part, par),
 		free:   make(chan []byte, par),
@@ -430,7 +469,7 @@ func newParallelStream(ctx context.Context, p partReader, off, n int64) *paralle
 			}
 			plen := min(size, off+n-start)
 			if buf == nil {
-				buf = make([]byte, size)
+				buf = p.f.getBuf()
 			}
 			pt := &part{buf: buf[:plen], done: make(chan struct{})}
 			select {
@@ -462,8 +501,38 @@ func fillPart(ctx context.Context, p partReader, off int64, buf []byte) error {
 
 // Read delivers the parts' bytes in order.
 func (s *parallelStream) Read(b []byte) (int, error) {
+	if err := s.next(); err != nil {
+		return 0, err
+	}
+	n := copy(b, s.cur.buf[s.pos:])
+	s.pos += n
+	return n, nil
+}
+
+// WriteTo writes the parts' bytes to w in order, straight from the part buffers
+// (io.Copy uses it and needs no buffer of its own).
+func (s *parallelStream) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		if err := s.next(); err == io.EOF {
+			return total, nil
+		} else if err != nil {
+			return total, err
+		}
+		n, err := w.Write(s.cur.buf[s.pos:])
+		s.pos += n
+		total += int64(n)
+		if err != nil {
+			return total, s.setErr(err)
+		}
+	}
+}
+
+// next makes s.cur a part with bytes left to deliver, waiting for it, or returns the
+// stream's error (io.EOF at its end).
+func (s *parallelStream) next() error {
 	if s.err != nil {
-		return 0, s.err
+		return s.err
 	}
 	for s.cur == nil || s.pos == len(s.cur.buf) {
 		if s.cur != nil {
@@ -475,27 +544,25 @@ func (s *parallelStream) Read(b []byte) (int, error) {
 		select {
 		case pt, ok = <-s.order:
 		case <-s.ctx.Done():
-			return 0, s.setErr(&Error{Op: "read", URL: s.url, Err: context.Cause(s.ctx)})
+			return s.setErr(&Error{Op: "read", URL: s.url, Err: context.Cause(s.ctx)})
 		}
 		if !ok {
 			if err := s.ctx.Err(); err != nil {
-				return 0, s.setErr(&Error{Op: "read", URL: s.url, Err: err})
+				return s.setErr(&Error{Op: "read", URL: s.url, Err: err})
 			}
-			return 0, s.setErr(io.EOF)
+			return s.setErr(io.EOF)
 		}
 		select {
 		case <-pt.done:
 		case <-s.ctx.Done():
-			return 0, s.setErr(&Error{Op: "read", URL: s.url, Err: context.Cause(s.ctx)})
+			return s.setErr(&Error{Op: "read", URL: s.url, Err: context.Cause(s.ctx)})
 		}
 		if pt.err != nil {
-			return 0, s.setErr(pt.err)
+			return s.setErr(pt.err)
 		}
 		s.cur, s.pos = pt, 0
 	}
-	n := copy(b, s.cur.buf[s.pos:])
-	s.pos += n
-	return n, nil
+	return nil
 }
 
 func (s *parallelStream) setErr(err error) error {
@@ -511,6 +578,22 @@ func (s *parallelStream) Close() error {
 	s.once.Do(func() {
 		s.cancel()
 		s.wg.Wait()
+		// Every part goroutine is done: their buffers can go to later streams. (The
+		// part being read, if any, is left to the garbage collector: a Read may
+		// still be returning from it.)
+		for pt := range s.order {
+			s.f.putBuf(pt.buf)
+		}
+		for drained := false; !drained; {
+			select {
+			case b := <-s.free:
+				if b != nil {
+					s.f.putBuf(b)
+				}
+			default:
+				drained = true
+			}
+		}
 		if s.err == nil {
 			s.err = &Error{Op: "read", URL: s.url, Err: errors.New("source: read after close")}
 		}

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package source
+
+func prefault([]byte) {}
