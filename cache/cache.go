@@ -477,10 +477,13 @@ func (c *Cache) memLookup(url string, node int, info source.Info) *memEntry {
 }
 
 // openDisk serves a disk entry the caller holds a reference on: into the memory tier
-// of node when it fits, else straight from the file. The first open in this process
+// of node when it fits and the entry was opened before, else straight from the file. The first open in this process
 // verifies the checksum; a mismatch drops the entry and returns ErrCorrupt.
 func (c *Cache) openDisk(de *diskEntry, node int) (io.ReadCloser, error) {
-	if c.mem != nil {
+	// The memory tier admits an entry on its second open in this process: a scan
+	// that reads each shard once (cat, an epoch larger than the tier) would only
+	// churn it, paying a copy into fresh memory for every shard.
+	if c.mem != nil && de.opens.Add(1) > 1 {
 		key := "mem:" + de.name
 		v, err, _ := c.loads.Do(key, func() (any, error) { return c.loadToMemory(de, node) })
 		if err != nil {

@@ -89,6 +89,7 @@ type diskEntry struct {
 	refs     int   // open readers
 	gone     bool  // removed from the index; files go when the last reader closes
 	verified atomic.Bool
+	opens    atomic.Int32 // opens in this process: the memory tier admits the second
 }
 
 func (e *diskEntry) matches(info source.Info) bool {
