@@ -11,8 +11,9 @@ build:
 	$(GO) build -o $(BIN) ./cmd/shardload
 
 # The main job on an embedded default: generate a small local dataset (no cloud
-# account needed), list it, stream every sample, and run the loader pipeline into
-# pinned batches, flat out and for a trainer with a 50 ms step.
+# account needed), list it, stream every sample, run the loader pipeline into pinned
+# batches, flat out and for a trainer with a 50 ms step, and serve it to a Python
+# trainer through the loader process.
 demo: build
 	@echo "== $(BIN) gen --shards 8 --samples 512 $(DEMO)"
 	@$(BIN) gen --shards 8 --samples 512 $(DEMO)
@@ -26,6 +27,8 @@ demo: build
 	@$(BIN) bench --field jpg --field cls --field txt '$(PATTERN)'
 	@echo "== $(BIN) bench --step-time 50ms --batches 40 '$(PATTERN)'"
 	@$(BIN) bench --step-time 50ms --batches 40 '$(PATTERN)'
+	@echo "== $(BIN) serve, and a Python trainer reading one epoch through client/python"
+	@scripts/demo-serve.sh $(BIN) '$(PATTERN)'
 
 # Every test: formatting, vet, the race-checked suite with real MinIO and
 # fake-gcs-server and the Python client, and the fuzz targets for a short time.

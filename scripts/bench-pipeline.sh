@@ -24,6 +24,7 @@
 # BENCH_RUN_TIMEOUT (600: seconds one measured run may take before it is killed and
 # counted as failed).
 # BENCH_SHARDLOAD (a shardload binary to measure instead of building bin/shardload),
+# BENCH_SL_FLAGS (more flags for shardload bench and serve, e.g. --fetch-parallel 1),
 # BENCH_PYTHON (the baseline's interpreter; default: python3 or /usr/bin/python3,
 # whichever imports torch).
 # Needs: go, curl (with --aws-sigv4), python3; PyTorch and numpy for the baseline
@@ -45,6 +46,7 @@ step_time=${BENCH_STEP_TIME:-50ms}
 cores=${BENCH_CORES:-$(nproc)}
 run_timeout=${BENCH_RUN_TIMEOUT:-600}
 only=${BENCH_ONLY:-}
+sl_flags=${BENCH_SL_FLAGS:-}
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	--work) work=$2; shift 2 ;;
@@ -52,7 +54,7 @@ while [[ $# -gt 0 ]]; do
 	--scale) scale=$2; shift 2 ;;
 	--runs) runs=$2; shift 2 ;;
 	--only) only=$2; shift 2 ;;
-	-h | --help) sed -n '2,33s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,34s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) echo "bench-pipeline: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -316,7 +318,7 @@ fields() {
 sl_bench() {
 	local name=$1 dest=$2; shift 2
 	# shellcheck disable=SC2046
-	if ! timeout --foreground -k 10 "$run_timeout" "$sl" bench --json --batch-size 32 --index "${INDEX[$name]}" $(fields "$name") "$@" \
+	if ! timeout --foreground -k 10 "$run_timeout" "$sl" bench --json --batch-size 32 --index "${INDEX[$name]}" $(fields "$name") $sl_flags "$@" \
 		"${S3PAT[$name]}" > "$dest.tmp" 2> "$dest.err"; then
 		log "$name: shardload bench failed or timed out after ${run_timeout}s (see $dest.err):"
 		tail -n 5 "$dest.err" >&2
@@ -341,7 +343,7 @@ serve_start() {
 	local name=$1 deadline
 	serve_sock=$(mktemp -d "${TMPDIR:-/tmp}/bench-serve.XXXXXX")/run/loader.sock
 	# shellcheck disable=SC2046
-	"$sl" serve --socket "$serve_sock" --index "${INDEX[$name]}" $(fields "$name") "${S3PAT[$name]}" \
+	"$sl" serve --socket "$serve_sock" --index "${INDEX[$name]}" $(fields "$name") $sl_flags "${S3PAT[$name]}" \
 		> "$out/$name.serve.log" 2>&1 &
 	serve_pid=$!
 	deadline=$(($(date +%s) + 30))
