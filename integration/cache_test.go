@@ -68,6 +68,15 @@ func newCacheProxy(t *testing.T, m *testenv.MinIOServer) *cacheProxy {
 	return p
 }
 
+// setHold holds GETs of h.path from now on. (Under the lock: the proxy's handler
+// goroutines read it, and a request that crossed a subprocess and a socket gives the
+// race detector no ordering to go by.)
+func (p *cacheProxy) setHold(h *cacheHold) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hold = h
+}
+
 func (p *cacheProxy) count(path string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -186,7 +195,8 @@ func TestCacheWarmKilledMidDownload(t *testing.T) {
 	urls, want, _ := cacheDataset(t, m, 3)
 	proxy := newCacheProxy(t, m)
 	held := "/shards/train/train-000001.tar"
-	proxy.hold = &cacheHold{path: held, n: 100_000, reached: make(chan struct{}), release: make(chan struct{})}
+	hold := &cacheHold{path: held, n: 100_000, reached: make(chan struct{}), release: make(chan struct{})}
+	proxy.setHold(hold)
 	dir := t.TempDir()
 
 	cmd := cacheCommand(proxy.env(m), "warm", "--cache-dir", dir, "--concurrency", "1", urls[0], urls[1], urls[2])
@@ -196,7 +206,7 @@ func TestCacheWarmKilledMidDownload(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-proxy.hold.reached:
+	case <-hold.reached:
 	case <-t.Context().Done():
 		t.Fatal("the download never reached the hold")
 	}
@@ -206,10 +216,8 @@ func TestCacheWarmKilledMidDownload(t *testing.T) {
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	close(proxy.hold.release)
-	proxy.mu.Lock()
-	proxy.hold = nil
-	proxy.mu.Unlock()
+	close(hold.release)
+	proxy.setHold(nil)
 
 	// The next start drops the partial file, serves the finished shard from the cache
 	// and fetches the others.
@@ -302,7 +310,8 @@ func TestCacheConcurrentReadersOneFetch(t *testing.T) {
 	path := "/shards/train/train-000000.tar"
 	// Hold the body before its first byte, so that every open meets the fetch in
 	// flight.
-	proxy.hold = &cacheHold{path: path, n: 0, reached: make(chan struct{}), release: make(chan struct{})}
+	hold := &cacheHold{path: path, n: 0, reached: make(chan struct{}), release: make(chan struct{})}
+	proxy.setHold(hold)
 	for _, kv := range proxy.env(m) {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
@@ -330,7 +339,7 @@ func TestCacheConcurrentReadersOneFetch(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	close(proxy.hold.release)
+	close(hold.release)
 	for i, r := range rs {
 		wg.Go(func() {
 			defer r.Close()
