@@ -33,8 +33,10 @@ func softMemlockLimit() (uint64, error) {
 	return rl.Cur, nil
 }
 
-// hasCapIPCLock reports whether the calling thread has CAP_IPC_LOCK in its effective
-// set, which lets mlock ignore RLIMIT_MEMLOCK.
+// HasCapIPCLock reports whether the calling thread has CAP_IPC_LOCK in its effective
+// set, which lets mlock ignore RLIMIT_MEMLOCK (false where it cannot be known).
+func HasCapIPCLock() bool { return hasCapIPCLock() }
+
 func hasCapIPCLock() bool {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData

@@ -95,16 +95,6 @@ func parseRetryAfter(h http.Header, now time.Time) time.Duration {
 	return 0
 }
 
-// retryableErr marks a cause as retryable (or not) without changing its message.
-type retryableErr struct {
-	err error
-	ok  bool
-}
-
-func (e *retryableErr) Error() string   { return e.err.Error() }
-func (e *retryableErr) Unwrap() error   { return e.err }
-func (e *retryableErr) Retryable() bool { return e.ok }
-
 // IsRetryable reports whether err is a failure a retry may cure: an error that says so
 // through a Retryable method, a short or cut body (ErrShortRead,
 // io.ErrUnexpectedEOF), a stall, or a network failure (a *net.OpError such as a

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shardload/shardload/numa"
+	"github.com/shardload/shardload/pinned"
 )
 
 var doctorCommand = command{
@@ -109,7 +110,7 @@ func diagnose(root, cacheDir string, ringBytes int64) (*doctorReport, error) {
 	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &rl); err == nil {
 		r.Memlock = memlockInfo{Soft: rl.Cur, Hard: rl.Max, Unlimited: rl.Cur == unix.RLIM_INFINITY}
 	}
-	r.Memlock.CapIPC = hasCapIPCLock()
+	r.Memlock.CapIPC = pinned.HasCapIPCLock()
 	r.Memlock.Need = ringBytes
 	thp := filepath.Join(root, "sys/kernel/mm/transparent_hugepage")
 	r.HugePages = hugePageInfo{Enabled: bracketed(filepath.Join(thp, "enabled")), Shmem: bracketed(filepath.Join(thp, "shmem_enabled"))}
@@ -143,8 +144,8 @@ func space(path string) spaceInfo {
 		var st unix.Statfs_t
 		err := unix.Statfs(p, &st)
 		if err == nil {
-			si.Total = int64(st.Blocks) * st.Bsize
-			si.Free = int64(st.Bavail) * st.Bsize
+			si.Total = int64(st.Blocks) * int64(st.Bsize)
+			si.Free = int64(st.Bavail) * int64(st.Bsize)
 			return si
 		}
 		parent := filepath.Dir(p)
@@ -154,16 +155,6 @@ func space(path string) spaceInfo {
 		}
 		p = parent
 	}
-}
-
-// hasCapIPCLock reports whether the process may lock memory beyond RLIMIT_MEMLOCK.
-func hasCapIPCLock() bool {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return false
-	}
-	return data[unix.CAP_IPC_LOCK/32].Effective&(1<<(unix.CAP_IPC_LOCK%32)) != 0
 }
 
 // advise fills r.Advice from what was found.

@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -54,33 +53,7 @@ type FakeGCSServer struct {
 // test ends. When the test has failed, the tail of the server's log is printed.
 func FakeGCS(t testing.TB) *FakeGCSServer {
 	t.Helper()
-	bin := FakeGCSBin()
-	if _, err := os.Stat(bin); err != nil {
-		msg := fmt.Sprintf("testenv: fake-gcs-server binary not found (%v): run scripts/tools.sh to build it, or set %s", err, FakeGCSBinEnv)
-		if inCI() {
-			t.Fatal(msg)
-		}
-		t.Skip("SKIPPED, NOT TESTED: " + msg)
-	}
-	var lastErr error
-	for range 3 {
-		s, err := startFakeGCS(t, bin)
-		if err == nil {
-			t.Cleanup(func() {
-				s.Stop()
-				if t.Failed() {
-					t.Logf("testenv: fake-gcs-server log tail (%s):\n%s", s.logPath, tail(s.logPath, 40))
-				}
-			})
-			return s
-		}
-		lastErr = err
-		if !errors.Is(err, errPortTaken) {
-			break
-		}
-	}
-	t.Fatalf("testenv: %v", lastErr)
-	return nil
+	return launch(t, "fake-gcs-server", FakeGCSBin(), FakeGCSBinEnv, startFakeGCS, (*FakeGCSServer).Stop, func(s *FakeGCSServer) string { return s.logPath })
 }
 
 func startFakeGCS(t testing.TB, bin string) (*FakeGCSServer, error) {

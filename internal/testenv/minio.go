@@ -78,33 +78,7 @@ type MinIOServer struct {
 // tail of the server's log is printed.
 func MinIO(t testing.TB) *MinIOServer {
 	t.Helper()
-	bin := MinIOBin()
-	if _, err := os.Stat(bin); err != nil {
-		msg := fmt.Sprintf("testenv: MinIO binary not found (%v): run scripts/tools.sh to build it, or set %s", err, MinIOBinEnv)
-		if inCI() {
-			t.Fatal(msg)
-		}
-		t.Skip("SKIPPED, NOT TESTED: " + msg)
-	}
-	var lastErr error
-	for range 3 {
-		s, err := startMinIO(t, bin)
-		if err == nil {
-			t.Cleanup(func() {
-				s.Stop()
-				if t.Failed() {
-					t.Logf("testenv: MinIO log tail (%s):\n%s", s.logPath, tail(s.logPath, 40))
-				}
-			})
-			return s
-		}
-		lastErr = err
-		if !errors.Is(err, errPortTaken) {
-			break
-		}
-	}
-	t.Fatalf("testenv: %v", lastErr)
-	return nil
+	return launch(t, "MinIO", MinIOBin(), MinIOBinEnv, startMinIO, (*MinIOServer).Stop, func(s *MinIOServer) string { return s.logPath })
 }
 
 var errPortTaken = errors.New("port already in use")
