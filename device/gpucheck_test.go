@@ -20,21 +20,32 @@ func TestGPUCheckScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, py, ok := strings.Cut(string(src), "<<'PY'\n")
-	py, _, ok2 := strings.Cut(py, "\nPY\n")
-	if !ok || !ok2 {
-		t.Fatal("no Python part between <<'PY' and PY")
-	}
-	pyFile := filepath.Join(t.TempDir(), "check.py")
-	if err := os.WriteFile(pyFile, []byte(py), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	python, err := exec.LookPath("python3")
 	if err != nil {
-		t.Fatalf("python3 is needed to check the script's Python part: %v", err)
+		t.Fatalf("python3 is needed to check the script's Python parts: %v", err)
 	}
-	if out, err := exec.Command(python, "-m", "py_compile", pyFile).CombinedOutput(); err != nil {
-		t.Fatalf("the script's Python does not compile: %v: %s", err, out)
+	// Every Python part between <<'PY' and PY compiles.
+	parts := 0
+	for rest := string(src); ; parts++ {
+		var py string
+		var ok, ok2 bool
+		if _, rest, ok = strings.Cut(rest, "<<'PY'"); !ok {
+			break
+		}
+		_, rest, _ = strings.Cut(rest, "\n") // the rest of the line that starts it
+		if py, rest, ok2 = strings.Cut(rest, "\nPY\n"); !ok2 {
+			t.Fatal("a Python part without its closing PY")
+		}
+		pyFile := filepath.Join(t.TempDir(), "check.py")
+		if err := os.WriteFile(pyFile, []byte(py), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(python, "-m", "py_compile", pyFile).CombinedOutput(); err != nil {
+			t.Fatalf("Python part %d of the script does not compile: %v: %s", parts+1, err, out)
+		}
+	}
+	if parts < 2 {
+		t.Fatalf("%d Python parts in the script, want the device comparison and the client check", parts)
 	}
 
 	// No nvidia-smi on PATH and an empty linker cache: the no-GPU path.

@@ -11,7 +11,9 @@
 #   4. PyTorch on the same GPU: pinned_tensor.to('cuda', non_blocking=True) of the
 #      same size, timed the same way (events around each copy);
 #   5. pass when shardload's rate is at least MIN_RATIO (0.90) of PyTorch's, the
-#      verify run found no difference and copies overlapped the step.
+#      verify run found no difference and copies overlapped the step;
+#   6. shardload serve and the Python client: CudaPrefetcher's tensors on the GPU equal
+#      what the host-side client reads for the same settings.
 #
 # Figures go to RESULTS (default gpu-check-results.txt, and .json beside it).
 # Exit status: 0 pass, 1 fail, 2 no GPU here (nothing was checked), 3 missing tools.
@@ -69,6 +71,7 @@ say "verify: every batch read back from GPU $GPU"
 say "rate: $BATCHES batches with a $STEP step"
 "$SHARDLOAD" bench "${common[@]}" --step-time "$STEP" --batches "$BATCHES" "$SHARDS" >"$WORK/bench.json"
 
+set +e
 "$PYTHON" - "$WORK/verify.json" "$WORK/bench.json" "$GPU" "$MIN_RATIO" "$RESULTS" <<'PY'
 import json, sys, torch
 
@@ -127,3 +130,43 @@ with open(results.rsplit(".", 1)[0] + ".json", "w") as f:
 print(open(results).read(), end="")
 sys.exit(0 if out["pass"] else 1)
 PY
+rc=$?
+set -e
+
+# The Python client's CudaPrefetcher, through shardload serve: slabs registered with
+# CUDA, each batch copied on a side stream; its tensors on the GPU must equal what the
+# host-side client reads for the same settings.
+say "client: CudaPrefetcher through shardload serve, against the host-side client"
+sock=$WORK/run/loader.sock
+rm -rf "$WORK/run"
+"$SHARDLOAD" serve --socket "$sock" --index "$WORK/index.jsonl" "$SHARDS" >"$WORK/serve.log" 2>&1 &
+spid=$!
+for _ in $(seq 100); do
+	grep -q "listening on" "$WORK/serve.log" && break
+	sleep 0.1
+done
+client_ok=0
+if PYTHONPATH=client/python "$PYTHON" client/python/tests/torch_check.py dataset "$sock" 1 64 jpg cls:int >"$WORK/client-host.jsonl" &&
+	CUDA_VISIBLE_DEVICES=$GPU PYTHONPATH=client/python "$PYTHON" client/python/tests/torch_check.py prefetch "$sock" 1 64 jpg cls:int >"$WORK/client-gpu.jsonl"; then
+	"$PYTHON" - "$WORK/client-host.jsonl" "$WORK/client-gpu.jsonl" "$RESULTS" <<'PY' && client_ok=1
+import json, sys
+host = [json.loads(l) for l in open(sys.argv[1])]
+gpu = [json.loads(l) for l in open(sys.argv[2])]
+head, gpu = gpu[0], gpu[1:]
+same = len(host) == len(gpu) > 0 and all(h["keys"] == g["keys"] and h["columns"] == g["columns"] for h, g in zip(host, gpu))
+on_gpu = all(any(d.startswith("cuda") for d in g["device"]) for g in gpu)
+ok = same and on_gpu and head.get("cuda") is True
+with open(sys.argv[3], "a") as f:
+    f.write("  python client: CudaPrefetcher %d batches on the GPU equal the host's: %s (slabs registered with CUDA: %s)\n"
+            % (len(gpu), "yes" if same and on_gpu else "NO", head.get("registered")))
+print("client: %s" % ("PASS" if ok else "FAIL"))
+sys.exit(0 if ok else 1)
+PY
+fi
+kill -TERM "$spid" 2>/dev/null || true
+wait "$spid" 2>/dev/null || true
+if [ "$client_ok" != 1 ]; then
+	say "the Python client's CUDA check failed (see $WORK/client-*.jsonl, $WORK/serve.log)"
+	rc=1
+fi
+exit "$rc"
