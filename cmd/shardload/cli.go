@@ -81,7 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintf(w, "shardload streams WebDataset tar shards from S3 and local disk.\n\nUsage: shardload COMMAND [flags] [args]\n\nCommands:\n")
+	fmt.Fprintf(w, "shardload streams WebDataset tar shards from object storage (S3, GCS, HTTP) and local disk\ninto pinned batches for trainers.\n\nUsage: shardload COMMAND [flags] [args]\n\nCommands:\n")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-6s %s\n", c.name, c.short)
 	}
