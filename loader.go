@@ -137,6 +137,9 @@ func Open(ctx context.Context, cfg Config) (*Loader, error) {
 	}
 	// Free buffers kept for reuse: as much as the queues and the shuffle buffer hold.
 	l.pool.maxFree = int64(cfg.OpenShards)*cfg.QueueBytes + cfg.ShuffleBytes
+	// The arena may map twice that: what the queues and the shuffle buffer hold, and
+	// room for the batches being collated and for size classes that round up.
+	l.pool.maxArena = 2 * l.pool.maxFree
 	if cfg.Ring != nil {
 		l.ring = cfg.Ring
 		close(l.ringReady)
@@ -271,6 +274,7 @@ func (l *Loader) Close() error {
 			}
 		}()
 		l.wg.Wait()
+		l.pool.release() // every goroutine that held a sample buffer is done
 		devErr := l.closeDevice()
 		<-l.ringReady
 		if l.ring != nil && l.cfg.Ring == nil {

@@ -269,13 +269,27 @@ var ErrErrorBudget = errors.New("shardload: too many samples skipped")
 // the steady state allocates nothing per sample. Unlike a sync.Pool it keeps its
 // buffers across garbage collections (fresh buffers cost page faults), up to
 // maxFree bytes.
+//
+// New buffers of up to maxArenaClass are carved from chunks of memory mapped with
+// huge pages advised (see mapChunk), up to maxArena bytes of chunks; beyond that, and
+// for larger buffers, they come from the Go heap. The chunks are unmapped by the loader calls once nothing can use a buffer any more.
 type bufPool struct {
 	items   sync.Pool
 	mu      sync.Mutex
 	free    [40][][]byte
 	held    int64 // bytes in free
 	maxFree int64
+
+	maxArena int64    // bytes of chunks the arena may map; 0: no arena
+	chunks   [][]byte // mapped chunks, for free
+	mapped   int64    // bytes in chunks
+	rest     []byte   // the unused end of the newest chunk
 }
+
+const (
+	arenaChunk    = 32 << 20 // bytes per mapped chunk
+	maxArenaClass = 22       // 4 MiB: larger buffers come from the heap
+)
 
 func (p *bufPool) item(fields int) *item {
 	it, _ := p.items.Get().(*item)
@@ -323,8 +337,49 @@ func (p *bufPool) get(n int) []byte {
 		p.mu.Unlock()
 		return b[:0]
 	}
+	if b := p.carve(c); b != nil {
+		p.mu.Unlock()
+		return b
+	}
 	p.mu.Unlock()
 	return make([]byte, 0, 1<<c)
+}
+
+// carve returns a new buffer of size class c from the arena, or nil. Called with p.mu
+// held.
+func (p *bufPool) carve(c int) []byte {
+	n := 1 << c
+	if c > maxArenaClass {
+		return nil
+	}
+	if len(p.rest) < n {
+		if p.mapped+arenaChunk > p.maxArena {
+			return nil
+		}
+		chunk := mapChunk(arenaChunk)
+		if chunk == nil {
+			p.maxArena = 0 // no arena here: stop trying
+			return nil
+		}
+		p.chunks = append(p.chunks, chunk)
+		p.mapped += arenaChunk
+		p.rest = chunk
+	}
+	b := p.rest[:0:n]
+	p.rest = p.rest[n:]
+	return b
+}
+
+// release unmaps the arena. No buffer from it may be used afterwards.
+func (p *bufPool) release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.chunks {
+		unmapChunk(c)
+	}
+	p.chunks, p.rest, p.mapped = nil, nil, 0
+	p.free = [40][][]byte{}
+	p.held = 0
 }
 
 func (p *bufPool) putBuf(b []byte) {
