@@ -3,7 +3,6 @@ package testenv
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,7 +81,7 @@ func startFakeGCS(t testing.TB, bin string) (*FakeGCSServer, error) {
 	s.cmd = cmd
 	go func() { cmd.Wait(); close(s.exited) }()
 	start := time.Now()
-	if err := s.waitReady(startTimeout); err != nil {
+	if err := waitReady(s.Endpoint+"/storage/v1/b", s.exited, s.cmd, startTimeout); err != nil {
 		s.Stop()
 		log := tail(logPath, 40)
 		if strings.Contains(log, "address already in use") {
@@ -98,37 +97,6 @@ func startFakeGCS(t testing.TB, bin string) (*FakeGCSServer, error) {
 	}
 	t.Logf("testenv: fake-gcs-server ready at %s in %v", s.Endpoint, time.Since(start).Round(time.Millisecond))
 	return s, nil
-}
-
-// waitReady polls the bucket list until it answers 200, the process exits, or the
-// timeout passes.
-func (s *FakeGCSServer) waitReady(timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	hc := &http.Client{Timeout: time.Second}
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.Endpoint+"/storage/v1/b", nil)
-		if resp, err := hc.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				select {
-				case <-s.exited: // someone else's server on the port
-					return fmt.Errorf("exited before it was ready: %v", s.cmd.ProcessState)
-				default:
-					return nil
-				}
-			}
-		}
-		select {
-		case <-s.exited:
-			return fmt.Errorf("exited before it was ready: %v", s.cmd.ProcessState)
-		case <-ctx.Done():
-			return fmt.Errorf("not ready after %v", timeout)
-		case <-tick.C:
-		}
-	}
 }
 
 // Env returns environment variables, in os/exec's KEY=value form, that point a GCS

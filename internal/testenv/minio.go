@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -123,7 +122,7 @@ func startMinIO(t testing.TB, bin string) (*MinIOServer, error) {
 	go func() { cmd.Wait(); close(s.exited) }()
 
 	start := time.Now()
-	if err := s.waitReady(startTimeout); err != nil {
+	if err := waitReady(s.Endpoint+"/minio/health/live", s.exited, s.cmd, startTimeout); err != nil {
 		s.Stop()
 		log := tail(logPath, 40)
 		if strings.Contains(log, "already in use") { // "Specified port is already in use"
@@ -141,32 +140,6 @@ func startMinIO(t testing.TB, bin string) (*MinIOServer, error) {
 	}
 	t.Logf("testenv: MinIO ready at %s in %v", s.Endpoint, time.Since(start).Round(time.Millisecond))
 	return s, nil
-}
-
-// waitReady polls the liveness endpoint, which answers 200 once the object layer is
-// up, until it does, the process exits, or the timeout passes.
-func (s *MinIOServer) waitReady(timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	hc := &http.Client{Timeout: time.Second}
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.Endpoint+"/minio/health/live", nil)
-		if resp, err := hc.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-s.exited:
-			return fmt.Errorf("exited before it was ready: %v", s.cmd.ProcessState)
-		case <-ctx.Done():
-			return fmt.Errorf("not ready after %v", timeout)
-		case <-tick.C:
-		}
-	}
 }
 
 func (s *MinIOServer) newClient() *s3.Client {
