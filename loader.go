@@ -205,6 +205,10 @@ func (l *Loader) Fields() []decode.Field { return slices.Clone(l.fields) }
 // Next returns the next batch, or io.EOF after the epoch's last. The caller must
 // Release each batch. Errors are sticky.
 func (l *Loader) Next(ctx context.Context) (*Batch, error) {
+	if l.closed.Load() {
+		// Batches still queued when Close ran belong to freed slabs: never hand them out.
+		l.err = ErrClosed
+	}
 	if l.err != nil {
 		return nil, l.err
 	}
@@ -218,7 +222,10 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	}
 	l.st.add(&l.st.wait, time.Since(t0))
 	switch {
-	case !ok && l.closed.Load():
+	case l.closed.Load():
+		if ok && m.b != nil {
+			m.b.Release()
+		}
 		l.err = ErrClosed
 	case !ok:
 		l.err = io.EOF
