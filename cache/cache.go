@@ -413,7 +413,7 @@ func (c *Cache) open(ctx context.Context, url string, node int, attempt int) (io
 		if de, ok := c.disk.lru.Get(url); ok && de.matches(info) {
 			de.refs++
 			c.mu.Unlock()
-			r, err := c.openDisk(de, node)
+			r, err := c.openDisk(ctx, de, node)
 			if errors.Is(err, ErrCorrupt) && attempt == 0 {
 				c.opts.Logf("cache: %s: %v; fetching it again", url, err)
 				return c.open(ctx, url, node, attempt+1)
@@ -477,9 +477,9 @@ func (c *Cache) memLookup(url string, node int, info source.Info) *memEntry {
 }
 
 // openDisk serves a disk entry the caller holds a reference on: into the memory tier
-// of node when it fits and the entry was opened before, else straight from the file. The first open in this process
-// verifies the checksum; a mismatch drops the entry and returns ErrCorrupt.
-func (c *Cache) openDisk(de *diskEntry, node int) (io.ReadCloser, error) {
+// of node when it fits and the entry was opened before, else straight from the file,
+// each block verified before it is served (see blockReader).
+func (c *Cache) openDisk(ctx context.Context, de *diskEntry, node int) (io.ReadCloser, error) {
 	// The memory tier admits an entry on its second open in this process: a scan
 	// that reads each shard once (cat, an epoch larger than the tier) would only
 	// churn it, paying a copy into fresh memory for every shard.
@@ -505,34 +505,48 @@ func (c *Cache) openDisk(de *diskEntry, node int) (io.ReadCloser, error) {
 			c.mu.Unlock()
 		}
 	}
-	if !de.isVerified() {
-		_, err, _ := c.loads.Do("verify:"+de.name, func() (any, error) {
-			if de.isVerified() {
-				return nil, nil
-			}
-			if err := c.disk.verify(de); err != nil {
-				return nil, err
-			}
-			de.setVerified()
-			return nil, nil
-		})
-		if err != nil {
-			c.release(de)
-			if errors.Is(err, ErrCorrupt) {
-				c.n.corrupt.Add(1)
-				c.drop(de.meta.URL)
-			}
-			return nil, err
-		}
-	}
-	fh, err := os.Open(c.disk.dataPath(de.name))
+	path := c.disk.dataPath(de.name)
+	fh, err := os.Open(path)
 	if err != nil {
 		c.release(de)
+		c.n.corrupt.Add(1)
 		c.drop(de.meta.URL)
 		return nil, &source.Error{Op: "open", URL: de.meta.URL, Err: fmt.Errorf("%w: %v", ErrCorrupt, err)}
 	}
 	c.disk.touch(de)
-	return &diskReader{SectionReader: io.NewSectionReader(fh, 0, de.meta.Size), fh: fh, c: c, e: de}, nil
+	return &blockReader{c: c, e: de, fh: fh, path: path, at: -1, open: func(off int64) (io.ReadCloser, error) {
+		return c.reopen(ctx, de.meta, node, off)
+	}}, nil
+}
+
+// reopen streams an object from off through the cache again (a new fetch, as a
+// dropped entry is no longer there), provided the source still holds the version
+// m describes: the bytes already served were of that version.
+func (c *Cache) reopen(ctx context.Context, m meta, node int, off int64) (io.ReadCloser, error) {
+	sctx, cancel := context.WithTimeout(ctx, c.opts.StatTimeout)
+	info, err := c.up.Stat(sctx, m.URL)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	if info.Version != m.Version || info.Size != m.Size {
+		return nil, &source.Error{Op: "read", URL: m.URL, Err: fmt.Errorf("%w: version %s of %d bytes was cached, the source now holds %s of %d bytes",
+			ErrChanged, m.Version, m.Size, info.Version, info.Size)}
+	}
+	r, _, err := c.open(ctx, m.URL, node, 1)
+	if err != nil {
+		return nil, err
+	}
+	if sk, ok := r.(io.Seeker); ok {
+		_, err = sk.Seek(off, io.SeekStart)
+	} else {
+		_, err = io.CopyN(io.Discard, r, off)
+	}
+	if err != nil {
+		r.Close()
+		return nil, &source.Error{Op: "read", URL: m.URL, Err: err}
+	}
+	return r, nil
 }
 
 // loadToMemory reads a disk entry into a new buffer of node's memory tier, verifying
@@ -620,24 +634,6 @@ func (r *memReader) Close() error {
 		r.c.mu.Unlock()
 	})
 	return nil
-}
-
-// diskReader streams a disk entry.
-type diskReader struct {
-	*io.SectionReader
-	fh   *os.File
-	c    *Cache
-	e    *diskEntry
-	once sync.Once
-}
-
-func (r *diskReader) Close() error {
-	var err error
-	r.once.Do(func() {
-		err = r.fh.Close()
-		r.c.release(r.e)
-	})
-	return err
 }
 
 // Wrap returns a Cache in front of reg and a registry that serves each of reg's

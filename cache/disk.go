@@ -14,22 +14,21 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"golang.org/x/sys/unix"
 
 	"github.com/shardload/shardload/source"
 )
 
-// metaFormat is the version of the meta file's layout.
-const metaFormat = 1
+// metaFormat is the version of the meta file's layout. Entries of another format are
+// dropped on start and fetched again when next read.
+const metaFormat = 2
 
 // maxMetaBytes caps a meta file: a longer URL is not cached on disk.
-const maxMetaBytes = 8 << 10
+const maxMetaBytes = 24 << 10
 
 // meta is what a .meta file records about its .data file.
 type meta struct {
@@ -37,8 +36,11 @@ type meta struct {
 	URL     string    `json:"url"`
 	Version string    `json:"version"`
 	Size    int64     `json:"size"`
-	XXH64   string    `json:"xxh64"` // 16 lower-case hex digits
+	Block   int64     `json:"block"` // bytes per checksummed block: blockSize(Size)
+	XXH64   string    `json:"xxh64"` // per block, 16 lower-case hex digits each
 	Fetched time.Time `json:"fetched"`
+
+	sums []uint64 // XXH64, parsed
 }
 
 // parseMeta parses a meta file and checks it against the hash its name carries.
@@ -56,11 +58,16 @@ func parseMeta(b []byte, urlHash string) (meta, error) {
 		return meta{}, fmt.Errorf("%w: meta: format %d, want %d", ErrCorrupt, m.Format, metaFormat)
 	case m.Size < 0:
 		return meta{}, fmt.Errorf("%w: meta: size %d", ErrCorrupt, m.Size)
-	case len(m.XXH64) != 16 || strings.Trim(m.XXH64, "0123456789abcdef") != "":
-		return meta{}, fmt.Errorf("%w: meta: checksum %q", ErrCorrupt, m.XXH64)
+	case m.Block != blockSize(m.Size):
+		return meta{}, fmt.Errorf("%w: meta: block size %d, want %d", ErrCorrupt, m.Block, blockSize(m.Size))
 	case hashURL(m.URL) != urlHash:
 		return meta{}, fmt.Errorf("%w: meta: URL %q does not hash to its file name", ErrCorrupt, m.URL)
 	}
+	sums, err := parseSums(m.XXH64, m.blocks())
+	if err != nil {
+		return meta{}, fmt.Errorf("%w: meta: %v", ErrCorrupt, err)
+	}
+	m.sums = sums
 	return m, nil
 }
 
@@ -80,24 +87,32 @@ func newName(url string) string {
 // fileRE matches every name the disk tier creates, and only those are ever deleted.
 var fileRE = regexp.MustCompile(`^(tmp-)?([0-9a-f]{64})-([0-9a-f]{16})\.(data|meta)$`)
 
-// diskEntry is one committed object. Fields other than verified are guarded by
-// Cache.mu.
+// diskEntry is one committed object. Fields other than checked and opens are
+// guarded by Cache.mu.
 type diskEntry struct {
-	name     string // HASH-GEN
-	meta     meta
-	bytes    int64 // data and meta file sizes
-	refs     int   // open readers
-	gone     bool  // removed from the index; files go when the last reader closes
-	verified atomic.Bool
-	opens    atomic.Int32 // opens in this process: the memory tier admits the second
+	name    string // HASH-GEN
+	meta    meta
+	bytes   int64         // data and meta file sizes
+	refs    int           // open readers
+	gone    bool          // removed from the index; files go when the last reader closes
+	checked []atomic.Bool // per block: its checksum matched in this process
+	opens   atomic.Int32  // opens in this process: the memory tier admits the second
+}
+
+func newDiskEntry(name string, m meta, bytes int64) *diskEntry {
+	return &diskEntry{name: name, meta: m, bytes: bytes, checked: make([]atomic.Bool, m.blocks())}
 }
 
 func (e *diskEntry) matches(info source.Info) bool {
 	return e.meta.Version == info.Version && e.meta.Size == info.Size
 }
 
-func (e *diskEntry) isVerified() bool { return e.verified.Load() }
-func (e *diskEntry) setVerified()     { e.verified.Store(true) }
+// setVerified marks every block checked.
+func (e *diskEntry) setVerified() {
+	for i := range e.checked {
+		e.checked[i].Store(true)
+	}
+}
 
 // diskTier is the disk tier: an LRU index of entries in root with a byte budget.
 // Its fields are guarded by Cache.mu; file I/O happens outside that lock.
@@ -207,7 +222,7 @@ func (d *diskTier) rebuild() error {
 			continue
 		}
 		mb, _ := os.Stat(d.metaPath(stem))
-		e := &diskEntry{name: stem, meta: m, bytes: f.size}
+		e := newDiskEntry(stem, m, f.size)
 		if mb != nil {
 			e.bytes += mb.Size()
 		}
@@ -329,17 +344,7 @@ func (d *diskTier) touch(e *diskEntry) {
 	os.Chtimes(d.dataPath(e.name), now, now)
 }
 
-// verify checks an entry's data file against its size and checksum.
-func (d *diskTier) verify(e *diskEntry) error {
-	f, err := os.Open(d.dataPath(e.name))
-	if err != nil {
-		return &source.Error{Op: "open", URL: e.meta.URL, Err: fmt.Errorf("%w: %v", ErrCorrupt, err)}
-	}
-	defer f.Close()
-	return checkFile(f, e.meta, d.dataPath(e.name))
-}
-
-// readVerified reads an entry's data into buf (its size) and checks the checksum.
+// readVerified reads an entry's data into buf (its size) and checks every block.
 func (d *diskTier) readVerified(e *diskEntry, buf []byte) error {
 	path := d.dataPath(e.name)
 	f, err := os.Open(path)
@@ -353,24 +358,35 @@ func (d *diskTier) readVerified(e *diskEntry, buf []byte) error {
 	if n, _ := f.Read(make([]byte, 1)); n != 0 {
 		return &source.Error{Op: "read", URL: e.meta.URL, Err: fmt.Errorf("%w: %s is longer than %d bytes", ErrCorrupt, path, e.meta.Size)}
 	}
-	if sum := fmt.Sprintf("%016x", xxhash.Sum64(buf)); sum != e.meta.XXH64 {
-		return &source.Error{Op: "read", URL: e.meta.URL, Err: fmt.Errorf("%w: %s: checksum %s, recorded %s", ErrCorrupt, path, sum, e.meta.XXH64)}
+	for i := range e.meta.blocks() {
+		off, n := e.meta.blockRange(i)
+		if err := e.meta.checkBlock(i, buf[off:off+n], path); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// checkFile hashes f from its start and compares size and checksum with m.
+// checkFile reads f from its start and compares its size and every block's checksum
+// with m.
 func checkFile(f *os.File, m meta, path string) error {
-	h := xxhash.New()
-	n, err := io.Copy(h, io.NewSectionReader(f, 0, math.MaxInt64))
-	if err != nil {
-		return &source.Error{Op: "read", URL: m.URL, Err: fmt.Errorf("%s: %w", path, err)}
+	buf := getBlock(m.Block)
+	defer putBlock(buf)
+	for i := range m.blocks() {
+		off, n := m.blockRange(i)
+		k, err := f.ReadAt(buf[:n], off)
+		if int64(k) < n {
+			if err == nil || err == io.EOF {
+				err = fmt.Errorf("%w: %s is %d bytes, recorded %d", ErrCorrupt, path, off+int64(k), m.Size)
+			}
+			return &source.Error{Op: "read", URL: m.URL, Err: err}
+		}
+		if err := m.checkBlock(i, buf[:n], path); err != nil {
+			return err
+		}
 	}
-	if n != m.Size {
-		return &source.Error{Op: "read", URL: m.URL, Err: fmt.Errorf("%w: %s is %d bytes, recorded %d", ErrCorrupt, path, n, m.Size)}
-	}
-	if sum := fmt.Sprintf("%016x", h.Sum64()); sum != m.XXH64 {
-		return &source.Error{Op: "read", URL: m.URL, Err: fmt.Errorf("%w: %s: checksum %s, recorded %s", ErrCorrupt, path, sum, m.XXH64)}
+	if k, _ := f.ReadAt(buf[:1], m.Size); k != 0 {
+		return &source.Error{Op: "read", URL: m.URL, Err: fmt.Errorf("%w: %s is longer than %d bytes", ErrCorrupt, path, m.Size)}
 	}
 	return nil
 }

@@ -25,15 +25,24 @@
 // Entries live in Options.Dir/v1 (created 0700; files 0600). An entry is two files
 // named by the SHA-256 of its URL and a random generation, never by the URL or a tar
 // member: HASH-GEN.data (the object) and HASH-GEN.meta (JSON: URL, version, size,
-// XXH64 checksum, fetch time). A fetch writes tmp-HASH-GEN.data, fsyncs it, reads it
-// back to check its size and checksum against the bytes received, writes and fsyncs
-// the meta file, renames both into place (data first) and fsyncs the directory. On
-// start the index is rebuilt from the meta files: leftover temporary files, data
-// without meta, meta that does not parse or does not match its name, and data of the
-// wrong size are deleted; the LRU order is the data files' modification time, which a
-// hit updates. The checksum of an entry is verified the first time a process opens it
-// (a mismatch drops the entry, counts it in Stats.Corrupt, and fetches the object
-// again). Only names of this pattern inside Dir/v1 are ever deleted; one process at a
+// block size, an XXH64 checksum per block, fetch time). A fetch writes
+// tmp-HASH-GEN.data, fsyncs it, reads it back to check its size and checksums against
+// the bytes received, writes and fsyncs the meta file, renames both into place (data
+// first) and fsyncs the directory. On start the index is rebuilt from the meta files:
+// leftover temporary files, data without meta, meta that does not parse, does not
+// match its name or is of an older format, and data of the wrong size are deleted; the
+// LRU order is the data files' modification time, which a hit updates.
+//
+// Blocks are 256 KiB (larger for objects of more than 1024 blocks). Each block's
+// checksum is verified the first time a process reads it, before any of its bytes
+// are served, in the same pass that serves them: a warm epoch reads each file once.
+// A mismatch drops the entry, counts it in Stats.Corrupt, and the stream goes on from
+// the same byte through a new fetch of the object, provided the source still holds
+// the version that was being served (if not, the read fails with ErrCorrupt and
+// ErrChanged rather than mix two versions). The memory tier checks every block when
+// it loads an entry from disk.
+//
+// Only names of this pattern inside Dir/v1 are ever deleted; one process at a
 // time uses a directory (an exclusive flock on Dir/v1/lock; a second one gets
 // ErrBusy).
 //

@@ -7,10 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
-
-	"github.com/cespare/xxhash/v2"
 
 	"github.com/shardload/shardload/source"
 )
@@ -101,9 +100,7 @@ func (f *fill) fetch() error {
 	fetched := time.Now().UTC()
 	if c.disk != nil {
 		name = newName(f.url)
-		m := meta{Format: metaFormat, URL: f.url, Version: f.info.Version, Size: size, XXH64: "0000000000000000", Fetched: fetched}
-		mb, _ = json.Marshal(m)
-		mb = append(mb, '\n')
+		mb = placeholderMeta(f.url, f.info.Version, size, fetched)
 		if len(mb) > maxMetaBytes || !f.reserveDisk(size+int64(len(mb))) {
 			return f.bypass()
 		}
@@ -142,7 +139,7 @@ func (f *fill) fetch() error {
 		}
 		return err
 	}
-	h := xxhash.New()
+	h := newBlockHasher(size)
 	n, err := f.copyFrom(h)
 	if err != nil {
 		return fail(err)
@@ -150,7 +147,7 @@ func (f *fill) fetch() error {
 	if n != size {
 		return fail(&source.Error{Op: "read", URL: f.url, Err: fmt.Errorf("%w: read %d bytes, the source said %d", ErrChanged, n, size)})
 	}
-	sum := fmt.Sprintf("%016x", h.Sum64())
+	sums := h.finish()
 	if f.fh == nil {
 		c.mu.Lock()
 		f.memEnt = c.mem[f.node].insert(f.url, f.info.Version, f.buf)
@@ -162,7 +159,7 @@ func (f *fill) fetch() error {
 
 	// Disk: make the data durable, check it, then the meta, then rename both.
 	d := c.disk
-	m := meta{Format: metaFormat, URL: f.url, Version: f.info.Version, Size: size, XXH64: sum, Fetched: fetched}
+	m := meta{Format: metaFormat, URL: f.url, Version: f.info.Version, Size: size, Block: h.block, XXH64: formatSums(sums), Fetched: fetched, sums: sums}
 	mb, _ = json.Marshal(m)
 	mb = append(mb, '\n')
 	wrap := func(op string, err error) error {
@@ -188,7 +185,7 @@ func (f *fill) fetch() error {
 	if err := d.syncDir(); err != nil {
 		c.opts.Logf("cache: syncing %s: %v", d.root, err)
 	}
-	e := &diskEntry{name: name, meta: m, bytes: size + int64(len(mb))}
+	e := newDiskEntry(name, m, size+int64(len(mb)))
 	e.setVerified()
 	c.mu.Lock()
 	var victims []*diskEntry
@@ -278,6 +275,15 @@ func (f *fill) unreserve(n int64) {
 	f.c.mu.Lock()
 	f.c.disk.used -= n
 	f.c.mu.Unlock()
+}
+
+// placeholderMeta returns a meta file of the size the real one will have, for the
+// budget, before the checksums are known.
+func placeholderMeta(url, version string, size int64, fetched time.Time) []byte {
+	b := blockSize(size)
+	m := meta{Format: metaFormat, URL: url, Version: version, Size: size, Block: b, XXH64: strings.Repeat("0", int(16*((size+b-1)/b))), Fetched: fetched}
+	mb, _ := json.Marshal(m)
+	return append(mb, '\n')
 }
 
 // writeFileSync writes a new file with mode 0600 and fsyncs it.

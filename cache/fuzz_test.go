@@ -8,12 +8,13 @@ import (
 
 // FuzzParseMeta feeds the meta parser arbitrary files: it must not panic, and what it
 // accepts must name an object that hashes to the file's name and have a sane size and
-// checksum.
+// checksum for each of its blocks.
 func FuzzParseMeta(f *testing.F) {
 	url := "s3://bucket/train-000000.tar"
-	good, _ := json.Marshal(meta{Format: metaFormat, URL: url, Version: `"abc"`, Size: 1234, XXH64: "0123456789abcdef", Fetched: time.Unix(1, 0).UTC()})
+	good, _ := json.Marshal(meta{Format: metaFormat, URL: url, Version: `"abc"`, Size: 1234, Block: blockSize(1234), XXH64: "0123456789abcdef", Fetched: time.Unix(1, 0).UTC()})
 	f.Add(good)
-	f.Add([]byte(`{"format":1,"url":"s3://bucket/train-000000.tar","size":-1,"xxh64":"0123456789abcdef"}`))
+	f.Add([]byte(`{"format":2,"url":"s3://bucket/train-000000.tar","size":-1,"block":262144,"xxh64":"0123456789abcdef"}`))
+	f.Add([]byte(`{"format":2,"url":"s3://bucket/train-000000.tar","size":300000,"block":262144,"xxh64":"0123456789abcdef0123456789ABCDEF"}`))
 	f.Add([]byte(`{"format":1}{}`))
 	f.Add([]byte(""))
 	hash := hashURL(url)
@@ -22,7 +23,7 @@ func FuzzParseMeta(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if hashURL(m.URL) != hash || m.Size < 0 || len(m.XXH64) != 16 || m.Format != metaFormat {
+		if hashURL(m.URL) != hash || m.Size < 0 || m.Format != metaFormat || m.Block != blockSize(m.Size) || int64(len(m.sums)) != m.blocks() {
 			t.Fatalf("accepted %q as %+v", b, m)
 		}
 	})

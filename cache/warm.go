@@ -2,11 +2,11 @@ package cache
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -114,8 +114,7 @@ func (c *Cache) Plan(ctx context.Context, urls []string, concurrency int) (*Plan
 		p.Bytes += e.Size
 		p.Need += e.Size
 		if c.disk != nil {
-			mb, _ := json.Marshal(meta{Format: metaFormat, URL: e.URL, Version: e.Version, Size: e.Size, XXH64: "0000000000000000"})
-			p.Need += int64(len(mb)) + 1
+			p.Need += int64(len(placeholderMeta(e.URL, e.Version, e.Size, time.Now().UTC())))
 		}
 		if e.State == Cached {
 			p.Cached++

@@ -232,18 +232,49 @@ func eachShard(ctx context.Context, patterns []string, rf *readFlags, sizesOnly 
 	if urls, err = rf.sources().Expand(ctx, urls); err != nil {
 		return err
 	}
-	for _, url := range urls {
+	// The next shard is opened while this one is read: its request (or the cache's
+	// validation of it) and its first bytes overlap the work on this one.
+	type opened struct {
+		body io.ReadCloser
+		err  error
+	}
+	open := func(url string) <-chan opened {
+		ch := make(chan opened, 1)
+		go func() {
+			body, err := rf.sources().Open(ctx, url)
+			ch <- opened{body, err}
+		}()
+		return ch
+	}
+	if len(urls) == 0 {
+		return nil
+	}
+	var next <-chan opened
+	defer func() {
+		if next != nil {
+			if o := <-next; o.body != nil {
+				o.body.Close()
+			}
+		}
+	}()
+	next = open(urls[0])
+	for i, url := range urls {
+		o := <-next
+		next = nil
+		if o.err != nil {
+			return o.err
+		}
 		if err := ctx.Err(); err != nil {
+			o.body.Close()
 			return err
 		}
-		body, err := rf.sources().Open(ctx, url)
-		if err != nil {
-			return err
+		if i+1 < len(urls) {
+			next = open(urls[i+1])
 		}
-		r := shard.NewReader(body, shard.Options{URL: url, MaxMemberSize: int64(rf.maxMember), SizesOnly: sizesOnly})
-		err = fn(url, r)
+		r := shard.NewReader(o.body, shard.Options{URL: url, MaxMemberSize: int64(rf.maxMember), SizesOnly: sizesOnly})
+		err := fn(url, r)
 		r.Close()
-		body.Close()
+		o.body.Close()
 		if err != nil {
 			return err
 		}
