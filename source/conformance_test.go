@@ -108,7 +108,9 @@ func runConformance(t *testing.T, b backend) {
 		src  Source
 	}{
 		{"raw", b.src},
+		// The first part decides: one stream for the rest on loopback, usually.
 		{"fetcher", NewFetcher(b.src, FetchOptions{PartSize: 1 << 20, Parallel: 4})},
+		{"fetcher-parts", NewFetcher(b.src, FetchOptions{PartSize: 1 << 20, Parallel: 4, SingleRate: -1})},
 	} {
 		t.Run(variant.name, func(t *testing.T) {
 			src := variant.src
@@ -234,7 +236,7 @@ func TestOverwrittenBetweenParts(t *testing.T) {
 			src, url, put := setup(t)
 			// Two parts in flight at most: after the first byte, parts 3 and later
 			// start only after the overwrite.
-			f := NewFetcher(src, FetchOptions{PartSize: partSize, Parallel: 2})
+			f := NewFetcher(src, FetchOptions{PartSize: partSize, Parallel: 2, SingleRate: -1})
 			rc, err := f.Open(guard(t), url)
 			if err != nil {
 				t.Fatal(err)

@@ -26,14 +26,23 @@ type FetchOptions struct {
 	// buffer, so one stream holds at most Parallel × PartSize bytes. 1 reads an
 	// object as one stream with no buffering. Default 4 (DefaultParallel).
 	Parallel int
+	// SingleRate decides, per object, whether parallel parts are worth their cost: an
+	// object larger than one part is read first as one part, and when that part
+	// arrived at SingleRate bytes per second or faster (counting only the time spent
+	// waiting for it), the rest is read as one stream straight into the reader's
+	// buffers; slower, as parallel parts. A stream that fast is not what limits the
+	// reader, and parallel parts cost a copy out of their buffers. Default 256 MB/s
+	// (DefaultSingleRate); negative: always parallel parts.
+	SingleRate float64
 	// Retry is the retry policy of every request and read.
 	Retry RetryPolicy
 }
 
 // Defaults of FetchOptions.
 const (
-	DefaultPartSize = 8 << 20
-	DefaultParallel = 4
+	DefaultPartSize   = 8 << 20
+	DefaultParallel   = 4
+	DefaultSingleRate = 256e6
 )
 
 func (o FetchOptions) withDefaults() FetchOptions {
@@ -43,6 +52,9 @@ func (o FetchOptions) withDefaults() FetchOptions {
 	if o.Parallel <= 0 {
 		o.Parallel = DefaultParallel
 	}
+	if o.SingleRate == 0 {
+		o.SingleRate = DefaultSingleRate
+	}
 	o.Retry = o.Retry.withDefaults()
 	return o
 }
@@ -51,7 +63,8 @@ func (o FetchOptions) withDefaults() FetchOptions {
 //   - Stat and List are retried under the retry policy;
 //   - Open and OpenRange read an object as parts of PartSize bytes, up to Parallel of
 //     them in flight, delivered in order as one stream, when the Source has ranged
-//     reads (RangeReader) and the object is larger than one part;
+//     reads (RangeReader), the object is larger than one part, and its first part,
+//     read alone, arrived slower than SingleRate (else the rest is one stream);
 //   - a read that fails in the middle of a body resumes at the exact byte offset with
 //     a ranged request, pinned to the version Stat first saw when the Source
 //     implements VersionReader (else unpinned), and fails with ErrChanged if the
@@ -234,8 +247,95 @@ func (f *Fetcher) open(ctx context.Context, url string, off, length int64) (io.R
 	if f.opts.Parallel <= 1 || n <= f.opts.PartSize {
 		return newResumeStream(ctx, pr, off, n), nil
 	}
-	return newParallelStream(ctx, pr, off, n), nil
+	if f.opts.SingleRate < 0 {
+		return newParallelStream(ctx, pr, off, n), nil
+	}
+	return newProbeStream(ctx, pr, off, n), nil
 }
+
+// probeStream reads an object's first part as one request, timing it, then the rest
+// as one stream or as parallel parts (see FetchOptions.SingleRate).
+type probeStream struct {
+	ctx    context.Context
+	p      partReader
+	cur    io.ReadCloser // the first part, then the rest
+	rest   int64         // offset of the rest
+	end    int64
+	probed int64         // bytes of the first part delivered
+	waited time.Duration // time spent in the first part's reads
+	probe  bool          // still reading the first part
+}
+
+func newProbeStream(ctx context.Context, p partReader, off, n int64) *probeStream {
+	size := p.f.opts.PartSize
+	return &probeStream{ctx: ctx, p: p, cur: newResumeStream(ctx, p, off, size), rest: off + size, end: off + n, probe: true}
+}
+
+func (s *probeStream) Read(b []byte) (int, error) {
+	if !s.probe {
+		return s.cur.Read(b)
+	}
+	t0 := time.Now()
+	n, err := s.cur.Read(b)
+	s.waited += time.Since(t0)
+	s.probed += int64(n)
+	if err == io.EOF {
+		s.switchRest()
+		if n == 0 {
+			return s.cur.Read(b)
+		}
+		err = nil
+	}
+	return n, err
+}
+
+// switchRest replaces the finished first part with a stream of the rest.
+func (s *probeStream) switchRest() {
+	s.cur.Close()
+	s.probe = false
+	n := s.end - s.rest
+	if rate := float64(s.probed) / max(s.waited.Seconds(), 1e-9); rate >= s.p.f.opts.SingleRate || n <= s.p.f.opts.PartSize {
+		s.cur = newResumeStream(s.ctx, s.p, s.rest, n)
+		return
+	}
+	s.cur = newParallelStream(s.ctx, s.p, s.rest, n)
+}
+
+// WriteTo copies the stream to w: through a buffer for the first part, then with the
+// rest's own WriteTo when it has one (parallel parts are written from their buffers).
+func (s *probeStream) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	if s.probe {
+		buf := make([]byte, 256<<10)
+		for s.probe {
+			n, err := s.Read(buf)
+			if n > 0 {
+				k, werr := w.Write(buf[:n])
+				total += int64(k)
+				if werr != nil {
+					return total, werr
+				}
+			}
+			if err == io.EOF {
+				return total, nil
+			}
+			if err != nil {
+				return total, err
+			}
+		}
+	}
+	var n int64
+	var err error
+	if wt, ok := s.cur.(io.WriterTo); ok {
+		n, err = wt.WriteTo(w)
+	} else {
+		n, err = io.Copy(w, struct{ io.Reader }{s.cur})
+	}
+	return total + n, err
+}
+
+// Close ends the stream and the requests it has in flight.
+func (s *probeStream) Close() error { return s.cur.Close() }
 
 type eofReader struct{}
 

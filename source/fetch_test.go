@@ -379,7 +379,7 @@ func TestFetcherParallel(t *testing.T) {
 		}
 		return false
 	}
-	f := NewFetcher(&HTTP{Client: srv.Client()}, FetchOptions{PartSize: partSize, Parallel: parallel})
+	f := NewFetcher(&HTTP{Client: srv.Client()}, FetchOptions{PartSize: partSize, Parallel: parallel, SingleRate: -1})
 	rc, err := f.OpenRange(guard(t), srv.URL+"/x.tar", 1000, size)
 	if err != nil {
 		t.Fatal(err)
@@ -421,6 +421,61 @@ func TestFetcherParallel(t *testing.T) {
 		cancel()
 		if _, err := io.ReadAll(rc); !errors.Is(err, context.Canceled) {
 			t.Errorf("read after cancel = %v; want context.Canceled", err)
+		}
+	})
+}
+
+// The first part decides how the rest is read: as one stream when it arrived at
+// SingleRate or faster, else as parallel parts. The rates are set so that the
+// decision does not depend on the machine's speed.
+func TestFetcherProbe(t *testing.T) {
+	const size, partSize, parallel = 2<<20 + 7, 256 << 10, 4
+	data := randomBytes(size, 5)
+	t.Run("fast: one stream", func(t *testing.T) {
+		srv := newObjServer(t, data)
+		f := NewFetcher(&HTTP{Client: srv.Client()}, FetchOptions{PartSize: partSize, Parallel: parallel, SingleRate: 1})
+		rc, err := f.Open(guard(t), srv.URL+"/x.tar")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		if got, err := io.ReadAll(rc); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("read %d bytes, %v; want %d", len(got), err, size)
+		}
+		srv.mu.Lock()
+		gets, maxIn := srv.gets, srv.maxInflight
+		srv.mu.Unlock()
+		if gets != 2 || maxIn != 1 {
+			t.Errorf("%d GETs, at most %d in flight; want 2 (first part, rest) and 1", gets, maxIn)
+		}
+	})
+	t.Run("slow: parallel parts", func(t *testing.T) {
+		srv := newObjServer(t, data)
+		// GETs 2 to parallel+1 (the rest's first parts) wait for each other.
+		var barrier sync.WaitGroup
+		barrier.Add(parallel)
+		srv.fault = func(n int, w http.ResponseWriter, r *http.Request, body []byte) bool {
+			if n >= 2 && n <= parallel+1 {
+				barrier.Done()
+				barrier.Wait()
+			}
+			return false
+		}
+		f := NewFetcher(&HTTP{Client: srv.Client()}, FetchOptions{PartSize: partSize, Parallel: parallel, SingleRate: 1e18})
+		rc, err := f.Open(guard(t), srv.URL+"/x.tar")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		var buf bytes.Buffer
+		if _, err := io.Copy(&buf, rc); err != nil || !bytes.Equal(buf.Bytes(), data) { // WriteTo
+			t.Fatalf("read %d bytes, %v; want %d", buf.Len(), err, size)
+		}
+		srv.mu.Lock()
+		gets, maxIn := srv.gets, srv.maxInflight
+		srv.mu.Unlock()
+		if want := 1 + (size-partSize+partSize-1)/partSize; gets != want || maxIn != parallel {
+			t.Errorf("%d GETs, at most %d in flight; want %d and %d", gets, maxIn, want, parallel)
 		}
 	})
 }

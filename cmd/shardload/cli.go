@@ -119,6 +119,7 @@ type readFlags struct {
 	cacheMemory byteSize
 	partSize    byteSize
 	parallel    int
+	singleRate  float64 // MB/s
 	attempts    int
 	maxBackoff  time.Duration
 	stall       time.Duration
@@ -138,6 +139,7 @@ func (rf *readFlags) register(fs *pflag.FlagSet) {
 	rf.partSize = source.DefaultPartSize
 	fs.Var(&rf.partSize, "fetch-part-size", "remote objects (s3, gs, http) are read as ranged parts of this size")
 	fs.IntVar(&rf.parallel, "fetch-parallel", source.DefaultParallel, "ranged parts in flight per remote shard; each holds --fetch-part-size of memory")
+	fs.Float64Var(&rf.singleRate, "fetch-single-rate", source.DefaultSingleRate/1e6, "MB/s: a shard whose first part arrives this fast is read on as one stream, with no part buffers; slower ones as parallel parts (0: always parallel)")
 	fs.IntVar(&rf.attempts, "retry-attempts", source.DefaultAttempts, "tries per request to a remote store, counting the first; a read resumes at its byte offset")
 	fs.DurationVar(&rf.maxBackoff, "retry-max-backoff", source.DefaultMaxBackoff, "longest wait between retries (exponential from 100ms, with jitter; Retry-After honoured up to 30s)")
 	fs.DurationVar(&rf.stall, "stall-timeout", source.DefaultStallTimeout, "a remote read that delivers nothing for this long is ended and retried (negative: never)")
@@ -160,7 +162,14 @@ func (rf *readFlags) fetchOptions() (source.FetchOptions, error) {
 	if rf.partSize <= 0 || rf.parallel <= 0 || rf.attempts <= 0 || rf.maxBackoff <= 0 {
 		return source.FetchOptions{}, fmt.Errorf("%w: --fetch-part-size, --fetch-parallel, --retry-attempts and --retry-max-backoff must be more than 0", errUsage)
 	}
-	return source.FetchOptions{PartSize: int64(rf.partSize), Parallel: rf.parallel,
+	if rf.singleRate < 0 {
+		return source.FetchOptions{}, fmt.Errorf("%w: --fetch-single-rate must not be negative", errUsage)
+	}
+	single := rf.singleRate * 1e6
+	if single == 0 {
+		single = -1 // always parallel
+	}
+	return source.FetchOptions{PartSize: int64(rf.partSize), Parallel: rf.parallel, SingleRate: single,
 		Retry: source.RetryPolicy{Attempts: rf.attempts, MaxBackoff: rf.maxBackoff, StallTimeout: rf.stall}}, nil
 }
 
