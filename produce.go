@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sync/semaphore"
 
@@ -96,7 +97,7 @@ func (p *producer) run() {
 		return
 	}
 	defer body.Close()
-	r := shard.NewReader(body, shard.Options{URL: span.URL, MaxMemberSize: l.cfg.MaxMemberSize, MaxRatio: l.cfg.MaxRatio, Timing: true})
+	r := shard.NewReader(body, shard.Options{URL: span.URL, MaxMemberSize: l.cfg.MaxMemberSize, MaxRatio: l.cfg.MaxRatio, Timing: true, Buffers: sampleBuffers{&l.pool}})
 	defer func() {
 		fetch, inflate := r.Times()
 		l.st.add(&l.st.fetch, fetch)
@@ -123,6 +124,9 @@ func (p *producer) run() {
 			if err != nil && !sampleOnly {
 				p.fail(span.Take, true, err)
 				return
+			}
+			if smp != nil {
+				l.pool.putBuf(smp.Buf)
 			}
 			continue // the previous rank's samples
 		}
@@ -153,15 +157,24 @@ func (p *producer) run() {
 	}
 }
 
-// decode decodes the configured fields of smp into an item that owns its bytes.
+// decode decodes the configured fields of smp into an item that owns its bytes: the
+// sample's buffer, which the reader filled from the pool, holds the fields that
+// decode in place (raw bytes, .npy data), and the others are appended to it.
 func (p *producer) decode(smp *shard.Sample) (*item, error) {
 	l := p.l
 	it := l.pool.item(len(l.fields))
 	it.key = smp.Key
-	it.buf = l.pool.get(int(smp.Bytes()))
+	it.buf, smp.Buf = smp.Buf, nil
 	type span struct{ off, n int }
 	var spans [16]span
 	offs := spans[:0]
+	var olds [4][]byte
+	retired := olds[:0]
+	defer func() {
+		for _, b := range retired {
+			l.pool.putBuf(b)
+		}
+	}()
 	for i := range l.fields {
 		f := &l.fields[i]
 		data, ok := smp.Get(f.Ext)
@@ -175,11 +188,21 @@ func (p *producer) decode(smp *shard.Sample) (*item, error) {
 			l.pool.put(it)
 			return nil, &SampleError{URL: smp.URL, Key: smp.Key, Err: err}
 		}
-		// Copy the bytes into the item now: the reader and the scratch buffer are
-		// reused for the next field and sample.
-		offs = append(offs, span{len(it.buf), len(v.Data)})
-		it.buf = l.pool.grow(it.buf, len(v.Data))
-		it.buf = append(it.buf, v.Data...)
+		if off, ok := within(v.Data, it.buf); ok {
+			// A view of the sample's own bytes: kept where it is.
+			offs = append(offs, span{off, len(v.Data)})
+		} else {
+			// Decoded into scratch memory, reused for the next field and sample.
+			offs = append(offs, span{len(it.buf), len(v.Data)})
+			if cap(it.buf)-len(it.buf) < len(v.Data) {
+				// Outgrown: the old buffer stays valid until the end, for the
+				// fields still to decode from it.
+				nb := append(l.pool.get(len(it.buf)+len(v.Data)), it.buf...)
+				retired = append(retired, it.buf)
+				it.buf = nb
+			}
+			it.buf = append(it.buf, v.Data...)
+		}
 		it.values[i] = v
 	}
 	for i, o := range offs {
@@ -190,6 +213,24 @@ func (p *producer) decode(smp *shard.Sample) (*item, error) {
 	it.size = int64(len(it.buf)) + int64(len(it.key))
 	return it, nil
 }
+
+// within reports whether b lies inside buf's first len(buf) bytes, and where.
+func within(b, buf []byte) (int, bool) {
+	if len(b) == 0 || len(buf) == 0 {
+		return 0, false
+	}
+	off := uintptr(unsafe.Pointer(unsafe.SliceData(b))) - uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	if off > uintptr(len(buf)) || uintptr(len(b)) > uintptr(len(buf))-off {
+		return 0, false
+	}
+	return int(off), true
+}
+
+// sampleBuffers lets a shard reader read samples straight into the pool's buffers.
+type sampleBuffers struct{ p *bufPool }
+
+func (s sampleBuffers) Get(n int) []byte { return s.p.get(n) }
+func (s sampleBuffers) Put(b []byte)     { s.p.putBuf(b) }
 
 func extList(s *shard.Sample) string {
 	var b []byte
@@ -304,17 +345,6 @@ func (p *bufPool) item(fields int) *item {
 	return it
 }
 
-// grow returns b with room for n more bytes, moving it to a larger pooled buffer
-// when needed.
-func (p *bufPool) grow(b []byte, n int) []byte {
-	if cap(b)-len(b) >= n {
-		return b
-	}
-	nb := p.get(len(b) + n)
-	nb = append(nb, b...)
-	p.putBuf(b)
-	return nb
-}
 
 func sizeClass(n int) int {
 	c := 12 // 4 KiB at least

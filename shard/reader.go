@@ -101,6 +101,20 @@ type Options struct {
 	MaxRatio float64
 	// Timing records the time spent reading the source and inflating, for Times.
 	Timing bool
+	// Buffers, if set, supplies the memory each sample's data is read into, and the
+	// caller owns it once Next returns the sample (Sample.Buf): a consumer that
+	// keeps samples takes them without copying their bytes. Default: the Reader's own
+	// memory, reused by the next Next.
+	Buffers Buffers
+}
+
+// Buffers supplies sample memory to a Reader (Options.Buffers).
+type Buffers interface {
+	// Get returns a buffer of length 0 and capacity at least n.
+	Get(n int) []byte
+	// Put takes back a buffer that Get returned and that the Reader no longer
+	// needs (one it outgrew while reading a sample, or holds at Close).
+	Put(b []byte)
 }
 
 // DefaultMaxRatio is the decompression ratio cap used when Options.MaxRatio is zero.
@@ -121,7 +135,8 @@ type Field struct {
 	// Offset is the byte offset of the member's data in the tar stream.
 	Offset int64
 	// Data holds the member's bytes; nil when Options.SizesOnly is set. It is owned by
-	// the Reader and valid until the next call to Next.
+	// the Reader and valid until the next call to Next, except with Options.Buffers:
+	// then it lies in Sample.Buf.
 	Data []byte
 }
 
@@ -136,6 +151,11 @@ type Sample struct {
 	Offset int64
 	// Fields are the sample's members in the order they appear in the tar.
 	Fields []Field
+	// Buf, with Options.Buffers, is the buffer from Buffers.Get that holds every
+	// field's Data, one after the other (its length is their total), or nil when
+	// they are all empty. The caller owns it: it keeps it with the data or gives it
+	// back with Buffers.Put.
+	Buf []byte
 }
 
 // Get returns the data of the field with extension ext, and whether it exists.
@@ -212,6 +232,7 @@ type Reader struct {
 
 	buf    []byte // arena for the current sample's data
 	used   int
+	hint   int // with Options.Buffers: the size to ask for a new sample's buffer
 	sample Sample
 }
 
@@ -239,6 +260,10 @@ func (r *Reader) StoredBytes() int64 { return r.rawIn.n }
 
 // Close releases the decompressor. It does not close the underlying reader.
 func (r *Reader) Close() error {
+	if r.opts.Buffers != nil && r.buf != nil {
+		r.opts.Buffers.Put(r.buf[:0])
+		r.buf = nil
+	}
 	if r.dec != nil {
 		r.dec.Close()
 		r.dec = nil
@@ -439,7 +464,7 @@ func (r *Reader) Next() (*Sample, error) {
 		}
 	}
 	s := &r.sample
-	s.Key, s.URL, s.Fields = "", r.opts.URL, s.Fields[:0]
+	s.Key, s.URL, s.Fields, s.Buf = "", r.opts.URL, s.Fields[:0], nil
 	r.used = 0
 	for {
 		hdr, off := r.pending, r.pendOff
@@ -448,7 +473,7 @@ func (r *Reader) Next() (*Sample, error) {
 			var err error
 			if hdr, off, err = r.nextHeader(); err != nil {
 				if err == io.EOF && len(s.Fields) > 0 {
-					return s, nil
+					return r.hand(s), nil
 				}
 				return nil, err
 			}
@@ -467,7 +492,7 @@ func (r *Reader) Next() (*Sample, error) {
 		if len(s.Fields) > 0 && key != s.Key {
 			r.pendHdr = *hdr // the tar reader reuses its header
 			r.pending, r.pendOff = &r.pendHdr, off
-			return s, nil
+			return r.hand(s), nil
 		}
 		if len(s.Fields) == 0 {
 			s.Key, s.Offset = key, off
@@ -527,14 +552,28 @@ func (r *Reader) nextHeader() (*tarHeader, int64, error) {
 	return hdr, off, nil
 }
 
+// hand gives a complete sample to the caller: with Options.Buffers, its buffer too.
+func (r *Reader) hand(s *Sample) *Sample {
+	if r.opts.Buffers != nil && r.used > 0 {
+		s.Buf = r.buf[:r.used]
+		r.buf = nil
+		r.hint = r.used + r.used/8
+	}
+	return s
+}
+
 // readData reads size bytes of the current member into the arena.
 func (r *Reader) readData(size int64) ([]byte, error) {
 	n := int(size)
 	if r.used+n > cap(r.buf) {
-		// Earlier fields of this sample keep the old array alive; the next sample
-		// starts at the front of the new one.
-		r.buf = make([]byte, max(2*cap(r.buf), n, 64<<10))
-		r.used = 0
+		if r.opts.Buffers != nil {
+			r.regrow(n)
+		} else {
+			// Earlier fields of this sample keep the old array alive; the next
+			// sample starts at the front of the new one.
+			r.buf = make([]byte, max(2*cap(r.buf), n, 64<<10))
+			r.used = 0
+		}
 	}
 	b := r.buf[r.used : r.used+n : r.used+n]
 	m, err := io.ReadFull(r.tr, b)
@@ -543,6 +582,25 @@ func (r *Reader) readData(size int64) ([]byte, error) {
 	}
 	r.used += n
 	return b, nil
+}
+
+// regrow gets a buffer from Options.Buffers with room for n more bytes, moving the
+// current sample's fields into it.
+func (r *Reader) regrow(n int) {
+	nb := r.opts.Buffers.Get(max(r.used+n, r.hint))
+	nb = nb[:cap(nb)]
+	copy(nb, r.buf[:r.used])
+	off := 0
+	for i := range r.sample.Fields {
+		f := &r.sample.Fields[i]
+		k := len(f.Data)
+		f.Data = nb[off : off+k : off+k]
+		off += k
+	}
+	if r.buf != nil {
+		r.opts.Buffers.Put(r.buf[:0])
+	}
+	r.buf = nb
 }
 
 // errAt turns a read failure into an *Error naming where it happened.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -571,4 +572,105 @@ func TestTiming(t *testing.T) {
 	if fetch <= 0 || inflate <= 0 {
 		t.Errorf("fetch %v inflate %v, want both > 0", fetch, inflate)
 	}
+}
+
+// countingBuffers hands out buffers of exactly the size asked for and tracks which
+// are out.
+type countingBuffers struct {
+	out  map[*byte]int // first byte -> capacity, of buffers not given back
+	gets int
+}
+
+func (c *countingBuffers) Get(n int) []byte {
+	c.gets++
+	b := make([]byte, 0, max(n, 1))
+	c.out[unsafe.SliceData(b[:1])] = cap(b)
+	return b
+}
+
+func (c *countingBuffers) Put(b []byte) {
+	p := unsafe.SliceData(b[:1])
+	if _, ok := c.out[p]; !ok {
+		panic("Put of a buffer that is not out")
+	}
+	delete(c.out, p)
+}
+
+// With Options.Buffers, each sample's data lies in its own buffer that the caller
+// keeps: data stays valid after later calls to Next, a sample whose fields outgrow
+// the first buffer is moved whole into a bigger one, and the reader gives back
+// what it does not hand over.
+func TestBuffersOwnedByCaller(t *testing.T) {
+	big := strings.Repeat("B", 5000)
+	data := buildTar(t,
+		member{name: "a.x", data: "aaaa"}, member{name: "a.y", data: "yy"},
+		member{name: "b.x", data: "b"}, member{name: "b.y", data: big}, // outgrows the hint of ~6 bytes
+		member{name: "c.x", data: ""},
+		member{name: "d.x", data: "dd"})
+	bufs := &countingBuffers{out: map[*byte]int{}}
+	r := NewReader(bytes.NewReader(data), Options{Buffers: bufs})
+	var kept []*Sample
+	var owned [][]byte
+	for {
+		s, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Buf != nil {
+			if len(s.Buf) != int(s.Bytes()) {
+				t.Errorf("%s: Buf holds %d bytes, the fields %d", s.Key, len(s.Buf), s.Bytes())
+			}
+			for _, f := range s.Fields {
+				if len(f.Data) > 0 {
+					if off, ok := withinBuf(f.Data, s.Buf); !ok || off+len(f.Data) > len(s.Buf) {
+						t.Errorf("%s.%s: data not in the sample's buffer", s.Key, f.Ext)
+					}
+				}
+			}
+			owned = append(owned, s.Buf)
+		}
+		// A shallow copy: the fields' data is the caller's now, not a clone.
+		c := *s
+		c.Fields = append([]Field(nil), s.Fields...)
+		kept = append(kept, &c)
+	}
+	r.Close()
+	if got, want := summary(kept), "a:x=aaaa,y=yy;b:x=b,y="+big+";c:x=;d:x=dd;"; got != want {
+		t.Errorf("samples after later Next calls:\n got %.80q\nwant %.80q", got, want)
+	}
+	if kept[2].Buf != nil {
+		t.Errorf("a sample of empty members has a buffer")
+	}
+	// Out: exactly the buffers handed over; the one b outgrew went back.
+	if len(bufs.out) != len(owned) {
+		t.Errorf("%d buffers out, %d handed over (%d gets)", len(bufs.out), len(owned), bufs.gets)
+	}
+	for _, b := range owned {
+		if _, ok := bufs.out[unsafe.SliceData(b[:1])]; !ok {
+			t.Errorf("a handed-over buffer was given back")
+		}
+	}
+}
+
+// A sample cut short by a stream error leaves its buffer with the reader, which
+// gives it back at Close.
+func TestBuffersGivenBackOnError(t *testing.T) {
+	data := buildTar(t, member{name: "a.x", data: strings.Repeat("a", 3000)})
+	bufs := &countingBuffers{out: map[*byte]int{}}
+	r := NewReader(bytes.NewReader(data[:512+1000]), Options{Buffers: bufs})
+	if _, err := r.Next(); err == nil {
+		t.Fatal("a truncated member read without error")
+	}
+	r.Close()
+	if len(bufs.out) != 0 || bufs.gets == 0 {
+		t.Errorf("%d buffers out after Close (%d gets)", len(bufs.out), bufs.gets)
+	}
+}
+
+func withinBuf(b, buf []byte) (int, bool) {
+	off := uintptr(unsafe.Pointer(unsafe.SliceData(b))) - uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	return int(off), off < uintptr(cap(buf))
 }
