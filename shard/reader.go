@@ -364,7 +364,8 @@ func (r *Reader) start() error {
 	if r.dec != nil {
 		in = r.dec
 	}
-	r.tarIn = counter{r: in, timed: r.opts.Timing}
+	// Uncompressed, the tar stream is the stored stream: rawIn times it already.
+	r.tarIn = counter{r: in, timed: r.opts.Timing && r.comp != None}
 	r.tr = newTarReader(&r.tarIn)
 	return nil
 }

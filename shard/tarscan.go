@@ -3,9 +3,11 @@ package shard
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"strconv"
 )
 
@@ -166,18 +168,34 @@ func (t *tarReader) checksum() error {
 	if err != nil {
 		return fmt.Errorf("%w: bad checksum field", tar.ErrHeader)
 	}
-	var unsigned, signed int64
-	for i, c := range t.blk {
-		if 148 <= i && i < 156 {
-			c = ' '
+	// The sum of the header's bytes with the checksum field counted as eight
+	// spaces; some writers summed them as signed bytes.
+	unsigned, high := sumBytes(&t.blk)
+	for _, c := range t.blk[148:156] {
+		unsigned -= int64(c)
+		if c >= 0x80 {
+			high--
 		}
-		unsigned += int64(c)
-		signed += int64(int8(c))
 	}
-	if want != unsigned && want != signed {
+	unsigned += 8 * ' '
+	if want != unsigned && want != unsigned-256*int64(high) {
 		return fmt.Errorf("%w: checksum mismatch", tar.ErrHeader)
 	}
 	return nil
+}
+
+// sumBytes returns the sum of a block's bytes and how many are 0x80 or more, eight
+// bytes at a time: four 16-bit lanes cannot overflow over 64 words of two bytes
+// each (64 × 2 × 255 < 65536).
+func sumBytes(b *[blockSize]byte) (sum int64, high int) {
+	const lo = 0x00ff00ff00ff00ff
+	var acc uint64
+	for i := 0; i < blockSize; i += 8 {
+		w := binary.LittleEndian.Uint64(b[i:])
+		acc += w&lo + (w>>8)&lo
+		high += bits.OnesCount64(w & 0x8080808080808080)
+	}
+	return int64(acc&0xffff + (acc>>16)&0xffff + (acc>>32)&0xffff + acc>>48), high
 }
 
 func unexpected(err error) error {

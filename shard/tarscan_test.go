@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -147,4 +148,35 @@ func FuzzTarReader(f *testing.F) {
 			t.Fatalf("ours %q\ntheirs %q", ours, theirs)
 		}
 	})
+}
+
+// sumBytes agrees with a plain loop on blocks of every byte value.
+func TestSumBytes(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for k := 0; k < 200; k++ {
+		var b [blockSize]byte
+		for i := range b {
+			switch k % 4 {
+			case 0:
+				b[i] = 0xff
+			case 1:
+				b[i] = byte(r.Uint32())
+			case 2:
+				b[i] = byte(0x80 + r.IntN(128))
+			default:
+				b[i] = byte(r.IntN(128))
+			}
+		}
+		var want int64
+		wantHigh := 0
+		for _, c := range b {
+			want += int64(c)
+			if c >= 0x80 {
+				wantHigh++
+			}
+		}
+		if got, high := sumBytes(&b); got != want || high != wantHigh {
+			t.Fatalf("block %d: sumBytes = %d, %d; want %d, %d", k, got, high, want, wantHigh)
+		}
+	}
 }
