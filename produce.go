@@ -345,7 +345,6 @@ func (p *bufPool) item(fields int) *item {
 	return it
 }
 
-
 func sizeClass(n int) int {
 	c := 12 // 4 KiB at least
 	for 1<<c < n {
