@@ -253,51 +253,53 @@ func (f *Fetcher) open(ctx context.Context, url string, off, length int64) (io.R
 	return newProbeStream(ctx, pr, off, n), nil
 }
 
-// probeStream reads an object's first part as one request, timing it, then the rest
-// as one stream or as parallel parts (see FetchOptions.SingleRate).
+// probeStream reads an object as one ranged request, timing the reads of its first
+// part; at the end of that part it goes on with the same request when the part
+// arrived fast enough, or ends it and reads the rest as parallel parts (see
+// FetchOptions.SingleRate). Going on with the same request leaves no gap between
+// the first part and the rest.
 type probeStream struct {
 	ctx    context.Context
 	p      partReader
-	cur    io.ReadCloser // the first part, then the rest
-	rest   int64         // offset of the rest
+	cur    io.ReadCloser // the whole range; after a switch, the rest's parts
+	pos    int64         // offset of the next byte
+	rest   int64         // where the first part ends
 	end    int64
-	probed int64         // bytes of the first part delivered
 	waited time.Duration // time spent in the first part's reads
 	probe  bool          // still reading the first part
 }
 
 func newProbeStream(ctx context.Context, p partReader, off, n int64) *probeStream {
-	size := p.f.opts.PartSize
-	return &probeStream{ctx: ctx, p: p, cur: newResumeStream(ctx, p, off, size), rest: off + size, end: off + n, probe: true}
+	return &probeStream{ctx: ctx, p: p, cur: newResumeStream(ctx, p, off, n), pos: off, rest: off + p.f.opts.PartSize, end: off + n, probe: true}
 }
 
 func (s *probeStream) Read(b []byte) (int, error) {
 	if !s.probe {
 		return s.cur.Read(b)
 	}
+	if left := s.rest - s.pos; int64(len(b)) > left {
+		b = b[:left]
+	}
 	t0 := time.Now()
 	n, err := s.cur.Read(b)
 	s.waited += time.Since(t0)
-	s.probed += int64(n)
-	if err == io.EOF {
-		s.switchRest()
-		if n == 0 {
-			return s.cur.Read(b)
-		}
-		err = nil
+	s.pos += int64(n)
+	if s.pos == s.rest && err == nil {
+		s.decide()
 	}
 	return n, err
 }
 
-// switchRest replaces the finished first part with a stream of the rest.
-func (s *probeStream) switchRest() {
-	s.cur.Close()
+// decide keeps the request for the rest when the first part arrived at SingleRate
+// or faster, and otherwise replaces it with parallel parts.
+func (s *probeStream) decide() {
 	s.probe = false
 	n := s.end - s.rest
-	if rate := float64(s.probed) / max(s.waited.Seconds(), 1e-9); rate >= s.p.f.opts.SingleRate || n <= s.p.f.opts.PartSize {
-		s.cur = newResumeStream(s.ctx, s.p, s.rest, n)
+	rate := float64(s.p.f.opts.PartSize) / max(s.waited.Seconds(), 1e-9)
+	if rate >= s.p.f.opts.SingleRate || n <= s.p.f.opts.PartSize {
 		return
 	}
+	s.cur.Close()
 	s.cur = newParallelStream(s.ctx, s.p, s.rest, n)
 }
 

@@ -243,9 +243,17 @@ func TestFetcherFaults(t *testing.T) {
 			}},
 		{name: "Range ignored", ignoreRange: true},
 	}
+	// Three ways to read: one stream; parallel parts; and the default, a first part
+	// that decides (here always for one stream, the same request going on).
+	modes := []struct {
+		name       string
+		parallel   int
+		singleRate float64
+	}{{"serial", 1, 0}, {"parts", 4, -1}, {"probe", 4, 1}}
 	for _, tt := range tests {
-		for _, parallel := range []int{1, 4} {
-			t.Run(fmt.Sprintf("%s/parallel=%d", tt.name, parallel), func(t *testing.T) {
+		for _, mode := range modes {
+			parallel := mode.parallel
+			t.Run(tt.name+"/"+mode.name, func(t *testing.T) {
 				srv := newObjServer(t, data)
 				srv.fault, srv.ignoreRange = tt.fault, tt.ignoreRange
 				var sl sleeps
@@ -253,7 +261,7 @@ func TestFetcherFaults(t *testing.T) {
 				if stall == 0 {
 					stall = 30 * time.Second
 				}
-				f := NewFetcher(&HTTP{Client: srv.Client()}, FetchOptions{PartSize: partSize, Parallel: parallel,
+				f := NewFetcher(&HTTP{Client: srv.Client()}, FetchOptions{PartSize: partSize, Parallel: parallel, SingleRate: mode.singleRate,
 					Retry: RetryPolicy{Attempts: 4, MaxRetryAfter: 2 * time.Second, StallTimeout: stall, Sleep: sl.sleep}})
 				rc, err := f.Open(guard(t), srv.URL+"/shard.tar")
 				if err != nil {
@@ -265,7 +273,7 @@ func TestFetcherFaults(t *testing.T) {
 					t.Fatalf("read %d bytes, %v; want the object's %d bytes exactly", len(got), err, len(data))
 				}
 				wantGets := 1 + tt.extraGets
-				if parallel > 1 {
+				if mode.singleRate < 0 {
 					wantGets = parts + tt.extraGets
 				}
 				gets, heads := srv.counts()
@@ -445,8 +453,8 @@ func TestFetcherProbe(t *testing.T) {
 		srv.mu.Lock()
 		gets, maxIn := srv.gets, srv.maxInflight
 		srv.mu.Unlock()
-		if gets != 2 || maxIn != 1 {
-			t.Errorf("%d GETs, at most %d in flight; want 2 (first part, rest) and 1", gets, maxIn)
+		if gets != 1 || maxIn != 1 {
+			t.Errorf("%d GETs, at most %d in flight; want the one request for the whole object", gets, maxIn)
 		}
 	})
 	t.Run("slow: parallel parts", func(t *testing.T) {
