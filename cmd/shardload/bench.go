@@ -445,7 +445,7 @@ func (r *benchResult) report(w io.Writer) error {
 		}
 		fmt.Fprintln(bw)
 	} else {
-		fmt.Fprintf(bw, "  device host: %d batches (%.1f MB) left in pinned slabs, no copy\n", d.Copies, float64(d.Bytes)/1e6)
+		fmt.Fprintf(bw, "  device host: no copy; %d batches (%.1f MB) passed the stage in their pinned slabs, counting those prepared ahead of the trainer\n", d.Copies, float64(d.Bytes)/1e6)
 	}
 	if d.Verified > 0 {
 		fmt.Fprintf(bw, "  verified: %d batches on the device equal their slabs\n", d.Verified)
