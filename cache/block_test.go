@@ -72,22 +72,30 @@ func corruptAt(t *testing.T, dir, url string, up *fakeSource, off int) {
 	}
 }
 
-// A flipped byte in a later block: the blocks before it are served from the file,
-// the stream goes on from the same byte through a new fetch, and the result is the
-// source's bytes.
-func TestCorruptLaterBlockContinuesFromTheSource(t *testing.T) {
-	const url = "s3://b/big.tar"
+// openCorrupted caches data as url, flips the byte at flip in the cache file, and
+// opens url again through a new Cache on the same directory.
+func openCorrupted(t *testing.T, url string, data []byte, flip int) (*Cache, *fakeSource, string, io.ReadCloser) {
+	t.Helper()
 	up := newFake()
-	want := randBytes(7, 5*minBlock+100)
-	up.put(url, want, "v1")
+	up.put(url, data, "v1")
 	dir := t.TempDir()
-	corruptAt(t, dir, url, up, 3*minBlock+5)
-
+	corruptAt(t, dir, url, up, flip)
 	c := newCache(t, Options{Dir: dir, DiskBytes: 64 << 20}, up)
 	r, err := c.Open(t.Context(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { r.Close() })
+	return c, up, dir, r
+}
+
+// A flipped byte in a later block: the blocks before it are served from the file,
+// the stream goes on from the same byte through a new fetch, and the result is the
+// source's bytes.
+func TestCorruptLaterBlockContinuesFromTheSource(t *testing.T) {
+	const url = "s3://b/big.tar"
+	want := randBytes(7, 5*minBlock+100)
+	c, up, dir, r := openCorrupted(t, url, want, 3*minBlock+5)
 	head := make([]byte, 3*minBlock)
 	if _, err := io.ReadFull(r, head); err != nil {
 		t.Fatal(err)
@@ -115,22 +123,12 @@ func TestCorruptLaterBlockContinuesFromTheSource(t *testing.T) {
 // far were of the old version, so the read fails instead of mixing two versions.
 func TestCorruptBlockAfterSourceChangedFails(t *testing.T) {
 	const url = "s3://b/big.tar"
-	up := newFake()
-	up.put(url, randBytes(8, 3*minBlock), "v1")
-	dir := t.TempDir()
-	corruptAt(t, dir, url, up, 2*minBlock+1)
-
-	c := newCache(t, Options{Dir: dir, DiskBytes: 64 << 20}, up)
-	r, err := c.Open(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	_, up, _, r := openCorrupted(t, url, randBytes(8, 3*minBlock), 2*minBlock+1)
 	if _, err := io.ReadFull(r, make([]byte, minBlock)); err != nil {
 		t.Fatal(err)
 	}
 	up.put(url, randBytes(9, 3*minBlock), "v2")
-	_, err = io.ReadAll(r)
+	_, err := io.ReadAll(r)
 	if !errors.Is(err, ErrCorrupt) || !errors.Is(err, ErrChanged) {
 		t.Fatalf("got %v, want the corrupt block and the changed object reported", err)
 	}
