@@ -3,6 +3,7 @@ package shardload_test
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -424,4 +425,76 @@ func runToError(ctx context.Context, l *shardload.Loader) error {
 		last = err
 	}
 	return last
+}
+
+// Fields that decode in place (raw bytes) stay in the sample's own buffer; fields
+// decoded elsewhere (a gunzipped member, a label) are appended to it, moving it to
+// a bigger buffer when the inflated bytes do not fit. Every row must hold its
+// sample's bytes, whatever the order of the fields and however much a member
+// inflates.
+func TestLoaderFieldsInPlaceAndDecoded(t *testing.T) {
+	dir := t.TempDir()
+	type sample struct{ raw, text []byte }
+	want := map[string]sample{}
+	var paths []string
+	for s := 0; s < 3; s++ {
+		var members [][2]string
+		for j := 0; j < 12; j++ {
+			key := fmt.Sprintf("s%d-%02d", s, j)
+			raw := bytes.Repeat([]byte(key), 40+j)
+			// From 20 bytes to about 200 KB of text: far more than a raw member.
+			text := bytes.Repeat([]byte("the quick brown fox "), 1+j*j*80)
+			var gz bytes.Buffer
+			zw := gzip.NewWriter(&gz)
+			zw.Write(text)
+			zw.Close()
+			members = append(members, [2]string{key + ".bin", string(raw)}, [2]string{key + ".txt.gz", gz.String()}, [2]string{key + ".cls", fmt.Sprint(j)})
+			want[key] = sample{raw, text}
+		}
+		paths = append(paths, writeTar(t, filepath.Join(dir, fmt.Sprintf("%d.tar", s)), members...))
+	}
+	for _, order := range [][]string{{"bin", "caption=txt.gz:text", "label=cls:int"}, {"caption=txt.gz:text", "label=cls:int", "bin"}} {
+		t.Run(strings.Join(order, ","), func(t *testing.T) {
+			var fields []decode.Field
+			for _, spec := range order {
+				fields = append(fields, mustField(t, spec))
+			}
+			ctx := context.Background()
+			l, err := shardload.Open(ctx, shardload.Config{URLs: paths, Fields: fields, BatchSize: 5, Workers: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			seen := 0
+			for b, err := range l.All(ctx) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				raw, _ := b.Column("bin")
+				text, _ := b.Column("caption")
+				label, _ := b.Column("label")
+				for row, key := range b.Keys() {
+					w, ok := want[key]
+					if !ok {
+						t.Fatalf("unknown key %q", key)
+					}
+					if got := raw.Row(b.Data(), row); !bytes.Equal(got, w.raw) {
+						t.Fatalf("%s: bin has %d bytes that differ from the member's %d", key, len(got), len(w.raw))
+					}
+					if got := text.Row(b.Data(), row); !bytes.Equal(got, w.text) {
+						t.Fatalf("%s: caption has %d bytes that differ from the inflated %d", key, len(got), len(w.text))
+					}
+					var j int64
+					fmt.Sscanf(key[len(key)-2:], "%d", &j)
+					if got := label.Int64s(b.Data())[row]; got != j {
+						t.Fatalf("%s: label %d, want %d", key, got, j)
+					}
+					seen++
+				}
+			}
+			if seen != len(want) {
+				t.Errorf("%d of %d samples", seen, len(want))
+			}
+		})
+	}
 }
