@@ -36,9 +36,15 @@ removing its socket.`,
 		allow := fs.StringArray("allow", nil, "URL prefix trainers may ask for besides the server's URLs, repeatable (e.g. s3://bucket/train/, file:///data/shards/)")
 		allowUIDs := fs.IntSlice("allow-uid", nil, "uids accepted besides the server's own, comma-separated")
 		maxSessions := fs.Int("max-sessions", serve.DefaultMaxSessions, "trainers served at once; each holds --slabs x --slab-size of page-locked memory")
+		batchPolicy := fs.Bool("sched-batch", true, "run the loader's threads under SCHED_BATCH (Linux), so that they never delay a trainer that wakes on their CPU")
 		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if len(args) == 0 && len(*allow) == 0 {
 				return fmt.Errorf("%w: give the dataset's URLs, or --allow prefixes under which trainers name theirs", errUsage)
+			}
+			if *batchPolicy {
+				if err := setBatchPolicy(); err != nil {
+					fmt.Fprintf(stderr, "shardload serve: warning: threads left under the default scheduling policy: %v\n", err)
+				}
 			}
 			cfg, err := lf.config(args, stderr)
 			if err != nil {
