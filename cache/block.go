@@ -212,11 +212,11 @@ func (r *blockReader) load(i int64) error {
 		}
 		return &source.Error{Op: "read", URL: m.URL, Err: fmt.Errorf("cache: %s: %w", r.path, err)}
 	}
-	if !r.e.checked[i].Load() {
+	if !r.e.isChecked(i) {
 		if err := m.checkBlock(i, r.buf[:n], r.path); err != nil {
 			return err
 		}
-		r.e.checked[i].Store(true)
+		r.e.setChecked(i)
 	}
 	r.at, r.bufN = off, n
 	return nil

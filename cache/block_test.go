@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
@@ -163,5 +164,27 @@ func TestDiskEntrySeek(t *testing.T) {
 	}
 	if st := c.Stats(); st.DiskHits != 1 || st.Corrupt != 0 {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+// The per-process record of checked blocks keeps one bit per block, across words.
+func TestCheckedBlocks(t *testing.T) {
+	size := int64(maxBlocks) * minBlock
+	m := meta{Size: size, Block: blockSize(size)}
+	e := newDiskEntry("x", m, size)
+	marked := []int64{0, 63, 64, 65, 511, maxBlocks - 1}
+	for _, i := range marked {
+		e.setChecked(i)
+	}
+	for i := int64(0); i < m.blocks(); i++ {
+		if got, want := e.isChecked(i), slices.Contains(marked, i); got != want {
+			t.Errorf("block %d checked %v, want %v", i, got, want)
+		}
+	}
+	e.setVerified()
+	for i := int64(0); i < m.blocks(); i++ {
+		if !e.isChecked(i) {
+			t.Fatalf("block %d not checked after setVerified", i)
+		}
 	}
 }

@@ -92,15 +92,15 @@ var fileRE = regexp.MustCompile(`^(tmp-)?([0-9a-f]{64})-([0-9a-f]{16})\.(data|me
 type diskEntry struct {
 	name    string // HASH-GEN
 	meta    meta
-	bytes   int64         // data and meta file sizes
-	refs    int           // open readers
-	gone    bool          // removed from the index; files go when the last reader closes
-	checked []atomic.Bool // per block: its checksum matched in this process
-	opens   atomic.Int32  // opens in this process: the memory tier admits the second
+	bytes   int64           // data and meta file sizes
+	refs    int             // open readers
+	gone    bool            // removed from the index; files go when the last reader closes
+	checked []atomic.Uint64 // a bit per block: its checksum matched in this process
+	opens   atomic.Int32    // opens in this process: the memory tier admits the second
 }
 
 func newDiskEntry(name string, m meta, bytes int64) *diskEntry {
-	return &diskEntry{name: name, meta: m, bytes: bytes, checked: make([]atomic.Bool, m.blocks())}
+	return &diskEntry{name: name, meta: m, bytes: bytes, checked: make([]atomic.Uint64, (m.blocks()+63)/64)}
 }
 
 func (e *diskEntry) matches(info source.Info) bool {
@@ -110,9 +110,15 @@ func (e *diskEntry) matches(info source.Info) bool {
 // setVerified marks every block checked.
 func (e *diskEntry) setVerified() {
 	for i := range e.checked {
-		e.checked[i].Store(true)
+		e.checked[i].Store(^uint64(0))
 	}
 }
+
+// isChecked reports whether block i was checked in this process.
+func (e *diskEntry) isChecked(i int64) bool { return e.checked[i/64].Load()&(1<<(i%64)) != 0 }
+
+// setChecked records that block i was checked.
+func (e *diskEntry) setChecked(i int64) { e.checked[i/64].Or(1 << (i % 64)) }
 
 // diskTier is the disk tier: an LRU index of entries in root with a byte budget.
 // Its fields are guarded by Cache.mu; file I/O happens outside that lock.
