@@ -273,7 +273,7 @@ func (c *Cache) openRange(ctx context.Context, url string, node int, off, length
 		return nil, &source.Error{Op: "open", URL: url, Err: fmt.Errorf("cache: negative offset %d", off)}
 	}
 	if _, ok := c.cachedVersion(url); !ok {
-		if rr, ok := c.up.(source.RangeReader); ok {
+		if rr := c.rangeReader(url); rr != nil {
 			c.n.bypassed.Add(1)
 			return rr.OpenRange(ctx, url, off, length)
 		}
@@ -298,6 +298,22 @@ func (c *Cache) openRange(ctx context.Context, url string, node int, off, length
 		io.Reader
 		io.Closer
 	}{io.LimitReader(r, length), r}, nil
+}
+
+// rangeReader returns the upstream that reads ranges of url: the upstream itself,
+// or, behind a Registry (as Wrap builds), the source registered for url's scheme;
+// nil when it has no ranged reads.
+func (c *Cache) rangeReader(url string) source.RangeReader {
+	up := c.up
+	if reg, ok := up.(*source.Registry); ok {
+		src, err := reg.Lookup(url)
+		if err != nil {
+			return nil
+		}
+		up = src
+	}
+	rr, _ := up.(source.RangeReader)
+	return rr
 }
 
 // how says where an open was served from.

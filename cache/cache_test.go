@@ -803,3 +803,51 @@ func TestWrappedRegistryLists(t *testing.T) {
 		t.Errorf("listing a source that cannot list: %v", err)
 	}
 }
+
+// rangeFake is a fakeSource with ranged reads, counting them.
+type rangeFake struct {
+	*fakeSource
+	ranges int
+}
+
+func (s *rangeFake) OpenRange(ctx context.Context, url string, off, n int64) (io.ReadCloser, error) {
+	s.mu.Lock()
+	s.ranges++
+	o, ok := s.objs[url]
+	s.mu.Unlock()
+	if !ok {
+		return nil, &source.Error{Op: "open", URL: url, Err: source.ErrNotFound}
+	}
+	end := int64(len(o.data))
+	if n >= 0 {
+		end = min(end, off+n)
+	}
+	return io.NopCloser(bytes.NewReader(o.data[off:end])), nil
+}
+
+// Behind a Registry, as Wrap builds it, a range of an object not cached is read from
+// the scheme's source as a range, not by fetching the whole object.
+func TestOpenRangeBehindRegistryBypasses(t *testing.T) {
+	up := &rangeFake{fakeSource: newFake()}
+	data := randBytes(10, 50_000)
+	up.put("mem://b/a.tar", data, "v1")
+	reg := &source.Registry{}
+	reg.Register("mem", up)
+	_, c, err := Wrap(Options{Dir: t.TempDir(), DiskBytes: 1 << 20}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r, err := c.OpenRange(t.Context(), "mem://b/a.tar", 40_000, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(r)
+	r.Close()
+	if !bytes.Equal(got, data[40_000:40_100]) {
+		t.Fatal("wrong bytes")
+	}
+	if st := c.Stats(); up.ranges != 1 || up.openCount("mem://b/a.tar") != 0 || st.Bypassed != 1 || st.Fetches != 0 {
+		t.Errorf("%d ranged reads, %d whole opens, stats %+v: want one ranged read, bypassing the cache", up.ranges, up.openCount("mem://b/a.tar"), st)
+	}
+}
