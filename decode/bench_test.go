@@ -49,20 +49,25 @@ func BenchmarkDecodeGunzipText(b *testing.B) {
 	}
 }
 
-// BenchmarkCollate collates 32 rows of a 110 KB raw field (a JPEG-sized image) and
-// an int label into a reused slab and Batch.
-func BenchmarkCollate(b *testing.B) {
-	fields := []Field{mustField(b, "img=jpg"), mustField(b, "label=cls")}
+// collateInput returns 32 rows of a 110 KB raw field (a JPEG-sized image) and an int
+// label, a slab that fits them, and their bytes.
+func collateInput(b *testing.B) (fields []Field, keys []string, vals [][]Value, slab []byte, total int64) {
+	fields = []Field{mustField(b, "img=jpg"), mustField(b, "label=cls")}
 	const rows, size = 32, 110_000
-	keys := make([]string, rows)
-	vals := make([][]Value, rows)
-	var total int64
+	keys = make([]string, rows)
+	vals = make([][]Value, rows)
 	for i := range rows {
 		keys[i] = fmt.Sprintf("train/%08d", i)
 		vals[i] = []Value{{Data: seq(size)}, {Int: int64(i % 1000)}}
 		total += size + 8 + int64(len(keys[i]))
 	}
-	slab := make([]byte, Needed(fields, keys, vals))
+	return fields, keys, vals, make([]byte, Needed(fields, keys, vals)), total
+}
+
+// BenchmarkCollate collates 32 rows of a 110 KB raw field (a JPEG-sized image) and
+// an int label into a reused slab and Batch.
+func BenchmarkCollate(b *testing.B) {
+	fields, keys, vals, slab, total := collateInput(b)
 	var batch Batch
 	b.SetBytes(total)
 	b.ReportAllocs()
@@ -76,17 +81,7 @@ func BenchmarkCollate(b *testing.B) {
 // BenchmarkCollateAlloc is BenchmarkCollate with Collate, which allocates the
 // Batch's columns and shapes every time.
 func BenchmarkCollateAlloc(b *testing.B) {
-	fields := []Field{mustField(b, "img=jpg"), mustField(b, "label=cls")}
-	const rows, size = 32, 110_000
-	keys := make([]string, rows)
-	vals := make([][]Value, rows)
-	var total int64
-	for i := range rows {
-		keys[i] = fmt.Sprintf("train/%08d", i)
-		vals[i] = []Value{{Data: seq(size)}, {Int: int64(i % 1000)}}
-		total += size + 8 + int64(len(keys[i]))
-	}
-	slab := make([]byte, Needed(fields, keys, vals))
+	fields, keys, vals, slab, total := collateInput(b)
 	b.SetBytes(total)
 	b.ReportAllocs()
 	for b.Loop() {

@@ -281,6 +281,23 @@ func (f Field) String() string {
 	return b.String()
 }
 
+// ParseFields parses each spec with ParseField and checks the fields together with
+// Validate (column names must be distinct).
+func ParseFields(specs ...string) ([]Field, error) {
+	fields := make([]Field, 0, len(specs))
+	for _, spec := range specs {
+		f, err := ParseField(spec)
+		if err != nil {
+			return nil, err
+		}
+		fields = append(fields, f)
+	}
+	if err := Validate(fields...); err != nil {
+		return nil, err
+	}
+	return fields, nil
+}
+
 // Validate checks fields: each must have a valid lower-case Ext and column name, a
 // known Kind, DType and Shape only on NPY fields, a DType with every Shape, positive
 // dimensions whose byte size does not overflow, and MaxBytes >= 0; column names must

@@ -166,3 +166,14 @@ func TestColumnName(t *testing.T) {
 		t.Fatalf("ColumnName %q String %q", f.ColumnName(), f.String())
 	}
 }
+
+func TestParseFields(t *testing.T) {
+	fs, err := ParseFields("jpg", "label=cls:int", "tokens=npy:npy:int32:2048")
+	if err != nil || len(fs) != 3 || fs[1].ColumnName() != "label" || fs[2].Kind != KindNPY {
+		t.Fatalf("ParseFields = %+v, %v", fs, err)
+	}
+	_, err = ParseFields("jpg", "x=npy:npy:float32:3xq")
+	wantErr(t, err, ErrInvalidField, `"x=npy:npy:float32:3xq"`)
+	_, err = ParseFields("a=jpg", "a=png")
+	wantErr(t, err, ErrInvalidField, `"a"`)
+}

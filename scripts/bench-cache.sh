@@ -13,13 +13,11 @@
 # Needs curl (7.75 or later, for --aws-sigv4) and bc.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 runs=${1:-5}
 shards=${2:-32}
 samples=${3:-512}
 
-version=$(sed -n 's/^const MinIOVersion = "\(.*\)"$/\1/p' internal/testenv/minio.go)
-minio=${SHARDLOAD_MINIO_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/shardload/tools/minio-$version/minio}
-[ -x "$minio" ] || scripts/tools.sh
 go build -o bin/shardload ./cmd/shardload
 
 work=.demo/bench-cache
@@ -30,34 +28,14 @@ pattern=$(bin/shardload gen --shards "$shards" --samples "$samples" "$data")
 files=$(ls "$data"/train-*.tar)
 bytes=$(cat $files | wc -c)
 
-# MinIO on a free port.
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-console=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret-key AWS_REGION=us-east-1
-export AWS_ENDPOINT_URL=http://127.0.0.1:$port AWS_EC2_METADATA_DISABLED=true
-MINIO_ROOT_USER=$AWS_ACCESS_KEY_ID MINIO_ROOT_PASSWORD=$AWS_SECRET_ACCESS_KEY MINIO_BROWSER=off MINIO_UPDATE=off \
-	"$minio" server --address "127.0.0.1:$port" --console-address "127.0.0.1:$console" "$work/minio" > "$work/minio.log" 2>&1 &
-minio_pid=$!
-trap 'kill $minio_pid 2>/dev/null; wait $minio_pid 2>/dev/null || true' EXIT
-for _ in $(seq 300); do
-	curl -sf "$AWS_ENDPOINT_URL/minio/health/live" > /dev/null && break
-	sleep 0.1
-done
-s3() { curl -sf --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" "$@"; }
-s3 -X PUT "$AWS_ENDPOINT_URL/shards" > /dev/null
+trap stop_minio EXIT
+start_minio "$work"
+s3curl -X PUT "$AWS_ENDPOINT_URL/shards" > /dev/null
 for f in $files; do
-	s3 -T "$f" "$AWS_ENDPOINT_URL/shards/$(basename "$f")" > /dev/null
+	s3curl -T "$f" "$AWS_ENDPOINT_URL/shards/$(basename "$f")" > /dev/null
 done
 url="s3://shards/$(basename "$pattern")"
 
-secs() { # seconds one command takes, with its output to /dev/null
-	local t0 t1
-	t0=$(date +%s.%N)
-	"$@" > /dev/null
-	t1=$(date +%s.%N)
-	echo "$t1 - $t0" | bc -l
-}
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 mbs() { echo "$bytes/1000000/$1" | bc -l; }
 
 cache=$work/cache

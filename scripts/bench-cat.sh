@@ -6,21 +6,13 @@
 #   scripts/bench-cat.sh [RUNS] [none|gzip|zstd]     (defaults: 7, none)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 runs=${1:-7}
 comp=${2:-none}
 go build -o bin/shardload ./cmd/shardload
 data=.demo/bench-$comp
 pattern=$(bin/shardload gen --shards 8 --samples 512 --compression "$comp" "$data")
 files=$(ls "$data"/train-*)
-
-secs() { # seconds one command takes, with its output to /dev/null
-	local t0 t1
-	t0=$(date +%s.%N)
-	"$@" > /dev/null
-	t1=$(date +%s.%N)
-	echo "$t1 - $t0" | bc -l
-}
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 bytes=$(cat $files | wc -c)
 raw=() sl=()

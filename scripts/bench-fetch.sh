@@ -11,49 +11,27 @@
 # scripts/tools.sh if it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 size_mib=${1:-512}
 runs=${2:-5}
 parallel=${3:-4}
 
-bash scripts/tools.sh >&2
-minio=$(bash scripts/tools.sh path minio)
 go build -o bin/fetchbench ./internal/cmd/fetchbench
 
 work=$(mktemp -d)
-pid=
 cleanup() {
-	[[ -n $pid ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
+	stop_minio
 	rm -rf "$work"
 }
 trap cleanup EXIT
+start_minio "$work"
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-console=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-export AWS_ACCESS_KEY_ID=bench-$RANDOM$RANDOM AWS_SECRET_ACCESS_KEY=bench-secret-$RANDOM$RANDOM$RANDOM
-export AWS_REGION=us-east-1 AWS_ENDPOINT_URL=http://127.0.0.1:$port AWS_EC2_METADATA_DISABLED=true
-MINIO_ROOT_USER=$AWS_ACCESS_KEY_ID MINIO_ROOT_PASSWORD=$AWS_SECRET_ACCESS_KEY MINIO_BROWSER=off MINIO_UPDATE=off \
-	"$minio" server --address "127.0.0.1:$port" --console-address "127.0.0.1:$console" "$work/data" > "$work/minio.log" 2>&1 &
-pid=$!
-for ((i = 0; i < 300; i++)); do
-	curl -fs "$AWS_ENDPOINT_URL/minio/health/live" > /dev/null && break
-	sleep 0.1
-done
-curl -fs "$AWS_ENDPOINT_URL/minio/health/live" > /dev/null || { echo "MinIO did not start:" >&2; tail "$work/minio.log" >&2; exit 1; }
-
-s3curl() { curl -fsS --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" "$@"; }
 bytes=$((size_mib << 20))
 head -c "$bytes" /dev/urandom > "$work/obj"
 s3curl -X PUT "$AWS_ENDPOINT_URL/bench" > /dev/null
 s3curl -T "$work/obj" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$AWS_ENDPOINT_URL/bench/obj" > /dev/null
 rm "$work/obj"
 
-secs() { # seconds one command takes, with its output to /dev/null
-	local t0 t1
-	t0=$(date +%s.%N)
-	"$@" > /dev/null
-	t1=$(date +%s.%N)
-	echo "$t1 - $t0" | bc -l
-}
 curl4() { # 4 parallel range requests covering the object
 	local q=$(((bytes + 3) / 4)) i pids=()
 	for ((i = 0; i < 4; i++)); do
@@ -64,7 +42,6 @@ curl4() { # 4 parallel range requests covering the object
 	done
 	for p in "${pids[@]}"; do wait "$p"; done
 }
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 # last_read ARGS...: seconds of the last read of fetchbench -repeat 2 (a running
 # process: connections and part buffers of the first read reused).

@@ -32,13 +32,9 @@ func dataset(t *testing.T) string {
 
 func fields(t *testing.T, specs ...string) []decode.Field {
 	t.Helper()
-	var fs []decode.Field
-	for _, s := range specs {
-		f, err := decode.ParseField(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fs = append(fs, f)
+	fs, err := decode.ParseFields(specs...)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return fs
 }

@@ -160,17 +160,11 @@ func (s *Server) sessionConfig(h *hello) (shardload.Config, error) {
 	cfg.Rank, cfg.World, cfg.Seed, cfg.Epoch = h.Rank, h.World, h.Seed, h.Epoch
 	cfg.BatchSize, cfg.DropLast = h.BatchSize, h.DropLast
 	if len(h.Fields) > 0 {
-		cfg.Fields = nil
-		for _, spec := range h.Fields {
-			f, err := decode.ParseField(spec)
-			if err != nil {
-				return cfg, reject(CodeBadRequest, "field %q: %v", spec, err)
-			}
-			cfg.Fields = append(cfg.Fields, f)
-		}
-		if err := decode.Validate(cfg.Fields...); err != nil {
+		fields, err := decode.ParseFields(h.Fields...)
+		if err != nil {
 			return cfg, reject(CodeBadRequest, "fields: %v", err)
 		}
+		cfg.Fields = fields
 	}
 	if len(h.URLs) > 0 {
 		urls, err := shard.ExpandAll(h.URLs)

@@ -140,13 +140,9 @@ func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config
 	if err != nil {
 		return shardload.Config{}, fmt.Errorf("%w: --device: %v", errUsage, err)
 	}
-	var fields []decode.Field
-	for _, spec := range lf.fields {
-		f, err := decode.ParseField(spec)
-		if err != nil {
-			return shardload.Config{}, fmt.Errorf("%w: --field: %v", errUsage, err)
-		}
-		fields = append(fields, f)
+	fields, err := decode.ParseFields(lf.fields...)
+	if err != nil {
+		return shardload.Config{}, fmt.Errorf("%w: --field: %v", errUsage, err)
 	}
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(stderr, strings.TrimSuffix(format, "\n")+"\n", args...)

@@ -25,12 +25,7 @@ const FakeGCSBinEnv = "SHARDLOAD_FAKE_GCS_BIN"
 
 // FakeGCSBin returns the fake-gcs-server binary to run: $SHARDLOAD_FAKE_GCS_BIN if
 // set, else the pinned version in the tools cache. The file may not exist.
-func FakeGCSBin() string {
-	if p := os.Getenv(FakeGCSBinEnv); p != "" {
-		return p
-	}
-	return ToolPath("fake-gcs-server", FakeGCSVersion)
-}
+func FakeGCSBin() string { return toolBin(FakeGCSBinEnv, "fake-gcs-server", FakeGCSVersion) }
 
 // FakeGCSServer is a fake-gcs-server process started for one test: a GCS emulator
 // speaking plain HTTP on loopback, with its objects in a temporary directory.

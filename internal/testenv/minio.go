@@ -48,14 +48,18 @@ func ToolPath(name, version string) string {
 	return filepath.Join(cache, "shardload", "tools", name+"-"+version, name)
 }
 
-// MinIOBin returns the MinIO binary to run: $SHARDLOAD_MINIO_BIN if set, else the
-// pinned version in the tools cache. The file may not exist.
-func MinIOBin() string {
-	if p := os.Getenv(MinIOBinEnv); p != "" {
+// toolBin returns the binary named by the environment variable env if it is set,
+// else the pinned version of the tool in the tools cache. The file may not exist.
+func toolBin(env, name, version string) string {
+	if p := os.Getenv(env); p != "" {
 		return p
 	}
-	return ToolPath("minio", MinIOVersion)
+	return ToolPath(name, version)
 }
+
+// MinIOBin returns the MinIO binary to run: $SHARDLOAD_MINIO_BIN if set, else the
+// pinned version in the tools cache. The file may not exist.
+func MinIOBin() string { return toolBin(MinIOBinEnv, "minio", MinIOVersion) }
 
 // MinIOServer is a MinIO server process started for one test.
 type MinIOServer struct {

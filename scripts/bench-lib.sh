@@ -1,0 +1,52 @@
+# Helpers the benchmark scripts source: timing, medians, and a MinIO on loopback.
+# shellcheck shell=bash
+
+# secs CMD...: the seconds one command takes, with its output to /dev/null.
+secs() {
+	local t0 t1
+	t0=$(date +%s.%N)
+	"$@" > /dev/null
+	t1=$(date +%s.%N)
+	echo "$t1 - $t0" | bc -l
+}
+
+# median: the median of the numbers on stdin, one a line.
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# free_port: a TCP port on 127.0.0.1 that was free a moment ago.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# start_minio DIR: starts the MinIO that scripts/tools.sh builds, with its data and
+# log under DIR, on free loopback ports with fresh credentials; exports the AWS_*
+# variables that point the SDK and s3curl at it, sets minio_pid, and waits until it
+# is live. stop_minio ends it.
+start_minio() {
+	local dir=$1 minio port console
+	bash scripts/tools.sh >&2
+	minio=${SHARDLOAD_MINIO_BIN:-$(bash scripts/tools.sh path minio)}
+	port=$(free_port)
+	console=$(free_port)
+	export AWS_ACCESS_KEY_ID=bench-$RANDOM$RANDOM AWS_SECRET_ACCESS_KEY=bench-secret-$RANDOM$RANDOM$RANDOM
+	export AWS_REGION=us-east-1 AWS_ENDPOINT_URL=http://127.0.0.1:$port AWS_EC2_METADATA_DISABLED=true
+	MINIO_ROOT_USER=$AWS_ACCESS_KEY_ID MINIO_ROOT_PASSWORD=$AWS_SECRET_ACCESS_KEY MINIO_BROWSER=off MINIO_UPDATE=off \
+		"$minio" server --address "127.0.0.1:$port" --console-address "127.0.0.1:$console" "$dir/minio" > "$dir/minio.log" 2>&1 &
+	minio_pid=$!
+	for ((i = 0; i < 300; i++)); do
+		curl -fs "$AWS_ENDPOINT_URL/minio/health/ready" > /dev/null && return 0
+		sleep 0.1
+	done
+	echo "MinIO did not start:" >&2
+	tail "$dir/minio.log" >&2
+	return 1
+}
+
+stop_minio() {
+	if [[ -n ${minio_pid:-} ]]; then
+		kill "$minio_pid" 2> /dev/null || true
+		wait "$minio_pid" 2> /dev/null || true
+		minio_pid=
+	fi
+}
+
+# s3curl ARGS...: curl signed with the MinIO's credentials.
+s3curl() { curl -fsS --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" "$@"; }
