@@ -414,6 +414,11 @@ func (c *Cache) open(ctx context.Context, url string, node int, attempt int) (io
 	if err != nil {
 		return nil, 0, err
 	}
+	return c.openAt(ctx, url, node, attempt, info, validated)
+}
+
+// openAt serves url at the version info describes (validated: the source was asked).
+func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info source.Info, validated bool) (io.ReadCloser, how, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -549,7 +554,7 @@ func (c *Cache) reopen(ctx context.Context, m meta, node int, off int64) (io.Rea
 		return nil, &source.Error{Op: "read", URL: m.URL, Err: fmt.Errorf("%w: version %s of %d bytes was cached, the source now holds %s of %d bytes",
 			ErrChanged, m.Version, m.Size, info.Version, info.Size)}
 	}
-	r, _, err := c.open(ctx, m.URL, node, 1)
+	r, _, err := c.openAt(ctx, m.URL, node, 1, info, true)
 	if err != nil {
 		return nil, err
 	}
