@@ -14,7 +14,7 @@ func mapChunk(n int) []byte {
 	if err != nil {
 		return nil
 	}
-	unix.Madvise(b, unix.MADV_HUGEPAGE)        // best effort
+	unix.Madvise(b, unix.MADV_HUGEPAGE)       // best effort
 	unix.Madvise(b, unix.MADV_POPULATE_WRITE) // best effort
 	return b
 }
