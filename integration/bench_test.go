@@ -18,6 +18,7 @@ type benchJSON struct {
 	BytesIn        int64              `json:"bytes_in"`
 	BytesOut       int64              `json:"bytes_out"`
 	Seconds        float64            `json:"seconds"`
+	EpochSeconds   []float64          `json:"epoch_seconds"`
 	SamplesPerSec  float64            `json:"samples_per_sec"`
 	MBPerSec       float64            `json:"mb_per_sec"`
 	FirstBatch     float64            `json:"first_batch_seconds"`
@@ -62,14 +63,25 @@ func TestBenchS3(t *testing.T) {
 	if err := os.WriteFile(index, ok(t, m.Env(), "ls", "--summary", "--json", pattern), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	res := runBench(t, m.Env(), "--index", index, "--batch-size", "16", "--field", "tokens=npy:npy:int32:2048", "--field", "cls", pattern)
-	// 185 samples: 12 batches, the last of 9.
-	if res.Samples != 185 || res.Batches != 12 || res.BytesIn != stored || res.BytesDecomp <= stored {
+	res := runBench(t, m.Env(), "--index", index, "--batch-size", "16", "--field", "tokens=npy:npy:int32:2048", "--field", "cls", "--epochs", "2", pattern)
+	// 185 samples an epoch: 12 batches, the last of 9; two epochs.
+	if res.Samples != 2*185 || res.Batches != 2*12 || res.BytesIn != 2*stored || res.BytesDecomp <= 2*stored {
 		t.Errorf("samples %d batches %d bytes in %d (stored %d) decompressed %d", res.Samples, res.Batches, res.BytesIn, stored, res.BytesDecomp)
 	}
 	// 185 rows of 2048 int32 and an int64 label, plus keys: at least that many bytes out.
-	if res.BytesOut < 185*(2048*4+8) {
+	if res.BytesOut < 2*185*(2048*4+8) {
 		t.Errorf("bytes out %d", res.BytesOut)
+	}
+	// Each epoch timed on its own; together they are the run.
+	var sum float64
+	for _, s := range res.EpochSeconds {
+		if s <= 0 {
+			t.Errorf("epoch seconds %v", res.EpochSeconds)
+		}
+		sum += s
+	}
+	if len(res.EpochSeconds) != 2 || sum > res.Seconds*1.0001 || sum < res.Seconds*0.9 {
+		t.Errorf("epoch seconds %v for a run of %.3fs", res.EpochSeconds, res.Seconds)
 	}
 	if res.Seconds <= 0 || res.SamplesPerSec <= 0 || res.MBPerSec <= 0 || res.FirstBatch <= 0 || res.PeakRSS <= 0 || res.WaitFraction == nil {
 		t.Errorf("missing figures: %+v", res)

@@ -196,6 +196,7 @@ type benchResult struct {
 	BytesDecomp     int64              `json:"bytes_decompressed"`
 	BytesOut        int64              `json:"bytes_out"`
 	Seconds         float64            `json:"seconds"`
+	EpochSeconds    []float64          `json:"epoch_seconds"`
 	CountSeconds    float64            `json:"count_seconds"`
 	SamplesPerSec   float64            `json:"samples_per_sec"`
 	MBPerSec        float64            `json:"mb_per_sec"`
@@ -287,6 +288,7 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 	var consumed, samples int64     // batches and samples the trainer took
 	var trainer, wait time.Duration // the simulated trainer: computing, and waiting after its first batch
 	var readBack []byte
+	epochStart := time.Now()
 	for e := 0; e < max(epochs, 1); e++ {
 		ecfg := cfg
 		ecfg.Epoch = cfg.Epoch + e
@@ -343,6 +345,8 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 		if err := l.Close(); err != nil { // producers cut short by --batches add their byte counts as they stop
 			return nil, err
 		}
+		res.EpochSeconds = append(res.EpochSeconds, time.Since(epochStart).Seconds())
+		epochStart = time.Now()
 		res.add(l.Stats())
 		res.Device.add(l)
 		if maxBatches > 0 && consumed >= int64(maxBatches) {
@@ -414,6 +418,12 @@ func (r *benchResult) report(w io.Writer) error {
 	fmt.Fprintf(bw, "bench: %d samples in %d batches (%d epoch(s)) in %.2fs", r.Samples, r.Batches, r.Epochs, r.Seconds)
 	if r.CountSeconds > 0.005 {
 		fmt.Fprintf(bw, ", after %.2fs counting samples", r.CountSeconds)
+	}
+	if len(r.EpochSeconds) > 1 {
+		fmt.Fprintf(bw, "\n  epochs took")
+		for _, s := range r.EpochSeconds {
+			fmt.Fprintf(bw, " %.2fs", s)
+		}
 	}
 	fmt.Fprintf(bw, "\n  %.0f samples/s, %.1f MB/s stored, %.1f MB/s decompressed, %.1f MB/s into slabs\n",
 		r.SamplesPerSec, r.MBPerSec, r.MBPerSecDecomp, float64(r.BytesOut)/1e6/r.Seconds)
