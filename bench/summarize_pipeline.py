@@ -8,7 +8,8 @@ prints the table.
 Inputs (written by the script; any may be missing, and that part is then reported
 as not measured): env.json; per dataset NAME: NAME.dataset.json,
 NAME.ceiling.I.json, NAME.baseline.I.json, NAME.baseline-wait.1.json,
-NAME.shardload.I.json, NAME.shardload-wait.I.json, NAME.serve.I.json,
+NAME.shardload.I.json, NAME.shardload-sustained.I.json, NAME.shardload-wait.I.json,
+NAME.serve.I.json,
 NAME.serve-wait.I.json, NAME.zstdrate.json.
 
 The median run of a group is the run with the median "seconds" (wait runs: the median
@@ -19,7 +20,9 @@ Ratios:
     against the curl ceiling's bytes/seconds (target >= 0.9 on plain tar);
   - shardload / DataLoader: samples per second;
   - zstd: shardload's decompressed MB/s against CORES x the single-core zstd rate
-    (target >= 0.8). Decompressed bytes are shardload's "bytes_decompressed" when it
+    (target >= 0.8).
+  - sustained: the same two ratios for the epochs after the first of a three-epoch
+    run (the median of their epoch_seconds), which carry none of the start-up. Decompressed bytes are shardload's "bytes_decompressed" when it
     reports one, else bytes_in scaled by the dataset's decompressed/compressed ratio
     from zstdrate (exact when whole shards are read, as in a one-epoch run).
 """
@@ -68,6 +71,25 @@ def rate(r, key, seconds="seconds"):
     return r[key] / 1e6 / r[seconds]
 
 
+def sustained(r):
+    """Adds sustained_seconds to a multi-epoch run: its epochs after the first, as the
+    time of one epoch (their median); None when it has no later epoch."""
+    later = sorted((r.get("epoch_seconds") or [])[1:])
+    epochs = r.get("epochs") or 0
+    if not later or epochs < 2:
+        return None
+    r = dict(r)
+    per_epoch = later[(len(later) - 1) // 2]
+    # One epoch's bytes and samples, at the later epochs' pace.
+    for k in ("bytes_in", "bytes_out", "bytes_decompressed", "samples"):
+        if isinstance(r.get(k), (int, float)):
+            r[k] = r[k] / epochs
+    r["seconds"] = per_epoch
+    r["samples_per_sec"] = r["samples"] / per_epoch if r.get("samples") else None
+    r["first_batch_seconds"] = None
+    return r
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -90,6 +112,7 @@ def main():
         base_wait = median_run(runs(outdir, name, "baseline-wait"), "wait_fraction")
         sl = median_run(runs(outdir, name, "shardload"), "seconds")
         sl_wait = median_run(runs(outdir, name, "shardload-wait"), "wait_fraction")
+        sl_sus = median_run([x for x in map(sustained, runs(outdir, name, "shardload-sustained")) if x], "seconds")
         sv = median_run(runs(outdir, name, "serve"), "seconds")
         sv_wait = median_run(runs(outdir, name, "serve-wait"), "wait_fraction")
         zr = load(os.path.join(outdir, f"{name}.zstdrate.json"))
@@ -120,6 +143,7 @@ def main():
         else:
             lines.append(row(f"DataLoader baseline, 2 workers (median of {n(base)})", base))
         lines.append(row(f"shardload bench --step-time 0 (median of {n(sl)})", sl))
+        lines.append(row(f"  sustained: epochs 2-3 of 3 (median of {n(sl_sus)})", sl_sus))
         st = env.get("step_time", "50ms")
         wb = ds.get("wait_batches", env.get("wait_batches", "?"))
         lines.append(row(f"DataLoader, step {st} x {wb} batches", base_wait))
@@ -127,13 +151,15 @@ def main():
         lines.append(row(f"serve + Python client, step 0 (median of {n(sv)})", sv))
         lines.append(row(f"serve + client, step {st} x {wb} (med. {n(sv_wait)})", sv_wait))
         d.update(ceiling=ceil, baseline=base, baseline_skipped=base_skipped, baseline_wait=base_wait,
-                 shardload=sl, shardload_wait=sl_wait, serve=sv, serve_wait=sv_wait, zstdrate=zr)
+                 shardload=sl, shardload_sustained=sl_sus, shardload_wait=sl_wait, serve=sv, serve_wait=sv_wait, zstdrate=zr)
 
         ratios = {}
         ceil_mbs = rate(ceil, "bytes")
         sl_in = rate(sl, "bytes_in")
         if ceil_mbs and sl_in:
             ratios["shardload_over_ceiling"] = sl_in / ceil_mbs
+        if ceil_mbs and rate(sl_sus, "bytes_in"):
+            ratios["sustained_over_ceiling"] = rate(sl_sus, "bytes_in") / ceil_mbs
         if base and sl and base.get("samples_per_sec") and sl.get("samples_per_sec"):
             ratios["shardload_over_dataloader"] = sl["samples_per_sec"] / base["samples_per_sec"]
         if base and ceil_mbs and rate(base, "bytes_in"):
@@ -153,6 +179,8 @@ def main():
                 if dec is not None:
                     d["shardload_decompressed_mb_per_sec"] = dec / 1e6 / sl["seconds"]
                     ratios["shardload_decompressed_over_zstd_cores"] = dec / 1e6 / sl["seconds"] / (cores * zr_rate)
+            if sl_sus and sl_sus.get("bytes_decompressed"):
+                ratios["sustained_decompressed_over_zstd_cores"] = rate(sl_sus, "bytes_decompressed") / (cores * zr_rate)
             if base and base.get("bytes_in") and base.get("seconds"):
                 ratios["dataloader_decompressed_over_zstd_cores"] = (
                     base["bytes_in"] * expand / 1e6 / base["seconds"] / (cores * zr_rate)
@@ -172,10 +200,12 @@ def main():
             lines.append(f"  client cost per batch (median):               {fmt(ratios.get('client_overhead_us'), '{:.0f} us', 'not measured')}   (target < 100 us)")
         lines.append(f"  shardload / curl ceiling, stored MB/s:        {fmt(ratios.get('shardload_over_ceiling'), '{:.2f}', 'not measured')}"
                      + ("   (target >= 0.9)" if not zr else ""))
+        lines.append(f"  sustained (epochs 2-3) / curl ceiling:        {fmt(ratios.get('sustained_over_ceiling'), '{:.2f}', 'not measured')}")
         lines.append(f"  shardload / DataLoader baseline, samples/s:   {fmt(ratios.get('shardload_over_dataloader'), '{:.2f}', 'not measured')}")
         lines.append(f"  DataLoader baseline / curl ceiling, MB/s:     {fmt(ratios.get('dataloader_over_ceiling'), '{:.2f}', 'not measured')}")
         if zr:
             lines.append(f"  shardload decompressed MB/s / ({cores} x zstd 1-core): {fmt(ratios.get('shardload_decompressed_over_zstd_cores'), '{:.2f}', 'not measured')}   (target >= 0.8)")
+            lines.append(f"  sustained (epochs 2-3) decompressed / ({cores} x zstd): {fmt(ratios.get('sustained_decompressed_over_zstd_cores'), '{:.2f}', 'not measured')}")
             lines.append(f"  DataLoader decompressed MB/s / ({cores} x zstd 1-core): {fmt(ratios.get('dataloader_decompressed_over_zstd_cores'), '{:.2f}', 'not measured')}")
         summary["datasets"][name] = d
 

@@ -11,7 +11,8 @@
 #   - per dataset: the raw fetch ceiling (every object fetched by 4 parallel curl
 #     processes to /dev/null), the PyTorch DataLoader baseline (bench/dataloader_baseline.py),
 #     for zstd the single-core decode rate (internal/cmd/zstdrate), and `shardload bench`
-#     for throughput (--step-time 0) and trainer wait (--step-time 50ms --batches N).
+#     for throughput (--step-time 0), sustained throughput (--epochs 3: the epochs
+#     after the first) and trainer wait (--step-time 50ms --batches N).
 #     Ceiling and shardload throughput runs alternate; medians are reported.
 #
 #   scripts/bench-pipeline.sh [--work DIR] [--out DIR] [--scale F] [--runs N] [--only images|tokens]
@@ -409,6 +410,16 @@ for name in "${names[@]}"; do
 		fi
 	done
 	if ((have_bench)); then
+		# The sustained rate: three epochs in one process, the first of which carries
+		# the start-up (process, memory, connections) that a one-epoch run is judged
+		# with; the summary takes the median of the later epochs.
+		for ((i = 1; i <= runs; i++)); do
+			if sl_bench "$name" "$out/$name.shardload-sustained.$i.json" --epochs 3 --step-time 0; then
+				log "$name: shardload bench --epochs 3 run $i: epochs took $(python3 -c 'import json,sys; print(" ".join("%.2fs" % s for s in json.load(open(sys.argv[1])).get("epoch_seconds") or []))' "$out/$name.shardload-sustained.$i.json")"
+			else
+				break
+			fi
+		done
 		for ((i = 1; i <= runs; i++)); do
 			if sl_bench "$name" "$out/$name.shardload-wait.$i.json" --batches "${WAITB[$name]}" --step-time "$step_time"; then
 				log "$name: shardload bench --step-time $step_time --batches ${WAITB[$name]} run $i: wait_fraction $(jfmt "$out/$name.shardload-wait.$i.json" wait_fraction %.3f)"
