@@ -354,13 +354,14 @@ func (l *Loader) mix(ctx context.Context) error {
 		}
 		var m slotMsg
 		var ok bool
-		t0 := time.Now()
+		t0 := mono()
 		select {
 		case m, ok = <-open[i].ch:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		l.st.add(&l.st.starve, time.Since(t0))
+		t1 := mono()
+		l.st.add(&l.st.starve, t1-t0)
 		if !ok {
 			open = slices.Delete(open, i, i+1)
 			continue
@@ -375,16 +376,16 @@ func (l *Loader) mix(ctx context.Context) error {
 			}
 			continue
 		}
-		t0 = time.Now()
+		t0 = t1
 		shuf.Push(m.it, m.it.size)
 		for shuf.Full() {
-			l.st.add(&l.st.shuffle, time.Since(t0))
+			l.st.add(&l.st.shuffle, mono()-t0)
 			if err := bat.add(ctx, shuf.Pop()); err != nil {
 				return err
 			}
-			t0 = time.Now()
+			t0 = mono()
 		}
-		l.st.add(&l.st.shuffle, time.Since(t0))
+		l.st.add(&l.st.shuffle, mono()-t0)
 	}
 	for shuf.Len() > 0 {
 		if err := bat.add(ctx, shuf.Pop()); err != nil {

@@ -106,15 +106,17 @@ func (p *producer) run() {
 		l.st.bytesInflated.Add(r.Offset())
 		r.Close()
 	}()
-	var nextTime time.Duration
+	var nextTime, decodeTime time.Duration
 	defer func() {
 		fetch, inflate := r.Times()
 		l.st.add(&l.st.split, nextTime-fetch-inflate)
+		l.st.add(&l.st.decode, decodeTime)
 	}()
 	for idx, taken := 0, 0; taken < span.Take; idx++ {
-		t0 := time.Now()
+		t0 := mono()
 		smp, err := r.Next()
-		nextTime += time.Since(t0)
+		t1 := mono()
+		nextTime += t1 - t0
 		if err == io.EOF {
 			err = fmt.Errorf("%s: shard: %d samples, but the count said %d (the shard changed since it was counted?)", span.URL, idx, span.Skip+span.Take)
 		}
@@ -141,9 +143,8 @@ func (p *producer) run() {
 			}
 			continue
 		}
-		t0 = time.Now()
 		it, err := p.decode(smp)
-		l.st.add(&l.st.decode, time.Since(t0))
+		decodeTime += mono() - t1
 		if err != nil {
 			if !p.fail(1, false, err) {
 				return

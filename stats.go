@@ -41,6 +41,14 @@ type counters struct {
 
 func (c *counters) add(stage *atomic.Int64, d time.Duration) { stage.Add(int64(d)) }
 
+// clockBase anchors mono.
+var clockBase = time.Now()
+
+// mono returns a monotonic timestamp for stage times: one clock read, where time.Now
+// takes two (wall and monotonic). The producers and the mixer take several per
+// sample.
+func mono() time.Duration { return time.Since(clockBase) }
+
 func (c *counters) snapshot(start time.Time) Stats {
 	d := func(v *atomic.Int64) time.Duration { return time.Duration(v.Load()) }
 	return Stats{

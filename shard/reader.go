@@ -679,6 +679,14 @@ func hasUpper(s string) bool {
 	return false
 }
 
+// clockBase anchors mono.
+var clockBase = time.Now()
+
+// mono returns a monotonic timestamp for timing reads: one clock read, where
+// time.Now takes two (wall and monotonic). Shards of small samples time several
+// reads per sample.
+func mono() time.Duration { return time.Since(clockBase) }
+
 // counter counts the bytes read through it and remembers the first error other than
 // io.EOF that its source returned.
 type counter struct {
@@ -690,13 +698,13 @@ type counter struct {
 }
 
 func (c *counter) Read(p []byte) (int, error) {
-	var t0 time.Time
+	var t0 time.Duration
 	if c.timed {
-		t0 = time.Now()
+		t0 = mono()
 	}
 	n, err := c.r.Read(p)
 	if c.timed {
-		c.dur += time.Since(t0)
+		c.dur += mono() - t0
 	}
 	c.n += int64(n)
 	if err != nil && err != io.EOF && c.err == nil {
@@ -710,7 +718,7 @@ func (c *counter) Read(p []byte) (int, error) {
 func (c *counter) Seek(off int64, whence int) (int64, error) {
 	sk, ok := c.r.(io.Seeker)
 	if !ok {
-		return 0, errors.New("shard: source cannot seek")
+		return 0, errCannotSeek
 	}
 	pos, err := sk.Seek(off, whence)
 	if err == nil {
@@ -718,6 +726,10 @@ func (c *counter) Seek(off int64, whence int) (int64, error) {
 	}
 	return pos, err
 }
+
+// errCannotSeek is what counter.Seek says for a source that cannot: the tar reader
+// then reads what it skips.
+var errCannotSeek = errors.New("shard: source cannot seek")
 
 // Compression is a whole-shard compression format.
 type Compression int

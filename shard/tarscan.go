@@ -22,6 +22,7 @@ type tarReader struct {
 	blk     [blockSize]byte
 	remain  int64 // data bytes of the current entry not yet read
 	pad     int64 // padding after the current entry's data
+	padded  [2 * blockSize]byte
 	discard []byte
 	hdr     tarHeader
 }
@@ -39,14 +40,20 @@ func newTarReader(r io.Reader) *tarReader { return &tarReader{r: r} }
 // or io.EOF after the end-of-archive marker or at the end of the stream on a block
 // boundary (shard.Reader tells the two apart).
 func (t *tarReader) Next() (*tarHeader, error) {
-	if err := t.skip(t.remain + t.pad); err != nil {
-		return nil, err
+	var err error
+	if t.remain == 0 && t.pad > 0 {
+		err = t.readPadded()
+	} else if err = t.skip(t.remain + t.pad); err == nil {
+		_, err = io.ReadFull(t.r, t.blk[:])
 	}
 	t.remain, t.pad = 0, 0
 	var longName string // from a GNU 'L' entry or a PAX path record
 	size := int64(-1)   // from a PAX size record
-	for {
-		if _, err := io.ReadFull(t.r, t.blk[:]); err != nil {
+	for first := true; ; first = false {
+		if !first {
+			_, err = io.ReadFull(t.r, t.blk[:])
+		}
+		if err != nil {
 			return nil, err // io.EOF on a boundary, io.ErrUnexpectedEOF inside a block
 		}
 		if allZero(t.blk[:]) {
@@ -118,6 +125,28 @@ func (t *tarReader) Next() (*tarHeader, error) {
 		}
 		t.remain, t.pad = h.Size, padding(h.Size)
 		return h, nil
+	}
+}
+
+// readPadded reads the current entry's padding and the next header block with one
+// read: the common case, an entry whose data was read to its end, then costs one
+// read of the source instead of two. Errors are those of skip and of reading the
+// header: io.EOF when the stream ends right after the padding.
+func (t *tarReader) readPadded() error {
+	pad := int(t.pad)
+	n, err := io.ReadFull(t.r, t.padded[:pad+blockSize])
+	switch {
+	case err == nil:
+		copy(t.blk[:], t.padded[pad:pad+blockSize])
+		return nil
+	case err != io.EOF && err != io.ErrUnexpectedEOF:
+		return err
+	case n < pad:
+		return unexpected(err)
+	case n == pad:
+		return io.EOF
+	default:
+		return io.ErrUnexpectedEOF
 	}
 }
 

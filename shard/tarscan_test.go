@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -111,6 +112,85 @@ func TestTarReaderMatchesArchiveTar(t *testing.T) {
 	ours, theirs, ok1, ok2 := entries(buf.Bytes())
 	if !ok1 || !ok2 || strings.Join(ours, "|") != strings.Join(theirs, "|") {
 		t.Errorf("ours %q (ok %v)\ntheirs %q (ok %v)", ours, ok1, theirs, ok2)
+	}
+}
+
+// A stream cut at any byte ends as archive/tar says, with one difference on purpose:
+// a cut inside an entry's padding is io.ErrUnexpectedEOF for us (a shard cut short),
+// a clean end for archive/tar. Cuts on a header's boundary end with io.EOF, cuts
+// inside data or a header with io.ErrUnexpectedEOF. The padding and the next header
+// are read together when the entry's data was read to its end.
+func TestTarReaderCutAnywhere(t *testing.T) {
+	sizes := []int{10, 700, 0, 512}
+	var members []member
+	var pads [][2]int // [start, end) of each entry's padding
+	off := 0
+	for i, n := range sizes {
+		members = append(members, member{name: fmt.Sprintf("%c.x", 'a'+i), data: strings.Repeat("z", n)})
+		off += blockSize + n
+		if p := int(padding(int64(n))); p > 0 {
+			pads = append(pads, [2]int{off, off + p})
+			off += p
+		}
+	}
+	data := buildTar(t, members...)
+	inPadding := func(cut int) bool {
+		for _, p := range pads {
+			if cut >= p[0] && cut < p[1] {
+				return true
+			}
+		}
+		return false
+	}
+	outcome := func(next func() (string, error), read func() error) string {
+		var got []string
+		for {
+			name, err := next()
+			if err == nil {
+				err = read()
+			}
+			switch {
+			case err == io.EOF:
+				return strings.Join(got, ",") + " EOF"
+			case errors.Is(err, io.ErrUnexpectedEOF):
+				return strings.Join(got, ",") + " unexpected EOF"
+			case err != nil:
+				return strings.Join(got, ",") + " " + err.Error()
+			}
+			got = append(got, name)
+		}
+	}
+	boundaries := 0
+	for cut := 0; cut <= len(data); cut++ {
+		tr := newTarReader(bytes.NewReader(data[:cut]))
+		ours := outcome(func() (string, error) {
+			h, err := tr.Next()
+			if err != nil {
+				return "", err
+			}
+			return h.Name, nil
+		}, func() error { _, err := io.Copy(io.Discard, tr); return err })
+		ar := tar.NewReader(bytes.NewReader(data[:cut]))
+		want := outcome(func() (string, error) {
+			h, err := ar.Next()
+			if err != nil {
+				return "", err
+			}
+			return h.Name, nil
+		}, func() error { _, err := io.Copy(io.Discard, ar); return err })
+		if inPadding(cut) {
+			want = strings.TrimSuffix(want, " EOF") + " unexpected EOF"
+		}
+		if ours != want {
+			t.Errorf("cut at %d of %d: ours %q, want %q", cut, len(data), ours, want)
+		}
+		if strings.HasSuffix(ours, ",d.x EOF") {
+			boundaries++
+		}
+	}
+	// The cuts after the last entry: its end, after one zero block and the whole stream.
+	if boundaries < 3 {
+		t.Errorf("only %d cuts read every entry", boundaries)
 	}
 }
 
