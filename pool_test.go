@@ -3,6 +3,7 @@ package shardload
 import (
 	"runtime"
 	"testing"
+	"unsafe"
 )
 
 // The arena hands out buffers of their size class, carved from mapped chunks up to
@@ -11,10 +12,10 @@ func TestBufPoolArena(t *testing.T) {
 	p := bufPool{maxFree: 1 << 30, maxArena: 2 * arenaChunk}
 	seen := map[*byte]bool{}
 	var bufs [][]byte
-	for range 3 * arenaChunk / (128 << 10) { // 1.5x the arena's cap in 128 KiB buffers
+	for range 3 * arenaChunk / (104 << 10) { // 1.5x the arena's cap in 104 KiB buffers
 		b := p.get(100_000)
-		if cap(b) != 128<<10 || len(b) != 0 {
-			t.Fatalf("buffer len %d cap %d, want 0 and 128 KiB", len(b), cap(b))
+		if cap(b) != 104<<10 || len(b) != 0 {
+			t.Fatalf("buffer len %d cap %d, want 0 and 104 KiB", len(b), cap(b))
 		}
 		b = b[:cap(b)]
 		b[0], b[len(b)-1] = 1, 2 // writable end to end
@@ -31,17 +32,53 @@ func TestBufPoolArena(t *testing.T) {
 	if p.mapped > p.maxArena {
 		t.Errorf("mapped %d bytes over the cap %d", p.mapped, p.maxArena)
 	}
+	for _, c := range p.chunks {
+		if addr := uintptr(unsafe.Pointer(unsafe.SliceData(c))); addr%hugePage != 0 || len(c) != arenaChunk {
+			t.Errorf("chunk at %#x of %d bytes: want %d bytes aligned to %d", addr, len(c), arenaChunk, hugePage)
+		}
+	}
+	// A free buffer up to two classes larger serves before new memory.
+	p.putBuf(bufs[7])
+	if b := p.get(95_000); &b[:1][0] != &bufs[7][0] || cap(b) != 104<<10 {
+		t.Error("a free buffer one class larger was not used")
+	}
 	// A recycled buffer is the next one handed out of its class.
 	p.putBuf(bufs[5])
-	if b := p.get(70_000); &b[:1][0] != &bufs[5][0] {
+	if b := p.get(101_000); &b[:1][0] != &bufs[5][0] {
 		t.Error("a recycled buffer was not reused")
 	}
 	// Larger than the arena's largest class: from the heap, same contract.
-	if b := p.get(5 << 20); cap(b) != 8<<20 {
-		t.Errorf("a 5 MB buffer has cap %d", cap(b))
+	if b := p.get(5<<20 + 1); cap(b) != 5<<20+512<<10 {
+		t.Errorf("a buffer of 5 MiB and a byte has cap %d", cap(b))
 	}
 	p.release()
 	if p.mapped != 0 || p.chunks != nil || p.held != 0 {
 		t.Errorf("after release: mapped %d, %d chunks, %d held", p.mapped, len(p.chunks), p.held)
+	}
+}
+
+// A size class is the smallest that holds the size asked for, at most an eighth
+// larger (above 4 KiB), and each class's size maps back to it.
+func TestSizeClasses(t *testing.T) {
+	for c := range numClasses {
+		if got := sizeClass(classSize(c)); got != c {
+			t.Fatalf("sizeClass(classSize(%d) = %d) = %d", c, classSize(c), got)
+		}
+		if c > 0 && classSize(c) <= classSize(c-1) {
+			t.Fatalf("class %d (%d bytes) is not larger than class %d (%d bytes)", c, classSize(c), c-1, classSize(c-1))
+		}
+	}
+	if classSize(0) != 4<<10 || classSize(numClasses-1) != 1<<30 || classSize(maxArenaClass) != 4<<20 {
+		t.Errorf("classes from %d to %d bytes, arena up to %d", classSize(0), classSize(numClasses-1), classSize(maxArenaClass))
+	}
+	for _, n := range []int{1, 4096, 4097, 8320, 9371, 100_000, 110_000, 120_000, 131_072, 131_073, 5 << 20, 1<<30 - 1} {
+		c := sizeClass(n)
+		size := classSize(c)
+		if size < n || (c > 0 && classSize(c-1) >= n) {
+			t.Errorf("size %d: class %d of %d bytes is not the smallest that holds it", n, c, size)
+		}
+		if n > 4096 && size > n+n/8 {
+			t.Errorf("size %d: class of %d bytes wastes more than an eighth", n, size)
+		}
 	}
 }

@@ -558,7 +558,7 @@ func (r *Reader) hand(s *Sample) *Sample {
 	if r.opts.Buffers != nil && r.used > 0 {
 		s.Buf = r.buf[:r.used]
 		r.buf = nil
-		r.hint = r.used + r.used/8
+		r.hint = r.used + r.used/16
 	}
 	return s
 }
