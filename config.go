@@ -75,7 +75,9 @@ type Config struct {
 	// rank gets the same number of batches (see shard.NewPlan). Default 0 of 1.
 	Rank, World int
 
-	// NoShuffle reads shards and samples in order.
+	// NoShuffle reads shards and samples in order. The shuffle buffer's bytes then go
+	// to the open shards' queues (ShuffleBytes/OpenShards more each), so that the
+	// shards after the one being consumed are read and decoded ahead.
 	NoShuffle bool
 	// ShuffleBuffer is the number of samples the shuffle buffer holds. Default 1000.
 	ShuffleBuffer int

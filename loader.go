@@ -337,9 +337,10 @@ func (l *Loader) mix(ctx context.Context) error {
 
 	var open []*slot
 	next := 0
+	queueBytes := slotQueueBytes(cfg)
 	for {
 		for len(open) < cfg.OpenShards && next < len(l.plan.Spans) {
-			s := newSlot(l.plan.Spans[next], cfg.QueueBytes)
+			s := newSlot(l.plan.Spans[next], queueBytes)
 			next++
 			open = append(open, s)
 			producers.Add(1)
@@ -393,6 +394,17 @@ func (l *Loader) mix(ctx context.Context) error {
 		}
 	}
 	return bat.finish(ctx)
+}
+
+// slotQueueBytes is the queue of each open shard: QueueBytes, and with NoShuffle also
+// a share of the shuffle buffer's bytes, which that mode does not use. Samples are
+// then taken from one shard at a time, and the deeper queues let the shards after it
+// be read and decoded ahead on the other cores; the memory budget is the same.
+func slotQueueBytes(cfg Config) int64 {
+	if cfg.NoShuffle {
+		return cfg.QueueBytes + cfg.ShuffleBytes/int64(cfg.OpenShards)
+	}
+	return cfg.QueueBytes
 }
 
 // noteSkip logs and counts samples the Skip policy left out, and fails once they

@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"testing"
 	"unsafe"
+
+	"github.com/shardload/shardload/shard"
 )
 
 // The arena hands out buffers of their size class, carved from mapped chunks up to
@@ -80,5 +82,31 @@ func TestSizeClasses(t *testing.T) {
 		if n > 4096 && size > n+n/8 {
 			t.Errorf("size %d: class of %d bytes wastes more than an eighth", n, size)
 		}
+	}
+}
+
+// A slot's channel holds a message per KiB of its queue (256 to 16384), so that the
+// bytes bound the queue, not the message count; with NoShuffle the queues take the
+// shuffle buffer's bytes, and the budget stays what MemoryBudget counts.
+func TestSlotQueues(t *testing.T) {
+	for _, tc := range []struct {
+		queue int64
+		want  int
+	}{{4 << 20, 4096}, {64 << 10, 256}, {1 << 30, 16384}} {
+		if got := cap(newSlot(shard.Span{}, tc.queue).ch); got != tc.want {
+			t.Errorf("queue of %d bytes: channel of %d messages, want %d", tc.queue, got, tc.want)
+		}
+	}
+	cfg := Config{}.withDefaults()
+	if got := slotQueueBytes(cfg); got != cfg.QueueBytes {
+		t.Errorf("shuffled: queue %d, want %d", got, cfg.QueueBytes)
+	}
+	cfg.NoShuffle = true
+	got := slotQueueBytes(cfg)
+	if got != cfg.QueueBytes+cfg.ShuffleBytes/int64(cfg.OpenShards) {
+		t.Errorf("no shuffle: queue %d", got)
+	}
+	if int64(cfg.OpenShards)*got > int64(cfg.OpenShards)*cfg.QueueBytes+cfg.ShuffleBytes {
+		t.Errorf("no shuffle: %d queues of %d bytes exceed the budget's %d", cfg.OpenShards, got, int64(cfg.OpenShards)*cfg.QueueBytes+cfg.ShuffleBytes)
 	}
 }

@@ -47,8 +47,14 @@ type slotMsg struct {
 }
 
 func newSlot(span shard.Span, queueBytes int64) *slot {
-	return &slot{span: span, ch: make(chan slotMsg, 256), q: semaphore.NewWeighted(queueBytes), cap: queueBytes}
+	return &slot{span: span, ch: make(chan slotMsg, slotMessages(queueBytes)), q: semaphore.NewWeighted(queueBytes), cap: queueBytes}
 }
+
+// slotMessages is the capacity of a slot's channel. The queue is bounded by its bytes;
+// the channel must not bound it first when samples are small: one message per KiB of
+// queue, from 256 to 16384. (At 256, 8 KB token samples filled half of a 4 MiB queue,
+// and a --no-shuffle run read the shards after the current one barely ahead.)
+func slotMessages(queueBytes int64) int { return int(min(max(queueBytes>>10, 256), 16384)) }
 
 // produce reads one span: fetch, inflate, split, decode. It holds a worker token while
 // it works and gives it up while it waits for room on its queue, so that a full

@@ -110,7 +110,7 @@ func (lf *loaderFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&lf.epoch, "epoch", 0, "first epoch (seeds the order with --seed)")
 	fs.IntVar(&lf.rank, "rank", 0, "this rank, in [0, --world)")
 	fs.IntVar(&lf.world, "world", 1, "number of ranks; each gets the same number of batches")
-	fs.BoolVar(&lf.noShuffle, "no-shuffle", false, "read shards and samples in order")
+	fs.BoolVar(&lf.noShuffle, "no-shuffle", false, "read shards and samples in order (--shuffle-bytes then goes to the open shards' queues, to decode the next shards ahead)")
 	fs.IntVar(&lf.shuffleBuffer, "shuffle-buffer", 1000, "samples in the shuffle buffer")
 	lf.shuffleBytes = 64 << 20
 	fs.Var(&lf.shuffleBytes, "shuffle-bytes", "bytes the shuffle buffer may hold")
