@@ -315,13 +315,14 @@ var ErrMissingField = errors.New("shardload: missing field")
 var ErrErrorBudget = errors.New("shardload: too many samples skipped")
 
 // bufPool recycles items and their byte buffers, in size classes eight to a doubling
-// (see classSize), so that the steady state allocates nothing per sample. Unlike a sync.Pool it keeps its
-// buffers across garbage collections (fresh buffers cost page faults), up to
-// maxFree bytes.
+// (see classSize), so that the steady state allocates nothing per sample. Unlike a
+// sync.Pool it keeps its buffers across garbage collections (fresh buffers cost page
+// faults), up to maxFree bytes.
 //
-// New buffers of up to maxArenaClass are carved from chunks of memory mapped with
-// huge pages advised and faulted in at once (see mapChunk), up to maxArena bytes of chunks; beyond that, and
-// for larger buffers, they come from the Go heap. The chunks are unmapped by the loader calls once nothing can use a buffer any more.
+// New buffers of up to maxArenaClass are carved from chunks of memory mapped with huge
+// pages advised and faulted in at once (see mapChunk), up to maxArena bytes of chunks;
+// beyond that, and for larger buffers, they come from the Go heap. release unmaps the
+// chunks; the loader calls it once nothing can use a buffer any more.
 type bufPool struct {
 	items   sync.Pool
 	mu      sync.Mutex
