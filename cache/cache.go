@@ -300,17 +300,21 @@ func (c *Cache) openRange(ctx context.Context, url string, node int, off, length
 	}{io.LimitReader(r, length), r}, nil
 }
 
-// rangeReader returns the upstream that reads ranges of url: the upstream itself,
-// or, behind a Registry (as Wrap builds), the source registered for url's scheme;
-// nil when it has no ranged reads.
+// upstream returns the source that serves url: the upstream itself or, behind a
+// Registry (as Wrap builds), the source registered for url's scheme.
+func (c *Cache) upstream(url string) (source.Source, error) {
+	if reg, ok := c.up.(*source.Registry); ok {
+		return reg.Lookup(url)
+	}
+	return c.up, nil
+}
+
+// rangeReader returns the upstream that reads ranges of url; nil when it has no
+// ranged reads.
 func (c *Cache) rangeReader(url string) source.RangeReader {
-	up := c.up
-	if reg, ok := up.(*source.Registry); ok {
-		src, err := reg.Lookup(url)
-		if err != nil {
-			return nil
-		}
-		up = src
+	up, err := c.upstream(url)
+	if err != nil {
+		return nil
 	}
 	rr, _ := up.(source.RangeReader)
 	return rr
@@ -687,13 +691,9 @@ func Wrap(opts Options, reg *source.Registry, uncached ...string) (*source.Regis
 // Listings are not cached. It fails with source.ErrNotLister when the upstream
 // cannot list.
 func (c *Cache) List(ctx context.Context, prefix string, fn func(source.Info) error) error {
-	up := c.up
-	if reg, ok := up.(*source.Registry); ok {
-		src, err := reg.Lookup(prefix)
-		if err != nil {
-			return err
-		}
-		up = src
+	up, err := c.upstream(prefix)
+	if err != nil {
+		return err
 	}
 	l, ok := up.(source.Lister)
 	if f, isFetcher := up.(*source.Fetcher); isFetcher {
