@@ -113,6 +113,11 @@ type Config struct {
 	// they feed (see pinned.Options.Bind). A failure gives one warning. Not used with
 	// Ring.
 	BindSlabs func(mem []byte) error
+	// CPUs, when set, are the CPUs the loader's workers and mixer run on: each wires
+	// its goroutine to an OS thread restricted to them (numa.LockThread), so that a
+	// pipeline runs on the NUMA node of the GPU it feeds without restricting the rest
+	// of the process. serve sets them per session. A failure gives one warning.
+	CPUs []int
 	// Device is the device-copy stage after collation (package device). The zero
 	// value is the host backend: batches stay in their slabs. device.CUDA copies each
 	// batch to GPU Device.GPU (Batch.Transfer says when it is there); device.Auto does

@@ -23,6 +23,7 @@ import (
 type Loader struct {
 	cfg    Config
 	plan   shard.Plan
+	order  Order
 	fields []decode.Field
 
 	dev       deviceHook   // the device-copy stage
@@ -130,7 +131,7 @@ func Open(ctx context.Context, cfg Config) (*Loader, error) {
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	l := &Loader{dev: deviceHook{stage: dev},
-		cfg: cfg, plan: plan, fields: fields, cancel: cancel, start: start,
+		cfg: cfg, plan: plan, order: orderOf(cfg, infos), fields: fields, cancel: cancel, start: start,
 		out:       make(chan batchMsg, cfg.Slabs),
 		workers:   make(chan struct{}, cfg.Workers),
 		ringReady: make(chan struct{}),
@@ -198,6 +199,10 @@ var ErrEmpty = errors.New("shardload: no samples in the shards")
 
 // Plan returns what this rank reads this epoch.
 func (l *Loader) Plan() shard.Plan { return l.plan }
+
+// Order returns the settings that decide this epoch's order and rank split; every
+// rank of a job must have the same (see Order.Fingerprint).
+func (l *Loader) Order() Order { return l.order }
 
 // Fields returns the fields the loader decodes, in column order.
 func (l *Loader) Fields() []decode.Field { return slices.Clone(l.fields) }
@@ -311,6 +316,7 @@ func (l *Loader) Stats() Stats {
 func (l *Loader) run(ctx context.Context) {
 	defer l.wg.Done()
 	defer close(l.out)
+	defer l.placeThread()()
 	err := l.mix(ctx)
 	if err != nil && ctx.Err() == nil {
 		select {

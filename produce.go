@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/numa"
 	"github.com/shardload/shardload/shard"
 )
 
@@ -61,6 +62,7 @@ func slotMessages(queueBytes int64) int { return int(min(max(queueBytes>>10, 256
 // queue never stops the other shards.
 func (l *Loader) produce(ctx context.Context, s *slot) {
 	defer close(s.ch)
+	defer l.placeThread()()
 	p := producer{l: l, s: s, ctx: ctx}
 	if !p.acquire() {
 		return
@@ -233,6 +235,23 @@ func within(b, buf []byte) (int, bool) {
 	}
 	return int(off), true
 }
+
+// placeThread wires the calling goroutine to a thread on Config.CPUs, when set, and
+// returns what undoes it.
+func (l *Loader) placeThread() func() {
+	if len(l.cfg.CPUs) == 0 {
+		return func() {}
+	}
+	unlock, err := numa.LockThread(l.cfg.CPUs)
+	if err != nil {
+		placeWarning.Do(func() { l.cfg.Logf("shardload: warning: loader threads not placed on CPUs %s: %v", numa.FormatCPUList(l.cfg.CPUs), err) })
+		return func() {}
+	}
+	return unlock
+}
+
+// placeWarning says once per process that threads cannot be placed.
+var placeWarning sync.Once
 
 // sampleBuffers lets a shard reader read samples straight into the pool's buffers.
 type sampleBuffers struct{ p *bufPool }
