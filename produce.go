@@ -244,7 +244,9 @@ func (l *Loader) placeThread() func() {
 	}
 	unlock, err := numa.LockThread(l.cfg.CPUs)
 	if err != nil {
-		placeWarning.Do(func() { l.cfg.Logf("shardload: warning: loader threads not placed on CPUs %s: %v", numa.FormatCPUList(l.cfg.CPUs), err) })
+		placeWarning.Do(func() {
+			l.cfg.Logf("shardload: warning: loader threads not placed on CPUs %s: %v", numa.FormatCPUList(l.cfg.CPUs), err)
+		})
 		return func() {}
 	}
 	return unlock
