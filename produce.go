@@ -160,8 +160,10 @@ func (p *producer) run() {
 			}
 			continue
 		}
-		if !p.send(slotMsg{it: it}) {
-			l.pool.put(it)
+		if delivered, goOn := p.send(slotMsg{it: it}); !goOn {
+			if !delivered {
+				l.pool.put(it)
+			}
 			return
 		}
 	}
@@ -282,29 +284,33 @@ func (p *producer) fail(n int, wholeShard bool, err error) bool {
 		p.send(slotMsg{err: err})
 		return false
 	}
-	return p.send(slotMsg{skipped: n, shard: wholeShard, cause: err}) && !wholeShard
+	_, goOn := p.send(slotMsg{skipped: n, shard: wholeShard, cause: err})
+	return goOn && !wholeShard
 }
 
 // send queues m for the mixer; it waits, without its worker token, while the queue
-// is full. It reports false when the loader is stopping.
-func (p *producer) send(m slotMsg) bool {
+// is full. It reports whether m was delivered (the mixer then owns its sample) and
+// whether the producer may go on (false when the loader is stopping). A sample that
+// was not delivered is still the caller's to recycle; one that was is not, even when
+// the producer must stop.
+func (p *producer) send(m slotMsg) (delivered, goOn bool) {
 	s := p.s
 	if m.it != nil {
 		m.weight = min(m.it.size, s.cap)
 		if !s.q.TryAcquire(m.weight) {
 			p.release()
 			if s.q.Acquire(p.ctx, m.weight) != nil {
-				return false
+				return false, false
 			}
 			if !p.acquire() {
 				s.q.Release(m.weight)
-				return false
+				return false, false
 			}
 		}
 	}
 	select {
 	case s.ch <- m:
-		return true
+		return true, true
 	default:
 	}
 	p.release()
@@ -312,9 +318,9 @@ func (p *producer) send(m slotMsg) bool {
 	case s.ch <- m:
 	case <-p.ctx.Done():
 		s.q.Release(m.weight)
-		return false
+		return false, false
 	}
-	return p.acquire()
+	return true, p.acquire()
 }
 
 // SampleError is a sample that could not be decoded: a missing field, a wrong shape, a

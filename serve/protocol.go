@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/decode"
 )
 
 // Version is the protocol version this server speaks (docs/protocol.md). A client
 // that says another version in its hello is refused with a message naming both.
-const Version = 1
+const Version = 2
 
 // MaxMessage is the largest message either side may send, in bytes.
 const MaxMessage = 64 << 10
@@ -54,6 +55,10 @@ type hello struct {
 	Fields    []string `json:"fields,omitempty"`
 	URLs      []string `json:"urls,omitempty"`
 	Client    string   `json:"client,omitempty"`
+	// GPUPCI is the PCI address of the trainer's GPU, in CUDA's form
+	// ("00000000:3B:00.0") or sysfs's ("0000:3b:00.0"); "" when the client cannot
+	// tell, and then LocalRank picks the GPU.
+	GPUPCI string `json:"gpu_pci,omitempty"`
 }
 
 // fieldInfo describes a field the session decodes.
@@ -77,6 +82,24 @@ type ready struct {
 	Batches   int         `json:"batches"`
 	Samples   int64       `json:"samples"`
 	Shards    int         `json:"shards"`
+	Order     orderInfo   `json:"order"`
+	Placement placement   `json:"placement"`
+}
+
+// orderInfo is the order of the session's first epoch: every rank of a job must have
+// the same fingerprint.
+type orderInfo struct {
+	Fingerprint string          `json:"fingerprint"`
+	Settings    shardload.Order `json:"settings"`
+}
+
+// placement says where the session's pipeline runs.
+type placement struct {
+	GPU    int    `json:"gpu"`    // index in PCI bus order, -1 when none was found
+	PCI    string `json:"pci"`    // its PCI address, "" when none was found
+	Node   int    `json:"node"`   // the node the slabs are bound to, -1 when not bound
+	CPUs   string `json:"cpus"`   // the loader threads' CPUs, "" when not restricted
+	Reason string `json:"reason"` // one line: what was done and why
 }
 
 // column is one column of a batch (see decode.Column).
@@ -105,22 +128,25 @@ type batch struct {
 
 // release hands a slab back.
 type release struct {
-	Type string `json:"type"`
-	Slab int    `json:"slab"`
-	Seq  int    `json:"seq"`
+	Type  string `json:"type"`
+	Slab  int    `json:"slab"`
+	Seq   int    `json:"seq"`
+	Epoch int    `json:"epoch"`
 }
 
-// end closes an epoch.
+// end closes an epoch: after its last batch, or early when the trainer abandoned it.
 type end struct {
-	Type    string `json:"type"`
-	Epoch   int    `json:"epoch"`
-	Batches int    `json:"batches"`
-	Samples int64  `json:"samples"`
-	Skipped int64  `json:"skipped"`
-	Padded  int64  `json:"padded"`
+	Type      string `json:"type"`
+	Epoch     int    `json:"epoch"`
+	Batches   int    `json:"batches"`
+	Samples   int64  `json:"samples"`
+	Skipped   int64  `json:"skipped"`
+	Padded    int64  `json:"padded"`
+	Abandoned bool   `json:"abandoned"`
 }
 
-// epochMsg asks for another epoch after an end.
+// epochMsg asks for another epoch: after an end, or before it to abandon the current
+// epoch.
 type epochMsg struct {
 	Type  string `json:"type"`
 	Epoch int    `json:"epoch"`

@@ -7,9 +7,24 @@
 // The server decides which shards a trainer may read: its own dataset, and URLs under
 // the prefixes of Options.Allow. It accepts peers of its own uid (checked with
 // SO_PEERCRED) and those listed in Options.AllowUIDs.
+//
+// The sample counts of a dataset are read once per server and shared by its sessions:
+// one count runs per dataset at a time, sessions on other datasets never wait for it,
+// and the last Options.MaxDatasets datasets' counts are kept.
+//
+// Each session is placed on the NUMA node of its trainer's GPU (package numa): the GPU
+// the hello names by PCI address, else the one its local rank numbers in PCI bus
+// order. The loader goroutines of the session run on that node's CPUs and its slabs
+// are bound to that node's memory. A machine with one node, or a GPU whose node is not
+// known, places nothing; the ready message and the log say what was done and why.
+//
+// A trainer may abandon an epoch part-way by asking for the next one: the server stops
+// that epoch's pipeline, takes back the slabs of the batches it had sent, ends the
+// epoch and streams the next.
 package serve
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +38,7 @@ import (
 	"time"
 
 	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/numa"
 	"github.com/shardload/shardload/shard"
 )
 
@@ -31,6 +47,9 @@ const DefaultMaxSessions = 16
 
 // DefaultHelloTimeout is Options.HelloTimeout when zero.
 const DefaultHelloTimeout = 10 * time.Second
+
+// DefaultMaxDatasets is Options.MaxDatasets when zero.
+const DefaultMaxDatasets = 64
 
 // Options configure a Server.
 type Options struct {
@@ -51,13 +70,30 @@ type Options struct {
 	// Pipeline holds the settings of every session's pipeline: fields used when a
 	// hello names none, shuffle buffer, workers, slab count and size, error policy,
 	// sources (share one cached registry between sessions here). The hello sets the
-	// rank, world, seed, epoch, batch size, drop_last and fields.
+	// rank, world, seed, epoch, batch size, drop_last and fields; the session's
+	// placement sets CPUs (see Topology).
 	Pipeline shardload.Config
 	// MaxSessions bounds the trainers served at once. Default DefaultMaxSessions (16).
 	MaxSessions int
+	// MaxDatasets bounds the datasets whose sample counts the server keeps for later
+	// sessions; the least recently used is dropped first. A dataset is a list of URLs
+	// with an index (the server's own, or one a hello names). Failed counts are not
+	// kept. Default DefaultMaxDatasets (64).
+	MaxDatasets int
 	// HelloTimeout bounds the wait for a client's hello. Default 10s.
 	HelloTimeout time.Duration
-	// Logf receives one line per session start, end and failure. Default: none.
+	// Topology is the machine's, used to place each session on the NUMA node of its
+	// trainer's GPU: the GPU at the hello's gpu_pci, else GPU local_rank in PCI bus
+	// order (Topology.GPUs). When it is placed, the session's slabs are bound to the
+	// node (numa.Bind) and its loader goroutines run on the node's CPUs
+	// (shardload.Config.CPUs). nil means numa.Read("") at Listen; when that fails,
+	// one line is logged and no session is placed.
+	Topology *numa.Topology
+	// NoPlace turns placement off: sessions run on every CPU with memory where the
+	// kernel puts it (the command line's --numa=false).
+	NoPlace bool
+	// Logf receives one line per session start (with its placement), end and failure,
+	// and the sessions' warnings. Default: none.
 	Logf func(format string, args ...any)
 }
 
@@ -75,8 +111,14 @@ type Server struct {
 	nextID atomic.Uint64
 	active atomic.Int32
 
-	countMu sync.Mutex
-	counts  map[string][]shard.Info // sample counts per dataset, shared by sessions
+	topo    *numa.Topology // nil: no placement
+	topoErr error          // why topo is nil when placement is on
+
+	countMu  sync.Mutex
+	counts   map[string]*list.Element // of *countEntry, sample counts per dataset
+	lru      *list.List               // of *countEntry, most recently used first
+	counting map[string]*countCall    // counts in flight, per dataset
+	countWG  sync.WaitGroup           // counting goroutines
 
 	mu      sync.Mutex
 	closing bool // no session starts once set
@@ -99,6 +141,12 @@ func Listen(opts Options) (*Server, error) {
 	}
 	if opts.MaxSessions < 0 {
 		return nil, fmt.Errorf("serve: max sessions %d < 0", opts.MaxSessions)
+	}
+	if opts.MaxDatasets == 0 {
+		opts.MaxDatasets = DefaultMaxDatasets
+	}
+	if opts.MaxDatasets < 0 {
+		return nil, fmt.Errorf("serve: max datasets %d < 0", opts.MaxDatasets)
 	}
 	if opts.HelloTimeout == 0 {
 		opts.HelloTimeout = DefaultHelloTimeout
@@ -147,11 +195,23 @@ func Listen(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{
+	s := &Server{
 		opts: opts, ln: ln, madeDir: madeDir, ctx: ctx, cancel: cancel, own: own,
-		slots:  make(chan struct{}, opts.MaxSessions),
-		counts: map[string][]shard.Info{},
-	}, nil
+		slots:    make(chan struct{}, opts.MaxSessions),
+		counts:   map[string]*list.Element{},
+		lru:      list.New(),
+		counting: map[string]*countCall{},
+	}
+	if !opts.NoPlace {
+		s.topo = opts.Topology
+		if s.topo == nil {
+			if s.topo, s.topoErr = numa.Read(""); s.topoErr != nil {
+				s.topo = nil
+				opts.Logf("serve: no NUMA placement of sessions: reading the topology: %v", oneLine(s.topoErr))
+			}
+		}
+	}
+	return s, nil
 }
 
 // socketDir makes dir with mode 0700, or checks that an existing one is a directory
@@ -256,6 +316,7 @@ func (s *Server) Close() error {
 		s.cancel()
 		s.closeErr = s.ln.Close()
 		s.wg.Wait()
+		s.countWG.Wait() // the counts were cancelled with s.ctx
 		if s.madeDir {
 			if err := os.Remove(filepath.Dir(s.opts.Socket)); err != nil && !errors.Is(err, os.ErrNotExist) && s.closeErr == nil {
 				s.closeErr = err
@@ -265,20 +326,98 @@ func (s *Server) Close() error {
 	return s.closeErr
 }
 
-// count returns the sample counts of a dataset, counting it once per server.
+// countEntry is the sample counts of one dataset, kept for later sessions.
+type countEntry struct {
+	key   string
+	infos []shard.Info
+}
+
+// countCall is a count in flight, shared by the sessions that wait for it.
+type countCall struct {
+	done    chan struct{} // closed when infos and err are set
+	infos   []shard.Info
+	err     error
+	waiters int                // sessions waiting; the count is cancelled when none is left
+	cancel  context.CancelFunc // cancels the count
+}
+
+// count returns the sample counts of a dataset. A dataset is counted once while its
+// counts are kept (Options.MaxDatasets), by one count at a time that the sessions
+// asking for it share; sessions on other datasets do not wait for it. The wait ends
+// with ctx; the count is cancelled when no session waits for it any more.
 func (s *Server) count(ctx context.Context, cfg shardload.Config) ([]shard.Info, error) {
 	key := strings.Join(cfg.URLs, "\x00") + "\x00" + cfg.Index
 	s.countMu.Lock()
+	if e, ok := s.counts[key]; ok {
+		s.lru.MoveToFront(e)
+		s.countMu.Unlock()
+		return e.Value.(*countEntry).infos, nil
+	}
+	c, ok := s.counting[key]
+	if !ok {
+		// The count belongs to no session: it ends with the server, or when no
+		// session waits for it.
+		cctx, cancel := context.WithCancel(s.ctx)
+		c = &countCall{done: make(chan struct{}), cancel: cancel}
+		s.counting[key] = c
+		s.countWG.Add(1)
+		go func() {
+			defer s.countWG.Done()
+			defer cancel()
+			infos, err := shardload.Count(cctx, cfg)
+			s.countMu.Lock()
+			defer s.countMu.Unlock()
+			if s.counting[key] == c {
+				delete(s.counting, key)
+			}
+			if err == nil {
+				s.keepCount(key, infos)
+			}
+			c.infos, c.err = infos, err
+			close(c.done)
+		}()
+	}
+	c.waiters++
+	s.countMu.Unlock()
+
+	select {
+	case <-c.done:
+		return c.infos, c.err
+	case <-ctx.Done():
+	}
+	s.countMu.Lock()
 	defer s.countMu.Unlock()
-	if infos, ok := s.counts[key]; ok {
-		return infos, nil
+	c.waiters--
+	select {
+	case <-c.done:
+		// Finished meanwhile: the result is good for this session too, but it is
+		// leaving anyway.
+	default:
+		if c.waiters == 0 {
+			c.cancel()
+			// A session that comes later starts a count of its own.
+			if s.counting[key] == c {
+				delete(s.counting, key)
+			}
+		}
 	}
-	infos, err := shardload.Count(ctx, cfg)
-	if err != nil {
-		return nil, err
+	return nil, context.Cause(ctx)
+}
+
+// keepCount keeps a dataset's counts, dropping the least recently used beyond
+// MaxDatasets. countMu must be held.
+func (s *Server) keepCount(key string, infos []shard.Info) {
+	if e, ok := s.counts[key]; ok {
+		e.Value.(*countEntry).infos = infos
+		s.lru.MoveToFront(e)
+		return
 	}
-	s.counts[key] = infos
-	return infos, nil
+	s.counts[key] = s.lru.PushFront(&countEntry{key: key, infos: infos})
+	for s.lru.Len() > s.opts.MaxDatasets {
+		e := s.lru.Back()
+		s.lru.Remove(e)
+		delete(s.counts, e.Value.(*countEntry).key)
+	}
 }
 
 // checkPrefix validates an Allow prefix.

@@ -91,8 +91,13 @@ func (s *Server) handle(c *net.UnixConn) {
 	}
 	s.active.Add(1)
 	defer s.active.Add(-1)
-	s.opts.Logf("serve: session %d: pid %d rank %d of %d, epoch %d, batch size %d", id, pid, h.Rank, h.World, h.Epoch, h.BatchSize)
-	ss := &session{srv: s, id: id, conn: c, cfg: cfg, held: map[int]*shardload.Batch{}}
+	pl := s.place(h)
+	if pl.node >= 0 {
+		cfg.CPUs = pl.cpus
+	}
+	s.opts.Logf("serve: session %d: pid %d rank %d of %d (local rank %d), epoch %d, batch size %d; placement: %s",
+		id, pid, h.Rank, h.World, h.LocalRank, h.Epoch, h.BatchSize, pl.msg.Reason)
+	ss := &session{srv: s, id: id, conn: c, cfg: cfg, place: pl, held: map[int]sent{}, open: []int{h.Epoch}, wake: make(chan struct{}, 1)}
 	err = ss.run()
 	switch {
 	case err == nil || errors.Is(err, errBye):
@@ -188,15 +193,40 @@ func (s *Server) sessionConfig(h *hello) (shardload.Config, error) {
 }
 
 // session is one trainer's connection: its slab ring, its loader, the batches it
-// holds.
+// holds, and the epochs it asked for.
 type session struct {
-	srv  *Server
-	id   uint64
-	conn *net.UnixConn
-	cfg  shardload.Config
+	srv   *Server
+	id    uint64
+	conn  *net.UnixConn
+	cfg   shardload.Config
+	place sessionPlace
+	wake  chan struct{} // a new epoch was asked for (capacity 1)
 
-	mu   sync.Mutex
-	held map[int]*shardload.Batch // by slab index: batches sent and not released
+	mu        sync.Mutex
+	held      map[int]sent // by slab index: batches sent and not released
+	readySent bool         // the trainer may send messages from now on
+	// open are the epochs asked for (the first by the hello) whose end has not been
+	// sent: open[0] is being streamed or is about to be. There are at most two: a
+	// second epoch message abandons open[0].
+	open       []int
+	abandoning bool               // open[0] is abandoned and its end not yet sent
+	runs       uint64             // numbers the runs of epochs (one epoch may run twice) from 1
+	cur        uint64             // the run of open[0], 0 before it starts
+	cancelRun  context.CancelFunc // stops the run of open[0], nil before it starts
+	dropRun    uint64             // the abandoned run whose end is being sent, 0 for none
+}
+
+// sent is a batch the session sent to the trainer.
+type sent struct {
+	b     *shardload.Batch
+	epoch int
+	run   uint64 // the epoch run it belongs to (the same epoch may be streamed twice)
+}
+
+// tally counts what a session sent in one epoch.
+type tally struct {
+	batches         int
+	samples, padded int64
 }
 
 // run creates the ring, sends it, and streams epochs until the trainer leaves, the
@@ -206,15 +236,29 @@ func (ss *session) run() error {
 	ctx, cancel := context.WithCancelCause(s.ctx)
 	defer cancel(nil)
 
+	// The reader runs from the start, so that a trainer that leaves while the
+	// dataset is being counted ends its session.
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		ss.readLoop(ctx, cancel)
+	}()
+	// The reader stops when the session does; the connection's end needs it gone.
+	defer func() { cancel(nil); <-readerDone }()
+
 	cfg := ss.cfg
 	ring, err := pinned.NewRing(pinned.Options{
 		Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, NoLock: cfg.NoLock,
 		Name: fmt.Sprintf("shardload-session%d", ss.id),
+		Bind: ss.place.bind(),
 		Warn: func(msg string) { s.opts.Logf("serve: session %d: warning: %s", ss.id, msg) },
 	})
 	if err != nil {
 		ss.sendError(CodePipeline, err.Error())
 		return err
+	}
+	if ss.place.node >= 0 && !ring.Bound() {
+		ss.place.msg.Reason += fmt.Sprintf("; the kernel did not bind the slabs to node %d (see the server's log)", ss.place.node)
 	}
 	if len(ring.Slabs()) > maxFDs {
 		ring.Close()
@@ -239,54 +283,116 @@ func (ss *session) run() error {
 	if l, err = shardload.Open(ctx, cfg); err != nil {
 		return ss.fail(ctx, err)
 	}
-	plan := l.Plan()
+	plan, order := l.Plan(), l.Order()
 	rd := ready{
 		Type: typeReady, Version: Version, Session: ss.id, Slabs: len(ring.Slabs()), SlabBytes: ring.SlabBytes(),
 		Fields: fieldsOf(l.Fields()), Epoch: cfg.Epoch, Batches: plan.Batches, Samples: int64(plan.Samples), Shards: len(infos),
+		Order:     orderInfo{Fingerprint: order.Fingerprint(), Settings: order},
+		Placement: ss.place.msg,
 	}
 	fds := make([]int, len(ring.Slabs()))
 	for i, sl := range ring.Slabs() {
 		fds[i] = sl.FD()
 	}
+	ss.mu.Lock()
+	ss.readySent = true
+	ss.mu.Unlock()
 	if err := ss.write(rd, fds); err != nil {
 		return errClientGone
 	}
 	// Fields are fixed for the session: later epochs decode what the first did.
 	cfg.Fields = l.Fields()
 
-	epochs := make(chan int, 1)
-	readerDone := make(chan struct{})
-	go func() {
-		defer close(readerDone)
-		ss.readLoop(ctx, cancel, epochs)
-	}()
-	// The reader stops when the session does; the connection's end needs it gone.
-	defer func() { cancel(nil); <-readerDone }()
-
 	for {
-		if err := ss.stream(ctx, l, cfg.Epoch); err != nil {
-			return ss.fail(ctx, err)
-		}
-		st := l.Stats()
-		if err := ss.write(end{Type: typeEnd, Epoch: cfg.Epoch, Batches: int(st.Batches), Samples: st.Samples, Skipped: st.Skipped, Padded: st.Padded}, nil); err != nil {
-			return errClientGone
-		}
-		l.Close()
-		l = nil
-		select {
-		case e := <-epochs:
-			cfg.Epoch = e
-		case <-ctx.Done():
+		epoch, run, ectx, ecancel, ok := ss.nextEpoch(ctx)
+		if !ok {
 			return ss.fail(ctx, ctx.Err())
 		}
-		if l, err = shardload.Open(ctx, cfg); err != nil {
+		var t tally
+		err = nil
+		if l == nil {
+			cfg.Epoch = epoch
+			l, err = shardload.Open(ectx, cfg)
+		}
+		if err == nil {
+			err = ss.stream(ectx, l, epoch, run, &t)
+		}
+		// An epoch message cancels ectx alone: that is no failure.
+		if err != nil && (ectx.Err() == nil || ctx.Err() != nil) {
+			ecancel()
+			if errors.Is(err, errClientGone) {
+				return err
+			}
 			return ss.fail(ctx, err)
+		}
+		abandoned := ss.endEpoch()
+		ecancel()
+		e := end{Type: typeEnd, Epoch: epoch, Batches: t.batches, Samples: t.samples, Padded: t.padded, Abandoned: abandoned}
+		if l != nil {
+			e.Skipped = l.Stats().Skipped
+			// Stops the pipeline; the batches the trainer holds stay in the ring.
+			l.Close()
+			l = nil
+		}
+		if abandoned {
+			ss.releaseRun(run)
+		}
+		err = ss.write(e, nil)
+		ss.mu.Lock()
+		ss.dropRun = 0
+		ss.mu.Unlock()
+		if err != nil {
+			return errClientGone
 		}
 	}
 }
 
-// stream sends the batches of one epoch.
-func (ss *session) stream(ctx context.Context, l *shardload.Loader, epoch int) error {
+// nextEpoch waits for an epoch to stream and returns it, the number of its run and
+// the context that stops it: the session's, cancelled also when the trainer abandons
+// the epoch. ok is false when the session ended first.
+func (ss *session) nextEpoch(ctx context.Context) (epoch int, run uint64, ectx context.Context, cancel context.CancelFunc, ok bool) {
+	for {
+		ss.mu.Lock()
+		if len(ss.open) > 0 {
+			ectx, cancel = context.WithCancel(ctx)
+			ss.runs++
+			ss.cur, ss.cancelRun = ss.runs, cancel
+			if ss.abandoning {
+				// Abandoned before it started: it ends at once, with no batches.
+				cancel()
+			}
+			epoch, run = ss.open[0], ss.cur
+			ss.mu.Unlock()
+			return epoch, run, ectx, cancel, true
+		}
+		ss.mu.Unlock()
+		select {
+		case <-ss.wake:
+		case <-ctx.Done():
+			return 0, 0, nil, nil, false
+		}
+	}
+}
+
+// endEpoch decides how the epoch being streamed ends, and reports whether the trainer
+// abandoned it. From here on, an epoch message no longer concerns it.
+func (ss *session) endEpoch() (abandoned bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	abandoned = ss.abandoning
+	if abandoned {
+		// Until its end is sent, a release of its batches or another epoch
+		// message is a protocol error.
+		ss.dropRun = ss.cur
+	}
+	ss.open = ss.open[1:]
+	ss.abandoning = false
+	ss.cur, ss.cancelRun = 0, nil
+	return abandoned
+}
+
+// stream sends the batches of one epoch, counting them in t.
+func (ss *session) stream(ctx context.Context, l *shardload.Loader, epoch int, run uint64, t *tally) error {
 	for {
 		b, err := l.Next(ctx)
 		if err == io.EOF {
@@ -297,7 +403,7 @@ func (ss *session) stream(ctx context.Context, l *shardload.Loader, epoch int) e
 		}
 		idx := b.Slab().Index()
 		ss.mu.Lock()
-		ss.held[idx] = b
+		ss.held[idx] = sent{b: b, epoch: epoch, run: run}
 		ss.mu.Unlock()
 		m := batch{
 			Type: typeBatch, Epoch: epoch, Seq: b.Seq, Slab: idx, Rows: b.Rows, Padded: b.Padded,
@@ -306,12 +412,16 @@ func (ss *session) stream(ctx context.Context, l *shardload.Loader, epoch int) e
 		if err := ss.write(m, nil); err != nil {
 			return errClientGone
 		}
+		t.batches++
+		t.samples += int64(b.Rows - b.Padded)
+		t.padded += int64(b.Padded)
 	}
 }
 
 // readLoop reads the trainer's messages until it leaves or the session ends:
-// releases free slabs, an epoch message starts the next epoch, bye ends the session.
-func (ss *session) readLoop(ctx context.Context, cancel context.CancelCauseFunc, epochs chan<- int) {
+// releases free slabs, an epoch message starts the next epoch (abandoning the current
+// one when it has not ended), bye ends the session.
+func (ss *session) readLoop(ctx context.Context, cancel context.CancelCauseFunc) {
 	// A blocked read ends when the session does.
 	stop := context.AfterFunc(ctx, func() { ss.conn.SetReadDeadline(time.Now()) })
 	defer stop()
@@ -320,13 +430,25 @@ func (ss *session) readLoop(ctx context.Context, cancel context.CancelCauseFunc,
 		msg, err := readMessage(ss.conn, buf)
 		if err != nil {
 			if ctx.Err() == nil {
-				cancel(errClientGone)
+				var re *requestError
+				if errors.As(err, &re) {
+					ss.protocolError(cancel, "%s", re.msg)
+				} else {
+					cancel(errClientGone)
+				}
 			}
 			return
 		}
 		var env envelope
 		if err := decodeMessage(msg, &env); err != nil {
 			ss.protocolError(cancel, "%v", err)
+			return
+		}
+		ss.mu.Lock()
+		early := !ss.readySent
+		ss.mu.Unlock()
+		if early && env.Type != typeBye {
+			ss.protocolError(cancel, "%q sent before the server's ready", env.Type)
 			return
 		}
 		switch env.Type {
@@ -346,10 +468,8 @@ func (ss *session) readLoop(ctx context.Context, cancel context.CancelCauseFunc,
 				ss.protocolError(cancel, "epoch: want {\"type\": \"epoch\", \"epoch\": N >= 0}")
 				return
 			}
-			select {
-			case epochs <- e.Epoch:
-			default:
-				ss.protocolError(cancel, "epoch %d asked for before the current epoch ended", e.Epoch)
+			if err := ss.askEpoch(e.Epoch); err != nil {
+				ss.protocolError(cancel, "%v", err)
 				return
 			}
 		case typeBye:
@@ -362,6 +482,28 @@ func (ss *session) readLoop(ctx context.Context, cancel context.CancelCauseFunc,
 	}
 }
 
+// askEpoch queues the epoch a trainer asks for. When the epoch before it has not
+// ended, that one is abandoned: its stream is stopped now.
+func (ss *session) askEpoch(epoch int) error {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.abandoning || ss.dropRun != 0 {
+		return fmt.Errorf("epoch %d asked for before the end of the epoch it abandoned", epoch)
+	}
+	if len(ss.open) > 0 {
+		ss.abandoning = true
+		if ss.cancelRun != nil {
+			ss.cancelRun()
+		}
+	}
+	ss.open = append(ss.open, epoch)
+	select {
+	case ss.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
 func (ss *session) protocolError(cancel context.CancelCauseFunc, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	ss.sendError(CodeBadRequest, msg)
@@ -371,26 +513,42 @@ func (ss *session) protocolError(cancel context.CancelCauseFunc, format string, 
 // release hands a slab the trainer is done with back to the ring.
 func (ss *session) release(r release) error {
 	ss.mu.Lock()
-	b, ok := ss.held[r.Slab]
-	if ok && b.Seq == r.Seq {
-		delete(ss.held, r.Slab)
-	}
-	ss.mu.Unlock()
-	if !ok {
+	h, ok := ss.held[r.Slab]
+	switch {
+	case !ok:
+		ss.mu.Unlock()
 		return fmt.Errorf("release of slab %d, which holds no batch of this trainer", r.Slab)
+	case h.b.Seq != r.Seq || h.epoch != r.Epoch:
+		ss.mu.Unlock()
+		return fmt.Errorf("release of slab %d for batch %d of epoch %d, but it holds batch %d of epoch %d", r.Slab, r.Seq, r.Epoch, h.b.Seq, h.epoch)
+	case ss.abandoning && h.run == ss.cur || h.run == ss.dropRun:
+		ss.mu.Unlock()
+		return fmt.Errorf("release of slab %d for batch %d of epoch %d, which the trainer abandoned: the server releases its batches", r.Slab, r.Seq, r.Epoch)
 	}
-	if b.Seq != r.Seq {
-		return fmt.Errorf("release of slab %d for batch %d, but it holds batch %d", r.Slab, r.Seq, b.Seq)
-	}
-	b.Release()
+	delete(ss.held, r.Slab)
+	ss.mu.Unlock()
+	h.b.Release()
 	return nil
+}
+
+// releaseRun releases the batches of an abandoned epoch run that the trainer had not
+// released: those it holds, and those on their way to it.
+func (ss *session) releaseRun(run uint64) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for k, h := range ss.held {
+		if h.run == run {
+			h.b.Release()
+			delete(ss.held, k)
+		}
+	}
 }
 
 func (ss *session) releaseAll() {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	for k, b := range ss.held {
-		b.Release()
+	for k, h := range ss.held {
+		h.b.Release()
 		delete(ss.held, k)
 	}
 }

@@ -17,17 +17,22 @@ from .client import (
     PROTOCOL_VERSION,
     Batch,
     Client,
+    NoServer,
+    OrderMismatch,
+    PermissionDenied,
     ProtocolError,
     Ragged,
     ServerError,
     ServerGone,
     ShardloadError,
+    Timeout,
     connect,
     default_socket,
 )
 
 __all__ = [
-    "CLIENT_NAME", "MAX_MESSAGE", "PROTOCOL_VERSION", "Batch", "Client", "ProtocolError",
-    "Ragged", "ServerError", "ServerGone", "ShardloadError", "connect", "default_socket",
+    "CLIENT_NAME", "MAX_MESSAGE", "PROTOCOL_VERSION", "Batch", "Client", "NoServer", "OrderMismatch",
+    "PermissionDenied", "ProtocolError", "Ragged", "ServerError", "ServerGone", "ShardloadError",
+    "Timeout", "connect", "default_socket",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

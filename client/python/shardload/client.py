@@ -2,18 +2,46 @@
 
 Only the standard library is needed; with NumPy installed, columns are zero-copy
 numpy arrays, and with PyTorch, zero-copy tensors.
+
+Batch lifetime
+--------------
+Columns are read-only views into a shared slab. A batch is released when the next one
+is taken (or by ``Batch.release()``); from then on the Batch object no longer hands
+out columns (``b["x"]`` raises ShardloadError; ``b.keys`` stays), but every array,
+tensor, memoryview or Ragged row the trainer took from it stays valid and never
+changes, for as long as the trainer holds it:
+
+- When nothing of the batch is referenced any more at its release, the slab goes back
+  to the server at once (no copy).
+- When something is (a loop variable still names last step's labels), the release is
+  deferred to the step after next; a normal loop has moved on by then, and the slab
+  goes back without a copy.
+- When something still is (a list of kept labels), the client "detaches" the batch:
+  it copies the batch's bytes into private memory placed at the same address (one
+  atomic ``mremap``), so the views keep their addresses and contents, and gives the
+  slab back. ``client.stats["detached"]`` counts these copies.
+
+Columns must not be modified in place: numpy arrays and memoryviews are read-only,
+and torch tensors, which cannot be made read-only, must not be written either
+(``x.add_(1)`` on a batch tensor would write into the shared slab). Use ``copy()`` or
+``to_torch(copy=True)`` for data to modify.
 """
 
+import itertools
 import json
-import mmap
 import os
 import socket
+import sys
 import tempfile
+import time
+import warnings
 
-PROTOCOL_VERSION = 1
+from . import _mem
+
+PROTOCOL_VERSION = 2
 MAX_MESSAGE = 64 << 10
 _MAX_FDS = 253
-CLIENT_NAME = "shardload-python/0.1.0"
+CLIENT_NAME = "shardload-python/0.2.0"
 
 
 class ShardloadError(Exception):
@@ -35,6 +63,25 @@ class ServerGone(ShardloadError):
 
 class ProtocolError(ShardloadError):
     """The server sent something this client cannot read."""
+
+
+class NoServer(ShardloadError):
+    """No server listens on the socket: there is no socket file, or one that a server
+    left when it exited or was killed."""
+
+
+class PermissionDenied(ShardloadError):
+    """The socket (or its directory) may not be opened by this user."""
+
+
+class Timeout(ShardloadError):
+    """The server, or another rank, did not answer within the time given."""
+
+
+class OrderMismatch(ShardloadError):
+    """This rank's server reads another order than the other ranks' servers (or than
+    $SHARDLOAD_EXPECT_ORDER says): the ranks would read overlapping or incomplete parts
+    of each epoch."""
 
 
 def default_socket():
@@ -69,12 +116,26 @@ def _numpy():
     return numpy
 
 
+def _from_numpy(torch, arr):
+    """torch.from_numpy of a read-only array, without the warning it gives (batch
+    tensors are documented as not to be written)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(arr)
+
+
+def _torch_ok(arr):
+    # PyTorch has no uint16/32/64 tensors: those columns stay numpy arrays.
+    return arr.dtype.kind != "u" or arr.dtype.itemsize == 1
+
+
 class Ragged:
     """A variable-length column: ``len(r)`` rows, row i is ``data[offsets[i]:offsets[i+1]]``.
 
     ``data`` is a uint8 array (a memoryview without NumPy) and ``offsets`` an int64
-    array of rows+1 entries. Rows are zero-copy views, valid until the batch is
-    released; ``tolist()`` copies them out as bytes (str for text columns).
+    array of rows+1 entries. Rows are zero-copy, read-only views that stay valid and
+    unchanged while referenced (see the module docstring); ``tolist()`` copies them out
+    as bytes (str for text columns).
     """
 
     __slots__ = ("data", "offsets", "kind")
@@ -100,7 +161,7 @@ class Ragged:
             yield self[i]
 
     def tolist(self):
-        rows = [bytes(self[i]) for i in range(len(self))]
+        rows = [bytes(_host_bytes(self[i])) for i in range(len(self))]
         if self.kind in ("text", "json"):
             return [r.decode("utf-8") for r in rows]
         return rows
@@ -108,6 +169,12 @@ class Ragged:
     def copy(self):
         """A Ragged that owns its data (of the same array type)."""
         return Ragged(_copy_array(self.data), _copy_array(self.offsets), self.kind)
+
+
+def _host_bytes(row):
+    if hasattr(row, "numpy") and not isinstance(row, memoryview):
+        return row.numpy()  # a torch tensor
+    return row
 
 
 def _copy_array(a):
@@ -123,9 +190,18 @@ class Batch:
     keys), ``epoch``, ``seq`` and ``padded`` (rows repeating earlier samples to keep
     every rank's batch count when samples were skipped).
 
-    Columns are views into a shared slab: valid until ``release()``, which the
-    iterator calls when the next batch is asked for (unless iterating with
-    ``auto_release=False``). ``copy()`` returns a batch that owns its data.
+    Columns are read-only views into a shared slab, handed out until the batch is
+    released: by ``release()``, or when the iterator takes the next batch (unless
+    iterating with ``auto_release=False``). After the release, ``b[name]``,
+    ``items()``, ``to_dict()``, ``to_torch()``, ``columns`` and ``copy()`` raise
+    ShardloadError; ``keys`` stays. The arrays and tensors taken from the batch before
+    its release stay valid and unchanged as long as they are referenced: the client
+    copies the batch out of the slab ("detaches" it) when they outlive a step, and
+    gives the slab back without a copy when they do not. Do not write into them (torch
+    tensors cannot be made read-only: no in-place ops on batch tensors).
+
+    ``copy()`` returns a batch that owns its data; ``to_torch(copy=False)`` the columns
+    as torch tensors.
     """
 
     def __init__(self, client, msg, columns, keys):
@@ -135,54 +211,190 @@ class Batch:
         self.seq = msg["seq"]
         self.rows = msg["rows"]
         self.padded = msg.get("padded", 0)
-        self.columns = columns
+        self._used = msg.get("used")
+        self._columns = columns
+        self._names = list(columns)
         self._keys = keys
+        self._owned = client is None
+        self._mark = 0  # the client's step count when the release was deferred
         self.released = False
+
+    def _data(self):
+        if self._columns is None:
+            raise ShardloadError(
+                f"batch {self.seq} of epoch {self.epoch} was released: its columns are no longer "
+                "handed out. Keep the arrays or tensors themselves (they stay valid and unchanged), "
+                "or call copy() before the batch is released; keys stay available")
+        return self._columns
+
+    @property
+    def columns(self):
+        """The columns by name (a dict); raises ShardloadError after the release."""
+        return self._data()
 
     @property
     def keys(self):
-        """The samples' keys, in row order (a list of str)."""
+        """The samples' keys, in row order (a list of str); available after the release."""
         if isinstance(self._keys, Ragged):
             self._keys = self._keys.tolist()
         return self._keys
 
     def __getitem__(self, name):
-        return self.columns[name]
+        return self._data()[name]
 
     def __contains__(self, name):
-        return name in self.columns
+        return name in self._names
 
     def __iter__(self):
-        return iter(self.columns)
+        return iter(self._names)
 
     def items(self):
-        return self.columns.items()
+        return self._data().items()
 
     def to_dict(self):
         """The columns as a dict, plus "__key__": the keys."""
-        d = dict(self.columns)
+        d = dict(self._data())
         d["__key__"] = self.keys
         return d
 
+    def to_torch(self, copy=False):
+        """The columns as torch tensors (a dict, plus "__key__": the keys), whatever the
+        client's output. Ragged columns are Ragged of tensors; numpy columns of types
+        torch lacks (uint16/32/64) stay numpy arrays. Without copy, the tensors are
+        zero-copy views (read them, never write them); with copy=True, owned clones."""
+        import torch
+        np = _numpy()
+        out = {}
+        for name, col in self._data().items():
+            if isinstance(col, Ragged):
+                r = Ragged(_as_tensor(torch, np, col.data), _as_tensor(torch, np, col.offsets), col.kind)
+                out[name] = r.copy() if copy else r
+            else:
+                t = _as_tensor(torch, np, col)
+                out[name] = _copy_array(t) if copy else t
+        out["__key__"] = list(self.keys)
+        return out
+
     def copy(self):
-        """A copy that owns its memory and needs no release."""
+        """A copy that owns its memory, needs no release and stays usable."""
         cols = {}
-        for name, col in self.columns.items():
+        for name, col in self._data().items():
             cols[name] = col.copy() if isinstance(col, Ragged) else _copy_array(col)
-        b = Batch(None, {"slab": -1, "epoch": self.epoch, "seq": self.seq, "rows": self.rows,
-                         "padded": self.padded}, cols, list(self.keys))
-        b.released = True
-        return b
+        return Batch(None, {"slab": -1, "epoch": self.epoch, "seq": self.seq, "rows": self.rows,
+                            "padded": self.padded}, cols, list(self.keys))
 
     def release(self):
-        """Hand the slab back to the server; idempotent."""
-        if self.released:
+        """Hand the slab back to the server (see the class docstring); idempotent. A
+        copy() needs no release: this does nothing to it."""
+        if self.released or self._owned:
             return
-        if isinstance(self._keys, Ragged):
-            self._keys = self._keys.copy()  # the keys outlive the slab's reuse
-        self.released = True
         if self._client is not None:
-            self._client._release(self._slab, self.seq)
+            self._client._release_batch(self)
+        else:
+            self._drop()
+
+    def _drop(self):
+        """Forget the columns; keep the keys (copied out of the slab)."""
+        if isinstance(self._keys, Ragged):
+            self._keys = self._keys.copy()
+        self._columns = None
+        self.released = True
+
+
+def _as_tensor(torch, np, x):
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, memoryview):
+        x = np.asarray(x)
+    if not _torch_ok(x):
+        return x
+    return _from_numpy(torch, x)
+
+
+def _parse_device(device):
+    """A CUDA ordinal, "current" (the current device), or None (not a CUDA device)."""
+    if device is None:
+        return None
+    if isinstance(device, bool):
+        raise ValueError(f"device {device!r}: want a CUDA ordinal, 'cuda:N' or a torch.device")
+    if isinstance(device, int):
+        if device < 0:
+            raise ValueError(f"device {device}: a CUDA ordinal is >= 0")
+        return device
+    if isinstance(device, str):
+        kind, _, idx = device.partition(":")
+        if kind != "cuda":
+            return None
+        if not idx:
+            return "current"
+        if not idx.isdigit():
+            raise ValueError(f"device {device!r}: want 'cuda:N'")
+        return int(idx)
+    kind = getattr(device, "type", None)
+    if kind is None:
+        raise ValueError(f"device {device!r}: want a CUDA ordinal, 'cuda:N' or a torch.device")
+    if kind != "cuda":
+        return None
+    return "current" if device.index is None else device.index
+
+
+def _gpu_pci(device):
+    """The PCI address of the trainer's GPU when it can be known without initialising
+    CUDA: torch must be imported and CUDA initialised already. None otherwise."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None) if torch is not None else None
+    if cuda is None:
+        return None
+    try:
+        if not cuda.is_available() or not cuda.is_initialized():
+            return None
+        if device is None or device == "current":
+            device = cuda.current_device()
+        p = cuda.get_device_properties(device)
+        bus, dev = getattr(p, "pci_bus_id", None), getattr(p, "pci_device_id", None)
+        if bus is None or dev is None:
+            return None
+        return "%04x:%02x:%02x.0" % (getattr(p, "pci_domain_id", 0) or 0, bus, dev)
+    except Exception:  # a query that fails only loses a placement hint
+        return None
+
+
+def _torch_distributed():
+    """torch.distributed when a world of more than one rank is initialised (torch
+    already imported), else None."""
+    if "torch" not in sys.modules:
+        return None
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    if not dist.is_available() or not dist.is_initialized():
+        return None
+    if dist.get_world_size() <= 1:
+        return None
+    return dist
+
+
+# Counts the Clients this process created with the order check on: the store keys of
+# one check are the same on every rank when every rank creates its clients alike.
+_order_checks = itertools.count()
+
+
+def _show(v):
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+def _order_difference(rank, mine, other_rank, other):
+    """The message for two ranks whose orders differ; rank is the one that is not 0."""
+    s, o = mine.get("settings") or {}, other.get("settings") or {}
+    names = list(o) + [k for k in s if k not in o]
+    diffs = [f"{k} {_show(s.get(k))} (rank {rank}) vs {_show(o.get(k))} (rank {other_rank})"
+             for k in names if s.get(k) != o.get(k)]
+    if not diffs:
+        diffs = [f"fingerprint {mine.get('fingerprint')} (rank {rank}) vs {other.get('fingerprint')} "
+                 f"(rank {other_rank}) with the same settings (are the servers of different versions?)"]
+    return (f"rank {rank}'s shardload server reads another order than rank {other_rank}'s: "
+            + ", ".join(diffs) + "; every rank's server must run with the same settings")
 
 
 class Client:
@@ -194,15 +406,35 @@ class Client:
     them (e.g. ``["jpg", "label=cls:int", "tokens=npy:npy:int32:2048"]``); without
     them the server's fields are used. ``urls`` names the shards (the server must
     allow them); without them the server's dataset is read. ``output`` is
-    "numpy" (default when NumPy is installed), "torch" or "memoryview".
+    "numpy" (default when NumPy is installed), "torch" or "memoryview". ``timeout``
+    (seconds) bounds every wait for the server.
+
+    ``device`` (a CUDA ordinal, "cuda:N" or a torch.device) names the trainer's GPU;
+    without it, the current CUDA device. Its PCI address goes to the server, which
+    places the session's memory and threads on that GPU's NUMA node, when CUDA is
+    already initialised in this process (the client never initialises it); otherwise
+    the server guesses from the local rank. ``placement`` is what the server did.
+
+    Order check (``check_order``, default on): every rank of a job must read the same
+    order (``order``: the server's fingerprint and settings). When
+    $SHARDLOAD_EXPECT_ORDER is set, the fingerprint must equal it. When
+    torch.distributed is initialised with more than one rank, the ranks compare their
+    orders through its store (every rank creates its clients in the same order) and
+    each raises OrderMismatch naming the settings that differ; a rank that does not
+    report within ``check_timeout`` seconds makes the others raise Timeout. Without
+    either, nothing is checked.
 
     Iterating over the client yields the batches of its current epoch; ``epoch(n)``
-    starts epoch n on the same slabs.
+    starts epoch n on the same slabs, at any time (an epoch left early is abandoned).
+    Batch lifetime: see Batch and the module docstring. ``stats`` counts releases,
+    deferred releases and detaches (copies of batches whose views outlived a step).
+    A client is used from one thread.
     """
 
     def __init__(self, socket_path=None, *, rank=None, world=None, local_rank=None,
                  seed=0, epoch=0, batch_size=32, fields=None, urls=None,
-                 drop_last=False, output=None, timeout=None):
+                 drop_last=False, output=None, timeout=None, device=None,
+                 check_order=True, check_timeout=300):
         self.socket_path = socket_path or default_socket()
         self.rank = _env_int("RANK", 0) if rank is None else rank
         self.world = _env_int("WORLD_SIZE", 1) if world is None else world
@@ -220,11 +452,26 @@ class Client:
             import torch
             self._torch = torch
         self.output = output
-        self._maps = []
-        self._sock = None
-        self._pending = None  # the batch auto-released on the next step
+        self.timeout = timeout
+        self.device = device
+        ordinal = _parse_device(device)
+        self._pid = os.getpid()
+        self._maps = []    # per slab: the mmap object the batch in that slab uses
+        self._addrs = []   # per slab: its address
+        self._fds = []     # per slab: the memfd (for a fresh mapping after a detach)
+        self._used = []    # per slab: bytes the latest batch in it occupies
+        self._held = {}    # slab -> Batch handed out and not released
+        self._pending = []  # released batches whose views were still referenced
+        self._takes = 0    # batches taken (the clock of deferred releases)
+        self._gen = 0      # bumped by epoch() and close(): older generators stop
+        self._draining = None  # an abandoned epoch whose end has not been read
+        self._slab_hooks = []  # objects told when a slab's mapping changes
         self._epoch_open = False
+        self._sock = None
         self.closed = False
+        self.stats = {"released": 0, "deferred": 0, "detached": 0, "detached_bytes": 0, "detach_seconds": 0.0}
+        self.order = None
+        self.placement = None
         hello = {
             "type": "hello", "version": PROTOCOL_VERSION, "rank": self.rank, "world": self.world,
             "local_rank": self.local_rank, "seed": seed, "epoch": epoch, "batch_size": batch_size,
@@ -234,23 +481,29 @@ class Client:
             hello["fields"] = list(fields)
         if urls:
             hello["urls"] = list(urls)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pci = _gpu_pci(ordinal) if (device is None or ordinal is not None) else None
+        if pci:
+            hello["gpu_pci"] = pci
+        fds = []
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError as e:
+            raise ShardloadError(f"creating a unix socket: {e}") from None
         try:
             sock.settimeout(timeout)
-            try:
-                sock.connect(self.socket_path)
-            except FileNotFoundError:
-                raise ShardloadError(f"no shardload server at {self.socket_path} (start one with "
-                                     "'shardload serve', or set SHARDLOAD_SOCKET)") from None
-            except PermissionError:
-                raise ShardloadError(f"no permission to connect to {self.socket_path}: the server "
-                                     "accepts its own user (and those given by --allow-uid)") from None
+            self._connect(sock)
             self._sock = sock
             self._send(hello)
-            msg, fds, flags, _ = socket.recv_fds(sock, MAX_MESSAGE + 1, _MAX_FDS)
+            try:
+                msg, fds, flags, _ = socket.recv_fds(sock, MAX_MESSAGE + 1, _MAX_FDS)
+            except OSError as e:
+                raise self._os_error(e, "waiting for the server's ready") from None
         except BaseException:
+            for fd in fds:
+                os.close(fd)
             sock.close()
             self._sock = None
+            self.closed = True
             raise
         try:
             if flags & getattr(socket, "MSG_CTRUNC", 0):
@@ -264,32 +517,71 @@ class Client:
             if len(fds) != ready["slabs"]:
                 raise ProtocolError(f"the server announced {ready['slabs']} slabs but passed {len(fds)} descriptors")
             self.slab_bytes = ready["slab_bytes"]
-            for fd in fds:
-                self._maps.append(mmap.mmap(fd, self.slab_bytes, flags=mmap.MAP_SHARED,
-                                            prot=mmap.PROT_READ | mmap.PROT_WRITE))
+            self._fds, fds = fds, []
+            for fd in self._fds:
+                mm, addr = _mem.map_fd(fd, self.slab_bytes)
+                self._maps.append(mm)
+                self._addrs.append(addr)
+                self._used.append(None)
+                del mm
+            # What sys.getrefcount says of a slab's mmap that nothing but this client
+            # references; any view of a batch in it (and views of those views, which
+            # keep their base alive) adds to it.
+            self._base_refs = self._refs(0) if self._maps else 0
+            self.session = ready["session"]
+            self.fields = ready["fields"]
+            self.batches_per_epoch = ready["batches"]
+            self.samples_per_epoch = ready["samples"]
+            self.current_epoch = ready["epoch"]
+            self.order = ready.get("order")
+            self.placement = ready.get("placement")
+            self.last_end = None
+            self._epoch_open = True
+            if check_order:
+                self._check_order(check_timeout)
         except BaseException:
-            self.close()
-            raise
-        finally:
             for fd in fds:
                 os.close(fd)
-        self.session = ready["session"]
-        self.fields = ready["fields"]
-        self.batches_per_epoch = ready["batches"]
-        self.samples_per_epoch = ready["samples"]
-        self.current_epoch = ready["epoch"]
-        self.last_end = None
-        self._epoch_open = True
+            self.close()
+            raise
 
-    # -- messages --
+    # -- connection and messages --
+
+    def _connect(self, sock):
+        path = self.socket_path
+        try:
+            sock.connect(path)
+        except FileNotFoundError:
+            raise NoServer(f"no shardload server at {path}: there is no socket (start one with "
+                           "'shardload serve', or set SHARDLOAD_SOCKET)") from None
+        except ConnectionRefusedError:
+            raise NoServer(f"no shardload server at {path}: nothing listens on the socket (the server "
+                           "exited or was killed; start it again)") from None
+        except PermissionError:
+            raise PermissionDenied(f"no permission to connect to {path}: the server accepts its own user "
+                                   "(and those given by --allow-uid)") from None
+        except OSError as e:
+            raise self._os_error(e, f"connecting to {path}") from None
+
+    def _os_error(self, e, doing):
+        """The client's error for an OSError of the socket."""
+        if isinstance(e, (socket.timeout, TimeoutError)):
+            return Timeout(f"no answer from the shardload server at {self.socket_path} within "
+                           f"{self.timeout}s while {doing}")
+        if isinstance(e, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
+            return ServerGone(f"the shardload server at {self.socket_path} closed the connection "
+                              f"(it stopped or crashed) while {doing}: {e}")
+        return ShardloadError(f"{doing}: {e}")
 
     def _send(self, obj):
+        if self._sock is None:
+            raise ShardloadError("the client is closed")
         try:
             self._sock.send(json.dumps(obj).encode())
-        except (BrokenPipeError, ConnectionResetError) as e:
-            self._last_word()
-            raise ServerGone(f"the shardload server at {self.socket_path} closed the connection "
-                             f"(it stopped or crashed): {e}") from None
+        except OSError as e:
+            if isinstance(e, (ConnectionResetError, BrokenPipeError)):
+                self._last_word()
+            raise self._os_error(e, f"sending {obj.get('type')}") from None
 
     def _last_word(self):
         """Raise the error message the server sent before it closed, if it sent one."""
@@ -305,7 +597,7 @@ class Client:
                     continue
                 if obj.get("type") == "error":
                     raise ServerError(obj.get("code", ""), obj.get("message", ""))
-        except (BlockingIOError, OSError):
+        except OSError:
             return
 
     def _decode(self, msg):
@@ -318,113 +610,317 @@ class Client:
             obj = json.loads(msg)
         except ValueError as e:
             raise ProtocolError(f"unreadable message from the server: {e}") from None
+        if not isinstance(obj, dict):
+            raise ProtocolError(f"a message that is not a JSON object: {msg[:80]!r}")
         if obj.get("type") == "error":
             raise ServerError(obj.get("code", ""), obj.get("message", ""))
         return obj
 
     def _recv(self):
+        if self._sock is None:
+            raise ShardloadError("the client is closed")
         try:
             msg = self._sock.recv(MAX_MESSAGE + 1)
-        except ConnectionResetError as e:
-            raise ServerGone(f"the shardload server at {self.socket_path} reset the connection: {e}") from None
+        except OSError as e:
+            raise self._os_error(e, "waiting for a message") from None
         return self._decode(msg)
 
-    def _release(self, slab, seq):
-        if self._sock is not None:
-            self._send({"type": "release", "slab": slab, "seq": seq})
+    # -- the order check --
 
-    # -- batches --
+    def _check_order(self, timeout):
+        k = next(_order_checks)
+        order = self.order if isinstance(self.order, dict) else {}
+        fp = order.get("fingerprint")
+        want = os.environ.get("SHARDLOAD_EXPECT_ORDER")
+        if want and fp != want:
+            raise OrderMismatch(
+                f"the shardload server at {self.socket_path} reads order {fp} but SHARDLOAD_EXPECT_ORDER "
+                f"is {want}: its settings are {json.dumps(order.get('settings'))}")
+        dist = _torch_distributed()
+        if dist is None:
+            return
+        rank, world = dist.get_rank(), dist.get_world_size()
+        mine = {"fingerprint": fp, "settings": order.get("settings")}
+        others = self._exchange_orders(dist, k, rank, world, mine, timeout)
+        for r in sorted(others):
+            if r == rank or others[r].get("fingerprint") == fp:
+                continue
+            if rank == 0:
+                raise OrderMismatch(_order_difference(r, others[r], 0, mine))
+            raise OrderMismatch(_order_difference(rank, mine, 0, others[r]))
 
-    def _view(self, mm, col, rows, key=False):
-        off, length = col["offset"], col["length"]
-        np = self._np
-        if col["ragged"]:
-            if np is not None:
-                data = np.ndarray((length,), dtype=np.uint8, buffer=mm, offset=off)
-                offsets = np.ndarray((rows + 1,), dtype="<i8", buffer=mm, offset=col["offsets_offset"])
-                if self._torch is not None and not key:
-                    data = self._torch.from_numpy(data)
-                    offsets = self._torch.from_numpy(offsets)
-            else:
-                data = memoryview(mm)[off:off + length]
-                o = col["offsets_offset"]
-                offsets = memoryview(mm)[o:o + 8 * (rows + 1)].cast("q")
-            return Ragged(data, offsets, col["kind"])
-        shape = tuple(col["shape"])
-        if np is not None:
-            arr = np.ndarray(shape, dtype=np.dtype(col["dtype"]), buffer=mm, offset=off)
-            # PyTorch has no uint16/32/64 tensors: those columns stay numpy arrays.
-            if self._torch is not None and (arr.dtype.kind != "u" or arr.dtype.itemsize == 1):
-                return self._torch.from_numpy(arr)
-            return arr
-        fmt = _FORMATS.get(col["dtype"])
-        view = memoryview(mm)[off:off + length]
-        return view.cast(fmt, shape) if fmt else view
+    def _exchange_orders(self, dist, k, rank, world, mine, timeout):
+        """Every rank's order for rank 0, rank 0's for the others."""
+        from datetime import timedelta
+        wait = timedelta(seconds=timeout)
+        ranks = list(range(world)) if rank == 0 else [0]
+        try:
+            from torch.distributed import distributed_c10d as c10d
+            store = c10d._get_default_store()
+        except (ImportError, AttributeError):
+            store = None
+        if store is None:
+            # Without the default store: every rank gathers every rank's order.
+            group = dist.new_group(backend="gloo", timeout=wait)
+            got = [None] * world
+            try:
+                dist.all_gather_object(got, mine, group=group)
+            except RuntimeError as e:
+                raise Timeout(f"gathering the ranks' shardload orders within {timeout}s "
+                              f"(check_timeout) failed: {e}") from None
+            return {r: got[r] for r in ranks}
+        key = f"shardload/order/{k}/"
+        store.set(key + str(rank), json.dumps(mine))
+        try:
+            store.wait([key + str(r) for r in ranks], wait)
+        except Exception:  # the store's timeout error type differs between torch versions
+            missing = [r for r in ranks if not store.check([key + str(r)])]
+            raise Timeout(f"rank(s) {', '.join(map(str, missing))} did not report their shardload order "
+                          f"within {timeout}s (check_timeout): did every rank create its shardload "
+                          "client, and with the order check on?") from None
+        return {r: json.loads(store.get(key + str(r))) for r in ranks}
+
+    # -- slabs and their lifetime --
+
+    def _refs(self, i):
+        return sys.getrefcount(self._maps[i])
+
+    def _referenced(self, i):
+        """Whether anything besides this client references slab i's mapping: a view of
+        the batch in it, or a view derived from one (which keeps its base alive)."""
+        return self._refs(i) > self._base_refs
+
+    def _detach(self, i, used, fresh=True):
+        """Copy the batch in slab i into private memory at the slab's address (its views
+        keep working), and map the slab afresh for the next batch."""
+        t0 = time.perf_counter()
+        addr, size = self._addrs[i], self.slab_bytes
+        used = size if used is None else used
+        for h in self._slab_hooks:
+            h.slab_unmapping(i, addr, size)
+        _mem.detach(addr, size, used)
+        if fresh:
+            # The old mmap object now owns the private copy: the views keep it alive.
+            self._maps[i], self._addrs[i] = _mem.map_fd(self._fds[i], size)
+            for h in self._slab_hooks:
+                h.slab_mapped(i, self._addrs[i], size)
+        self.stats["detached"] += 1
+        self.stats["detached_bytes"] += used
+        self.stats["detach_seconds"] += time.perf_counter() - t0
+
+    def _send_release(self, b):
+        self._send({"type": "release", "slab": b._slab, "seq": b.seq, "epoch": b.epoch})
+        self.stats["released"] += 1
+
+    def _release_batch(self, b):
+        """Batch.release: give the slab back now if nothing references the batch's
+        views, else once they are gone or copied (see _settle)."""
+        if b.released:
+            return
+        b._drop()
+        if self._held.get(b._slab) is b:
+            del self._held[b._slab]
+        if self.closed or os.getpid() != self._pid:
+            return
+        if self._referenced(b._slab):
+            b._mark = self._takes
+            self._pending.append(b)
+            self.stats["deferred"] += 1
+        else:
+            self._send_release(b)
+
+    def _settle(self, force=False, epoch=None):
+        """Hand back the deferred batches: those deferred before the latest batch was
+        taken (all of them with force, or those of epoch): free ones as they are, the
+        others after a detach."""
+        for b in list(self._pending):
+            if epoch is not None and b.epoch != epoch:
+                continue
+            if not force and b._mark >= self._takes:
+                continue
+            self._pending.remove(b)
+            if self._referenced(b._slab):
+                self._detach(b._slab, b._used)
+            self._send_release(b)
 
     def _batch(self, msg):
-        mm = self._maps[msg["slab"]]
+        i = msg["slab"]
+        if not 0 <= i < len(self._maps):
+            raise ProtocolError(f"batch in slab {i} of {len(self._maps)}")
+        ro = memoryview(self._maps[i]).toreadonly()
         rows = msg["rows"]
         cols = {}
         keys = None
-        for col in msg["columns"]:
-            if col["name"] == "__key__":
-                keys = self._view(mm, col, rows, key=True)
+        if self._torch is not None:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+                for col in msg["columns"]:
+                    if col["name"] == "__key__":
+                        keys = self._view(ro, col, rows, key=True)
+                    else:
+                        cols[col["name"]] = self._view(ro, col, rows)
+        else:
+            for col in msg["columns"]:
+                if col["name"] == "__key__":
+                    keys = self._view(ro, col, rows, key=True)
+                else:
+                    cols[col["name"]] = self._view(ro, col, rows)
+        b = Batch(self, msg, cols, keys)
+        self._held[i] = b
+        self._used[i] = b._used
+        return b
+
+    def _view(self, ro, col, rows, key=False):
+        off, length = col["offset"], col["length"]
+        np = self._np
+        torch = None if key else self._torch
+        if col["ragged"]:
+            o = col["offsets_offset"]
+            if np is not None:
+                data = np.frombuffer(ro, np.uint8, length, off)
+                offsets = np.frombuffer(ro, "<i8", rows + 1, o)
+                if torch is not None:
+                    data, offsets = torch.from_numpy(data), torch.from_numpy(offsets)
             else:
-                cols[col["name"]] = self._view(mm, col, rows)
-        return Batch(self, msg, cols, keys)
+                data = ro[off:off + length]
+                offsets = ro[o:o + 8 * (rows + 1)].cast("q")
+            return Ragged(data, offsets, col["kind"])
+        shape = tuple(col["shape"])
+        if np is not None:
+            dt = np.dtype(col["dtype"])
+            arr = np.frombuffer(ro, dt, length // dt.itemsize if dt.itemsize else 0, off).reshape(shape)
+            if torch is not None and _torch_ok(arr):
+                return torch.from_numpy(arr)
+            return arr
+        fmt = _FORMATS.get(col["dtype"])
+        view = ro[off:off + length]
+        return view.cast(fmt, shape) if fmt else view
+
+    # -- epochs --
 
     def batches(self, auto_release=True):
         """Yield the batches of the current epoch. With auto_release, each batch is
-        released when the next is asked for (and the last when the epoch ends);
-        otherwise the caller releases each (the slabs are few: hold too many and the
-        server waits)."""
+        released when the next is asked for (and the last when the epoch ends or the
+        loop is left); otherwise the caller releases each (the slabs are few: hold too
+        many and the server waits). Either way, views of a released batch stay valid
+        (see Batch)."""
         if self.closed:
-            raise ShardloadError("client closed")
+            raise ShardloadError("the client is closed")
         if not self._epoch_open:
             raise ShardloadError(f"epoch {self.current_epoch} was read already: call epoch(n) for another")
+        return self._iterate(self._gen, auto_release)
+
+    def _iterate(self, gen, auto_release):
+        b = None
         try:
             while True:
+                if gen != self._gen:
+                    return  # epoch() or close() came since: this epoch is over for us
+                if b is not None:
+                    if auto_release:
+                        self._release_batch(b)
+                    b = None
+                # The loop's variables named the previous batch until now: the batches
+                # released before it was taken are free now, or copied out.
+                self._settle()
+                if self._draining is not None:
+                    self._drain()
+                if not self._epoch_open:
+                    return
+                if self._pending and len(self._held) + len(self._pending) >= len(self._maps):
+                    self._settle(force=True)  # the server has no slab left to fill
                 msg = self._recv()
                 t = msg.get("type")
                 if t == "end":
+                    if msg.get("epoch") != self.current_epoch:
+                        raise ProtocolError(f"end of epoch {msg.get('epoch')} while reading epoch {self.current_epoch}")
                     self._epoch_open = False
                     self.last_end = msg
                     return
                 if t != "batch":
                     raise ProtocolError(f"unexpected message {t!r} during an epoch")
+                if msg.get("epoch") != self.current_epoch:
+                    raise ProtocolError(f"batch of epoch {msg.get('epoch')} while reading epoch {self.current_epoch}")
                 b = self._batch(msg)
-                if auto_release:
-                    self._pending = b
+                self._takes += 1
                 yield b
-                if auto_release:
-                    b.release()
-                    self._pending = None
         finally:
-            if auto_release and self._pending is not None and not self.closed:
+            if b is not None and auto_release and gen == self._gen and not self.closed:
                 try:
-                    self._pending.release()
+                    self._release_batch(b)
                 except ShardloadError:
                     pass
-                self._pending = None
 
     def __iter__(self):
         return self.batches()
 
     def epoch(self, n, auto_release=True):
-        """Start epoch n (after the current one was read to its end) and yield its batches."""
-        if self._epoch_open:
-            raise ShardloadError(f"epoch {self.current_epoch} is still being read")
+        """Start epoch n and yield its batches. Called before the current epoch's end
+        (the loop was left early), it abandons the current epoch: the batches of it
+        still held are released (those whose views are still referenced after a copy,
+        see Batch) and the server drops the rest."""
+        if self.closed:
+            raise ShardloadError("the client is closed")
+        self._gen += 1  # generators of the current epoch yield and release nothing more
+        if self._draining is not None:
+            self._drain()  # one abandoned epoch at a time
+        old = self.current_epoch
+        abandon = self._epoch_open
+        if abandon:
+            # After the epoch message the server takes these slabs back itself: the
+            # releases go first, and batches whose views live on are copied out.
+            for b in list(self._held.values()):
+                if b.epoch == old:
+                    self._release_batch(b)
+            self._settle(force=True, epoch=old)
         self._send({"type": "epoch", "epoch": n})
         self.current_epoch = n
         self._epoch_open = True
+        self._draining = old if abandon else None
         return self.batches(auto_release)
 
+    def _drain(self):
+        """Read up to the end of the epoch being abandoned, dropping its batches."""
+        e = self._draining
+        late = []
+        while True:
+            msg = self._recv()
+            t = msg.get("type")
+            if t == "batch" and msg.get("epoch") == e:
+                late.append(msg)
+                continue
+            if t == "end" and msg.get("epoch") == e:
+                break
+            raise ProtocolError(f"unexpected message {t!r} of epoch {msg.get('epoch')} while waiting for "
+                                f"the end of abandoned epoch {e}")
+        self._draining = None
+        self.last_end = msg
+        if not msg.get("abandoned"):
+            # The epoch had ended before the server read the epoch message: it gave
+            # back nothing, and the batches dropped here are this client's to release.
+            for m in late:
+                self._send({"type": "release", "slab": m["slab"], "seq": m["seq"], "epoch": e})
+                self.stats["released"] += 1
+
+    # -- the end --
+
     def close(self):
-        """Say goodbye and unmap the slabs; batches still in use keep their slab mapped
-        until they are gone. Idempotent."""
+        """Say goodbye and unmap the slabs. Views of batches still referenced stay
+        valid: those batches are copied out first. Idempotent."""
         if self.closed:
             return
         self.closed = True
+        self._gen += 1
+        if os.getpid() != self._pid:
+            # A forked child (e.g. a DataLoader worker) inherited this client: the
+            # connection and the slabs are its parent's.
+            if self._sock is not None:
+                self._sock.close()
+            self._sock = None
+            for fd in self._fds:
+                os.close(fd)  # this process's copies of the descriptors
+            self._maps, self._addrs, self._fds, self._held, self._pending = [], [], [], {}, []
+            return
         if self._sock is not None:
             try:
                 self._sock.send(json.dumps({"type": "bye"}).encode())
@@ -432,12 +928,26 @@ class Client:
                 pass
             self._sock.close()
             self._sock = None
-        for mm in self._maps:
-            try:
-                mm.close()
-            except BufferError:
-                pass  # views still exist; the mapping goes with them
-        self._maps = []
+        for b in list(self._held.values()) + self._pending:
+            b._drop()
+        self._held, self._pending = {}, []
+        for i in range(len(self._maps)):
+            if self._referenced(i):
+                try:
+                    self._detach(i, self._used[i], fresh=False)
+                except OSError:
+                    pass  # the mapping stays as it is, valid while referenced
+            else:
+                for h in self._slab_hooks:
+                    h.slab_unmapping(i, self._addrs[i], self.slab_bytes)
+                try:
+                    self._maps[i].close()
+                except BufferError:
+                    pass
+        self._maps, self._addrs = [], []
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
 
     def __enter__(self):
         return self
@@ -452,14 +962,16 @@ class Client:
             pass
 
     def slab_addresses(self):
-        """(address, size) of each mapped slab, e.g. to register them with CUDA."""
-        import ctypes
-        out = []
-        for mm in self._maps:
-            buf = (ctypes.c_char * self.slab_bytes).from_buffer(mm)
-            out.append((ctypes.addressof(buf), self.slab_bytes))
-            del buf
-        return out
+        """(address, size) of each mapped slab, e.g. to register them with CUDA. A slab
+        is mapped afresh (at another address) when a batch is copied out of it: see
+        add_slab_hook."""
+        return [(a, self.slab_bytes) for a in self._addrs]
+
+    def add_slab_hook(self, hook):
+        """Tell hook when a slab's mapping changes: hook.slab_unmapping(i, addr, size)
+        before the memory at addr stops being slab i's (a detach, or close), and
+        hook.slab_mapped(i, addr, size) when slab i is mapped afresh at addr."""
+        self._slab_hooks.append(hook)
 
 
 def connect(socket_path=None, **kwargs):

@@ -1,0 +1,83 @@
+"""Slab mappings (Linux): map a memfd at the address of a Python mmap object, and
+"detach" such a mapping, replacing it in one step with a private copy of its bytes at
+the same address.
+
+A slab's mapping is an anonymous Python ``mmap`` object whose pages are replaced by the
+slab's memfd (``MAP_FIXED``). The object keeps no descriptor of the memfd (an mmap made
+from a descriptor keeps a duplicate of it open until it dies), so a detached mapping
+holds nothing of the server's memory. Every view of a batch (numpy arrays, tensors,
+memoryviews) references its slab's ``mmap`` object; when the object dies, it unmaps
+whatever lies at its address by then: the memfd's pages, or the private copy.
+"""
+
+import ctypes
+import mmap
+
+_MAP_FIXED = 0x10  # Linux, every architecture the server builds for
+_MREMAP_MAYMOVE = 1
+_MREMAP_FIXED = 2
+_MAP_FAILED = ctypes.c_void_p(-1).value
+_RW = mmap.PROT_READ | mmap.PROT_WRITE
+
+_libc = None
+
+
+def _c():
+    global _libc
+    if _libc is None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        libc.mremap.restype = ctypes.c_void_p
+        libc.mremap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+        libc.munmap.restype = ctypes.c_int
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        _libc = libc
+    return _libc
+
+
+def _oserror(what):
+    import os
+    e = ctypes.get_errno()
+    return OSError(e, f"{what}: {os.strerror(e)}")
+
+
+def address(mm):
+    """The address of an mmap object's memory."""
+    buf = ctypes.c_char.from_buffer(mm)
+    try:
+        return ctypes.addressof(buf)
+    finally:
+        del buf
+
+
+def map_fd(fd, size):
+    """A new mmap object of size bytes whose memory is the file fd (MAP_SHARED, read
+    and write), and its address."""
+    mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE, prot=_RW)
+    addr = address(mm)
+    r = _c().mmap(addr, size, _RW, mmap.MAP_SHARED | _MAP_FIXED, fd, 0)
+    if r == _MAP_FAILED or r != addr:
+        err = _oserror("mapping a slab")
+        mm.close()
+        raise err
+    return mm, addr
+
+
+def detach(addr, size, used):
+    """Replace the mapping of [addr, addr+size) with private anonymous memory holding a
+    copy of its first used bytes (the rest reads as zeros). Views of that memory keep
+    their addresses and their contents; the old mapping's pages are no longer mapped
+    here."""
+    c = _c()
+    new = c.mmap(None, size, _RW, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    if new == _MAP_FAILED:
+        raise _oserror("allocating a private copy of a slab")
+    used = max(0, min(used, size))
+    if used:
+        ctypes.memmove(new, addr, used)
+    r = c.mremap(new, size, size, _MREMAP_MAYMOVE | _MREMAP_FIXED, addr)
+    if r == _MAP_FAILED or r != addr:
+        err = _oserror("moving a private copy over a slab")
+        c.munmap(new, size)
+        raise err

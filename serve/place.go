@@ -1,0 +1,67 @@
+package serve
+
+import (
+	"fmt"
+
+	"github.com/shardload/shardload/numa"
+)
+
+// sessionPlace is where a session's pipeline runs.
+type sessionPlace struct {
+	msg  placement // as the ready message reports it
+	node int       // the node to bind the slabs to, -1 for none
+	cpus []int     // the CPUs of the loader's threads when node >= 0
+}
+
+// unplaced is a placement that restricts nothing, for the reason given.
+func unplaced(reason string) sessionPlace {
+	return sessionPlace{node: -1, msg: placement{GPU: -1, Node: -1, Reason: reason}}
+}
+
+// place plans where the session of hello h runs: on the NUMA node of the GPU at
+// h.GPUPCI, or else of GPU h.LocalRank in PCI bus order. Where there is nothing to
+// place, or the GPU is not found, the session runs unplaced and the reason says why;
+// that never fails the session.
+func (s *Server) place(h *hello) sessionPlace {
+	const everywhere = "threads on every CPU, memory where the kernel puts it"
+	switch {
+	case s.opts.NoPlace:
+		return unplaced("NUMA placement is off (--numa=false): " + everywhere)
+	case s.topo == nil:
+		return unplaced(fmt.Sprintf("no NUMA placement, the topology could not be read (%v): %s", s.topoErr, everywhere))
+	}
+	t := s.topo
+	gpu := h.LocalRank
+	by := fmt.Sprintf("local rank %d", h.LocalRank)
+	if h.GPUPCI != "" {
+		g, ok := t.GPUByPCI(h.GPUPCI)
+		if !ok {
+			return unplaced(fmt.Sprintf("gpu_pci %s: no such NVIDIA GPU among the %d of this machine (sys/bus/pci/devices): %s",
+				h.GPUPCI, len(t.GPUs), everywhere))
+		}
+		gpu, by = g.Index, "gpu_pci "+h.GPUPCI
+	}
+	plan, err := t.Place(gpu)
+	if err != nil {
+		return unplaced(fmt.Sprintf("%s: %v: %s", by, err, everywhere))
+	}
+	p := unplaced(by + ": " + plan.Reason)
+	if plan.PCI != "" {
+		p.msg.GPU, p.msg.PCI = plan.GPU, plan.PCI
+	}
+	if plan.Placed() {
+		p.node, p.cpus = plan.Node, plan.CPUs
+		p.msg.Node, p.msg.CPUs = plan.Node, numa.FormatCPUList(plan.CPUs)
+	}
+	return p
+}
+
+// bind returns the function that binds a slab to the session's node, nil when the
+// session is not placed.
+func (p *sessionPlace) bind() func(mem []byte) error {
+	if p.node < 0 {
+		return nil
+	}
+	node := p.node
+	return func(mem []byte) error { return numa.Bind(mem, node) }
+}
