@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"math"
 	"runtime"
+	"strings"
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
@@ -21,7 +23,7 @@ const (
 	Fail Policy = iota
 	// Skip leaves bad samples (and the rest of a bad shard) out, logs each once with
 	// shard URL, key and cause, counts them, and fails only when more than
-	// Config.ErrorBudget of the epoch's samples or shards were skipped.
+	// Config.ErrorBudget allows were skipped.
 	Skip
 )
 
@@ -126,15 +128,59 @@ type Config struct {
 
 	// OnError is the error policy, Fail by default.
 	OnError Policy
-	// ErrorBudget is the fraction of the epoch's samples (or shards) that Skip may
-	// leave out before the loader fails. Default 0.01 (1%).
-	ErrorBudget float64
+	// ErrorBudget is what the Skip policy may leave out of the whole job's epoch (all
+	// ranks together) before the loader fails. nil means DefaultErrorBudget (1% of
+	// the samples or of the shards); &Budget{} allows nothing.
+	ErrorBudget *Budget
 
 	// Sources resolves URLs. Default source.Default.
 	Sources *source.Registry
 	// Logf receives one line per skipped sample or shard and other warnings. Default
 	// log.Printf.
 	Logf func(format string, args ...any)
+}
+
+// Budget bounds what the Skip policy may leave out of one epoch of the whole job: the
+// samples and shards of every rank together, so that a rank reading a few shards of a
+// large job is not failed by the first bad one. A rank fails with ErrErrorBudget when
+// the samples (or shards) it skipped exceed the larger of Fraction times the job's
+// samples (shards) and Samples (Shards). Each rank counts its own skips against the
+// job's budget: ranks do not talk to each other, so a job whose ranks all skip may
+// leave out up to World times the budget. The zero Budget allows nothing.
+type Budget struct {
+	// Fraction of the job's samples, and of its shards, in [0, 1].
+	Fraction float64
+	// Samples and Shards are counts allowed whatever the fraction gives.
+	Samples, Shards int64
+}
+
+// DefaultErrorBudget is the budget of a Config whose ErrorBudget is nil: 1% of the
+// job's samples or shards.
+var DefaultErrorBudget = Budget{Fraction: 0.01}
+
+// limits returns the samples and shards the budget allows for a job of samples and
+// shards.
+func (b Budget) limits(samples, shards int64) (float64, float64) {
+	return max(b.Fraction*float64(samples), float64(b.Samples)), max(b.Fraction*float64(shards), float64(b.Shards))
+}
+
+// String says what the budget allows, e.g. "1% of the samples or shards" or "no
+// skips".
+func (b Budget) String() string {
+	var parts []string
+	if b.Fraction > 0 {
+		parts = append(parts, fmt.Sprintf("%g%% of the job's samples or shards", b.Fraction*100))
+	}
+	if b.Samples > 0 {
+		parts = append(parts, fmt.Sprintf("%d samples", b.Samples))
+	}
+	if b.Shards > 0 {
+		parts = append(parts, fmt.Sprintf("%d shards", b.Shards))
+	}
+	if len(parts) == 0 {
+		return "no skips"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // withDefaults returns cfg with its zero fields set.
@@ -170,8 +216,9 @@ func (cfg Config) withDefaults() Config {
 	if cfg.SlabBytes == 0 {
 		cfg.SlabBytes = 16 << 20
 	}
-	if cfg.ErrorBudget == 0 {
-		cfg.ErrorBudget = 0.01
+	if cfg.ErrorBudget == nil {
+		b := DefaultErrorBudget
+		cfg.ErrorBudget = &b
 	}
 	if cfg.Sources == nil {
 		cfg.Sources = source.Default
@@ -184,14 +231,51 @@ func (cfg Config) withDefaults() Config {
 
 func (cfg *Config) validate() error {
 	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if len(cfg.URLs) == 0 && len(cfg.Shards) == 0 {
-		errs = append(errs, errors.New("no shard URLs"))
+		bad("no shard URLs")
 	}
-	if cfg.BatchSize < 0 || cfg.World < 0 || cfg.ShuffleBuffer < 0 || cfg.OpenShards < 0 || cfg.Workers < 0 || cfg.Slabs < 0 {
-		errs = append(errs, errors.New("negative size or count"))
+	for _, c := range []struct {
+		name string
+		v    int64
+	}{
+		{"BatchSize", int64(cfg.BatchSize)}, {"World", int64(cfg.World)}, {"Epoch", int64(cfg.Epoch)},
+		{"ShuffleBuffer", int64(cfg.ShuffleBuffer)}, {"ShuffleBytes", cfg.ShuffleBytes},
+		{"OpenShards", int64(cfg.OpenShards)}, {"Workers", int64(cfg.Workers)}, {"QueueBytes", cfg.QueueBytes},
+		{"MaxMemberSize", cfg.MaxMemberSize}, {"Slabs", int64(cfg.Slabs)}, {"SlabBytes", cfg.SlabBytes},
+	} {
+		if c.v < 0 {
+			bad("%s %d is negative", c.name, c.v)
+		}
 	}
-	if cfg.ErrorBudget < 0 || cfg.ErrorBudget > 1 {
-		errs = append(errs, fmt.Errorf("error budget %g outside [0, 1]", cfg.ErrorBudget))
+	if world := max(cfg.World, 1); cfg.Rank < 0 || cfg.Rank >= world {
+		bad("Rank %d outside [0, World %d)", cfg.Rank, world)
+	}
+	if math.IsNaN(cfg.MaxRatio) || cfg.MaxRatio < 0 || (cfg.MaxRatio > 0 && cfg.MaxRatio < 1) {
+		bad("MaxRatio %g: want 0 (the default) or at least 1", cfg.MaxRatio)
+	}
+	if cfg.OnError != Fail && cfg.OnError != Skip {
+		bad("OnError %d is neither Fail nor Skip", int(cfg.OnError))
+	}
+	if b := cfg.ErrorBudget; b != nil {
+		if math.IsNaN(b.Fraction) || b.Fraction < 0 || b.Fraction > 1 {
+			bad("ErrorBudget.Fraction %g outside [0, 1]", b.Fraction)
+		}
+		if b.Samples < 0 || b.Shards < 0 {
+			bad("ErrorBudget counts are negative (%d samples, %d shards)", b.Samples, b.Shards)
+		}
+	}
+	for _, c := range cfg.CPUs {
+		if c < 0 {
+			bad("CPUs lists CPU %d", c)
+			break
+		}
+	}
+	for _, s := range cfg.Shards {
+		if s.Samples < 0 {
+			bad("shard %s has %d samples", s.URL, s.Samples)
+			break
+		}
 	}
 	if len(cfg.Fields) > 0 {
 		if err := decode.Validate(cfg.Fields...); err != nil {

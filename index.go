@@ -19,8 +19,11 @@ import (
 // Config.Shards to open several epochs without counting again.
 //
 // A sample that fails on its own (a duplicate extension) still counts: it holds a
-// place in the epoch. Under the Skip policy, a shard that fails part-way counts the
-// samples before the failure.
+// place in the epoch. A shard that cannot be counted to its end fails Count under
+// either policy: every rank plans from the counts, and a count that one process got
+// short after a transient failure would give that rank another plan than the others
+// (overlapping slices, unequal batch counts, a hung job). Give the counts (Shards or
+// Index) to plan without reading.
 func Count(ctx context.Context, cfg Config) ([]shard.Info, error) {
 	cfg = cfg.withDefaults()
 	if len(cfg.Shards) > 0 {
@@ -56,13 +59,12 @@ func Count(ctx context.Context, cfg Config) ([]shard.Info, error) {
 	}
 	wg.Wait()
 	for i, err := range errs {
-		if err == nil {
-			continue
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("shardload: counting the samples of %s stopped after %d: %w (every rank plans from the counts, so a shard that cannot be counted fails the job under either error policy)", urls[i], infos[i].Samples, err)
 		}
-		if cfg.OnError == Fail || ctx.Err() != nil {
-			return nil, err
-		}
-		cfg.Logf("shardload: skip: counting stopped after %d samples: %v", infos[i].Samples, err)
 	}
 	return infos, nil
 }

@@ -428,10 +428,11 @@ func (l *Loader) noteSkip(m slotMsg) error {
 	}
 	l.cfg.Logf("shardload: skipped %s: %v", what, m.cause)
 	samples, shards := l.st.skipped.Load(), l.st.skippedShards.Load()
-	budget := l.cfg.ErrorBudget
-	if float64(samples) > budget*float64(l.plan.Samples) || float64(shards) > budget*float64(len(l.plan.Spans)) {
-		return fmt.Errorf("%w: %d of %d samples and %d of %d shards skipped, over the %g%% budget; last: %w",
-			ErrErrorBudget, samples, l.plan.Samples, shards, len(l.plan.Spans), budget*100, m.cause)
+	b := *l.cfg.ErrorBudget
+	maxSamples, maxShards := b.limits(l.order.Samples, int64(l.order.Shards))
+	if float64(samples) > maxSamples || float64(shards) > maxShards {
+		return fmt.Errorf("%w: rank %d skipped %d samples and %d shards of the job's %d samples in %d shards, over the error budget (%s); last: %w",
+			ErrErrorBudget, l.cfg.Rank, samples, shards, l.order.Samples, l.order.Shards, b, m.cause)
 	}
 	return nil
 }

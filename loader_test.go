@@ -308,7 +308,7 @@ func TestLoaderErrorPolicy(t *testing.T) {
 	t.Run("skip", func(t *testing.T) {
 		var mu sync.Mutex
 		var logs []string
-		cfg := shardload.Config{Shards: infos, Fields: fields, BatchSize: 4, NoShuffle: true, OnError: shardload.Skip, ErrorBudget: 0.5,
+		cfg := shardload.Config{Shards: infos, Fields: fields, BatchSize: 4, NoShuffle: true, OnError: shardload.Skip, ErrorBudget: &shardload.Budget{Fraction: 0.5},
 			Logf: func(f string, a ...any) { mu.Lock(); logs = append(logs, fmt.Sprintf(f, a...)); mu.Unlock() }}
 		l, err := shardload.Open(ctx, cfg)
 		if err != nil {
@@ -341,7 +341,7 @@ func TestLoaderErrorPolicy(t *testing.T) {
 	})
 
 	t.Run("budget", func(t *testing.T) {
-		l, err := shardload.Open(ctx, shardload.Config{Shards: infos, Fields: fields, BatchSize: 4, OnError: shardload.Skip, ErrorBudget: 0.05, Logf: func(string, ...any) {}})
+		l, err := shardload.Open(ctx, shardload.Config{Shards: infos, Fields: fields, BatchSize: 4, OnError: shardload.Skip, ErrorBudget: &shardload.Budget{Fraction: 0.05}, Logf: func(string, ...any) {}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -263,3 +263,30 @@ func TestReadThisMachine(t *testing.T) {
 		}
 	}
 }
+
+func TestCUDAIndex(t *testing.T) {
+	topo := readTree(t, "two-socket-8gpu")
+	tests := []struct {
+		ordinal int
+		visible string
+		want    int
+		errHas  string
+	}{
+		{ordinal: 0, want: 0},
+		{ordinal: 5, want: 5},
+		{ordinal: 0, visible: "4,5", want: 4},
+		{ordinal: 1, visible: " 6, 2 ", want: 2},
+		{ordinal: 2, visible: "4,5", want: -1, errHas: "makes 2 visible"},
+		{ordinal: 1, visible: "3,-1,5", want: -1, errHas: "makes 1 visible"},
+		{ordinal: 0, visible: "GPU-8a7c2e52-0000", want: -1, errHas: "by UUID"},
+		{ordinal: 8, want: -1, errHas: "has 8 NVIDIA GPUs"},
+		{ordinal: 0, visible: "9", want: -1, errHas: "has 8 NVIDIA GPUs"},
+		{ordinal: -1, want: -1, errHas: "no such GPU"},
+	}
+	for _, tt := range tests {
+		got, err := topo.CUDAIndex(tt.ordinal, tt.visible)
+		if got != tt.want || (tt.errHas == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.errHas)) {
+			t.Errorf("CUDAIndex(%d, %q) = %d, %v; want %d, error with %q", tt.ordinal, tt.visible, got, err, tt.want, tt.errHas)
+		}
+	}
+}

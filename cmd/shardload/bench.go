@@ -36,6 +36,8 @@ would wait for data: the share of its time spent waiting after its first batch
 	setup: func(fs *pflag.FlagSet) func(context.Context, []string, io.Writer, io.Writer) error {
 		var lf loaderFlags
 		lf.register(fs)
+		var df deviceFlags
+		df.register(fs)
 		epochs := fs.Int("epochs", 1, "epochs to run")
 		batches := fs.Int("batches", 0, "stop after this many batches (0: run the epochs)")
 		step := fs.Duration("step-time", 0, "simulated trainer step: hold each batch this long (e.g. 50ms)")
@@ -46,11 +48,22 @@ would wait for data: the share of its time spent waiting after its first batch
 			if len(args) == 0 {
 				return fmt.Errorf("%w: no shard URLs given", errUsage)
 			}
+			switch {
+			case *epochs < 1:
+				return fmt.Errorf("%w: --epochs %d: want at least 1", errUsage, *epochs)
+			case *batches < 0:
+				return fmt.Errorf("%w: --batches %d: want 0 (the whole epochs) or more", errUsage, *batches)
+			case *step < 0:
+				return fmt.Errorf("%w: --step-time %v: want 0 (no trainer) or more", errUsage, *step)
+			}
 			cfg, err := lf.config(args, stderr)
 			if err != nil {
 				return err
 			}
-			placement := lf.place(&cfg, stderr)
+			if err := df.apply(&cfg); err != nil {
+				return err
+			}
+			placement := df.place(&cfg, stderr)
 			if *cpuProfile != "" {
 				f, err := os.Create(*cpuProfile)
 				if err != nil {
@@ -77,9 +90,11 @@ would wait for data: the share of its time spent waiting after its first batch
 }
 
 // loaderFlags are the flags that configure a pipeline, shared by the commands that
-// run one.
+// run one. Those of the device-copy stage and of placement are bench's alone
+// (deviceFlags): serve places each session itself.
 type loaderFlags struct {
 	rf            readFlags
+	fs            *pflag.FlagSet
 	fields        []string
 	batchSize     int
 	dropLast      bool
@@ -96,13 +111,13 @@ type loaderFlags struct {
 	slabBytes     byteSize
 	onError       string
 	errorBudget   float64
+	budgetSamples int64
+	budgetShards  int64
 	index         string
-	device        string
-	gpu           int
-	numa          bool
 }
 
 func (lf *loaderFlags) register(fs *pflag.FlagSet) {
+	lf.fs = fs
 	fs.StringArrayVar(&lf.fields, "field", nil, "field to decode, repeatable: [NAME=]EXT[:KIND[:DTYPE[:SHAPE]]], e.g. jpg, label=cls:int, tokens=npy:npy:int32:2048 (default: the extensions of the first sample)")
 	fs.IntVar(&lf.batchSize, "batch-size", 32, "samples per batch")
 	fs.BoolVar(&lf.dropLast, "drop-last", false, "drop the last batch of an epoch when it is not full")
@@ -121,24 +136,60 @@ func (lf *loaderFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&lf.slabs, "slabs", 4, "pinned batch slabs in the ring (batches ready or in use at once)")
 	lf.slabBytes = 16 << 20
 	fs.Var(&lf.slabBytes, "slab-size", "bytes per slab; a batch must fit in one")
-	fs.StringVar(&lf.onError, "on-error", "fail", "bad samples and shards: fail, or skip (each logged, counted, within --error-budget)")
-	fs.Float64Var(&lf.errorBudget, "error-budget", 0.01, "fraction of samples or shards --on-error=skip may leave out before failing")
+	fs.StringVar(&lf.onError, "on-error", "fail", "bad samples and shards: fail, or skip (each logged, counted, within the error budget)")
+	fs.Float64Var(&lf.errorBudget, "error-budget", shardload.DefaultErrorBudget.Fraction, "fraction of the whole job's samples, or of its shards (all ranks together), that --on-error=skip may leave out before a rank fails (0: none)")
+	fs.Int64Var(&lf.budgetSamples, "error-budget-samples", 0, "samples --on-error=skip may leave out before a rank fails, whatever --error-budget gives")
+	fs.Int64Var(&lf.budgetShards, "error-budget-shards", 0, "shards --on-error=skip may leave out before a rank fails, whatever --error-budget gives")
 	fs.StringVar(&lf.index, "index", "", `file or URL of JSON lines {"url","samples"} (from "shardload ls --summary --json"); without it the shards are counted first`)
-	fs.StringVar(&lf.device, "device", "host", "device-copy stage: host (batches stay in pinned slabs), cuda (copy each batch to --gpu; fails without a driver) or auto (cuda when there is a GPU)")
-	fs.IntVar(&lf.gpu, "gpu", 0, "this rank's GPU: the CUDA device the cuda stage copies to, and the GPU whose NUMA node --numa places the loader on")
-	fs.BoolVar(&lf.numa, "numa", true, "place the loader on --gpu's NUMA node: its threads on that node's CPUs, its slabs in that node's memory (nothing to do on one node)")
 	lf.rf.register(fs)
+}
+
+// check refuses values that make no sense: counts and sizes below 1 (a flag whose
+// default is "automatic" may be left out, not set to 0), a rank outside the world,
+// a budget outside [0, 1].
+func (lf *loaderFlags) check() error {
+	var bad []string
+	for _, c := range []struct {
+		name string
+		v    int64
+	}{
+		{"batch-size", int64(lf.batchSize)}, {"world", int64(lf.world)}, {"shuffle-buffer", int64(lf.shuffleBuffer)},
+		{"shuffle-bytes", int64(lf.shuffleBytes)}, {"open-shards", int64(lf.openShards)}, {"queue-bytes", int64(lf.queueBytes)},
+		{"slabs", int64(lf.slabs)}, {"slab-size", int64(lf.slabBytes)}, {"max-member-size", int64(lf.rf.maxMember)},
+	} {
+		if c.v < 1 {
+			bad = append(bad, fmt.Sprintf("--%s %d: want at least 1", c.name, c.v))
+		}
+	}
+	if lf.workers < 0 || (lf.workers == 0 && lf.fs != nil && lf.fs.Changed("workers")) {
+		bad = append(bad, fmt.Sprintf("--workers %d: want at least 1 (leave it out for the CPU count)", lf.workers))
+	}
+	if lf.epoch < 0 {
+		bad = append(bad, fmt.Sprintf("--epoch %d: want 0 or more", lf.epoch))
+	}
+	if lf.world >= 1 && (lf.rank < 0 || lf.rank >= lf.world) {
+		bad = append(bad, fmt.Sprintf("--rank %d: want 0 to --world %d minus 1", lf.rank, lf.world))
+	}
+	if !(lf.errorBudget >= 0 && lf.errorBudget <= 1) {
+		bad = append(bad, fmt.Sprintf("--error-budget %g: want a fraction in [0, 1]", lf.errorBudget))
+	}
+	if lf.budgetSamples < 0 || lf.budgetShards < 0 {
+		bad = append(bad, "--error-budget-samples and --error-budget-shards must not be negative")
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: %s", errUsage, strings.Join(bad, "; "))
+	}
+	return nil
 }
 
 // config returns the pipeline's settings for urls; callers check that there are some.
 func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config, error) {
+	if err := lf.check(); err != nil {
+		return shardload.Config{}, err
+	}
 	policy, err := shardload.ParsePolicy(lf.onError)
 	if err != nil {
 		return shardload.Config{}, fmt.Errorf("%w: %v", errUsage, err)
-	}
-	kind, err := device.ParseKind(lf.device)
-	if err != nil {
-		return shardload.Config{}, fmt.Errorf("%w: --device: %v", errUsage, err)
 	}
 	fields, err := decode.ParseFields(lf.fields...)
 	if err != nil {
@@ -153,17 +204,43 @@ func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config
 		NoShuffle: lf.noShuffle, ShuffleBuffer: lf.shuffleBuffer, ShuffleBytes: int64(lf.shuffleBytes),
 		OpenShards: lf.openShards, Workers: lf.workers, QueueBytes: int64(lf.queueBytes),
 		MaxMemberSize: int64(lf.rf.maxMember), Slabs: lf.slabs, SlabBytes: int64(lf.slabBytes),
-		OnError: policy, ErrorBudget: lf.errorBudget, Logf: logf, Sources: lf.rf.sources(),
-		Device: device.Options{Kind: kind, GPU: lf.gpu, Logf: logf},
+		OnError: policy, Logf: logf, Sources: lf.rf.sources(),
+		ErrorBudget: &shardload.Budget{Fraction: lf.errorBudget, Samples: lf.budgetSamples, Shards: lf.budgetShards},
 	}, nil
 }
 
-// place applies --numa: it reads the topology, restricts the process's threads to
-// --gpu's node's CPUs and makes cfg bind the slabs to that node's memory, warning on
-// stderr where the system forbids it. It returns the plan's one line ("" with
-// --numa=false).
-func (lf *loaderFlags) place(cfg *shardload.Config, stderr io.Writer) string {
-	if !lf.numa {
+// deviceFlags choose bench's device-copy stage and where its loader runs.
+type deviceFlags struct {
+	device string
+	gpu    int
+	numa   bool
+}
+
+func (df *deviceFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&df.device, "device", "host", "device-copy stage: host (batches stay in pinned slabs), cuda (copy each batch to --gpu; fails without a driver) or auto (cuda when there is a GPU)")
+	fs.IntVar(&df.gpu, "gpu", 0, "this rank's GPU as CUDA numbers it in this process (CUDA_VISIBLE_DEVICES applies): the cuda stage copies to it, and --numa places the loader on its NUMA node")
+	fs.BoolVar(&df.numa, "numa", true, "place the loader on --gpu's NUMA node: its threads on that node's CPUs, its slabs in that node's memory (nothing to do on one node)")
+}
+
+// apply sets cfg's device stage.
+func (df *deviceFlags) apply(cfg *shardload.Config) error {
+	kind, err := device.ParseKind(df.device)
+	if err != nil {
+		return fmt.Errorf("%w: --device: %v", errUsage, err)
+	}
+	if df.gpu < 0 {
+		return fmt.Errorf("%w: --gpu %d: want a CUDA device number, 0 or more", errUsage, df.gpu)
+	}
+	cfg.Device = device.Options{Kind: kind, GPU: df.gpu, Logf: cfg.Logf}
+	return nil
+}
+
+// place applies --numa: it reads the topology, finds --gpu (a CUDA device number,
+// through CUDA_VISIBLE_DEVICES) in PCI order, restricts the process's threads to its
+// node's CPUs and makes cfg bind the slabs to that node's memory, warning on stderr
+// where the system forbids it. It returns the plan's one line ("" with --numa=false).
+func (df *deviceFlags) place(cfg *shardload.Config, stderr io.Writer) string {
+	if !df.numa {
 		return ""
 	}
 	topo, err := numa.Read("")
@@ -171,7 +248,12 @@ func (lf *loaderFlags) place(cfg *shardload.Config, stderr io.Writer) string {
 		fmt.Fprintf(stderr, "shardload: warning: NUMA placement skipped: %v\n", err)
 		return ""
 	}
-	plan, err := topo.Place(lf.gpu)
+	index, err := topo.CUDAIndex(df.gpu, os.Getenv("CUDA_VISIBLE_DEVICES"))
+	if err != nil && len(topo.Nodes) > 1 {
+		fmt.Fprintf(stderr, "shardload: warning: NUMA placement skipped: --gpu %d: %v\n", df.gpu, err)
+		return ""
+	}
+	plan, err := topo.Place(index)
 	if err != nil {
 		fmt.Fprintf(stderr, "shardload: warning: NUMA placement skipped: %v\n", err)
 		return ""
