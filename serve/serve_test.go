@@ -48,7 +48,9 @@ func start(t *testing.T, opts Options) *Server {
 	if opts.Pipeline.Logf == nil {
 		opts.Pipeline.Logf = t.Logf
 	}
-	opts.Logf = t.Logf
+	if opts.Logf == nil {
+		opts.Logf = t.Logf
+	}
 	s, err := Listen(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +74,19 @@ type client struct {
 	slabs [][]byte
 }
 
+// dial connects, says hello and reads the answer: a client with its slabs mapped, or
+// the server's error message.
 func dial(t *testing.T, socket string, h hello) (*client, map[string]any) {
+	t.Helper()
+	cl := dialRaw(t, socket, h)
+	if m := cl.awaitReady(); m != nil {
+		return nil, m
+	}
+	return cl, nil
+}
+
+// dialRaw connects and says hello without waiting for the answer.
+func dialRaw(t *testing.T, socket string, h hello) *client {
 	t.Helper()
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: socket, Net: "unixpacket"})
 	if err != nil {
@@ -82,10 +96,18 @@ func dial(t *testing.T, socket string, h hello) (*client, map[string]any) {
 	h.Type = typeHello
 	cl := &client{t: t, c: c}
 	cl.send(h)
+	return cl
+}
+
+// awaitReady reads the answer to the hello: nil after a ready (the slabs are then
+// mapped), else the message.
+func (cl *client) awaitReady() map[string]any {
+	t := cl.t
+	t.Helper()
 	buf := make([]byte, MaxMessage)
 	oob := make([]byte, unix.CmsgSpace(4*maxFDs))
-	c.SetReadDeadline(time.Now().Add(30 * time.Second))
-	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	cl.c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	n, oobn, _, _, err := cl.c.ReadMsgUnix(buf, oob)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +116,7 @@ func dial(t *testing.T, socket string, h hello) (*client, map[string]any) {
 		t.Fatal(err)
 	}
 	if m["type"] != typeReady {
-		return nil, m
+		return m
 	}
 	json.Unmarshal(buf[:n], &cl.ready)
 	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
@@ -117,7 +139,7 @@ func dial(t *testing.T, socket string, h hello) (*client, map[string]any) {
 		cl.slabs = append(cl.slabs, b)
 		t.Cleanup(func() { unix.Munmap(b) })
 	}
-	return cl, nil
+	return nil
 }
 
 func (cl *client) send(v any) {
@@ -140,6 +162,37 @@ func (cl *client) recv() (string, []byte) {
 	return env.Type, buf[:n]
 }
 
+// batch reads the next message, which must be a batch.
+func (cl *client) batch() batch {
+	cl.t.Helper()
+	typ, b := cl.recv()
+	if typ != typeBatch {
+		cl.t.Fatalf("want a batch, got %s", b)
+	}
+	var m batch
+	json.Unmarshal(b, &m)
+	return m
+}
+
+// keys returns the keys of the samples of a batch, read from its slab.
+func (cl *client) keys(m batch) []string {
+	kc := m.Columns[len(m.Columns)-1]
+	if kc.Name != decode.KeyColumn {
+		cl.t.Fatalf("last column %q", kc.Name)
+	}
+	col := decode.Column{Ragged: true, Offset: kc.Offset, Length: kc.Length, OffsetsOffset: kc.OffsetsOffset}
+	var ks []string
+	for i := range m.Rows {
+		ks = append(ks, string(col.Row(cl.slabs[m.Slab], i)))
+	}
+	return ks
+}
+
+// release hands a batch back.
+func (cl *client) release(m batch) {
+	cl.send(release{Type: typeRelease, Slab: m.Slab, Seq: m.Seq, Epoch: m.Epoch})
+}
+
 // epoch reads one epoch's batches, releasing each, and returns their keys.
 func (cl *client) epoch() ([][]string, end) {
 	var keys [][]string
@@ -149,17 +202,8 @@ func (cl *client) epoch() ([][]string, end) {
 		case typeBatch:
 			var m batch
 			json.Unmarshal(b, &m)
-			kc := m.Columns[len(m.Columns)-1]
-			if kc.Name != decode.KeyColumn {
-				cl.t.Fatalf("last column %q", kc.Name)
-			}
-			col := decode.Column{Ragged: true, Offset: kc.Offset, Length: kc.Length, OffsetsOffset: kc.OffsetsOffset}
-			var ks []string
-			for i := range m.Rows {
-				ks = append(ks, string(col.Row(cl.slabs[m.Slab], i)))
-			}
-			keys = append(keys, ks)
-			cl.send(release{Type: typeRelease, Slab: m.Slab, Seq: m.Seq})
+			keys = append(keys, cl.keys(m))
+			cl.release(m)
 		case typeEnd:
 			var e end
 			json.Unmarshal(b, &e)
@@ -167,6 +211,18 @@ func (cl *client) epoch() ([][]string, end) {
 		default:
 			cl.t.Fatalf("unexpected %s", b)
 		}
+	}
+}
+
+// waitUntil polls cond until it holds; the deadline only guards against a hang.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -226,13 +282,13 @@ func TestRefusals(t *testing.T) {
 		h          hello
 		code, text string
 	}{
-		{hello{Version: 7, World: 1, BatchSize: 1}, CodeVersion, "protocol version 7 is not supported: this server speaks version 1"},
-		{hello{Version: 1, World: 1, BatchSize: 0}, CodeBadRequest, "batch size 0"},
-		{hello{Version: 1, Rank: 2, World: 2, BatchSize: 4}, CodeBadRequest, "rank 2 outside [0, world 2)"},
-		{hello{Version: 1, World: 1, BatchSize: 4, Fields: []string{"x:bogus"}}, CodeBadRequest, "bogus"},
-		{hello{Version: 1, World: 1, BatchSize: 4, URLs: []string{"s3://bucket/train-evil/x.tar"}}, CodeDenied, "does not serve s3://bucket/train-evil/x.tar"},
-		{hello{Version: 1, World: 1, BatchSize: 4, URLs: []string{"s3://bucket/train/../secret/x.tar"}}, CodeDenied, "does not serve"},
-		{hello{Version: 1, World: 1, BatchSize: 4, URLs: []string{"file:///etc/passwd"}}, CodeDenied, "does not serve"},
+		{hello{Version: 1, World: 1, BatchSize: 1}, CodeVersion, "protocol version 1 is not supported: this server speaks version 2"},
+		{hello{Version: Version, World: 1, BatchSize: 0}, CodeBadRequest, "batch size 0"},
+		{hello{Version: Version, Rank: 2, World: 2, BatchSize: 4}, CodeBadRequest, "rank 2 outside [0, world 2)"},
+		{hello{Version: Version, World: 1, BatchSize: 4, Fields: []string{"x:bogus"}}, CodeBadRequest, "bogus"},
+		{hello{Version: Version, World: 1, BatchSize: 4, URLs: []string{"s3://bucket/train-evil/x.tar"}}, CodeDenied, "does not serve s3://bucket/train-evil/x.tar"},
+		{hello{Version: Version, World: 1, BatchSize: 4, URLs: []string{"s3://bucket/train/../secret/x.tar"}}, CodeDenied, "does not serve"},
+		{hello{Version: Version, World: 1, BatchSize: 4, URLs: []string{"file:///etc/passwd"}}, CodeDenied, "does not serve"},
 	} {
 		_, m := dial(t, s.Addr(), tc.h)
 		if m == nil || m["code"] != tc.code || !strings.Contains(m["message"].(string), tc.text) {
@@ -240,11 +296,11 @@ func TestRefusals(t *testing.T) {
 		}
 	}
 	// One session at a time: a second trainer hears the server is busy.
-	cl, m := dial(t, s.Addr(), hello{Version: 1, World: 1, BatchSize: 4, Fields: []string{"cls:int"}})
+	cl, m := dial(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 4, Fields: []string{"cls:int"}})
 	if m != nil {
 		t.Fatal(m)
 	}
-	_, m = dial(t, s.Addr(), hello{Version: 1, World: 1, BatchSize: 4})
+	_, m = dial(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 4})
 	if m == nil || m["code"] != CodeBusy {
 		t.Errorf("second session: %v", m)
 	}
@@ -264,7 +320,7 @@ func TestRefusals(t *testing.T) {
 func TestCloseEndsSessions(t *testing.T) {
 	pattern := dataset(t)
 	s := start(t, Options{URLs: []string{pattern}, Pipeline: shardload.Config{Slabs: 2, SlabBytes: 4 << 20}})
-	cl, m := dial(t, s.Addr(), hello{Version: 1, World: 1, BatchSize: 4})
+	cl, m := dial(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 4})
 	if m != nil {
 		t.Fatal(m)
 	}

@@ -346,7 +346,7 @@ type countCall struct {
 // asking for it share; sessions on other datasets do not wait for it. The wait ends
 // with ctx; the count is cancelled when no session waits for it any more.
 func (s *Server) count(ctx context.Context, cfg shardload.Config) ([]shard.Info, error) {
-	key := strings.Join(cfg.URLs, "\x00") + "\x00" + cfg.Index
+	key := countKey(cfg)
 	s.countMu.Lock()
 	if e, ok := s.counts[key]; ok {
 		s.lru.MoveToFront(e)
@@ -402,6 +402,11 @@ func (s *Server) count(ctx context.Context, cfg shardload.Config) ([]shard.Info,
 		}
 	}
 	return nil, context.Cause(ctx)
+}
+
+// countKey names the dataset of cfg: its URLs and index.
+func countKey(cfg shardload.Config) string {
+	return strings.Join(cfg.URLs, "\x00") + "\x00" + cfg.Index
 }
 
 // keepCount keeps a dataset's counts, dropping the least recently used beyond

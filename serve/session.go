@@ -236,6 +236,10 @@ func (ss *session) run() error {
 	ctx, cancel := context.WithCancelCause(s.ctx)
 	defer cancel(nil)
 
+	var (
+		ring *pinned.Ring
+		l    *shardload.Loader
+	)
 	// The reader runs from the start, so that a trainer that leaves while the
 	// dataset is being counted ends its session.
 	readerDone := make(chan struct{})
@@ -243,8 +247,19 @@ func (ss *session) run() error {
 		defer close(readerDone)
 		ss.readLoop(ctx, cancel)
 	}()
-	// The reader stops when the session does; the connection's end needs it gone.
-	defer func() { cancel(nil); <-readerDone }()
+	defer func() {
+		// The reader stops first: it releases batches, and the connection's end
+		// needs it gone.
+		cancel(nil)
+		<-readerDone
+		if l != nil {
+			l.Close()
+		}
+		ss.releaseAll()
+		if ring != nil {
+			ring.Close()
+		}
+	}()
 
 	cfg := ss.cfg
 	ring, err := pinned.NewRing(pinned.Options{
@@ -261,19 +276,10 @@ func (ss *session) run() error {
 		ss.place.msg.Reason += fmt.Sprintf("; the kernel did not bind the slabs to node %d (see the server's log)", ss.place.node)
 	}
 	if len(ring.Slabs()) > maxFDs {
-		ring.Close()
 		err := fmt.Errorf("%d slabs: a session passes at most %d descriptors", len(ring.Slabs()), maxFDs)
 		ss.sendError(CodeBadRequest, err.Error())
 		return err
 	}
-	var l *shardload.Loader
-	defer func() {
-		if l != nil {
-			l.Close()
-		}
-		ss.releaseAll()
-		ring.Close()
-	}()
 
 	infos, err := s.count(ctx, cfg)
 	if err != nil {

@@ -66,3 +66,37 @@ func TestUsageErrors(t *testing.T) {
 		t.Errorf("cat --help: exit %d: %s", code, stderr)
 	}
 }
+
+// Settings that make no sense are refused with exit status 2 and a line naming the
+// flag, before any work; they used to be accepted or silently changed.
+func TestBadSettingsRefused(t *testing.T) {
+	shard := "../../testdata/aistore__small-mnist-3.tar"
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--workers", "0", shard}, "--workers 0"},
+		{[]string{"bench", "--world", "0", shard}, "--world 0"},
+		{[]string{"bench", "--epochs", "-1", shard}, "--epochs -1"},
+		{[]string{"bench", "--batches", "-5", shard}, "--batches -5"},
+		{[]string{"bench", "--step-time", "-1s", shard}, "--step-time -1s"},
+		{[]string{"bench", "--queue-bytes", "0", shard}, "--queue-bytes 0"},
+		{[]string{"bench", "--batch-size", "0", shard}, "--batch-size 0"},
+		{[]string{"bench", "--rank", "2", "--world", "2", shard}, "--rank 2"},
+		{[]string{"bench", "--error-budget", "1.5", shard}, "--error-budget 1.5"},
+		{[]string{"bench", "--error-budget-shards", "-1", shard}, "must not be negative"},
+		{[]string{"bench", "--gpu", "-1", shard}, "--gpu -1"},
+		{[]string{"serve", "--open-shards", "0", "--socket", t.TempDir() + "/s", shard}, "--open-shards 0"},
+	} {
+		code, _, stderr := runCLI(t, tt.args...)
+		if code != 2 || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%q: exit %d, stderr %q; want exit 2 naming %q", tt.args, code, stderr, tt.want)
+		}
+	}
+	// serve places each session itself: it has no --gpu and no --device.
+	for _, flag := range []string{"--gpu", "--device"} {
+		if code, _, stderr := runCLI(t, "serve", flag, "0", shard); code != 2 || !strings.Contains(stderr, "unknown flag: "+flag) {
+			t.Errorf("serve %s: exit %d: %s", flag, code, stderr)
+		}
+	}
+}

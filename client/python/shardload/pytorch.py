@@ -2,19 +2,36 @@
 copies each batch to the GPU on a side stream while the previous batch computes.
 """
 
+import os
+
 import torch
 
-from .client import Client, Ragged
+from .client import Client, Ragged, ShardloadError
+
+WORKERS_MESSAGE = (
+    "ShardloadDataset in a DataLoader with num_workers={n}: each worker process would connect "
+    "as the same rank and read the whole epoch, so every sample would come {n} times. The "
+    "shardload server already does the workers' job (fetching, decoding and collating in its "
+    "own process): use DataLoader(ds, batch_size=None, num_workers=0)")
 
 
 class ShardloadDataset(torch.utils.data.IterableDataset):
     """Yields batches (dicts of tensors plus "__key__") from a shardload server.
 
     Use it with ``DataLoader(ds, batch_size=None, num_workers=0)``: the server does the
-    work that DataLoader workers would. Each ``iter()`` reads one epoch, starting at
-    ``epoch`` and counting up, on one connection kept between epochs; ``set_epoch``
-    chooses the next. Tensors are views into shared slabs, valid until the next batch
-    is asked for, unless ``copy=True``.
+    work that DataLoader workers would. With ``num_workers`` above 1, iterating raises
+    ShardloadError: "ShardloadDataset in a DataLoader with num_workers=N: each worker
+    process would connect as the same rank and read the whole epoch, so every sample
+    would come N times. The shardload server already does the workers' job (...): use
+    DataLoader(ds, batch_size=None, num_workers=0)". ``num_workers=1`` works (one
+    process reads each epoch once, on a connection of its own; call ``set_epoch``
+    before each epoch, as the worker's copy of the dataset does not count them).
+
+    Each ``iter()`` reads one epoch, starting at ``epoch`` and counting up, on one
+    connection kept between epochs; ``set_epoch`` chooses the next. Leaving a loop
+    early is fine: the next ``iter()`` abandons the rest of that epoch. Tensors are
+    read-only views into shared slabs (no in-place ops on them) that stay valid while
+    referenced (see shardload.Batch); ``copy=True`` yields owned clones instead.
     """
 
     def __init__(self, *, epoch=0, copy=False, **client_kwargs):
@@ -28,6 +45,11 @@ class ShardloadDataset(torch.utils.data.IterableDataset):
         self._next_epoch = epoch
 
     def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        if info is not None and info.num_workers > 1:
+            raise ShardloadError(WORKERS_MESSAGE.format(n=info.num_workers))
+        if self._client is not None and self._client._pid != os.getpid():
+            self._client = None  # inherited by a forked worker: its parent's connection
         e = self._next_epoch
         self._next_epoch += 1
         if self._client is None:
@@ -35,8 +57,16 @@ class ShardloadDataset(torch.utils.data.IterableDataset):
             it = self._client.batches()
         else:
             it = self._client.epoch(e)
+        return self._batches(it)
+
+    def _batches(self, it):
         for b in it:
-            yield b.copy().to_dict() if self._copy else b.to_dict()
+            yield b.to_torch(copy=self._copy)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_client"] = None  # a connection does not travel to another process
+        return state
 
     def close(self):
         if self._client is not None:
@@ -48,9 +78,10 @@ class CudaPrefetcher:
     """Copies batches from the host slabs to a GPU, batch N+1 on a side stream while the
     trainer computes on batch N (the copy needs no extra thread or queue).
 
-    ``client`` is a Client made with output="torch". The slabs are registered with
-    CUDA as pinned memory once (they are already page-locked by the server; this makes
-    the copies asynchronous DMA). Fixed-shape columns arrive on the device; ragged
+    ``client`` is a Client made with output="torch"; the copies go to ``device`` (default:
+    the client's local rank's GPU). The slabs are registered with CUDA as pinned memory
+    once (they are already page-locked by the server; this makes the copies asynchronous
+    DMA), and again when one is mapped afresh. Fixed-shape columns arrive on the device; ragged
     columns (bytes such as jpg) and keys are copied out on the host. Without CUDA it
     yields the host batches' tensors, releasing each when the next is asked for.
     """
@@ -71,11 +102,24 @@ class CudaPrefetcher:
     def _register(self):
         cudart = torch.cuda.cudart()
         self.registered = True
+        self._pinned = set()
         for addr, size in self.client.slab_addresses():
-            # cudaHostRegisterPortable (1): pinned for every context.
-            err = cudart.cudaHostRegister(addr, size, 1)
-            if int(err) != 0:
-                self.registered = False  # copies still work, synchronously staged
+            self.slab_mapped(None, addr, size)
+        # A slab whose batch the trainer kept is copied out and mapped afresh: the
+        # registration follows the slab, not the kept copy.
+        self.client.add_slab_hook(self)
+
+    def slab_mapped(self, i, addr, size):
+        # cudaHostRegisterPortable (1): pinned for every context.
+        if int(torch.cuda.cudart().cudaHostRegister(addr, size, 1)) == 0:
+            self._pinned.add(addr)
+        else:
+            self.registered = False  # copies still work, synchronously staged
+
+    def slab_unmapping(self, i, addr, size):
+        if addr in self._pinned:
+            self._pinned.discard(addr)
+            torch.cuda.cudart().cudaHostUnregister(addr)
 
     def _issue(self, b):
         out = {}
