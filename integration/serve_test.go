@@ -613,17 +613,17 @@ func TestServeRefusals(t *testing.T) {
 	hello := func(version int, urls ...string) map[string]any {
 		return map[string]any{"type": "hello", "version": version, "rank": 0, "world": 1, "batch_size": 4, "urls": urls}
 	}
-	m := rawHello(t, srv.socket, hello(2))
-	if m["type"] != "error" || m["code"] != "version" || !strings.Contains(m["message"].(string), "version 2") ||
-		!strings.Contains(m["message"].(string), "speaks version 1") {
-		t.Errorf("hello of version 2: %v", m)
+	m := rawHello(t, srv.socket, hello(1))
+	if m["type"] != "error" || m["code"] != "version" || !strings.Contains(m["message"].(string), "version 1") ||
+		!strings.Contains(m["message"].(string), "speaks version 2") {
+		t.Errorf("hello of version 1: %v", m)
 	}
 	m = rawHello(t, srv.socket, map[string]any{"type": "release", "slab": 0})
 	if m["code"] != "bad_request" {
 		t.Errorf("release before hello: %v", m)
 	}
 	for _, u := range []string{"file:///etc/passwd", "/etc/passwd", allowed + "../x.tar", strings.TrimSuffix(allowed, "/") + "-other/x.tar"} {
-		m = rawHello(t, srv.socket, hello(1, u))
+		m = rawHello(t, srv.socket, hello(2, u))
 		if m["code"] != "denied" {
 			t.Errorf("hello for %s: %v", u, m)
 		}

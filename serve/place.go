@@ -2,6 +2,7 @@ package serve
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/shardload/shardload/numa"
 )
@@ -19,9 +20,10 @@ func unplaced(reason string) sessionPlace {
 }
 
 // place plans where the session of hello h runs: on the NUMA node of the GPU at
-// h.GPUPCI, or else of GPU h.LocalRank in PCI bus order. Where there is nothing to
-// place, or the GPU is not found, the session runs unplaced and the reason says why;
-// that never fails the session.
+// h.GPUPCI, or else of the trainer's CUDA device h.LocalRank, found in PCI bus order
+// through the trainer's CUDA_VISIBLE_DEVICES (numa.Topology.CUDAIndex). Where there
+// is nothing to place, or the GPU is not found, the session runs unplaced and the
+// reason says why; that never fails the session.
 func (s *Server) place(h *hello) sessionPlace {
 	const everywhere = "threads on every CPU, memory where the kernel puts it"
 	switch {
@@ -31,8 +33,14 @@ func (s *Server) place(h *hello) sessionPlace {
 		return unplaced(fmt.Sprintf("no NUMA placement, the topology could not be read (%v): %s", s.topoErr, everywhere))
 	}
 	t := s.topo
-	gpu := h.LocalRank
 	by := fmt.Sprintf("local rank %d", h.LocalRank)
+	if h.CUDAVisible != "" {
+		by += fmt.Sprintf(" (CUDA_VISIBLE_DEVICES=%s)", h.CUDAVisible)
+	}
+	gpu, err := t.CUDAIndex(h.LocalRank, h.CUDAVisible)
+	if err != nil && h.GPUPCI == "" {
+		return unplaced(fmt.Sprintf("%s: %v: %s", by, err, everywhere))
+	}
 	if h.GPUPCI != "" {
 		g, ok := t.GPUByPCI(h.GPUPCI)
 		if !ok {
@@ -54,6 +62,34 @@ func (s *Server) place(h *hello) sessionPlace {
 		p.msg.Node, p.msg.CPUs = plan.Node, numa.FormatCPUList(plan.CPUs)
 	}
 	return p
+}
+
+// pciAddress reports whether a is empty or could be a PCI address: hex digits,
+// colons and a dot, as sysfs and CUDA write them ("0000:3b:00.0", "00000000:3B:00.0").
+func pciAddress(a string) bool {
+	if len(a) > 32 {
+		return false
+	}
+	for _, c := range a {
+		if !strings.ContainsRune("0123456789abcdefABCDEF:.", c) {
+			return false
+		}
+	}
+	return true
+}
+
+// visibleDevices reports whether v could be a CUDA_VISIBLE_DEVICES list: indices,
+// GPU or MIG UUIDs, commas.
+func visibleDevices(v string) bool {
+	if len(v) > 1024 {
+		return false
+	}
+	for _, c := range v {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || strings.ContainsRune(",-/ ", c)) {
+			return false
+		}
+	}
+	return true
 }
 
 // bind returns the function that binds a slab to the session's node, nil when the

@@ -59,6 +59,10 @@ type hello struct {
 	// ("00000000:3B:00.0") or sysfs's ("0000:3b:00.0"); "" when the client cannot
 	// tell, and then LocalRank picks the GPU.
 	GPUPCI string `json:"gpu_pci,omitempty"`
+	// CUDAVisible is the trainer's CUDA_VISIBLE_DEVICES ("" when unset): without
+	// GPUPCI, LocalRank is the trainer's CUDA device number, and this list maps it
+	// to a GPU in PCI bus order.
+	CUDAVisible string `json:"cuda_visible_devices,omitempty"`
 }
 
 // fieldInfo describes a field the session decodes.

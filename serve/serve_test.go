@@ -286,6 +286,7 @@ func TestRefusals(t *testing.T) {
 		{hello{Version: Version, World: 1, BatchSize: 0}, CodeBadRequest, "batch size 0"},
 		{hello{Version: Version, Rank: 2, World: 2, BatchSize: 4}, CodeBadRequest, "rank 2 outside [0, world 2)"},
 		{hello{Version: Version, World: 1, BatchSize: 4, Fields: []string{"x:bogus"}}, CodeBadRequest, "bogus"},
+		{hello{Version: Version, World: 1, BatchSize: 4, GPUPCI: "0000:3b:00.0\nforged log line"}, CodeBadRequest, "gpu_pci \"0000:3b:00.0\\nforged log line\" is not a PCI address"},
 		{hello{Version: Version, World: 1, BatchSize: 4, URLs: []string{"s3://bucket/train-evil/x.tar"}}, CodeDenied, "does not serve s3://bucket/train-evil/x.tar"},
 		{hello{Version: Version, World: 1, BatchSize: 4, URLs: []string{"s3://bucket/train/../secret/x.tar"}}, CodeDenied, "does not serve"},
 		{hello{Version: Version, World: 1, BatchSize: 4, URLs: []string{"file:///etc/passwd"}}, CodeDenied, "does not serve"},

@@ -8,9 +8,10 @@
 // the prefixes of Options.Allow. It accepts peers of its own uid (checked with
 // SO_PEERCRED) and those listed in Options.AllowUIDs.
 //
-// The sample counts of a dataset are read once per server and shared by its sessions:
-// one count runs per dataset at a time, sessions on other datasets never wait for it,
-// and the last Options.MaxDatasets datasets' counts are kept.
+// The sample counts of a dataset are counted once and shared by the sessions that read
+// it: one count runs per dataset at a time, sessions on other datasets never wait for
+// it, a count no session waits for any more is cancelled, and the counts of the
+// Options.MaxDatasets datasets used last are kept.
 //
 // Each session is placed on the NUMA node of its trainer's GPU (package numa): the GPU
 // the hello names by PCI address, else the one its local rank numbers in PCI bus
@@ -70,15 +71,15 @@ type Options struct {
 	// Pipeline holds the settings of every session's pipeline: fields used when a
 	// hello names none, shuffle buffer, workers, slab count and size, error policy,
 	// sources (share one cached registry between sessions here). The hello sets the
-	// rank, world, seed, epoch, batch size, drop_last and fields; the session's
-	// placement sets CPUs (see Topology).
+	// rank, world, seed, epoch, batch size, drop_last and fields; a session that is
+	// placed on a NUMA node gets that node's CPUs as CPUs (see Topology).
 	Pipeline shardload.Config
 	// MaxSessions bounds the trainers served at once. Default DefaultMaxSessions (16).
 	MaxSessions int
 	// MaxDatasets bounds the datasets whose sample counts the server keeps for later
 	// sessions; the least recently used is dropped first. A dataset is a list of URLs
 	// with an index (the server's own, or one a hello names). Failed counts are not
-	// kept. Default DefaultMaxDatasets (64).
+	// kept. Default DefaultMaxDatasets (64); negative is an error.
 	MaxDatasets int
 	// HelloTimeout bounds the wait for a client's hello. Default 10s.
 	HelloTimeout time.Duration
@@ -86,8 +87,10 @@ type Options struct {
 	// trainer's GPU: the GPU at the hello's gpu_pci, else GPU local_rank in PCI bus
 	// order (Topology.GPUs). When it is placed, the session's slabs are bound to the
 	// node (numa.Bind) and its loader goroutines run on the node's CPUs
-	// (shardload.Config.CPUs). nil means numa.Read("") at Listen; when that fails,
-	// one line is logged and no session is placed.
+	// (shardload.Config.CPUs). A machine of one node, a GPU whose node is unknown and
+	// a GPU the topology lacks place nothing, and do not fail the session. nil means
+	// numa.Read("") at Listen (not read with NoPlace); when that fails, one line is
+	// logged and no session is placed.
 	Topology *numa.Topology
 	// NoPlace turns placement off: sessions run on every CPU with memory where the
 	// kernel puts it (the command line's --numa=false).

@@ -161,6 +161,10 @@ func (s *Server) sessionConfig(h *hello) (shardload.Config, error) {
 		return cfg, reject(CodeBadRequest, "batch size %d outside [1, %d]", h.BatchSize, maxBatchSize)
 	case h.Epoch < 0:
 		return cfg, reject(CodeBadRequest, "epoch %d < 0", h.Epoch)
+	case !pciAddress(h.GPUPCI):
+		return cfg, reject(CodeBadRequest, "gpu_pci %q is not a PCI address such as 0000:3b:00.0", h.GPUPCI)
+	case !visibleDevices(h.CUDAVisible):
+		return cfg, reject(CodeBadRequest, "cuda_visible_devices %.80q is not a CUDA_VISIBLE_DEVICES list", h.CUDAVisible)
 	}
 	cfg.Rank, cfg.World, cfg.Seed, cfg.Epoch = h.Rank, h.World, h.Seed, h.Epoch
 	cfg.BatchSize, cfg.DropLast = h.BatchSize, h.DropLast
@@ -273,7 +277,8 @@ func (ss *session) run() error {
 		return err
 	}
 	if ss.place.node >= 0 && !ring.Bound() {
-		ss.place.msg.Reason += fmt.Sprintf("; the kernel did not bind the slabs to node %d (see the server's log)", ss.place.node)
+		ss.place.msg.Node = -1
+		ss.place.msg.Reason += fmt.Sprintf("; memory left unbound: the kernel did not bind the slabs to node %d (see the server's log)", ss.place.node)
 	}
 	if len(ring.Slabs()) > maxFDs {
 		err := fmt.Errorf("%d slabs: a session passes at most %d descriptors", len(ring.Slabs()), maxFDs)
