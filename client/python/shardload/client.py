@@ -397,6 +397,30 @@ def _order_difference(rank, mine, other_rank, other):
             + ", ".join(diffs) + "; every rank's server must run with the same settings")
 
 
+def _store_has(store, key):
+    check = getattr(store, "check", None)  # not in every torch version's stores
+    if check is not None:
+        return check([key])
+    from datetime import timedelta
+    try:
+        store.wait([key], timedelta(milliseconds=10))
+        return True
+    except Exception:
+        return False
+
+
+def _order_verdict(orders, rank):
+    """What rank reports of every rank's order: its own difference from rank 0's, else
+    the first rank's that differs ("" when all agree)."""
+    zero = orders[0]
+    if rank != 0 and orders[rank].get("fingerprint") != zero.get("fingerprint"):
+        return _order_difference(rank, orders[rank], 0, zero)
+    for r in range(1, len(orders)):
+        if orders[r].get("fingerprint") != zero.get("fingerprint"):
+            return _order_difference(r, orders[r], 0, zero)
+    return ""
+
+
 class Client:
     """A connection to ``shardload serve``: one trainer rank's pipeline.
 
@@ -639,46 +663,72 @@ class Client:
         dist = _torch_distributed()
         if dist is None:
             return
-        rank, world = dist.get_rank(), dist.get_world_size()
         mine = {"fingerprint": fp, "settings": order.get("settings")}
-        others = self._exchange_orders(dist, k, rank, world, mine, timeout)
-        for r in sorted(others):
-            if r == rank or others[r].get("fingerprint") == fp:
-                continue
-            if rank == 0:
-                raise OrderMismatch(_order_difference(r, others[r], 0, mine))
-            raise OrderMismatch(_order_difference(rank, mine, 0, others[r]))
+        try:
+            msg = self._compare_orders(dist, k, mine, timeout)
+        except ShardloadError:
+            raise
+        except Exception as e:  # the store's errors differ between torch versions
+            raise ShardloadError(f"comparing the ranks' shardload orders through torch.distributed: {e}") from None
+        if msg:
+            raise OrderMismatch(msg)
 
-    def _exchange_orders(self, dist, k, rank, world, mine, timeout):
-        """Every rank's order for rank 0, rank 0's for the others."""
+    def _compare_orders(self, dist, k, mine, timeout):
+        """The mismatch this rank reports ("" for none). Every rank puts its order in
+        the default store; rank 0 compares them all and puts its verdict there; the
+        other ranks read rank 0's order and the verdict, so that every rank fails when
+        any differs."""
         from datetime import timedelta
+        rank, world = dist.get_rank(), dist.get_world_size()
         wait = timedelta(seconds=timeout)
-        ranks = list(range(world)) if rank == 0 else [0]
         try:
             from torch.distributed import distributed_c10d as c10d
             store = c10d._get_default_store()
         except (ImportError, AttributeError):
             store = None
         if store is None:
-            # Without the default store: every rank gathers every rank's order.
+            # No default store: every rank gathers every rank's order (gloo).
             group = dist.new_group(backend="gloo", timeout=wait)
-            got = [None] * world
+            orders = [None] * world
             try:
-                dist.all_gather_object(got, mine, group=group)
+                dist.all_gather_object(orders, mine, group=group)
             except RuntimeError as e:
-                raise Timeout(f"gathering the ranks' shardload orders within {timeout}s "
-                              f"(check_timeout) failed: {e}") from None
-            return {r: got[r] for r in ranks}
+                raise Timeout(f"gathering the ranks' shardload orders within {timeout}s (check_timeout) "
+                              f"failed: {e}") from None
+            return _order_verdict(orders, rank)
         key = f"shardload/order/{k}/"
         store.set(key + str(rank), json.dumps(mine))
+        if rank == 0:
+            keys = [key + str(r) for r in range(world)]
+            try:
+                store.wait(keys, wait)
+            except Exception:  # the store's timeout error type differs between torch versions
+                missing = [str(r) for r in range(world) if not _store_has(store, key + str(r))]
+                text = (f"rank(s) {', '.join(missing)} did not report their shardload order within "
+                        f"{timeout}s (check_timeout): did every rank create its shardload client, "
+                        "with the order check on?")
+                store.set(key + "verdict", json.dumps({"timeout": text}))
+                raise Timeout(text) from None
+            verdict = _order_verdict([json.loads(store.get(x)) for x in keys], 0)
+            store.set(key + "verdict", json.dumps({"mismatch": verdict}))
+            # The store lives in this process: keep it until every rank has read.
+            try:
+                store.wait([key + f"seen/{r}" for r in range(1, world)], wait)
+            except Exception:
+                pass
+            return verdict
         try:
-            store.wait([key + str(r) for r in ranks], wait)
-        except Exception:  # the store's timeout error type differs between torch versions
-            missing = [r for r in ranks if not store.check([key + str(r)])]
-            raise Timeout(f"rank(s) {', '.join(map(str, missing))} did not report their shardload order "
-                          f"within {timeout}s (check_timeout): did every rank create its shardload "
-                          "client, and with the order check on?") from None
-        return {r: json.loads(store.get(key + str(r))) for r in ranks}
+            store.wait([key + "0", key + "verdict"], wait)
+        except Exception:
+            raise Timeout(f"rank 0 did not compare the ranks' shardload orders within {timeout}s "
+                          "(check_timeout): did it create its shardload client, with the order check on?") from None
+        zero, verdict = json.loads(store.get(key + "0")), json.loads(store.get(key + "verdict"))
+        store.set(key + f"seen/{rank}", "1")
+        if "timeout" in verdict:
+            raise Timeout(verdict["timeout"])
+        if zero.get("fingerprint") != mine.get("fingerprint"):
+            return _order_difference(rank, mine, 0, zero)
+        return verdict.get("mismatch", "")
 
     # -- slabs and their lifetime --
 
