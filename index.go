@@ -53,6 +53,11 @@ func Count(ctx context.Context, cfg Config) ([]shard.Info, error) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
+			defer func() {
+				if r := recover(); r != nil {
+					errs[i] = panicError("counting "+url, r)
+				}
+			}()
 			infos[i] = shard.Info{URL: url}
 			infos[i].Samples, errs[i] = countShard(ctx, cfg, url)
 		}()

@@ -317,13 +317,23 @@ func (l *Loader) run(ctx context.Context) {
 	defer l.wg.Done()
 	defer close(l.out)
 	defer l.placeThread()()
-	err := l.mix(ctx)
+	err := l.mixSafely(ctx)
 	if err != nil && ctx.Err() == nil {
 		select {
 		case l.out <- batchMsg{err: err}:
 		case <-ctx.Done():
 		}
 	}
+}
+
+// mixSafely runs mix, turning a panic into the loader's error.
+func (l *Loader) mixSafely(ctx context.Context) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = panicError("in the mixer", r)
+		}
+	}()
+	return l.mix(ctx)
 }
 
 func (l *Loader) mix(ctx context.Context) error {

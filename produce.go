@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/bits"
+	"runtime/debug"
 	"sync"
 	"time"
 	"unsafe"
@@ -68,7 +69,22 @@ func (l *Loader) produce(ctx context.Context, s *slot) {
 		return
 	}
 	defer p.release()
+	// A panic (in a source, a decoder) fails the loader, not the process.
+	defer func() {
+		if r := recover(); r != nil {
+			p.send(slotMsg{err: panicError("reading "+s.span.URL, r)})
+		}
+	}()
 	p.run()
+}
+
+// ErrPanic is wrapped by the error of a loader whose goroutine panicked: in a Source,
+// a decoder or the loader itself. The error says where, with the stack.
+var ErrPanic = errors.New("shardload: internal error (panic)")
+
+// panicError is the error of a panic with value r, where says where.
+func panicError(where string, r any) error {
+	return fmt.Errorf("%w %s: %v\n%s", ErrPanic, where, r, debug.Stack())
 }
 
 type producer struct {

@@ -31,7 +31,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,18 +58,23 @@ const DefaultMaxDatasets = 64
 // Options configure a Server.
 type Options struct {
 	// Socket is the path of the unix socket. Its directory is created with mode 0700
-	// when missing (and removed by Close when the server created it); an existing
-	// directory must not be writable by other users.
+	// when missing (0711 with AllowUIDs; removed by Close when the server created
+	// it); an existing directory must belong to the server's user and not be writable
+	// by others.
 	Socket string
 	// URLs is the server's dataset: shard URLs or brace patterns that a trainer
 	// reads when its hello names none. A trainer may always name these exact URLs.
 	URLs []string
 	// Allow lists URL prefixes a trainer may ask for besides URLs, such as
 	// "s3://bucket/train/" or "file:///data/shards/". A prefix matches whole path
-	// segments; URLs with "." or ".." segments are refused. Local files are only
-	// readable by a trainer under a file:// prefix listed here.
+	// segments. A URL is checked in the form its source uses (percent-decoded for
+	// remote URLs; for files, with symbolic links resolved and "?", "#" and "%"
+	// refused); "." and ".." segments are refused. Local files are only readable by
+	// a trainer under a file:// prefix listed here.
 	Allow []string
-	// AllowUIDs are peer uids accepted besides the server's own.
+	// AllowUIDs are peer uids accepted besides the server's own. With any, the socket
+	// is made connectable by every user (mode 0666, directory 0711), and the server
+	// refuses, by their SO_PEERCRED uid, those not listed.
 	AllowUIDs []int
 	// Pipeline holds the settings of every session's pipeline: fields used when a
 	// hello names none, shuffle buffer, workers, slab count and size, error policy,
@@ -110,6 +118,7 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup  // sessions
 	own    map[string]bool // the expanded URLs of Options.URLs
+	allow  []string        // Options.Allow, normalised
 	slots  chan struct{}
 	nextID atomic.Uint64
 	active atomic.Int32
@@ -157,10 +166,13 @@ func Listen(opts Options) (*Server, error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
+	var allow []string
 	for _, p := range opts.Allow {
 		if err := checkPrefix(p); err != nil {
 			return nil, err
 		}
+		n, _ := normalize(p)
+		allow = append(allow, n)
 	}
 	path, err := filepath.Abs(opts.Socket)
 	if err != nil {
@@ -170,7 +182,7 @@ func Listen(opts Options) (*Server, error) {
 	if len(opts.URLs) > 0 {
 		opts.Pipeline.URLs = opts.URLs
 	}
-	madeDir, err := socketDir(filepath.Dir(path))
+	madeDir, err := socketDir(filepath.Dir(path), len(opts.AllowUIDs) > 0)
 	if err != nil {
 		return nil, err
 	}
@@ -192,14 +204,19 @@ func Listen(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("serve: listen on %s: %w", path, err)
 	}
 	ln.SetUnlinkOnClose(true)
-	// Only the owner (and root) can reach the socket; the directory already says so.
-	if err := os.Chmod(path, 0o600); err != nil {
+	// Only the owner (and root) can reach the socket; with AllowUIDs, every user can
+	// connect, and the server serves those whose uid (SO_PEERCRED) it allows.
+	sockMode := os.FileMode(0o600)
+	if len(opts.AllowUIDs) > 0 {
+		sockMode = 0o666
+	}
+	if err := os.Chmod(path, sockMode); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("serve: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		opts: opts, ln: ln, madeDir: madeDir, ctx: ctx, cancel: cancel, own: own,
+		opts: opts, ln: ln, madeDir: madeDir, ctx: ctx, cancel: cancel, own: own, allow: allow,
 		slots:    make(chan struct{}, opts.MaxSessions),
 		counts:   map[string]*list.Element{},
 		lru:      list.New(),
@@ -217,27 +234,54 @@ func Listen(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// socketDir makes dir with mode 0700, or checks that an existing one is a directory
-// no other user can write to. It reports whether it created dir.
-func socketDir(dir string) (bool, error) {
-	err := os.Mkdir(dir, 0o700)
+// socketDir makes dir with mode 0700 (0711 when shared: other users may then reach
+// a socket in it, and the server tells them apart by their uid), or checks that an
+// existing one is a directory of the server's own user that no other user can write
+// to (giving it the search bit for others when shared). It reports whether it
+// created dir.
+func socketDir(dir string, shared bool) (bool, error) {
+	mode := os.FileMode(0o700)
+	if shared {
+		mode = 0o711
+	}
+	err := os.Mkdir(dir, mode)
 	if err == nil {
-		return true, nil
+		return true, os.Chmod(dir, mode) // the umask may have taken bits away
 	}
 	if !errors.Is(err, os.ErrExist) {
 		return false, fmt.Errorf("serve: socket directory: %w", err)
 	}
-	fi, err := os.Stat(dir)
+	fi, err := os.Lstat(dir)
 	if err != nil {
 		return false, fmt.Errorf("serve: socket directory: %w", err)
 	}
 	if !fi.IsDir() {
 		return false, fmt.Errorf("serve: socket directory %s is not a directory", dir)
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0 {
-		return false, fmt.Errorf("serve: socket directory %s (mode %v, owner uid %d) is writable by other users; use a directory of your own", dir, fi.Mode().Perm(), st.Uid)
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return false, nil
+	}
+	if int(st.Uid) != os.Getuid() {
+		return false, fmt.Errorf("serve: socket directory %s belongs to %s, not to this server's user (uid %d): another user could replace the socket; use a directory of your own (--socket, or $XDG_RUNTIME_DIR)", dir, userName(int(st.Uid)), os.Getuid())
+	}
+	if fi.Mode()&0o022 != 0 {
+		return false, fmt.Errorf("serve: socket directory %s (mode %v) is writable by other users; use a directory of your own", dir, fi.Mode().Perm())
+	}
+	if shared && fi.Mode()&0o001 == 0 {
+		if err := os.Chmod(dir, fi.Mode().Perm()|0o011); err != nil {
+			return false, fmt.Errorf("serve: socket directory %s: letting the --allow-uid users in: %w", dir, err)
+		}
 	}
 	return false, nil
+}
+
+// userName names uid for a message: "uid 65534 (nobody)".
+func userName(uid int) string {
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		return fmt.Sprintf("uid %d (%s)", uid, u.Username)
+	}
+	return fmt.Sprintf("uid %d", uid)
 }
 
 // recoverStale removes a socket file that no server answers on. A live server, or a
@@ -367,7 +411,7 @@ func (s *Server) count(ctx context.Context, cfg shardload.Config) ([]shard.Info,
 		go func() {
 			defer s.countWG.Done()
 			defer cancel()
-			infos, err := shardload.Count(cctx, cfg)
+			infos, err := countSafely(cctx, cfg)
 			s.countMu.Lock()
 			defer s.countMu.Unlock()
 			if s.counting[key] == c {
@@ -412,6 +456,16 @@ func countKey(cfg shardload.Config) string {
 	return strings.Join(cfg.URLs, "\x00") + "\x00" + cfg.Index
 }
 
+// countSafely is shardload.Count, with a panic made its error.
+func countSafely(ctx context.Context, cfg shardload.Config) (infos []shard.Info, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("serve: internal error (panic) while counting the dataset: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return shardload.Count(ctx, cfg)
+}
+
 // keepCount keeps a dataset's counts, dropping the least recently used beyond
 // MaxDatasets. countMu must be held.
 func (s *Server) keepCount(key string, infos []shard.Info) {
@@ -426,51 +480,4 @@ func (s *Server) keepCount(key string, infos []shard.Info) {
 		s.lru.Remove(e)
 		delete(s.counts, e.Value.(*countEntry).key)
 	}
-}
-
-// checkPrefix validates an Allow prefix.
-func checkPrefix(p string) error {
-	if !strings.Contains(p, "://") {
-		return fmt.Errorf("serve: allowed prefix %q: want a URL such as s3://bucket/prefix/ or file:///data/", p)
-	}
-	if hasDotSegment(p) {
-		return fmt.Errorf("serve: allowed prefix %q has a . or .. segment", p)
-	}
-	return nil
-}
-
-// hasDotSegment reports whether the path of url has a "." or ".." segment.
-func hasDotSegment(url string) bool {
-	if i := strings.Index(url, "://"); i >= 0 {
-		url = url[i+3:]
-	}
-	if i := strings.IndexAny(url, "?#"); i >= 0 {
-		url = url[:i]
-	}
-	for _, seg := range strings.Split(url, "/") {
-		if seg == "." || seg == ".." {
-			return true
-		}
-	}
-	return false
-}
-
-// allowed reports whether a trainer may read url: one of the server's own URLs, or
-// under an Allow prefix at a segment boundary.
-func (s *Server) allowed(url string) bool {
-	if s.own[url] {
-		return true
-	}
-	if !strings.Contains(url, "://") || hasDotSegment(url) {
-		return false
-	}
-	for _, p := range s.opts.Allow {
-		if !strings.HasPrefix(url, p) {
-			continue
-		}
-		if strings.HasSuffix(p, "/") || len(url) == len(p) || url[len(p)] == '/' {
-			return true
-		}
-	}
-	return false
 }

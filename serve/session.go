@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -49,6 +50,13 @@ func reject(code, format string, args ...any) error {
 func (s *Server) handle(c *net.UnixConn) {
 	defer linger(c)
 	id := s.nextID.Add(1)
+	// A panic ends this session, not the server and every other trainer's.
+	defer func() {
+		if r := recover(); r != nil {
+			s.opts.Logf("serve: session %d: internal error (panic), the session ends: %v\n%s", id, r, debug.Stack())
+			sendError(c, CodePipeline, fmt.Sprintf("internal error in the shardload server (panic: %v); this session ends, the server goes on", r))
+		}
+	}()
 	uid, pid, err := peerCred(c)
 	if err != nil {
 		s.opts.Logf("serve: session %d: reading peer credentials: %v", id, err)
@@ -181,8 +189,8 @@ func (s *Server) sessionConfig(h *hello) (shardload.Config, error) {
 			return cfg, reject(CodeBadRequest, "urls: %v", err)
 		}
 		for _, u := range urls {
-			if !s.allowed(u) {
-				return cfg, reject(CodeDenied, "this server does not serve %s: it serves its own dataset and URLs under the prefixes given by --allow", u)
+			if err := s.allowed(u); err != nil {
+				return cfg, reject(CodeDenied, "this server does not serve %s (%v): it serves its own dataset and URLs under the prefixes given by --allow", u, err)
 			}
 		}
 		if !slices.Equal(h.URLs, s.opts.URLs) {
