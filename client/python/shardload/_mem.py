@@ -2,8 +2,8 @@
 "detach" such a mapping, replacing it in one step with a private copy of its bytes at
 the same address.
 
-A slab's mapping is an anonymous Python ``mmap`` object whose pages are replaced by the
-slab's memfd (``MAP_FIXED``). The object keeps no descriptor of the memfd (an mmap made
+A slab's mapping is an anonymous Python ``mmap`` object, part of whose pages are
+replaced by the slab's memfd (``MAP_FIXED``). The object keeps no descriptor of the memfd (an mmap made
 from a descriptor keeps a duplicate of it open until it dies), so a detached mapping
 holds nothing of the server's memory. Every view of a batch (numpy arrays, tensors,
 memoryviews) references its slab's ``mmap`` object; when the object dies, it unmaps
@@ -16,7 +16,8 @@ import mmap
 _MAP_FIXED = 0x10  # Linux, every architecture the server builds for
 _MREMAP_MAYMOVE = 1
 _MREMAP_FIXED = 2
-_MADV_POPULATE_WRITE = 23  # Linux 5.14; older kernels refuse it, and the copy faults the pages in
+_MADV_POPULATE_READ = 22  # Linux 5.14; older kernels refuse these, and the copy faults the pages in
+_MADV_POPULATE_WRITE = 23
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _RW = mmap.PROT_READ | mmap.PROT_WRITE
 
@@ -54,17 +55,23 @@ def address(mm):
         del buf
 
 
+_HUGE = 2 << 20
+
+
 def map_fd(fd, size):
-    """A new mmap object of size bytes whose memory is the file fd (MAP_SHARED, read
-    and write), and its address."""
-    mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE, prot=_RW)
-    addr = address(mm)
+    """A new mmap object whose memory holds the file fd (MAP_SHARED, read and write)
+    at offset pad, and that address. For slabs of 2 MiB and more, the address is a
+    multiple of 2 MiB, so that huge pages of the file can be mapped as such."""
+    align = _HUGE if size >= _HUGE else mmap.PAGESIZE
+    mm = mmap.mmap(-1, size + align - mmap.PAGESIZE, flags=mmap.MAP_PRIVATE, prot=_RW)
+    base = address(mm)
+    addr = (base + align - 1) // align * align
     r = _c().mmap(addr, size, _RW, mmap.MAP_SHARED | _MAP_FIXED, fd, 0)
     if r == _MAP_FAILED or r != addr:
         err = _oserror("mapping a slab")
         mm.close()
         raise err
-    return mm, addr
+    return mm, addr, addr - base
 
 
 def detach(addr, size, used):
@@ -78,9 +85,11 @@ def detach(addr, size, used):
         raise _oserror("allocating a private copy of a slab")
     used = max(0, min(used, size))
     if used:
-        # Populating the pages in one call costs about half of faulting them in one by
-        # one during the copy.
-        c.madvise(new, (used + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE, _MADV_POPULATE_WRITE)
+        # Populating the pages in one call each costs about half of faulting them in
+        # one by one during the copy.
+        n = (used + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+        c.madvise(addr, n, _MADV_POPULATE_READ)
+        c.madvise(new, n, _MADV_POPULATE_WRITE)
         ctypes.memmove(new, addr, used)
     r = c.mremap(new, size, size, _MREMAP_MAYMOVE | _MREMAP_FIXED, addr)
     if r == _MAP_FAILED or r != addr:

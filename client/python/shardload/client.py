@@ -13,9 +13,9 @@ changes, for as long as the trainer holds it:
 
 - When nothing of the batch is referenced any more at its release, the slab goes back
   to the server at once (no copy).
-- When something is (a loop variable still names last step's labels), the release is
-  deferred to the step after next; a normal loop has moved on by then, and the slab
-  goes back without a copy.
+- When something is (a loop variable still names last step's labels), the client
+  looks again when the next batch is taken; a normal loop has moved on by then, and
+  the slab goes back without a copy.
 - When something still is (a list of kept labels), the client "detaches" the batch:
   it copies the batch's bytes into private memory placed at the same address (one
   atomic ``mremap``), so the views keep their addresses and contents, and gives the
@@ -116,11 +116,43 @@ def _numpy():
     return numpy
 
 
-def _from_numpy(torch, arr):
-    """torch.from_numpy of a read-only array, without the warning it gives (batch
+_NOT_WRITABLE = "The given NumPy array is not writable"
+
+# Whether torch still has to be kept from warning about read-only arrays: it warns
+# once per process, and the warning filter costs more than the rest of a batch's
+# tensors, so the client stops filtering once torch has warned and then stayed quiet.
+_quiet = {"warned": False, "done": False}
+
+
+class _NoWritableWarning:
+    """Around torch.from_numpy of read-only arrays: without torch's warning (batch
     tensors are documented as not to be written)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+
+    def __enter__(self):
+        if _quiet["done"]:
+            return self
+        self._cw = warnings.catch_warnings(record=True)
+        self._seen = self._cw.__enter__()
+        warnings.filterwarnings("always", message=_NOT_WRITABLE)
+        return self
+
+    def __exit__(self, *exc):
+        if _quiet["done"]:
+            return False
+        self._cw.__exit__(*exc)
+        mine = [w for w in self._seen if str(w.message).startswith(_NOT_WRITABLE)]
+        for w in self._seen:  # warnings of other origins go on as they came
+            if w not in mine:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+        if mine:
+            _quiet["warned"] = True
+        elif _quiet["warned"]:
+            _quiet["done"] = True
+        return False
+
+
+def _from_numpy(torch, arr):
+    with _NoWritableWarning():
         return torch.from_numpy(arr)
 
 
@@ -346,7 +378,7 @@ def _gpu_pci(device):
     if cuda is None:
         return None
     try:
-        if not cuda.is_available() or not cuda.is_initialized():
+        if not cuda.is_initialized():  # (is_available() may itself initialise the driver)
             return None
         if device is None or device == "current":
             device = cuda.current_device()
@@ -482,6 +514,7 @@ class Client:
         self._pid = os.getpid()
         self._maps = []    # per slab: the mmap object the batch in that slab uses
         self._addrs = []   # per slab: its address
+        self._pads = []    # per slab: the slab's offset in its mmap object
         self._fds = []     # per slab: the memfd (for a fresh mapping after a detach)
         self._used = []    # per slab: bytes the latest batch in it occupies
         self._held = {}    # slab -> Batch handed out and not released
@@ -508,6 +541,10 @@ class Client:
         pci = _gpu_pci(ordinal) if (device is None or ordinal is not None) else None
         if pci:
             hello["gpu_pci"] = pci
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        if visible and len(visible) <= 1024 and all(c.isascii() and (c.isalnum() or c in ",-/ ") for c in visible):
+            # Without gpu_pci, the server maps local_rank through it to a GPU.
+            hello["cuda_visible_devices"] = visible
         fds = []
         try:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -538,29 +575,12 @@ class Client:
             if ready.get("version") != PROTOCOL_VERSION:
                 raise ProtocolError(f"the server speaks protocol version {ready.get('version')}, "
                                     f"this client version {PROTOCOL_VERSION}")
-            if len(fds) != ready["slabs"]:
-                raise ProtocolError(f"the server announced {ready['slabs']} slabs but passed {len(fds)} descriptors")
-            self.slab_bytes = ready["slab_bytes"]
-            self._fds, fds = fds, []
-            for fd in self._fds:
-                mm, addr = _mem.map_fd(fd, self.slab_bytes)
-                self._maps.append(mm)
-                self._addrs.append(addr)
-                self._used.append(None)
-                del mm
-            # What sys.getrefcount says of a slab's mmap that nothing but this client
-            # references; any view of a batch in it (and views of those views, which
-            # keep their base alive) adds to it.
-            self._base_refs = self._refs(0) if self._maps else 0
-            self.session = ready["session"]
-            self.fields = ready["fields"]
-            self.batches_per_epoch = ready["batches"]
-            self.samples_per_epoch = ready["samples"]
-            self.current_epoch = ready["epoch"]
-            self.order = ready.get("order")
-            self.placement = ready.get("placement")
-            self.last_end = None
-            self._epoch_open = True
+            self._fds, fds = list(fds), []  # closed by close() from here on
+            try:
+                self._ready(ready)
+            except (KeyError, TypeError, ValueError) as e:
+                raise ProtocolError(f"a ready message this client cannot read ({type(e).__name__}: {e}): "
+                                    f"{msg[:200]!r}") from None
             if check_order:
                 self._check_order(check_timeout)
         except BaseException:
@@ -568,6 +588,31 @@ class Client:
                 os.close(fd)
             self.close()
             raise
+
+    def _ready(self, ready):
+        if len(self._fds) != ready["slabs"]:
+            raise ProtocolError(f"the server announced {ready['slabs']} slabs but passed {len(self._fds)} descriptors")
+        self.slab_bytes = int(ready["slab_bytes"])
+        for fd in self._fds:
+            mm, addr, pad = _mem.map_fd(fd, self.slab_bytes)
+            self._maps.append(mm)
+            self._addrs.append(addr)
+            self._pads.append(pad)
+            self._used.append(None)
+            del mm
+        # What sys.getrefcount says of a slab's mmap that nothing but this client
+        # references; any view of a batch in it (and views of those views, which keep
+        # their base alive) adds to it.
+        self._base_refs = self._refs(0) if self._maps else 0
+        self.session = ready["session"]
+        self.fields = ready["fields"]
+        self.batches_per_epoch = ready["batches"]
+        self.samples_per_epoch = ready["samples"]
+        self.current_epoch = ready["epoch"]
+        self.order = ready.get("order")
+        self.placement = ready.get("placement")
+        self.last_end = None
+        self._epoch_open = True
 
     # -- connection and messages --
 
@@ -751,7 +796,7 @@ class Client:
         _mem.detach(addr, size, used)
         if fresh:
             # The old mmap object now owns the private copy: the views keep it alive.
-            self._maps[i], self._addrs[i] = _mem.map_fd(self._fds[i], size)
+            self._maps[i], self._addrs[i], self._pads[i] = _mem.map_fd(self._fds[i], size)
             for h in self._slab_hooks:
                 h.slab_mapped(i, self._addrs[i], size)
         self.stats["detached"] += 1
@@ -779,12 +824,12 @@ class Client:
         else:
             self._send_release(b)
 
-    def _settle(self, force=False, epoch=None):
+    def _settle(self, force=False, which=None):
         """Hand back the deferred batches: those deferred before the latest batch was
-        taken (all of them with force, or those of epoch): free ones as they are, the
-        others after a detach."""
+        taken (all of them with force; only those which(batch) accepts, if given): free
+        ones as they are, the others after a detach."""
         for b in list(self._pending):
-            if epoch is not None and b.epoch != epoch:
+            if which is not None and not which(b):
                 continue
             if not force and b._mark >= self._takes:
                 continue
@@ -794,16 +839,22 @@ class Client:
             self._send_release(b)
 
     def _batch(self, msg):
+        try:
+            return self._batch_of(msg)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ProtocolError(f"a batch message this client cannot read ({type(e).__name__}: {e})") from None
+
+    def _batch_of(self, msg):
         i = msg["slab"]
         if not 0 <= i < len(self._maps):
             raise ProtocolError(f"batch in slab {i} of {len(self._maps)}")
-        ro = memoryview(self._maps[i]).toreadonly()
+        pad = self._pads[i]
+        ro = memoryview(self._maps[i])[pad:pad + self.slab_bytes].toreadonly()
         rows = msg["rows"]
         cols = {}
         keys = None
         if self._torch is not None:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            with _NoWritableWarning():
                 for col in msg["columns"]:
                     if col["name"] == "__key__":
                         keys = self._view(ro, col, rows, key=True)
@@ -908,7 +959,9 @@ class Client:
         """Start epoch n and yield its batches. Called before the current epoch's end
         (the loop was left early), it abandons the current epoch: the batches of it
         still held are released (those whose views are still referenced after a copy,
-        see Batch) and the server drops the rest."""
+        see Batch) and the server drops the rest. After a normal end, the batches of the
+        epoch that ended may still be released later; those of earlier epochs are
+        released now."""
         if self.closed:
             raise ShardloadError("the client is closed")
         self._gen += 1  # generators of the current epoch yield and release nothing more
@@ -916,13 +969,15 @@ class Client:
             self._drain()  # one abandoned epoch at a time
         old = self.current_epoch
         abandon = self._epoch_open
-        if abandon:
-            # After the epoch message the server takes these slabs back itself: the
-            # releases go first, and batches whose views live on are copied out.
-            for b in list(self._held.values()):
-                if b.epoch == old:
-                    self._release_batch(b)
-            self._settle(force=True, epoch=old)
+        # Batches may be released during the next epoch only if they are of this one
+        # and it ends normally. After an abandon the server takes the slabs back
+        # itself. Either way the releases that may not come later go first, and the
+        # batches whose views live on are copied out.
+        keep = (lambda b: False) if abandon else (lambda b: b.epoch == old)
+        for b in list(self._held.values()):
+            if not keep(b):
+                self._release_batch(b)
+        self._settle(force=True, which=lambda b: not keep(b))
         self._send({"type": "epoch", "epoch": n})
         self.current_epoch = n
         self._epoch_open = True
@@ -969,7 +1024,7 @@ class Client:
             self._sock = None
             for fd in self._fds:
                 os.close(fd)  # this process's copies of the descriptors
-            self._maps, self._addrs, self._fds, self._held, self._pending = [], [], [], {}, []
+            self._maps, self._addrs, self._pads, self._fds, self._held, self._pending = [], [], [], [], {}, []
             return
         if self._sock is not None:
             try:
@@ -994,7 +1049,7 @@ class Client:
                     self._maps[i].close()
                 except BufferError:
                     pass
-        self._maps, self._addrs = [], []
+        self._maps, self._addrs, self._pads = [], [], []
         for fd in self._fds:
             os.close(fd)
         self._fds = []

@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from .client import Client, Ragged, ShardloadError
+from .client import Client, ShardloadError
 
 WORKERS_MESSAGE = (
     "ShardloadDataset in a DataLoader with num_workers={n}: each worker process would connect "
