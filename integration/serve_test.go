@@ -99,11 +99,20 @@ func (lr *lineReader) next(t *testing.T, timeout time.Duration) string {
 // it to say it listens.
 func startServer(t *testing.T, socket string, args ...string) *server {
 	t.Helper()
+	return startServerAs(t, -1, socket, args...)
+}
+
+// startServerAs is startServer with the server running as uid (>= 0).
+func startServerAs(t *testing.T, uid int, socket string, args ...string) *server {
+	t.Helper()
 	if socket == "" {
 		socket = filepath.Join(t.TempDir(), "run", "loader.sock")
 	}
 	cmd := exec.Command(bin, append([]string{"serve", "--socket", socket}, args...)...)
 	cmd.Env = append(os.Environ(), "AWS_EC2_METADATA_DISABLED=true")
+	if uid >= 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -521,6 +530,73 @@ func TestServeOtherUserRefused(t *testing.T) {
 	tr = startTrainer(t, py, srv.socket, -1, "--field", "cls:int")
 	if got, errLine := tr.run(t); errLine != nil || len(got) == 0 {
 		t.Fatalf("own user after a refusal: %d batches, %+v", len(got), errLine)
+	}
+}
+
+// requireRoot fails the test in CI, and skips it loudly elsewhere, when it cannot
+// run processes as another user.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Getuid() != 0 {
+		msg := "running processes as nobody needs root"
+		if ci := os.Getenv("CI"); ci != "" && ci != "false" && ci != "0" {
+			t.Fatal(msg)
+		}
+		t.Skip("SKIPPED: " + msg)
+	}
+}
+
+// openUp makes dir and its ancestors under the temporary directory searchable by
+// other users, so that a process of another user reaches files in them.
+func openUp(t *testing.T, dir string) {
+	t.Helper()
+	for p := dir; strings.HasPrefix(p, os.TempDir()+"/"); p = filepath.Dir(p) {
+		if err := os.Chmod(p, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The client talks only to a server of its own user or root, or of a uid it is told
+// to trust: another user's process at the socket gets no hello. And --allow-uid lets
+// that user's trainers in.
+func TestServeTrust(t *testing.T) {
+	py := python(t)
+	requireRoot(t)
+	const nobody = 65534
+	openUp(t, filepath.Dir(bin))
+	base := t.TempDir()
+	openUp(t, base)
+	nb := filepath.Join(base, "nb")
+	if err := os.Mkdir(nb, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(nb, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	spec := shardgen.Spec{Shards: 2, SamplesPerShard: 10, Fields: shardgen.Presets["default"]}
+	if _, err := shardgen.Generate(filepath.Join(nb, "data"), spec); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Join(nb, "data"), 0o755)
+	pattern := filepath.Join(nb, "data", spec.Pattern())
+
+	// A server of nobody's: a root trainer refuses it, unless told to trust it.
+	srv := startServerAs(t, nobody, filepath.Join(nb, "run", "loader.sock"), "--allow-uid", "0", pattern)
+	_, errLine := startTrainer(t, py, srv.socket, -1, "--field", "cls:int").run(t)
+	if errLine == nil || errLine.Error != "UntrustedServer" || !strings.Contains(errLine.Message, "uid 65534") {
+		t.Fatalf("root trainer, nobody's server: %+v", errLine)
+	}
+	t.Setenv("SHARDLOAD_TRUST_UIDS", strconv.Itoa(nobody))
+	if got, errLine := startTrainer(t, py, srv.socket, -1, "--field", "cls:int").run(t); errLine != nil || len(got) != 1 {
+		t.Fatalf("trusting uid %d: %d batches, %+v", nobody, len(got), errLine)
+	}
+	os.Unsetenv("SHARDLOAD_TRUST_UIDS")
+
+	// A root server with --allow-uid serves nobody's trainers (who trust root).
+	srv = startServer(t, filepath.Join(base, "root", "loader.sock"), "--allow-uid", strconv.Itoa(nobody), pattern)
+	if got, errLine := startTrainer(t, py, srv.socket, nobody, "--field", "cls:int").run(t); errLine != nil || len(got) != 1 {
+		t.Fatalf("nobody's trainer, --allow-uid %d: %d batches, %+v", nobody, len(got), errLine)
 	}
 }
 

@@ -34,6 +34,7 @@ from .client import (
     ServerGone,
     ShardloadError,
     Timeout,
+    UntrustedServer,
     connect,
     default_socket,
 )
@@ -41,6 +42,6 @@ from .client import (
 __all__ = [
     "CLIENT_NAME", "MAX_MESSAGE", "PROTOCOL_VERSION", "Batch", "Client", "NoServer", "OrderMismatch",
     "PermissionDenied", "ProtocolError", "Ragged", "ServerError", "ServerGone", "ShardloadError",
-    "Timeout", "connect", "default_socket",
+    "Timeout", "UntrustedServer", "connect", "default_socket",
 ]
 __version__ = "0.2.0"

@@ -31,6 +31,7 @@ import itertools
 import json
 import os
 import socket
+import struct
 import sys
 import tempfile
 import time
@@ -72,6 +73,11 @@ class NoServer(ShardloadError):
 
 class PermissionDenied(ShardloadError):
     """The socket (or its directory) may not be opened by this user."""
+
+
+class UntrustedServer(ShardloadError):
+    """The server at the socket runs as a user this client does not trust (see
+    Client's ``trust_uids``): another user may have put its socket there."""
 
 
 class Timeout(ShardloadError):
@@ -480,6 +486,12 @@ class Client:
     report within ``check_timeout`` seconds makes the others raise Timeout. Without
     either, nothing is checked.
 
+    The server must run as this process's user or as root, or as one of
+    ``trust_uids`` (default: $SHARDLOAD_TRUST_UIDS, comma-separated uids): the client
+    reads the server's uid from the socket (SO_PEERCRED) before it says anything, and
+    raises UntrustedServer otherwise, so that another user's process that took the
+    socket's place gets no hello.
+
     Iterating over the client yields the batches of its current epoch; ``epoch(n)``
     starts epoch n on the same slabs, at any time (an epoch left early is abandoned).
     Batch lifetime: see Batch and the module docstring. ``stats`` counts releases,
@@ -490,7 +502,7 @@ class Client:
     def __init__(self, socket_path=None, *, rank=None, world=None, local_rank=None,
                  seed=0, epoch=0, batch_size=32, fields=None, urls=None,
                  drop_last=False, output=None, timeout=None, device=None,
-                 check_order=True, check_timeout=300):
+                 check_order=True, check_timeout=300, trust_uids=None):
         self.socket_path = socket_path or default_socket()
         self.rank = _env_int("RANK", 0) if rank is None else rank
         self.world = _env_int("WORLD_SIZE", 1) if world is None else world
@@ -553,6 +565,7 @@ class Client:
         try:
             sock.settimeout(timeout)
             self._connect(sock)
+            self._check_peer(sock, trust_uids)
             self._sock = sock
             self._send(hello)
             try:
@@ -631,6 +644,26 @@ class Client:
                                    "(and those given by --allow-uid)") from None
         except OSError as e:
             raise self._os_error(e, f"connecting to {path}") from None
+
+    def _check_peer(self, sock, trust_uids):
+        """Refuse a server that runs as a user not trusted (see the class doc)."""
+        if trust_uids is None:
+            env = os.environ.get("SHARDLOAD_TRUST_UIDS", "")
+            try:
+                trust_uids = [int(u) for u in env.split(",") if u.strip()]
+            except ValueError:
+                raise ShardloadError(f"SHARDLOAD_TRUST_UIDS={env!r}: want comma-separated uids") from None
+        try:
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        except OSError as e:
+            raise self._os_error(e, "reading the server's credentials") from None
+        pid, uid, _ = struct.unpack("3i", creds)
+        trusted = {os.getuid(), 0, *trust_uids}
+        if uid not in trusted:
+            raise UntrustedServer(
+                f"the server at {self.socket_path} runs as uid {uid} (pid {pid}), not as this user "
+                f"(uid {os.getuid()}) or root: refusing to talk to it (another user may have taken "
+                "the socket's place); pass trust_uids=[...] or set SHARDLOAD_TRUST_UIDS to trust it")
 
     def _os_error(self, e, doing):
         """The client's error for an OSError of the socket."""
