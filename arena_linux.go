@@ -36,3 +36,12 @@ func mapChunk(n int) []byte {
 }
 
 func unmapChunk(b []byte) { unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(b)), uintptr(len(b))) }
+
+// physicalMemory returns the machine's memory in bytes, 0 when unknown.
+func physicalMemory() int64 {
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) != nil {
+		return 0
+	}
+	return int64(si.Totalram) * int64(si.Unit)
+}

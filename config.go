@@ -230,11 +230,20 @@ func (cfg Config) withDefaults() Config {
 }
 
 func (cfg *Config) validate() error {
+	err := cfg.Validate()
+	if len(cfg.URLs) == 0 && len(cfg.Shards) == 0 {
+		err = errors.Join(errors.New("shardload: bad config: no shard URLs"), err)
+	}
+	return err
+}
+
+// Validate reports every setting of cfg that is negative or makes no sense, such as a
+// rank outside the world or a slab ring larger than half of the machine's memory
+// (Open calls it; a loader process checks its settings once with it before any
+// trainer connects). It does not require URLs.
+func (cfg Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if len(cfg.URLs) == 0 && len(cfg.Shards) == 0 {
-		bad("no shard URLs")
-	}
 	for _, c := range []struct {
 		name string
 		v    int64
@@ -246,6 +255,13 @@ func (cfg *Config) validate() error {
 	} {
 		if c.v < 0 {
 			bad("%s %d is negative", c.name, c.v)
+		}
+	}
+	if d := cfg.withDefaults(); d.Slabs > 0 && d.SlabBytes > 0 {
+		if d.SlabBytes > math.MaxInt64/int64(d.Slabs) {
+			bad("Slabs %d x SlabBytes %d overflows", d.Slabs, d.SlabBytes)
+		} else if mem := physicalMemory(); mem > 0 && int64(d.Slabs)*d.SlabBytes > mem/2 {
+			bad("the slab ring of %d x %d bytes is more than half of this machine's memory (%d bytes)", d.Slabs, d.SlabBytes, mem)
 		}
 	}
 	if world := max(cfg.World, 1); cfg.Rank < 0 || cfg.Rank >= world {
@@ -286,6 +302,12 @@ func (cfg *Config) validate() error {
 		return fmt.Errorf("shardload: bad config: %w", err)
 	}
 	return nil
+}
+
+// RingBytes returns the bytes of the slab ring with these settings: Slabs x SlabBytes.
+func (cfg Config) RingBytes() int64 {
+	cfg = cfg.withDefaults()
+	return int64(cfg.Slabs) * cfg.SlabBytes
 }
 
 // MemoryBudget returns the bytes the loader's buffers hold at most with these

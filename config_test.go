@@ -41,6 +41,9 @@ func TestConfigRefusesBadSettings(t *testing.T) {
 		{"BudgetCount", func(c *shardload.Config) { c.ErrorBudget = &shardload.Budget{Shards: -1} }, "ErrorBudget counts are negative"},
 		{"CPUs", func(c *shardload.Config) { c.CPUs = []int{0, -1} }, "CPUs lists CPU -1"},
 		{"Shards", func(c *shardload.Config) { c.Shards = []shard.Info{{URL: paths[0], Samples: -3}} }, "has -3 samples"},
+		{"SlabsHuge", func(c *shardload.Config) { c.Slabs = 100000; c.SlabBytes = 1 << 30 }, "more than half of this machine's memory"},
+		{"SlabSizeHuge", func(c *shardload.Config) { c.SlabBytes = 1 << 40 }, "more than half of this machine's memory"},
+		{"SlabsOverflow", func(c *shardload.Config) { c.Slabs = 1 << 20; c.SlabBytes = 1 << 50 }, "overflows"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -178,5 +181,55 @@ func TestOrderFingerprint(t *testing.T) {
 	b := order(func(c *shardload.Config) { c.NoShuffle = true; c.OpenShards = 2; c.ShuffleBuffer = 10 })
 	if a.Fingerprint() != b.Fingerprint() {
 		t.Errorf("no shuffle: %+v and %+v differ", a, b)
+	}
+}
+
+// An index that says a shard has fewer samples than it holds fails the loader, naming
+// the shard (it read 10 of 300 samples, exit 0); one that says more fails too, and
+// counts whose sum overflows are refused at Open (they planned "0 samples").
+func TestIndexThatDisagrees(t *testing.T) {
+	dir := t.TempDir()
+	var members [][2]string
+	for j := range 30 {
+		key := fmt.Sprintf("k%03d", j)
+		members = append(members, [2]string{key + ".bin", key}, [2]string{key + ".cls", "1"})
+	}
+	p := writeTar(t, filepath.Join(dir, "a.tar"), members...)
+	fields := []decode.Field{mustField(t, "bin"), mustField(t, "cls")}
+	ctx := context.Background()
+	for _, tt := range []struct {
+		count  int
+		policy shardload.Policy
+		want   string
+	}{
+		{10, shardload.Fail, "more samples than the 10 its count says"},
+		{10, shardload.Skip, "more samples than the 10 its count says"},
+		{40, shardload.Fail, "has 30 samples, but its count says at least 40"},
+	} {
+		index := filepath.Join(dir, "index.jsonl")
+		os.WriteFile(index, []byte(fmt.Sprintf("{\"url\": %q, \"samples\": %d}\n", p, tt.count)), 0o644)
+		l, err := shardload.Open(ctx, shardload.Config{URLs: []string{p}, Index: index, Fields: fields, BatchSize: 4, NoLock: true,
+			OnError: tt.policy, ErrorBudget: &shardload.Budget{Fraction: 1}, Logf: func(string, ...any) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := runToError(ctx, l)
+		l.Close()
+		if tt.policy == shardload.Skip && tt.count > 30 {
+			continue
+		}
+		if !errors.Is(got, shardload.ErrCountMismatch) || !strings.Contains(got.Error(), p) || !strings.Contains(got.Error(), tt.want) {
+			t.Errorf("count %d, %v: %v; want %q naming %s", tt.count, tt.policy, got, tt.want, p)
+		}
+	}
+	index := filepath.Join(dir, "huge.jsonl")
+	os.WriteFile(index, []byte(fmt.Sprintf("{\"url\": %q, \"samples\": %d}\n{\"url\": %q, \"samples\": %d}\n", p, math.MaxInt64/2+1, p+"x", math.MaxInt64/2+1)), 0o644)
+	l, err := shardload.Open(ctx, shardload.Config{URLs: []string{p, p + "x"}, Index: index, Fields: fields, NoLock: true})
+	if err == nil {
+		l.Close()
+		t.Fatal("counts that overflow were accepted")
+	}
+	if !strings.Contains(err.Error(), "overflow") {
+		t.Errorf("overflowing counts: %v", err)
 	}
 }

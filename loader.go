@@ -23,6 +23,7 @@ import (
 type Loader struct {
 	cfg    Config
 	plan   shard.Plan
+	counts []int // samples per shard, by index in the shard list
 	order  Order
 	fields []decode.Field
 
@@ -112,6 +113,9 @@ func Open(ctx context.Context, cfg Config) (*Loader, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkTotal(infos); err != nil {
+		return nil, err
+	}
 	plan, err := shard.NewPlan(infos, shard.PlanConfig{
 		Seed: cfg.Seed, Epoch: cfg.Epoch, Rank: cfg.Rank, World: cfg.World,
 		Shuffle: !cfg.NoShuffle, BatchSize: cfg.BatchSize, DropLast: cfg.DropLast,
@@ -132,11 +136,15 @@ func Open(ctx context.Context, cfg Config) (*Loader, error) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	l := &Loader{dev: deviceHook{stage: dev},
 		cfg: cfg, plan: plan, order: orderOf(cfg, infos), fields: fields, cancel: cancel, start: start,
+		counts:    make([]int, len(infos)),
 		out:       make(chan batchMsg, cfg.Slabs),
 		workers:   make(chan struct{}, cfg.Workers),
 		ringReady: make(chan struct{}),
 	}
 	// Free buffers kept for reuse: as much as the queues and the shuffle buffer hold.
+	for i, info := range infos {
+		l.counts[i] = info.Samples
+	}
 	l.pool.maxFree = int64(cfg.OpenShards)*cfg.QueueBytes + cfg.ShuffleBytes
 	// The arena may map twice that: what the queues and the shuffle buffer hold, and
 	// room for the batches being collated and for size classes that round up.

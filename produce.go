@@ -143,7 +143,7 @@ func (p *producer) run() {
 		t1 := mono()
 		nextTime += t1 - t0
 		if err == io.EOF {
-			err = fmt.Errorf("%s: shard: %d samples, but the count said %d (the shard changed since it was counted?)", span.URL, idx, span.Skip+span.Take)
+			err = fmt.Errorf("%w: %s has %d samples, but its count says at least %d (a stale index, or the shard changed since it was counted)", ErrCountMismatch, span.URL, idx, span.Skip+span.Take)
 		}
 		var se *shard.Error
 		sampleOnly := errors.As(err, &se) && se.Skippable()
@@ -183,6 +183,31 @@ func (p *producer) run() {
 			return
 		}
 	}
+	if end := span.Skip + span.Take; end == l.counts[span.Shard] {
+		p.checkEnd(r, end)
+	}
+}
+
+// checkEnd reads on after the last sample a shard's count says it has: the shard
+// must end there, and what lies after its samples (the end-of-archive blocks, a
+// compressed stream's trailer and checksum) must be sound. A shard with more samples
+// than counted fails the loader under either policy: the counts came from an index
+// or a counting pass that every rank planned from, so every rank's part is wrong.
+func (p *producer) checkEnd(r *shard.Reader, count int) {
+	smp, err := r.Next()
+	if err == io.EOF {
+		return
+	}
+	var se *shard.Error
+	if err == nil || (errors.As(err, &se) && se.Skippable()) {
+		if smp != nil {
+			p.l.pool.putBuf(smp.Buf)
+		}
+		p.send(slotMsg{err: fmt.Errorf("%w: %s has more samples than the %d its count says (a stale index, or the shard changed since it was counted): every rank's plan is wrong; rebuild the index", ErrCountMismatch, p.s.span.URL, count)})
+		return
+	}
+	// The samples are out; the shard's end is bad (cut short, a bad checksum).
+	p.fail(0, true, err)
 }
 
 // decode decodes the configured fields of smp into an item that owns its bytes: the
@@ -353,6 +378,10 @@ func (e *SampleError) Unwrap() error { return e.Err }
 
 // ErrMissingField means a sample lacks a configured field.
 var ErrMissingField = errors.New("shardload: missing field")
+
+// ErrCountMismatch means a shard holds another number of samples than the counts
+// the epoch was planned from (Config.Shards, Config.Index or the counting pass).
+var ErrCountMismatch = errors.New("shardload: shard and sample count disagree")
 
 // ErrErrorBudget means the Skip policy left out more than Config.ErrorBudget.
 var ErrErrorBudget = errors.New("shardload: too many samples skipped")

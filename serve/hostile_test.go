@@ -167,3 +167,23 @@ func TestPanicEndsOneSession(t *testing.T) {
 		t.Errorf("after the panics: end %+v", e)
 	}
 }
+
+// Slab rings that the machine cannot hold are refused when the server starts, not
+// when a trainer's session maps them and the kernel kills the server.
+func TestRingBounded(t *testing.T) {
+	for _, tt := range []struct {
+		cfg      shardload.Config
+		sessions int
+		want     string
+	}{
+		{shardload.Config{Slabs: 100000, SlabBytes: 16 << 20}, 1, "more than half of this machine's memory"},
+		{shardload.Config{SlabBytes: 1 << 40}, 1, "more than half of this machine's memory"},
+		{shardload.Config{SlabBytes: 1 << 30}, 1 << 20, "lower --max-sessions"},
+		{shardload.Config{QueueBytes: -1}, 1, "QueueBytes -1 is negative"},
+	} {
+		_, err := Listen(Options{Socket: filepath.Join(t.TempDir(), "s.sock"), Allow: []string{"s3://b/"}, Pipeline: tt.cfg, MaxSessions: tt.sessions})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%+v x %d sessions: %v; want %q", tt.cfg, tt.sessions, err, tt.want)
+		}
+	}
+}

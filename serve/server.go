@@ -32,6 +32,7 @@ import (
 	"net"
 	"os"
 	"os/user"
+	"math"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
@@ -165,6 +166,12 @@ func Listen(opts Options) (*Server, error) {
 	}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
+	}
+	if err := opts.Pipeline.Validate(); err != nil {
+		return nil, err
+	}
+	if ring := opts.Pipeline.RingBytes(); int64(opts.MaxSessions) > math.MaxInt64/max(ring, 1) || (physicalMemory() > 0 && int64(opts.MaxSessions)*ring > physicalMemory()/2) {
+		return nil, fmt.Errorf("serve: %d sessions of %d bytes of slabs each would hold more than half of this machine's memory (%d bytes): lower --max-sessions, --slabs or --slab-size", opts.MaxSessions, ring, physicalMemory())
 	}
 	var allow []string
 	for _, p := range opts.Allow {
