@@ -42,7 +42,9 @@ test: deps tools lint
 	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) ./shard/
 	$(GO) test -run '^$$' -fuzz '^FuzzExpand$$' -fuzztime 20000x ./shard/
 	$(GO) test -run '^$$' -fuzz '^FuzzTarReader$$' -fuzztime 50000x ./shard/
+	$(GO) test -run '^$$' -fuzz '^FuzzReaderCompressed$$' -fuzztime 20000x ./shard/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNPY$$' -fuzztime 50000x ./decode/
+	$(GO) test -run '^$$' -fuzz '^FuzzGunzip$$' -fuzztime 20000x ./decode/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCPUList$$' -fuzztime 50000x ./numa/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseContentRange$$' -fuzztime 20000x ./source/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMeta$$' -fuzztime 20000x ./cache/

@@ -3,12 +3,17 @@ package shard
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
 	"strconv"
 	"strings"
 )
 
-// MaxExpansion is the most URLs one pattern may expand to. A typo such as
-// {0..99999999} fails fast instead of filling memory.
+// MaxExpansion is the most URLs that Expand gives for one pattern and ExpandAll for
+// all its patterns together: 1,048,576. The count is worked out before anything is
+// expanded, so a typo such as {0..99999999} fails at once, naming the pattern and the
+// count, instead of filling memory. The command line, the library (Config.URLs) and
+// the loader process all expand through ExpandAll.
 const MaxExpansion = 1 << 20
 
 // ErrBadPattern is wrapped by Expand's errors.
@@ -25,10 +30,16 @@ var ErrBadPattern = errors.New("shard: bad URL pattern")
 //	\{ and \}                    literal braces
 //
 // A brace group holding neither a comma nor a range is kept literally ("{x}").
-// Unbalanced braces and expansions beyond MaxExpansion are errors.
+// Unbalanced braces and patterns that would give more than MaxExpansion URLs are
+// errors; the count is checked, with no arithmetic overflow, before anything is
+// allocated.
 func Expand(pattern string) ([]string, error) {
-	if err := checkBalanced(pattern); err != nil {
+	n, err := Count(pattern)
+	if err != nil {
 		return nil, err
+	}
+	if n > MaxExpansion {
+		return nil, fmt.Errorf("%w %q: it expands to %s URLs, more than MaxExpansion (%d)", ErrBadPattern, pattern, formatCount(n), MaxExpansion)
 	}
 	out, err := expand(pattern)
 	if err != nil {
@@ -40,20 +51,108 @@ func Expand(pattern string) ([]string, error) {
 	return out, nil
 }
 
-// ExpandAll expands each pattern and concatenates the results in order.
+// ExpandAll expands each pattern and concatenates the results in order. All patterns
+// together may give at most MaxExpansion URLs; the counts are checked before any
+// pattern is expanded.
 func ExpandAll(patterns []string) ([]string, error) {
-	var out []string
+	var total uint64
+	for _, p := range patterns {
+		n, err := Count(p)
+		if err != nil {
+			return nil, err
+		}
+		total = addSat(total, n)
+		if total > MaxExpansion {
+			if n == total {
+				return nil, fmt.Errorf("%w %q: it expands to %s URLs, more than MaxExpansion (%d)", ErrBadPattern, p, formatCount(n), MaxExpansion)
+			}
+			return nil, fmt.Errorf("%w %q: it expands to %s URLs, which take the patterns to %s in all, more than MaxExpansion (%d)", ErrBadPattern, p, formatCount(n), formatCount(total), MaxExpansion)
+		}
+	}
+	out := make([]string, 0, total)
 	for _, p := range patterns {
 		urls, err := Expand(p)
 		if err != nil {
 			return nil, err
 		}
-		if len(out)+len(urls) > MaxExpansion {
-			return nil, fmt.Errorf("%w: more than %d URLs", ErrBadPattern, MaxExpansion)
-		}
 		out = append(out, urls...)
 	}
 	return out, nil
+}
+
+// Count returns how many URLs Expand would give for pattern, without expanding it:
+// math.MaxUint64 stands for that many or more. It fails as Expand does on a pattern
+// that is not well formed (unbalanced braces, a range with step 0).
+func Count(pattern string) (uint64, error) {
+	if err := checkBalanced(pattern); err != nil {
+		return 0, err
+	}
+	n, err := count(pattern)
+	if err != nil {
+		return 0, fmt.Errorf("%w %q: %v", ErrBadPattern, pattern, err)
+	}
+	return n, nil
+}
+
+// formatCount writes a count from Count, saying "at least" for a saturated one.
+func formatCount(n uint64) string {
+	if n == math.MaxUint64 {
+		return "at least " + strconv.FormatUint(n, 10)
+	}
+	return strconv.FormatUint(n, 10)
+}
+
+// count returns how many expansions expand(p) gives, saturating at MaxUint64. It
+// follows expand step by step.
+func count(p string) (uint64, error) {
+	open, close := findGroup(p, 0)
+	if open < 0 {
+		return 1, nil
+	}
+	body, rest := p[open+1:close], p[close+1:]
+	tails, err := count(rest)
+	if err != nil {
+		return 0, err
+	}
+	if alts := splitTop(body); len(alts) > 1 {
+		var sum uint64
+		for _, a := range alts {
+			n, err := count(a)
+			if err != nil {
+				return 0, err
+			}
+			sum = addSat(sum, n)
+		}
+		return mulSat(sum, tails), nil
+	}
+	if rg, ok, err := parseRange(body); err != nil {
+		return 0, err
+	} else if ok {
+		return mulSat(rg.n, tails), nil
+	}
+	// A literal group: expand keeps it as it is (one expansion of its inside) or
+	// combines each expansion of its inside with the rest; either way the product.
+	inner, err := count(body)
+	if err != nil {
+		return 0, err
+	}
+	return mulSat(inner, tails), nil
+}
+
+func addSat(a, b uint64) uint64 {
+	s, carry := bits.Add64(a, b, 0)
+	if carry != 0 {
+		return math.MaxUint64
+	}
+	return s
+}
+
+func mulSat(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	if hi != 0 {
+		return math.MaxUint64
+	}
+	return lo
 }
 
 func checkBalanced(p string) error {
@@ -122,7 +221,7 @@ func combine(prefix string, mids []string, rest string, recurse bool) ([]string,
 				return nil, err
 			}
 		}
-		if len(out)+len(ms)*len(tails) > MaxExpansion {
+		if uint64(len(ms))*uint64(len(tails)) > uint64(MaxExpansion-len(out)) {
 			return nil, fmt.Errorf("more than %d URLs", MaxExpansion)
 		}
 		for _, x := range ms {
@@ -179,59 +278,92 @@ func splitTop(s string) []string {
 	return append(parts, s[start:])
 }
 
-// expandRange expands "a..b" or "a..b..step" (numbers or single letters).
-func expandRange(body string) ([]string, bool, error) {
+// rangeSpec is a parsed range "a..b" or "a..b..step": from lo, n values step apart,
+// counting down when down is set; letters when letters is set.
+type rangeSpec struct {
+	lo      int64
+	step    uint64 // magnitude, at least 1
+	n       uint64 // number of values, MaxUint64 when that many or more
+	down    bool
+	letters bool
+	width   int // zero padding of numbers: 0 for none
+}
+
+// parseRange parses a range group's inside. It reports false for a body that is no
+// range (expand then keeps the group literally). All its arithmetic is on unsigned
+// magnitudes: no endpoints or step overflow it.
+func parseRange(body string) (rangeSpec, bool, error) {
 	f := strings.Split(body, "..")
 	if len(f) != 2 && len(f) != 3 {
-		return nil, false, nil
+		return rangeSpec{}, false, nil
 	}
-	step := int64(1)
+	rg := rangeSpec{step: 1}
 	if len(f) == 3 {
 		s, err := strconv.ParseInt(f[2], 10, 64)
 		if err != nil {
-			return nil, false, nil
+			return rangeSpec{}, false, nil
 		}
 		if s == 0 {
-			return nil, false, fmt.Errorf("range {%s} has step 0", body)
+			return rangeSpec{}, false, fmt.Errorf("range {%s} has step 0", body)
 		}
-		step = max(s, -s)
+		rg.step = absU(s)
 	}
 	lo, errLo := strconv.ParseInt(f[0], 10, 64)
 	hi, errHi := strconv.ParseInt(f[1], 10, 64)
-	if errLo == nil && errHi == nil {
-		width := 0
+	switch {
+	case errLo == nil && errHi == nil:
 		if padded(f[0]) || padded(f[1]) {
-			width = max(len(f[0]), len(f[1]))
+			rg.width = max(len(f[0]), len(f[1]))
 		}
-		n := (max(lo, hi)-min(lo, hi))/step + 1
-		if n > MaxExpansion {
-			return nil, false, fmt.Errorf("range {%s} has more than %d values", body, MaxExpansion)
-		}
-		out := make([]string, 0, n)
-		for i := int64(0); i < n; i++ {
-			v := lo + i*step
-			if hi < lo {
-				v = lo - i*step
-			}
-			out = append(out, pad(v, width))
-		}
-		return out, true, nil
+	case len(f[0]) == 1 && len(f[1]) == 1 && isLetter(f[0][0]) && isLetter(f[1][0]):
+		lo, hi, rg.letters = int64(f[0][0]), int64(f[1][0]), true
+	default:
+		return rangeSpec{}, false, nil
 	}
-	if len(f[0]) == 1 && len(f[1]) == 1 && isLetter(f[0][0]) && isLetter(f[1][0]) {
-		a, b := int64(f[0][0]), int64(f[1][0])
-		var out []string
-		if a <= b {
-			for c := a; c <= b; c += step {
-				out = append(out, string(rune(c)))
-			}
-		} else {
-			for c := a; c >= b; c -= step {
-				out = append(out, string(rune(c)))
-			}
-		}
-		return out, true, nil
+	rg.lo, rg.down = lo, hi < lo
+	// The distance between the endpoints fits in a uint64 (two's complement).
+	dist := uint64(hi) - uint64(lo)
+	if rg.down {
+		dist = uint64(lo) - uint64(hi)
 	}
-	return nil, false, nil
+	rg.n = addSat(dist/rg.step, 1)
+	return rg, true, nil
+}
+
+// value returns the i-th value of the range (i < n).
+func (rg rangeSpec) value(i uint64) string {
+	d := i * rg.step // at most the distance between the endpoints: no overflow
+	v := int64(uint64(rg.lo) + d)
+	if rg.down {
+		v = int64(uint64(rg.lo) - d)
+	}
+	if rg.letters {
+		return string(rune(v))
+	}
+	return pad(v, rg.width)
+}
+
+func absU(v int64) uint64 {
+	if v < 0 {
+		return uint64(-(v + 1)) + 1
+	}
+	return uint64(v)
+}
+
+// expandRange expands "a..b" or "a..b..step" (numbers or single letters).
+func expandRange(body string) ([]string, bool, error) {
+	rg, ok, err := parseRange(body)
+	if err != nil || !ok {
+		return nil, ok, err
+	}
+	if rg.n > MaxExpansion {
+		return nil, false, fmt.Errorf("range {%s} has %s values, more than %d", body, formatCount(rg.n), MaxExpansion)
+	}
+	out := make([]string, 0, rg.n)
+	for i := uint64(0); i < rg.n; i++ {
+		out = append(out, rg.value(i))
+	}
+	return out, true, nil
 }
 
 func padded(s string) bool {
@@ -240,7 +372,7 @@ func padded(s string) bool {
 }
 
 func pad(v int64, width int) string {
-	s := strconv.FormatInt(max(v, -v), 10)
+	s := strconv.FormatUint(absU(v), 10)
 	neg := v < 0
 	w := width
 	if neg {

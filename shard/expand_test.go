@@ -2,6 +2,7 @@ package shard
 
 import (
 	"errors"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -59,17 +60,116 @@ func TestExpandAll(t *testing.T) {
 	}
 }
 
+// Ranges whose count overflows used to panic in make; counts beyond the limit used to
+// be found only after building up to a million URLs. Every over-limit pattern now
+// fails before expanding anything, naming itself and the count it would give.
+func TestExpandOverflowAndLimit(t *testing.T) {
+	for _, tc := range []struct{ in, count string }{
+		{"{0..9223372036854775807}", "9223372036854775808"},
+		{"s3://b/{-9223372036854775808..9223372036854775807}.tar", "at least 18446744073709551615"},
+		{"{9223372036854775807..-9223372036854775808}", "at least 18446744073709551615"},
+		{"{-9223372036854775808..9223372036854775807..2}", "9223372036854775808"},
+		{"{0..9223372036854775807}{0..9223372036854775807}", "at least 18446744073709551615"},
+		{"t-{0..1048576}.tar", "1048577"},
+		{"{0..1024}{0..1023}", "1049600"},
+		{"{a,b}{0..1048575}", "2097152"},
+		{"{{0..1048575},x}", "1048577"},
+		{"{x{0..2000}}{0..999}", "2001000"},
+		{"{a..z}{a..z}{a..z}{a..z}{a..z}", "11881376"},
+	} {
+		var got []string
+		var err error
+		alloc := allocated(func() { got, err = Expand(tc.in) })
+		if !errors.Is(err, ErrBadPattern) || got != nil {
+			t.Errorf("Expand(%q): %d URLs, %v; want ErrBadPattern", tc.in, len(got), err)
+			continue
+		}
+		for _, want := range []string{tc.in, "expands to " + tc.count + " URLs", "MaxExpansion (1048576)"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("Expand(%q): %q lacks %q", tc.in, err, want)
+			}
+		}
+		if alloc > 64<<10 {
+			t.Errorf("Expand(%q) allocated %d bytes before failing", tc.in, alloc)
+		}
+	}
+	// All patterns of ExpandAll together, counted before any is expanded.
+	var err error
+	alloc := allocated(func() { _, err = ExpandAll([]string{"a-{0..599999}", "b-{0..599999}"}) })
+	if !errors.Is(err, ErrBadPattern) || !strings.Contains(err.Error(), `"b-{0..599999}"`) || !strings.Contains(err.Error(), "1200000 in all") {
+		t.Errorf("ExpandAll over the limit: %v", err)
+	}
+	if alloc > 64<<10 {
+		t.Errorf("ExpandAll allocated %d bytes before failing", alloc)
+	}
+	// At the limit, and endpoints at the ends of int64, are fine.
+	if n, err := Count("{1..1024}{0..1023}"); n != MaxExpansion || err != nil {
+		t.Errorf("Count at the limit: %d, %v", n, err)
+	}
+	for _, tc := range []struct {
+		in   string
+		want []string
+	}{
+		{"{9223372036854775806..9223372036854775807}", []string{"9223372036854775806", "9223372036854775807"}},
+		{"{-9223372036854775807..-9223372036854775808}", []string{"-9223372036854775807", "-9223372036854775808"}},
+		{"{-9223372036854775808..9223372036854775807..9223372036854775807}", []string{"-9223372036854775808", "-1", "9223372036854775806"}},
+		{"{0..5..-9223372036854775808}", []string{"0"}},
+		{"{a..z..9223372036854775807}", []string{"a"}},
+		{"{z..a..-9223372036854775808}", []string{"z"}},
+		{"{-01..1}", []string{"-01", "000", "001"}}, // as bash pads
+	} {
+		got, err := Expand(tc.in)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("Expand(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// allocated returns the bytes fn allocates.
+func allocated(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// Count agrees with Expand.
+func TestCount(t *testing.T) {
+	for _, in := range []string{"s3://b/train.tar", "t-{000000..000002}.tar", "{10..1..3}", "{a..e}", "{train,val}-{0..1}.tar",
+		"{a,{b,c}d}", "{x}", "{x}{1,2}", "{x{1,2}}", `a\{1,2\}`, "{,x}y", "{1..2}{a,b}{c,d,e}", "{{1..3}..5}", "{1..{3,4}}"} {
+		out, err := Expand(in)
+		n, cerr := Count(in)
+		if err != nil || cerr != nil || n != uint64(len(out)) {
+			t.Errorf("%q: Count %d, %v; Expand %d URLs, %v", in, n, cerr, len(out), err)
+		}
+	}
+	if _, err := Count("{0..1..0}"); !errors.Is(err, ErrBadPattern) {
+		t.Errorf("step 0: %v", err)
+	}
+}
+
 func FuzzExpand(f *testing.F) {
-	for _, s := range []string{"t-{000..010}.tar", "{a,{b,c}d}", `a\{x`, "{1..5..2}{a..c}"} {
+	for _, s := range []string{"t-{000..010}.tar", "{a,{b,c}d}", `a\{x`, "{1..5..2}{a..c}",
+		"{0..9223372036854775807}", "{-9223372036854775808..9223372036854775807..3}", "{a..z..9223372036854775807}",
+		"{x{0..2000}}{0..999}", "{{1..3}..5}"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
+		n, cerr := Count(in)
 		out, err := Expand(in)
+		if (cerr != nil) != (err != nil) && n <= MaxExpansion {
+			t.Fatalf("Count(%q): %d, %v; Expand: %v", in, n, cerr, err)
+		}
 		if err != nil {
+			if !errors.Is(err, ErrBadPattern) {
+				t.Fatalf("Expand(%q): %v", in, err)
+			}
 			return
 		}
-		if len(out) == 0 || len(out) > MaxExpansion {
-			t.Fatalf("Expand(%q) gave %d URLs", in, len(out))
+		if len(out) == 0 || len(out) > MaxExpansion || uint64(len(out)) != n {
+			t.Fatalf("Expand(%q) gave %d URLs, Count %d", in, len(out), n)
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +43,10 @@ var (
 	// ErrMemberTooLarge means a member is larger than Options.MaxMemberSize. The
 	// error is the sample's; the reader can go on.
 	ErrMemberTooLarge = errors.New("shard: member larger than the cap")
+	// ErrSparse means a member is a GNU sparse file (tar --sparse): an old-GNU 'S'
+	// entry or a PAX entry with GNU.sparse.* records. The Reader does not expand
+	// sparse files; the error is the sample's and the reader can go on.
+	ErrSparse = errors.New("shard: sparse member")
 )
 
 // Error is a failure while reading a shard. It says where: the shard URL, the sample
@@ -79,7 +84,8 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Skippable reports whether the failure belongs to one sample only, so that Next can
-// go on with the following sample (a duplicate extension, a member over the cap).
+// go on with the following sample (a duplicate extension, a member over the cap, a
+// sparse member).
 // Failures of the stream itself are sticky: every later Next returns them.
 func (e *Error) Skippable() bool { return e.sample }
 
@@ -97,7 +103,10 @@ type Options struct {
 	SizesOnly bool
 	// MaxRatio caps how many bytes of tar a compressed shard may inflate to per
 	// stored byte, against decompression bombs. Zero means DefaultMaxRatio (1000); a
-	// negative value turns the check off. The first 1 MiB is always allowed.
+	// negative value turns the check off. The first 1 MiB is always allowed. The cap
+	// holds for every inflated byte, whether it is read into a sample, skipped (a
+	// member that is not a field, data under SizesOnly) or read after the
+	// end-of-archive marker to check the compressed stream's end.
 	MaxRatio float64
 	// Timing records the time spent reading the source and inflating, for Times.
 	Timing bool
@@ -106,6 +115,10 @@ type Options struct {
 	// keeps samples takes them without copying their bytes. Default: the Reader's own
 	// memory, reused by the next Next.
 	Buffers Buffers
+
+	// ratioFloor, when set, replaces the 1 MiB that MaxRatio always allows, so that
+	// tests and fuzz targets can try the cap on small inputs.
+	ratioFloor int64
 }
 
 // Buffers supplies sample memory to a Reader (Options.Buffers).
@@ -206,6 +219,19 @@ func (s *Sample) Clone() *Sample {
 // path up to the first dot of its base name and its extension the rest, lower-cased;
 // a base name without a dot (or starting with one) is skipped, as are top-level
 // metadata members named __name__; a new sample starts whenever the key changes.
+//
+// A compressed shard is complete only when its compressed stream is: after the
+// end-of-archive marker the Reader reads the stream to its end, so that the gzip
+// CRC-32 and size of every member (a shard may be several gzip members, each
+// optionally followed by zero bytes), the zstd frame checksums and the bzip2 stream
+// CRC are checked before Next returns io.EOF. Every error of the decompressor is an
+// error of the shard (ErrTruncated or ErrCorrupt), never its end.
+//
+// GNU sparse files (written by tar --sparse: old-GNU 'S' entries, PAX formats 0.0,
+// 0.1 and 1.0) are not expanded: Python's tarfile would read them as regular files
+// with their holes filled in, and expanding holes would let a few stored bytes stand
+// for any number of zeros. Such a member is an error of its sample (ErrSparse) naming
+// the member; the Reader skips its data correctly and goes on with the next sample.
 //
 // The data of the returned sample is owned by the Reader and overwritten by the next
 // call to Next; Clone a sample to keep it. A Reader is not safe for concurrent use.
@@ -345,11 +371,18 @@ func (r *Reader) start() error {
 	r.comp = DetectCompression(magic)
 	switch r.comp {
 	case Gzip:
-		zr, err := gzip.NewReader(in)
+		// The gzip reader reads a byte at a time from a buffer it is given (or makes
+		// one of its own); with ours, the bytes between members are ours to read.
+		br, ok := in.(*bufio.Reader)
+		if !ok {
+			br = bufio.NewReader(in)
+		}
+		zr, err := gzip.NewReader(br)
 		if err != nil {
 			return r.startErr(err)
 		}
-		r.dec = zr
+		zr.Multistream(false)
+		r.dec = &gzipStream{zr: zr, br: br}
 	case Zstd:
 		zr, err := getZstd(in)
 		if err != nil {
@@ -366,6 +399,16 @@ func (r *Reader) start() error {
 	}
 	// Uncompressed, the tar stream is the stored stream: rawIn times it already.
 	r.tarIn = counter{r: in, timed: r.opts.Timing && r.comp != None}
+	if r.comp != None && r.opts.MaxRatio > 0 {
+		// The cap is checked on every read of the tar stream, so that no byte
+		// inflates unchecked: not member data, nor data skipped, nor the drain.
+		r.tarIn.ratio, r.tarIn.raw = r.opts.MaxRatio, &r.rawIn
+		r.tarIn.floor = r.opts.ratioFloor
+		if r.tarIn.floor <= 0 {
+			r.tarIn.floor = 1 << 20
+		}
+		r.tarIn.limit = r.tarIn.floor
+	}
 	r.tr = newTarReader(&r.tarIn)
 	return nil
 }
@@ -410,9 +453,16 @@ func (b *seekBuffer) Seek(off int64, whence int) (int64, error) {
 		b.r = int(off - start)
 		return off, nil
 	}
+	if off < 0 {
+		return cur, errors.New("shard: seek to a negative position")
+	}
 	pos, err := b.src.Seek(off, io.SeekStart)
+	if err != nil {
+		// Where the source is now is unknown only if it moved; it did not.
+		return cur, err
+	}
 	b.buf, b.r, b.pos = b.buf[:0], 0, pos
-	return pos, err
+	return pos, nil
 }
 
 // seekable reports whether sk really seeks (os.Stdin has the method but fails).
@@ -429,14 +479,6 @@ func (r *Reader) Times() (fetch, inflate time.Duration) {
 		inflate = max(r.tarIn.dur-fetch, 0)
 	}
 	return fetch, inflate
-}
-
-// checkRatio fails a compressed shard that inflates beyond the cap.
-func (r *Reader) checkRatio() error {
-	if r.comp == None || r.opts.MaxRatio < 0 || r.tarIn.n <= 1<<20 || float64(r.tarIn.n) <= r.opts.MaxRatio*float64(r.rawIn.n) {
-		return nil
-	}
-	return r.streamErr(r.tarIn.n, fmt.Errorf("%w: %d bytes of tar from %d stored bytes (cap %gx)", ErrTooCompressed, r.tarIn.n, r.rawIn.n, r.opts.MaxRatio))
 }
 
 // startErr reports a decompressor that failed on its first bytes.
@@ -480,7 +522,7 @@ func (r *Reader) Next() (*Sample, error) {
 			}
 		}
 		key, ext, ok := splitName(hdr.Name)
-		if !ok || !isRegular(hdr) {
+		if !ok || !isRegular(hdr) && !hdr.Sparse {
 			continue
 		}
 		r.lastKey = key
@@ -498,9 +540,18 @@ func (r *Reader) Next() (*Sample, error) {
 		if len(s.Fields) == 0 {
 			s.Key, s.Offset = key, off
 		}
-		if _, dup := s.Get(ext); dup || hdr.Size > r.opts.MaxMemberSize {
-			cause := fmt.Errorf("%w %q (member %q)", ErrDuplicateExtension, ext, hdr.Name)
-			if !dup {
+		if _, dup := s.Get(ext); dup || hdr.Size > r.opts.MaxMemberSize || hdr.Sparse {
+			var cause error
+			switch {
+			case hdr.Sparse:
+				form := "PAX GNU.sparse records"
+				if hdr.Typeflag == tar.TypeGNUSparse {
+					form = "old GNU type 'S'"
+				}
+				cause = fmt.Errorf("%w: member %q is a GNU sparse file (%s); shardload does not expand sparse files (write the shard without tar --sparse)", ErrSparse, hdr.Name, form)
+			case dup:
+				cause = fmt.Errorf("%w %q (member %q)", ErrDuplicateExtension, ext, hdr.Name)
+			default:
 				cause = fmt.Errorf("%w: member %q is %d bytes, cap %d", ErrMemberTooLarge, hdr.Name, hdr.Size, r.opts.MaxMemberSize)
 			}
 			r.skip, r.skipKey = true, key
@@ -524,16 +575,31 @@ func (r *Reader) nextHeader() (*tarHeader, int64, error) {
 	off := r.next
 	hdr, err := r.tr.Next()
 	if err == io.EOF {
-		// archive/tar reports a clean end both after the end-of-archive marker and
-		// when the stream simply stops at a header boundary. Only the first is a
-		// complete shard: the marker is at least one block of zeros.
-		if r.tarIn.err == nil && r.tarIn.n < off+blockSize {
+		// Reads below never drop an error (readFull): a failure of the source or
+		// of the decompressor before the end-of-archive marker would have been
+		// returned instead of io.EOF, and one in what was read ahead after the
+		// marker is no failure of the tar.
+		switch {
+		case r.tarIn.n < off+blockSize && (r.tarIn.err != nil || r.rawIn.err != nil):
+			// Not an end: the source or the decompressor failed where a header
+			// would start. Their error says what happened (errAt).
+			err = io.ErrUnexpectedEOF
+		case r.tarIn.n < off+blockSize:
+			// The tar reader reports a clean end both after the end-of-archive
+			// marker and when the stream simply stops at a header boundary. Only
+			// the first is a complete shard: the marker is at least one block of
+			// zeros.
 			err = fmt.Errorf("%w: no end-of-archive marker after %d bytes", ErrTruncated, r.tarIn.n)
 			r.err = &Error{URL: r.opts.URL, Offset: r.tarIn.n, Compression: r.comp, Err: err}
 			return nil, off, r.err
+		default:
+			if err := r.drain(); err != nil {
+				r.err = err
+				return nil, off, err
+			}
+			r.err = io.EOF
+			return nil, off, io.EOF
 		}
-		r.err = io.EOF
-		return nil, off, io.EOF
 	}
 	if err != nil {
 		key := ""
@@ -545,12 +611,39 @@ func (r *Reader) nextHeader() (*tarHeader, int64, error) {
 		return nil, off, r.err
 	}
 	r.lastKey = ""
-	if err := r.checkRatio(); err != nil {
-		return nil, off, err
-	}
 	dataStart := r.tarIn.n
+	if hdr.Size > math.MaxInt64-blockSize-dataStart {
+		// Checked before any arithmetic: the member's end would overflow an offset.
+		err := fmt.Errorf("%w: member %q is %d bytes: its end overflows a 64-bit offset", ErrBadHeader, hdr.Name, hdr.Size)
+		r.err = &Error{URL: r.opts.URL, Offset: off, Compression: r.comp, Err: err}
+		return nil, off, r.err
+	}
 	r.next = dataStart + (hdr.Size+blockSize-1)/blockSize*blockSize
 	return hdr, off, nil
+}
+
+// drain reads a compressed shard's stream from the end-of-archive marker to its end,
+// through the ratio cap, so that the decompressor checks the rest: the gzip CRC-32 and
+// size of the last member (and any members after it), zstd frame checksums, the bzip2
+// stream CRC. A stream that fails there fails the shard: until its end is verified, no
+// byte before it is known to be right.
+func (r *Reader) drain() error {
+	if r.comp == None {
+		return nil
+	}
+	buf := r.tr.scratch()
+	for {
+		_, err := r.tarIn.Read(buf)
+		if err == io.EOF && r.tarIn.err == nil && r.rawIn.err == nil {
+			return nil
+		}
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return r.errAt("", r.tarIn.n, err)
+		}
+	}
 }
 
 // hand gives a complete sample to the caller: with Options.Buffers, its buffer too.
@@ -566,18 +659,14 @@ func (r *Reader) hand(s *Sample) *Sample {
 // readData reads size bytes of the current member into the arena.
 func (r *Reader) readData(size int64) ([]byte, error) {
 	n := int(size)
-	if r.used+n > cap(r.buf) {
-		if r.opts.Buffers != nil {
-			r.regrow(n)
-		} else {
-			// Earlier fields of this sample keep the old array alive; the next
-			// sample starts at the front of the new one.
-			r.buf = make([]byte, max(2*cap(r.buf), n, 64<<10))
-			r.used = 0
+	if n > cap(r.buf)-r.used {
+		if n > upfront {
+			return r.readGrowing(n)
 		}
+		r.grow(0, n)
 	}
 	b := r.buf[r.used : r.used+n : r.used+n]
-	m, err := io.ReadFull(r.tr, b)
+	m, err := readFull(r.tr, b) // an error that comes with the last bytes counts
 	if err != nil {
 		return b[:m], err
 	}
@@ -585,12 +674,52 @@ func (r *Reader) readData(size int64) ([]byte, error) {
 	return b, nil
 }
 
-// regrow gets a buffer from Options.Buffers with room for n more bytes, moving the
-// current sample's fields into it.
-func (r *Reader) regrow(n int) {
-	nb := r.opts.Buffers.Get(max(r.used+n, r.hint))
+// upfront is the largest member size readData makes room for before reading: a
+// larger member's room grows with the bytes that arrive, so that a header claiming
+// more than the stream holds (up to MaxMemberSize) costs memory only in proportion to
+// the data actually there.
+const upfront = 8 << 20
+
+// readGrowing reads n bytes of the current member into the arena, growing it as the
+// bytes arrive.
+func (r *Reader) readGrowing(n int) ([]byte, error) {
+	got := 0
+	for got < n {
+		if r.used+got == cap(r.buf) {
+			r.grow(got, min(n-got, max(got, upfront)))
+		}
+		end := min(cap(r.buf), r.used+n)
+		m, err := readFull(r.tr, r.buf[r.used+got:end])
+		got += m
+		if err != nil {
+			return r.buf[r.used : r.used+got : r.used+got], err
+		}
+	}
+	b := r.buf[r.used : r.used+n : r.used+n]
+	r.used += n
+	return b, nil
+}
+
+// grow makes room for more bytes after the arena's used bytes and the partial bytes
+// of the current member that follow them, which it keeps.
+func (r *Reader) grow(partial, more int) {
+	if r.opts.Buffers != nil {
+		r.regrow(partial, more)
+		return
+	}
+	// Earlier fields of this sample keep the old array alive; the current member
+	// (and the next sample) start at the front of the new one.
+	nb := make([]byte, max(2*cap(r.buf), partial+more, 64<<10))
+	copy(nb, r.buf[r.used:r.used+partial])
+	r.buf, r.used = nb, 0
+}
+
+// regrow gets a buffer from Options.Buffers with room for more bytes after the used
+// and partial ones, moving the current sample's fields (and the partial bytes) into it.
+func (r *Reader) regrow(partial, more int) {
+	nb := r.opts.Buffers.Get(max(r.used+partial+more, r.hint))
 	nb = nb[:cap(nb)]
-	copy(nb, r.buf[:r.used])
+	copy(nb, r.buf[:r.used+partial])
 	off := 0
 	for i := range r.sample.Fields {
 		f := &r.sample.Fields[i]
@@ -607,6 +736,9 @@ func (r *Reader) regrow(n int) {
 // errAt turns a read failure into an *Error naming where it happened.
 func (r *Reader) errAt(key string, off int64, err error) error {
 	switch {
+	case errors.Is(r.tarIn.err, ErrTooCompressed):
+		err = r.tarIn.err
+		off = r.tarIn.n
 	case r.rawIn.err != nil:
 		// The source failed (a dropped connection, a short object): say so as it is.
 		err = r.rawIn.err
@@ -688,13 +820,20 @@ var clockBase = time.Now()
 func mono() time.Duration { return time.Since(clockBase) }
 
 // counter counts the bytes read through it and remembers the first error other than
-// io.EOF that its source returned.
+// io.EOF that its source returned. With a ratio cap (the tar stream of a compressed
+// shard), it fails a read that takes the count beyond ratio times the stored bytes
+// read (raw), or beyond floor if that is more.
 type counter struct {
 	r     io.Reader
 	n     int64
 	err   error
 	timed bool
 	dur   time.Duration // time spent in r.Read, when timed
+
+	limit int64 // 0: no cap; else a count within the cap, rechecked when n passes it
+	ratio float64
+	floor int64
+	raw   *counter
 }
 
 func (c *counter) Read(p []byte) (int, error) {
@@ -710,8 +849,34 @@ func (c *counter) Read(p []byte) (int, error) {
 	if err != nil && err != io.EOF && c.err == nil {
 		c.err = err
 	}
+	if c.limit != 0 && c.n > c.limit {
+		if cerr := c.recheck(); cerr != nil {
+			// Sticky: every later read fails the same way.
+			c.err, c.r = cerr, errorReader{cerr}
+			return n, cerr
+		}
+	}
 	return n, err
 }
+
+// recheck moves the limit up to what the stored bytes read so far allow, or reports
+// the stream over the cap.
+func (c *counter) recheck() error {
+	allowed := max(float64(c.floor), c.ratio*float64(c.raw.n))
+	if float64(c.n) > allowed {
+		return fmt.Errorf("%w: %d bytes of tar from %d stored bytes (cap %gx)", ErrTooCompressed, c.n, c.raw.n, c.ratio)
+	}
+	c.limit = math.MaxInt64
+	if allowed < math.MaxInt64/2 {
+		c.limit = int64(allowed)
+	}
+	return nil
+}
+
+// errorReader fails every read with err.
+type errorReader struct{ err error }
+
+func (e errorReader) Read([]byte) (int, error) { return 0, e.err }
 
 // Seek lets archive/tar skip member data when the source can seek; otherwise it
 // fails and archive/tar reads the data through.
@@ -730,6 +895,57 @@ func (c *counter) Seek(off int64, whence int) (int64, error) {
 // errCannotSeek is what counter.Seek says for a source that cannot: the tar reader
 // then reads what it skips.
 var errCannotSeek = errors.New("shard: source cannot seek")
+
+// gzipStream reads a whole-shard gzip file: one or more members, each optionally
+// followed by zero bytes (as Python's gzip module reads them). The gzip reader checks
+// each member's CRC-32 and size when it reaches the member's end; gzipStream then
+// reads the bytes up to the next member itself, so that the end of the file is
+// io.EOF only where the last member ended (and its trailer was right), and anything
+// else after it is an error.
+type gzipStream struct {
+	zr  *gzip.Reader // with Multistream(false): io.EOF at the end of each member
+	br  *bufio.Reader
+	err error // sticky: the end of the file, or a failure between members
+}
+
+func (g *gzipStream) Read(p []byte) (int, error) {
+	for g.err == nil {
+		n, err := g.zr.Read(p)
+		if err != io.EOF {
+			return n, err
+		}
+		g.err = g.nextMember()
+		if n > 0 {
+			return n, nil
+		}
+	}
+	return 0, g.err
+}
+
+// nextMember skips zero bytes after a member and starts the next one: io.EOF when
+// the file ends there.
+func (g *gzipStream) nextMember() error {
+	for {
+		c, err := g.br.ReadByte()
+		if err != nil {
+			return err
+		}
+		if c != 0 {
+			break
+		}
+	}
+	g.br.UnreadByte()
+	if b, _ := g.br.Peek(2); b[0] != 0x1f || len(b) == 2 && b[1] != 0x8b {
+		return fmt.Errorf("bytes after a gzip member that are neither zeros nor another member: %w", gzip.ErrHeader)
+	}
+	if err := g.zr.Reset(g.br); err != nil {
+		return unexpected(err) // a header cut short is no end
+	}
+	g.zr.Multistream(false)
+	return nil
+}
+
+func (g *gzipStream) Close() error { return nil }
 
 // Compression is a whole-shard compression format.
 type Compression int

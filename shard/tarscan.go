@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/bits"
 	"strconv"
+	"strings"
 )
 
 // tarReader reads the members of a tar stream: USTAR, GNU and PAX headers, GNU long
@@ -30,9 +32,18 @@ type tarReader struct {
 // tarHeader is the part of a tar header shard.Reader uses.
 type tarHeader struct {
 	Name     string
-	Size     int64
+	Size     int64 // bytes of data that follow the header in the stream
 	Typeflag byte
+	// Sparse is set for a GNU sparse file: an old-GNU 'S' entry (whose extension
+	// blocks Next has read), or an entry with GNU.sparse.* PAX records, whose Name is
+	// then GNU.sparse.name when given. Its data is the stored form (a sparse map and
+	// the non-hole chunks), not the file's contents.
+	Sparse bool
 }
+
+// maxEntrySize is the largest entry size Next accepts: an entry's data, its padding
+// and the headers before it must fit in an int64 count of stream bytes.
+const maxEntrySize = math.MaxInt64 - 4*blockSize
 
 func newTarReader(r io.Reader) *tarReader { return &tarReader{r: r} }
 
@@ -44,21 +55,26 @@ func (t *tarReader) Next() (*tarHeader, error) {
 	if t.remain == 0 && t.pad > 0 {
 		err = t.readPadded()
 	} else if err = t.skip(t.remain + t.pad); err == nil {
-		_, err = io.ReadFull(t.r, t.blk[:])
+		// No overflow: Next accepts no size over maxEntrySize.
+		err = t.readBlock()
 	}
 	t.remain, t.pad = 0, 0
-	var longName string // from a GNU 'L' entry or a PAX path record
-	size := int64(-1)   // from a PAX size record
+	var (
+		longName   string // from a GNU 'L' entry or a PAX path record
+		sparseName string // from a PAX GNU.sparse.name record
+		sparse     bool   // PAX GNU.sparse.* records seen
+	)
+	size := int64(-1) // from a PAX size record
 	for first := true; ; first = false {
 		if !first {
-			_, err = io.ReadFull(t.r, t.blk[:])
+			err = t.readBlock()
 		}
 		if err != nil {
 			return nil, err // io.EOF on a boundary, io.ErrUnexpectedEOF inside a block
 		}
 		if allZero(t.blk[:]) {
 			// The end-of-archive marker is two zero blocks; accept one (some writers).
-			if _, err := io.ReadFull(t.r, t.blk[:]); err != nil && err != io.EOF {
+			if err := t.readBlock(); err != nil && err != io.EOF {
 				return nil, err
 			}
 			if !allZero(t.blk[:]) {
@@ -80,7 +96,7 @@ func (t *tarReader) Next() (*tarHeader, error) {
 				return nil, fmt.Errorf("%w: %q extension header of %d bytes", tar.ErrHeader, flag, n)
 			}
 			data := make([]byte, n)
-			if _, err := io.ReadFull(t.r, data); err != nil {
+			if _, err := readFull(t.r, data); err != nil {
 				return nil, unexpected(err)
 			}
 			if err := t.skip(padding(n)); err != nil {
@@ -90,15 +106,21 @@ func (t *tarReader) Next() (*tarHeader, error) {
 				longName = cString(data)
 				continue
 			}
-			path, psize, err := parsePAX(data)
+			pax, err := parsePAX(data)
 			if err != nil {
 				return nil, err
 			}
-			if path != "" {
-				longName = path
+			if pax.path != "" {
+				longName = pax.path
 			}
-			if psize >= 0 {
-				size = psize
+			if pax.size >= 0 {
+				size = pax.size
+			}
+			if pax.sparse {
+				sparse = true
+				if pax.sparseName != "" {
+					sparseName = pax.sparseName
+				}
 			}
 			continue
 		}
@@ -119,35 +141,91 @@ func (t *tarReader) Next() (*tarHeader, error) {
 		if flag == 0 && len(h.Name) > 0 && h.Name[len(h.Name)-1] == '/' {
 			h.Typeflag = tar.TypeDir // an old-style directory
 		}
+		h.Sparse = sparse || flag == tar.TypeGNUSparse
+		if sparse && sparseName != "" {
+			h.Name = sparseName // PAX sparse formats 0.1 and 1.0 keep the real name here
+		}
 		switch h.Typeflag {
 		case tar.TypeLink, tar.TypeSymlink, tar.TypeChar, tar.TypeBlock, tar.TypeDir, tar.TypeFifo:
 			h.Size = 0 // these have no data, whatever the size field says
+		}
+		if h.Size > maxEntrySize {
+			return nil, fmt.Errorf("%w: entry %q of %d bytes: the size overflows a 64-bit stream offset", tar.ErrHeader, h.Name, h.Size)
+		}
+		if flag == tar.TypeGNUSparse && t.blk[gnuIsExtended] != 0 {
+			// Old GNU sparse map continued in extension blocks between the header
+			// and the data: read past them so that the data is where it should be.
+			for {
+				if err := t.readBlock(); err != nil {
+					return nil, unexpected(err)
+				}
+				if t.blk[gnuExtIsExtended] == 0 {
+					break
+				}
+			}
 		}
 		t.remain, t.pad = h.Size, padding(h.Size)
 		return h, nil
 	}
 }
 
+// Offsets in an old-GNU sparse header ('S') and in its extension blocks of the flag
+// that says another extension block follows.
+const (
+	gnuIsExtended    = 482
+	gnuExtIsExtended = 504
+)
+
 // readPadded reads the current entry's padding and the next header block with one
 // read: the common case, an entry whose data was read to its end, then costs one
 // read of the source instead of two. Errors are those of skip and of reading the
-// header: io.EOF when the stream ends right after the padding.
+// header: io.EOF only when the source itself ended cleanly (io.EOF) right after the
+// padding. Any other error of the source, io.ErrUnexpectedEOF from a decompressor
+// included, is returned as it is: it is never taken for the end of the stream.
 func (t *tarReader) readPadded() error {
 	pad := int(t.pad)
-	n, err := io.ReadFull(t.r, t.padded[:pad+blockSize])
+	n, err := readFull(t.r, t.padded[:pad+blockSize])
 	switch {
 	case err == nil:
 		copy(t.blk[:], t.padded[pad:pad+blockSize])
 		return nil
-	case err != io.EOF && err != io.ErrUnexpectedEOF:
+	case err != io.EOF:
 		return err
-	case n < pad:
-		return unexpected(err)
 	case n == pad:
 		return io.EOF
 	default:
 		return io.ErrUnexpectedEOF
 	}
+}
+
+// readBlock reads one block into t.blk: io.EOF when the source ended cleanly before
+// its first byte, io.ErrUnexpectedEOF when it ended inside it.
+func (t *tarReader) readBlock() error {
+	n, err := readFull(t.r, t.blk[:])
+	if err == io.EOF && n > 0 {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// readFull is io.ReadFull, except that an error of the source other than io.EOF is
+// returned even when it came with the last bytes asked for, and io.EOF is returned
+// as it is (not turned into io.ErrUnexpectedEOF): the callers tell a clean end from a
+// failure by the source's own error, and a decompressor that fails with
+// io.ErrUnexpectedEOF must not look like one that ended.
+func readFull(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			if err == io.EOF && n == len(buf) {
+				return n, nil
+			}
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // Read reads the current entry's data.
@@ -177,13 +255,13 @@ func (t *tarReader) skip(n int64) error {
 			n = 1
 		}
 	}
-	if t.discard == nil {
-		t.discard = make([]byte, 32<<10)
-	}
+	buf := t.scratch()
 	for n > 0 {
-		m, err := t.r.Read(t.discard[:min(n, int64(len(t.discard)))])
+		m, err := t.r.Read(buf[:min(n, int64(len(buf)))])
 		n -= int64(m)
-		if err != nil && n > 0 {
+		// An error that came with the last bytes is still an error, unless it is
+		// the clean end of the stream.
+		if err != nil && (n > 0 || err != io.EOF) {
 			return unexpected(err)
 		}
 	}
@@ -279,35 +357,56 @@ func parseNumeric(b []byte) (int64, error) {
 	return strconv.ParseInt(string(b), 8, 64)
 }
 
-// parsePAX returns the path and size records of a PAX extended header (size -1 when
-// absent).
-func parsePAX(data []byte) (path string, size int64, err error) {
-	size = -1
+// paxInfo is what a PAX extended header says that shard.Reader uses.
+type paxInfo struct {
+	path       string
+	size       int64 // -1 when absent
+	sparse     bool  // GNU.sparse.* records (other than the name alone): a sparse file
+	sparseName string
+}
+
+// parsePAX reads the records of a PAX extended header.
+func parsePAX(data []byte) (paxInfo, error) {
+	info := paxInfo{size: -1}
 	for len(data) > 0 {
 		sp := bytes.IndexByte(data, ' ')
 		if sp <= 0 {
-			return "", 0, fmt.Errorf("%w: bad PAX record", tar.ErrHeader)
+			return paxInfo{}, fmt.Errorf("%w: bad PAX record", tar.ErrHeader)
 		}
 		n, perr := strconv.Atoi(string(data[:sp]))
 		if perr != nil || n <= sp+1 || n > len(data) || data[n-1] != '\n' {
-			return "", 0, fmt.Errorf("%w: bad PAX record length", tar.ErrHeader)
+			return paxInfo{}, fmt.Errorf("%w: bad PAX record length", tar.ErrHeader)
 		}
 		rec := data[sp+1 : n-1]
 		data = data[n:]
 		eq := bytes.IndexByte(rec, '=')
 		if eq < 0 {
-			return "", 0, fmt.Errorf("%w: PAX record without '='", tar.ErrHeader)
+			return paxInfo{}, fmt.Errorf("%w: PAX record without '='", tar.ErrHeader)
 		}
-		switch key, val := string(rec[:eq]), rec[eq+1:]; key {
-		case "path":
-			path = string(val)
-		case "size":
+		switch key, val := string(rec[:eq]), rec[eq+1:]; {
+		case key == "path":
+			info.path = string(val)
+		case key == "size":
 			v, perr := strconv.ParseInt(string(val), 10, 64)
 			if perr != nil || v < 0 {
-				return "", 0, fmt.Errorf("%w: bad PAX size %q", tar.ErrHeader, val)
+				return paxInfo{}, fmt.Errorf("%w: bad PAX size %q", tar.ErrHeader, val)
 			}
-			size = v
+			info.size = v
+		case key == "GNU.sparse.name":
+			info.sparseName = string(val)
+		case strings.HasPrefix(key, "GNU.sparse."):
+			// major, minor, map, offset, numbytes, size, realsize: formats 0.0, 0.1
+			// and 1.0 of GNU tar's sparse files.
+			info.sparse = true
 		}
 	}
-	return path, size, nil
+	return info, nil
+}
+
+// scratch returns a buffer for reads that are thrown away.
+func (t *tarReader) scratch() []byte {
+	if t.discard == nil {
+		t.discard = make([]byte, 32<<10)
+	}
+	return t.discard
 }
