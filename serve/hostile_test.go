@@ -187,3 +187,33 @@ func TestRingBounded(t *testing.T) {
 		}
 	}
 }
+
+// A hello's URL patterns are counted before they are expanded: a pattern that would
+// overflow, or name more shards than the server allows one trainer, is refused at
+// once, and the server goes on.
+func TestHelloURLsBounded(t *testing.T) {
+	s := start(t, Options{URLs: []string{dataset(t)}, Allow: []string{"s3://b/"}, MaxShards: 1000})
+	for _, tt := range []struct {
+		urls []string
+		want string
+	}{
+		{[]string{"s3://b/x-{0..9223372036854775807}.tar"}, "9223372036854775808 URLs"},
+		{[]string{"s3://b/x-{0..1048574}.tar"}, "more than 1000 shards"},
+		{[]string{"s3://b/x-{0..600}.tar", "s3://b/y-{0..600}.tar"}, "more than 1000 shards"},
+	} {
+		cl := dialRaw(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 5, URLs: tt.urls})
+		m := cl.awaitReady()
+		if m == nil || m["code"] != CodeBadRequest || !strings.Contains(m["message"].(string), tt.want) {
+			t.Errorf("%q: %v; want a bad request saying %q", tt.urls, m, tt.want)
+		}
+		cl.c.Close()
+	}
+	cl, m := dial(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 10})
+	if m != nil {
+		t.Fatal(m)
+	}
+	defer cl.c.Close()
+	if _, e := cl.epoch(); e.Samples != 100 {
+		t.Errorf("after the refusals: end %+v", e)
+	}
+}

@@ -38,8 +38,11 @@ func (s *Server) place(h *hello) sessionPlace {
 		by += fmt.Sprintf(" (CUDA_VISIBLE_DEVICES=%s)", h.CUDAVisible)
 	}
 	gpu, err := t.CUDAIndex(h.LocalRank, h.CUDAVisible)
-	if err != nil && h.GPUPCI == "" {
+	if err != nil && h.GPUPCI == "" && len(t.Nodes) > 1 {
 		return unplaced(fmt.Sprintf("%s: %v: %s", by, err, everywhere))
+	}
+	if err != nil {
+		gpu = h.LocalRank // one node: Place says there is nothing to place
 	}
 	if h.GPUPCI != "" {
 		g, ok := t.GPUByPCI(h.GPUPCI)

@@ -50,6 +50,9 @@ import (
 // DefaultMaxSessions is Options.MaxSessions when zero.
 const DefaultMaxSessions = 16
 
+// DefaultMaxShards is Options.MaxShards when zero.
+const DefaultMaxShards = 100_000
+
 // DefaultHelloTimeout is Options.HelloTimeout when zero.
 const DefaultHelloTimeout = 10 * time.Second
 
@@ -83,6 +86,9 @@ type Options struct {
 	// rank, world, seed, epoch, batch size, drop_last and fields; a session that is
 	// placed on a NUMA node gets that node's CPUs as CPUs (see Topology).
 	Pipeline shardload.Config
+	// MaxShards bounds the shards one trainer's hello may name, after brace
+	// expansion (counted before anything is expanded). Default DefaultMaxShards.
+	MaxShards int
 	// MaxSessions bounds the trainers served at once. Default DefaultMaxSessions (16).
 	MaxSessions int
 	// MaxDatasets bounds the datasets whose sample counts the server keeps for later
@@ -160,6 +166,12 @@ func Listen(opts Options) (*Server, error) {
 	}
 	if opts.MaxDatasets < 0 {
 		return nil, fmt.Errorf("serve: max datasets %d < 0", opts.MaxDatasets)
+	}
+	if opts.MaxShards == 0 {
+		opts.MaxShards = DefaultMaxShards
+	}
+	if opts.MaxShards < 0 || opts.MaxShards > shard.MaxExpansion {
+		return nil, fmt.Errorf("serve: max shards %d outside [1, %d]", opts.MaxShards, shard.MaxExpansion)
 	}
 	if opts.HelloTimeout == 0 {
 		opts.HelloTimeout = DefaultHelloTimeout

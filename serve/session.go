@@ -184,6 +184,18 @@ func (s *Server) sessionConfig(h *hello) (shardload.Config, error) {
 		cfg.Fields = fields
 	}
 	if len(h.URLs) > 0 {
+		// Counted before anything is expanded: a hello costs the server at most
+		// MaxShards URLs of work.
+		var total uint64
+		for _, p := range h.URLs {
+			n, err := shard.Count(p)
+			if err != nil {
+				return cfg, reject(CodeBadRequest, "urls: %v", err)
+			}
+			if total += n; n > uint64(s.opts.MaxShards) || total > uint64(s.opts.MaxShards) {
+				return cfg, reject(CodeBadRequest, "urls: %.200q expands to %d URLs: the patterns name more than %d shards, this server's limit for one trainer (--max-shards)", p, n, s.opts.MaxShards)
+			}
+		}
 		urls, err := shard.ExpandAll(h.URLs)
 		if err != nil {
 			return cfg, reject(CodeBadRequest, "urls: %v", err)

@@ -37,14 +37,15 @@ removing its socket.`,
 		allowUIDs := fs.IntSlice("allow-uid", nil, "uids accepted besides the server's own, comma-separated")
 		maxSessions := fs.Int("max-sessions", serve.DefaultMaxSessions, "trainers served at once; each holds --slabs x --slab-size of page-locked memory")
 		place := fs.Bool("numa", true, "place each trainer's session on the NUMA node of its GPU (the GPU the client names, else its local rank as a CUDA device number): the session's loader threads on that node's CPUs, its slabs in that node's memory (nothing to do on one node)")
+		maxShards := fs.Int("max-shards", serve.DefaultMaxShards, "shards one trainer may name in its hello, after brace expansion")
 		maxDatasets := fs.Int("max-datasets", serve.DefaultMaxDatasets, "datasets whose sample counts the server keeps for later sessions (least recently used dropped)")
 		batchPolicy := fs.Bool("sched-batch", true, "run the loader's threads under SCHED_BATCH (Linux), so that they never delay a trainer that wakes on their CPU")
 		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if len(args) == 0 && len(*allow) == 0 {
 				return fmt.Errorf("%w: give the dataset's URLs, or --allow prefixes under which trainers name theirs", errUsage)
 			}
-			if *maxSessions < 1 || *maxDatasets < 1 {
-				return fmt.Errorf("%w: --max-sessions %d, --max-datasets %d: want at least 1", errUsage, *maxSessions, *maxDatasets)
+			if *maxSessions < 1 || *maxDatasets < 1 || *maxShards < 1 {
+				return fmt.Errorf("%w: --max-sessions %d, --max-datasets %d, --max-shards %d: want at least 1", errUsage, *maxSessions, *maxDatasets, *maxShards)
 			}
 			if *batchPolicy {
 				if err := setBatchPolicy(); err != nil {
@@ -58,7 +59,7 @@ removing its socket.`,
 			logf := cfg.Logf
 			srv, err := serve.Listen(serve.Options{
 				Socket: *socket, URLs: args, Allow: *allow, AllowUIDs: *allowUIDs,
-				Pipeline: cfg, MaxSessions: *maxSessions, MaxDatasets: *maxDatasets, NoPlace: !*place, Logf: logf,
+				Pipeline: cfg, MaxSessions: *maxSessions, MaxDatasets: *maxDatasets, MaxShards: *maxShards, NoPlace: !*place, Logf: logf,
 			})
 			if err != nil {
 				return err
