@@ -95,6 +95,9 @@ type Config struct {
 	QueueBytes int64
 	// MaxMemberSize caps one tar member in memory. Default 256 MiB.
 	MaxMemberSize int64
+	// MaxSampleSize caps one sample's members together in memory. Default 1 GiB
+	// (shard.DefaultMaxSampleSize); a larger sample is an error of its own.
+	MaxSampleSize int64
 	// MaxRatio caps the decompression ratio of a compressed shard. Default 1000.
 	MaxRatio float64
 
@@ -210,6 +213,9 @@ func (cfg Config) withDefaults() Config {
 	if cfg.MaxMemberSize == 0 {
 		cfg.MaxMemberSize = shard.DefaultMaxMemberSize
 	}
+	if cfg.MaxSampleSize == 0 {
+		cfg.MaxSampleSize = shard.DefaultMaxSampleSize
+	}
 	if cfg.Slabs == 0 {
 		cfg.Slabs = 4
 	}
@@ -251,7 +257,7 @@ func (cfg Config) Validate() error {
 		{"BatchSize", int64(cfg.BatchSize)}, {"World", int64(cfg.World)}, {"Epoch", int64(cfg.Epoch)},
 		{"ShuffleBuffer", int64(cfg.ShuffleBuffer)}, {"ShuffleBytes", cfg.ShuffleBytes},
 		{"OpenShards", int64(cfg.OpenShards)}, {"Workers", int64(cfg.Workers)}, {"QueueBytes", cfg.QueueBytes},
-		{"MaxMemberSize", cfg.MaxMemberSize}, {"Slabs", int64(cfg.Slabs)}, {"SlabBytes", cfg.SlabBytes},
+		{"MaxMemberSize", cfg.MaxMemberSize}, {"MaxSampleSize", cfg.MaxSampleSize}, {"Slabs", int64(cfg.Slabs)}, {"SlabBytes", cfg.SlabBytes},
 	} {
 		if c.v < 0 {
 			bad("%s %d is negative", c.name, c.v)
@@ -314,7 +320,8 @@ func (cfg Config) RingBytes() int64 {
 // settings: decoded samples queued per open shard, the shuffle buffer and the slabs.
 // On top come two batches of decoded samples (the one being collated and the last
 // one, kept to pad an epoch shortened by skipped samples), one sample being read per
-// worker, the decompressors' windows (up to 8 MiB per zstd stream at common levels),
+// worker (at most MaxSampleSize; a sample larger than a queue holds that queue alone),
+// the decompressors' windows (up to 8 MiB per zstd stream at common levels),
 // the sources' buffers and Go's runtime.
 func (cfg Config) MemoryBudget() int64 {
 	cfg = cfg.withDefaults()

@@ -122,7 +122,7 @@ func (p *producer) run() {
 		return
 	}
 	defer body.Close()
-	r := shard.NewReader(body, shard.Options{URL: span.URL, MaxMemberSize: l.cfg.MaxMemberSize, MaxRatio: l.cfg.MaxRatio, Timing: true, Buffers: sampleBuffers{&l.pool}})
+	r := shard.NewReader(body, shard.Options{URL: span.URL, MaxMemberSize: l.cfg.MaxMemberSize, MaxSampleSize: l.cfg.MaxSampleSize, MaxRatio: l.cfg.MaxRatio, Timing: true, Buffers: sampleBuffers{&l.pool}})
 	defer func() {
 		fetch, inflate := r.Times()
 		l.st.add(&l.st.fetch, fetch)

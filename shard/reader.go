@@ -20,6 +20,9 @@ import (
 // DefaultMaxMemberSize is the per-member cap used when Options.MaxMemberSize is zero.
 const DefaultMaxMemberSize = 256 << 20
 
+// DefaultMaxSampleSize is the per-sample cap used when Options.MaxSampleSize is zero.
+const DefaultMaxSampleSize = 1 << 30
+
 // maxZstdWindow bounds the memory a zstd frame may ask for. Shards written with zstd
 // levels up to 22 use windows of at most 128 MiB.
 const maxZstdWindow = 256 << 20
@@ -47,6 +50,9 @@ var (
 	// entry or a PAX entry with GNU.sparse.* records. The Reader does not expand
 	// sparse files; the error is the sample's and the reader can go on.
 	ErrSparse = errors.New("shard: sparse member")
+	// ErrSampleTooLarge means a sample's members together are larger than
+	// Options.MaxSampleSize. The error is the sample's; the reader can go on.
+	ErrSampleTooLarge = errors.New("shard: sample larger than the cap")
 )
 
 // Error is a failure while reading a shard. It says where: the shard URL, the sample
@@ -96,6 +102,21 @@ type Options struct {
 	// MaxMemberSize caps the bytes of one member held in memory. Zero means
 	// DefaultMaxMemberSize (256 MiB). A larger member is an error of its sample.
 	MaxMemberSize int64
+	// MaxSampleSize caps the bytes of one sample's members together, held in memory
+	// until the sample is complete. Zero means DefaultMaxSampleSize (1 GiB). A larger
+	// sample is an error of its own. Neither cap applies to data that is not held
+	// (SizesOnly, Stream).
+	MaxSampleSize int64
+	// Stream, when set, receives each member's data as the reader reaches it, instead
+	// of the data being held until the sample is complete: a consumer that writes
+	// members out (cat) holds no more than its copy buffer, whatever the sizes. key
+	// is the sample the member belongs to; the fields of the samples Next returns
+	// carry no Data. Stream may read data or not before it returns; the rest is
+	// skipped. A read error of data fails the shard as Next would; any other error
+	// Stream returns fails the shard with that error. A sample-level error (a
+	// duplicate extension) is found when its member comes, after the sample's earlier
+	// members were streamed.
+	Stream func(key string, f Field, data io.Reader) error
 	// SizesOnly skips member data: fields carry their size and offset but no Data.
 	// Use it to list shards without reading their contents into memory. On an
 	// uncompressed shard whose reader can seek (a local file), data is skipped by
@@ -266,6 +287,9 @@ type Reader struct {
 func NewReader(r io.Reader, opts Options) *Reader {
 	if opts.MaxMemberSize <= 0 {
 		opts.MaxMemberSize = DefaultMaxMemberSize
+	}
+	if opts.MaxSampleSize <= 0 {
+		opts.MaxSampleSize = DefaultMaxSampleSize
 	}
 	if opts.MaxRatio == 0 {
 		opts.MaxRatio = DefaultMaxRatio
@@ -540,9 +564,14 @@ func (r *Reader) Next() (*Sample, error) {
 		if len(s.Fields) == 0 {
 			s.Key, s.Offset = key, off
 		}
-		if _, dup := s.Get(ext); dup || hdr.Size > r.opts.MaxMemberSize || hdr.Sparse {
+		held := !r.opts.SizesOnly && r.opts.Stream == nil // the data is kept in memory
+		tooBig := hdr.Size > r.opts.MaxMemberSize && r.opts.Stream == nil
+		sampleBig := held && !tooBig && sampleSize(s)+hdr.Size > r.opts.MaxSampleSize
+		if _, dup := s.Get(ext); dup || tooBig || sampleBig || hdr.Sparse {
 			var cause error
 			switch {
+			case sampleBig:
+				cause = fmt.Errorf("%w: with member %q (%d bytes) the sample's members come to %d bytes, cap %d", ErrSampleTooLarge, hdr.Name, hdr.Size, sampleSize(s)+hdr.Size, r.opts.MaxSampleSize)
 			case hdr.Sparse:
 				form := "PAX GNU.sparse records"
 				if hdr.Typeflag == tar.TypeGNUSparse {
@@ -558,7 +587,11 @@ func (r *Reader) Next() (*Sample, error) {
 			return nil, &Error{URL: r.opts.URL, Key: key, Offset: off, Compression: r.comp, Err: cause, sample: true}
 		}
 		f := Field{Ext: ext, Name: hdr.Name, Size: hdr.Size, Offset: r.tarIn.n}
-		if !r.opts.SizesOnly {
+		if r.opts.Stream != nil {
+			if err := r.stream(key, f); err != nil {
+				return nil, err
+			}
+		} else if !r.opts.SizesOnly {
 			data, err := r.readData(hdr.Size)
 			if err != nil {
 				r.err = r.errAt(key, f.Offset+int64(len(data)), err)
@@ -568,6 +601,47 @@ func (r *Reader) Next() (*Sample, error) {
 		}
 		s.Fields = append(s.Fields, f)
 	}
+}
+
+// sampleSize is the bytes of s's members so far.
+func sampleSize(s *Sample) int64 {
+	var n int64
+	for _, f := range s.Fields {
+		n += f.Size
+	}
+	return n
+}
+
+// stream hands the current member's data to Options.Stream.
+func (r *Reader) stream(key string, f Field) error {
+	sr := streamReader{t: r.tr}
+	if err := r.opts.Stream(key, f, &sr); sr.err != nil {
+		r.err = r.errAt(key, f.Offset+sr.n, sr.err)
+		return r.err
+	} else if err != nil {
+		r.err = err
+		return err
+	}
+	return nil
+}
+
+// streamReader reads a member's data for Options.Stream, keeping its read error.
+type streamReader struct {
+	t   *tarReader
+	n   int64 // bytes read
+	err error // the first error other than the member's end
+}
+
+func (s *streamReader) Read(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	n, err := s.t.Read(p)
+	s.n += int64(n)
+	if err != nil && (err != io.EOF || s.t.remain > 0) {
+		s.err = err
+	}
+	return n, err
 }
 
 // nextHeader returns the next tar header and the offset where it starts.
