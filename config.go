@@ -57,7 +57,9 @@ type Config struct {
 	Shards []shard.Info
 	// Index is a file or URL of JSON lines {"url": ..., "samples": N}, as written by
 	// "shardload ls --summary --json". Without it (and without Shards), Open counts
-	// the samples of every shard first, which reads them once.
+	// the samples of every shard first, which reads them once. Lines match shards by
+	// their URL with secrets removed (internal/redact): a presigned URL's index
+	// stays valid when its signature changes.
 	Index string
 
 	// Fields to decode and collate. Default: every extension of the first sample of

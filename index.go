@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/shard"
 )
 
@@ -25,7 +26,12 @@ import (
 // short after a transient failure would give that rank another plan than the others
 // (overlapping slices, unequal batch counts, a hung job). Give the counts (Shards or
 // Index) to plan without reading.
-func Count(ctx context.Context, cfg Config) ([]shard.Info, error) {
+func Count(ctx context.Context, cfg Config) (infos []shard.Info, err error) {
+	defer func() { err = redact.Error(err) }()
+	return count(ctx, cfg)
+}
+
+func count(ctx context.Context, cfg Config) ([]shard.Info, error) {
 	cfg = cfg.withDefaults()
 	if len(cfg.Shards) > 0 {
 		return cfg.Shards, nil
@@ -133,14 +139,14 @@ func readIndex(ctx context.Context, cfg Config, urls []string) ([]shard.Info, er
 		if err := json.Unmarshal([]byte(text), &l); err != nil || l.URL == "" || l.Samples == nil || *l.Samples < 0 {
 			return nil, fmt.Errorf("shardload: index %s line %d: want {\"url\": ..., \"samples\": N}, got %.80q", cfg.Index, line, text)
 		}
-		counts[l.URL] = *l.Samples
+		counts[redact.URL(l.URL)] = *l.Samples
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("shardload: index %s: %w", cfg.Index, err)
 	}
 	infos := make([]shard.Info, len(urls))
 	for i, url := range urls {
-		n, ok := counts[url]
+		n, ok := counts[redact.URL(url)]
 		if !ok {
 			return nil, fmt.Errorf("shardload: index %s has no line for %s", cfg.Index, url)
 		}

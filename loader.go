@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
+	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/shard"
 )
@@ -103,7 +104,8 @@ const keyColumn = "__key__"
 // unless cfg.Shards or cfg.Index give them, infers the fields from the first sample
 // unless cfg.Fields names them, allocates the slab ring and starts reading. ctx bounds
 // Open's own work; the loader then runs until the epoch ends or Close.
-func Open(ctx context.Context, cfg Config) (*Loader, error) {
+func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
+	defer func() { err = redact.Error(err) }()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -134,7 +136,7 @@ func Open(ctx context.Context, cfg Config) (*Loader, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	l := &Loader{dev: deviceHook{stage: dev},
+	l = &Loader{dev: deviceHook{stage: dev},
 		cfg: cfg, plan: plan, order: orderOf(cfg, infos), fields: fields, cancel: cancel, start: start,
 		counts:    make([]int, len(infos)),
 		out:       make(chan batchMsg, cfg.Slabs),
@@ -243,7 +245,7 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	case !ok:
 		l.err = io.EOF
 	case m.err != nil:
-		l.err = m.err
+		l.err = redact.Error(m.err)
 	default:
 		if m.b.Seq == 0 {
 			l.st.firstBatch.Store(int64(time.Since(l.start)))

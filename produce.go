@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/numa"
 	"github.com/shardload/shardload/shard"
 )
@@ -371,7 +372,9 @@ type SampleError struct {
 	Err      error
 }
 
-func (e *SampleError) Error() string { return fmt.Sprintf("%s: sample %q: %v", e.URL, e.Key, e.Err) }
+func (e *SampleError) Error() string {
+	return fmt.Sprintf("%s: sample %q: %v", redact.URL(e.URL), e.Key, e.Err)
+}
 
 // Unwrap returns the cause.
 func (e *SampleError) Unwrap() error { return e.Err }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -31,6 +32,10 @@ var (
 	// ErrNoRoom means an object could not be cached: it is larger than the budget, or
 	// the rest of the budget is held by entries being read.
 	ErrNoRoom = errors.New("cache: no room in the budget")
+	// ErrUnwritable means an object could not be cached because the disk tier
+	// could not be written (disk full, a read-only directory, ...). Reads go on
+	// from the source; Warm fails with it.
+	ErrUnwritable = errors.New("cache: cannot write the cache directory")
 )
 
 // Default values of Options.
@@ -65,7 +70,8 @@ type Options struct {
 	// entries are served without asking it again. Default 30 s; negative: ask every
 	// time.
 	OfflineFor time.Duration
-	// Logf receives warnings (an unbound buffer, a file that could not be removed).
+	// Logf receives warnings (an unbound buffer, a file that could not be removed,
+	// once per cause a cache that cannot be written).
 	// Default log.Printf.
 	Logf func(format string, args ...any)
 }
@@ -101,6 +107,10 @@ type Stats struct {
 	Unvalidated int64 // cached entries served while the source was unreachable
 	Evicted     int64 // entries evicted from either tier to make room
 	Failed      int64 // fetches that failed
+	// WriteErrors counts fetches that could not write the disk tier (disk full, a
+	// read-only or unwritable directory, any error writing the cache's own files):
+	// their readers went on from the source, and nothing was cached.
+	WriteErrors int64
 
 	DiskBytes     int64 // bytes the disk tier holds or has reserved
 	DiskEntries   int   // entries in the disk tier
@@ -109,7 +119,7 @@ type Stats struct {
 }
 
 type counters struct {
-	memHits, diskHits, fetches, joined, bypassed, stale, corrupt, unvalidated, evicted, failed atomic.Int64
+	memHits, diskHits, fetches, joined, bypassed, stale, corrupt, unvalidated, evicted, failed, writeErrs atomic.Int64
 }
 
 // Cache is a source.Source that keeps the objects it reads in a memory and a disk
@@ -133,6 +143,7 @@ type Cache struct {
 	loads        singleflight.Group // disk -> verify / memory, per entry
 	offlineUntil atomic.Int64       // unix nanoseconds
 	n            counters
+	causes       sync.Map // write failures logged: cause -> true
 }
 
 var (
@@ -194,7 +205,7 @@ func (c *Cache) Stats() Stats {
 		MemoryHits: c.n.memHits.Load(), DiskHits: c.n.diskHits.Load(), Fetches: c.n.fetches.Load(),
 		Joined: c.n.joined.Load(), Bypassed: c.n.bypassed.Load(), Stale: c.n.stale.Load(),
 		Corrupt: c.n.corrupt.Load(), Unvalidated: c.n.unvalidated.Load(), Evicted: c.n.evicted.Load(),
-		Failed: c.n.failed.Load(),
+		Failed: c.n.failed.Load(), WriteErrors: c.n.writeErrs.Load(),
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -602,6 +613,76 @@ func (c *Cache) loadToMemory(de *diskEntry, node int) (any, error) {
 	c.mu.Unlock()
 	c.disk.touch(de)
 	return e, nil
+}
+
+// cannotWrite counts a fetch that could not write the disk tier and logs why, once
+// per cause (the error number: disk full, read-only, permission denied, ...).
+func (c *Cache) cannotWrite(url string, err error) {
+	c.n.writeErrs.Add(1)
+	c.logOnce(writeCause(err), "cache: cannot write the cache: %v; shards are read from their source without caching while this lasts (logged once per cause, counted in Stats.WriteErrors)",
+		&source.Error{Op: "caching", URL: url, Err: err})
+}
+
+// logOnce logs a warning the first time its key is seen.
+func (c *Cache) logOnce(key, format string, args ...any) {
+	if _, seen := c.causes.LoadOrStore(key, true); !seen {
+		c.opts.Logf(format, args...)
+	}
+}
+
+// writeCause names what made a write fail, leaving out which file it was.
+func writeCause(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error()
+	}
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Op + ": " + pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// sourceAt opens url from off straight from the source, at the version info
+// describes: the bytes before off, already served, were of that version. It fails
+// with ErrChanged when the source holds another version.
+func (c *Cache) sourceAt(ctx context.Context, url string, info source.Info, off int64) (io.ReadCloser, error) {
+	if off == 0 {
+		return c.up.Open(ctx, url)
+	}
+	up, err := c.upstream(url)
+	if err != nil {
+		return nil, err
+	}
+	if vr, ok := up.(source.VersionReader); ok && info.Version != "" {
+		r, err := vr.OpenVersion(ctx, url, info.Version, off, -1)
+		if se := (*source.Error)(nil); errors.Is(err, source.ErrChanged) && errors.As(err, &se) {
+			err = &source.Error{Op: "read", URL: url, Err: fmt.Errorf("%w: %w", ErrChanged, se.Err)}
+		}
+		return r, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, c.opts.StatTimeout)
+	now, err := c.up.Stat(sctx, url)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	if now.Version != info.Version || now.Size != info.Size {
+		return nil, &source.Error{Op: "read", URL: url, Err: fmt.Errorf("%w: version %s of %d bytes was being read, the source now holds %s of %d bytes",
+			ErrChanged, info.Version, info.Size, now.Version, now.Size)}
+	}
+	if rr, ok := up.(source.RangeReader); ok {
+		return rr.OpenRange(ctx, url, off, -1)
+	}
+	r, err := c.up.Open(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := io.CopyN(io.Discard, r, off); err != nil {
+		r.Close()
+		return nil, &source.Error{Op: "read", URL: url, Err: err}
+	}
+	return r, nil
 }
 
 // alloc returns a buffer for node's memory tier, bound to the node when

@@ -129,6 +129,10 @@ type diskTier struct {
 	lru    *simplelru.LRU[string, *diskEntry]
 	lock   *os.File
 	logf   func(string, ...any)
+	// fault, when set (by tests), is asked before each write of the tier's files
+	// (op "create", "write", "sync" or "rename") and fails it with the error it
+	// returns: a disk that fills up, a directory that turns read-only.
+	fault func(op, path string) error
 }
 
 // openDisk creates dir/v1, locks it, and rebuilds the index from its files.
@@ -395,6 +399,47 @@ func checkFile(f *os.File, m meta, path string) error {
 		return &source.Error{Op: "read", URL: m.URL, Err: fmt.Errorf("%w: %s is longer than %d bytes", ErrCorrupt, path, m.Size)}
 	}
 	return nil
+}
+
+// inject returns the error the fault hook gives op on path, if any.
+func (d *diskTier) inject(op, path string) error {
+	if d.fault == nil {
+		return nil
+	}
+	return d.fault(op, path)
+}
+
+// create creates a new file of the tier for writing and reading.
+func (d *diskTier) create(path string) (*os.File, error) {
+	if err := d.inject("create", path); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+}
+
+// writeAt writes all of b at off of fh.
+func (d *diskTier) writeAt(fh *os.File, b []byte, off int64) error {
+	if err := d.inject("write", fh.Name()); err != nil {
+		return err
+	}
+	_, err := fh.WriteAt(b, off)
+	return err
+}
+
+// sync makes fh durable.
+func (d *diskTier) sync(fh *os.File, path string) error {
+	if err := d.inject("sync", path); err != nil {
+		return err
+	}
+	return fh.Sync()
+}
+
+// rename moves a file of the tier into place.
+func (d *diskTier) rename(from, to string) error {
+	if err := d.inject("rename", to); err != nil {
+		return err
+	}
+	return os.Rename(from, to)
 }
 
 // syncDir makes renames in the tier's directory durable.

@@ -42,6 +42,18 @@
 // ErrChanged rather than mix two versions). The memory tier checks every block when
 // it loads an entry from disk.
 //
+// When the disk tier cannot be written (a full disk, a directory that turned
+// read-only, any error creating, writing, syncing or renaming its files), the fetch
+// removes what it wrote and caches nothing, and its readers go on from the source,
+// each from the byte it got to, pinned to the version it was reading (through
+// source.VersionReader when the source has it, else after a Stat that finds the same
+// version; if the object changed the read fails with ErrChanged rather than mix). A
+// failure after the data file was synced and checked (writing the meta file, a
+// rename) lets the readers finish from that file. Bytes of a write that failed are
+// never served. Each such fetch is counted in Stats.WriteErrors, and each cause (the
+// error number: no space left on device, read-only file system, ...) is logged once
+// through Options.Logf, not once per read.
+//
 // Only names of this pattern inside Dir/v1 are ever deleted; one process at a
 // time uses a directory (an exclusive flock on Dir/v1/lock; a second one gets
 // ErrBusy).

@@ -18,7 +18,7 @@ import (
 const (
 	pending   = iota // space not reserved yet
 	streaming        // bytes are going to fh or buf
-	bypass           // no room: each reader reads the source itself
+	bypass           // no room, or the disk tier could not be written: each reader reads the source itself
 )
 
 // fillChunk is how many bytes a fetch reads from the source at a time; readers are
@@ -39,14 +39,15 @@ type fill struct {
 	diskEnt  *diskEntry // committed entry; readers release it on close
 	memEnt   *memEntry
 
-	mu    sync.Mutex
-	state int
-	fh    *os.File // disk tier: the temporary file
-	buf   []byte   // memory tier only: the entry's buffer
-	n     int64    // bytes written and readable
-	done  bool
-	err   error
-	wake  chan struct{} // closed and replaced whenever the fields above change
+	mu       sync.Mutex
+	state    int
+	writeErr error    // the disk tier could not be written: nothing is committed
+	fh       *os.File // disk tier: the temporary file
+	buf      []byte   // memory tier only: the entry's buffer
+	n        int64    // bytes written and readable
+	done     bool
+	err      error
+	wake     chan struct{} // closed and replaced whenever the fields above change
 }
 
 // set changes the fill's state under f.mu and wakes its readers.
@@ -88,7 +89,9 @@ func (f *fill) unregister() {
 }
 
 // fetch reserves space, streams the object into it, and commits the entry. Without
-// room it switches the fill to bypass and returns nil.
+// room, or when a file of the entry cannot be written (disk full, a read-only
+// directory, any write error), it removes what it wrote, switches the fill to bypass
+// and returns nil: its readers go on from the source, each from the byte it got to.
 func (f *fill) fetch() error {
 	c := f.c
 	size := f.info.Size
@@ -105,11 +108,11 @@ func (f *fill) fetch() error {
 			return f.bypass()
 		}
 		reserved = size + int64(len(mb))
-		fh, err := os.OpenFile(c.disk.tmpData(name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		fh, err := c.disk.create(c.disk.tmpData(name))
 		if err != nil {
-			c.opts.Logf("cache: %v (reading %s without caching)", err, f.url)
 			f.unreserve(reserved)
-			return f.bypass()
+			c.cannotWrite(f.url, err)
+			return f.bypassUnwritable(err)
 		}
 		f.set(func() { f.state, f.fh = streaming, fh })
 	} else {
@@ -125,7 +128,7 @@ func (f *fill) fetch() error {
 	}
 	c.n.fetches.Add(1)
 
-	fail := func(err error) error {
+	cleanup := func() {
 		if f.fh != nil {
 			c.disk.removePath(c.disk.tmpData(name))
 			if metaTmp != "" {
@@ -137,10 +140,36 @@ func (f *fill) fetch() error {
 			c.mem[f.node].used -= size
 			c.mu.Unlock()
 		}
+	}
+	fail := func(err error) error {
+		cleanup()
 		return err
+	}
+	// unwritable ends a fill whose files cannot be written: nothing of it is
+	// committed, and its readers go on from the source.
+	unwritable := func(err error) error {
+		cleanup()
+		c.cannotWrite(f.url, err)
+		return f.bypassUnwritable(err)
+	}
+	// uncommitted ends a fill whose data file was made durable and checked but
+	// whose entry cannot be committed: nothing is cached, and its readers read the
+	// rest of the checked file (unlinked, still open).
+	uncommitted := func(err error) error {
+		cleanup()
+		c.cannotWrite(f.url, err)
+		c.mu.Lock()
+		f.unregister()
+		c.mu.Unlock()
+		f.set(func() { f.writeErr = err })
+		return nil
 	}
 	h := newBlockHasher(size)
 	n, err := f.copyFrom(h)
+	var we *writeError
+	if errors.As(err, &we) {
+		return unwritable(we.err)
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -162,28 +191,25 @@ func (f *fill) fetch() error {
 	m := meta{Format: metaFormat, URL: f.url, Version: f.info.Version, Size: size, Block: h.block, XXH64: formatSums(sums), Fetched: fetched, sums: sums}
 	mb, _ = json.Marshal(m)
 	mb = append(mb, '\n')
-	wrap := func(op string, err error) error {
-		return fail(&source.Error{Op: op, URL: f.url, Err: fmt.Errorf("cache: %w", err)})
-	}
-	if err := f.fh.Sync(); err != nil {
-		return wrap("sync", err)
+	if err := d.sync(f.fh, d.tmpData(name)); err != nil {
+		return unwritable(err)
 	}
 	if err := checkFile(f.fh, m, d.tmpData(name)); err != nil {
 		return fail(err)
 	}
 	metaTmp = d.tmpMeta(name)
-	if err := writeFileSync(metaTmp, mb); err != nil {
-		return wrap("write", err)
+	if err := d.writeFileSync(metaTmp, mb); err != nil {
+		return uncommitted(err)
 	}
-	if err := os.Rename(d.tmpData(name), d.dataPath(name)); err != nil {
-		return wrap("rename", err)
+	if err := d.rename(d.tmpData(name), d.dataPath(name)); err != nil {
+		return uncommitted(err)
 	}
-	if err := os.Rename(metaTmp, d.metaPath(name)); err != nil {
+	if err := d.rename(metaTmp, d.metaPath(name)); err != nil {
 		d.removePath(d.dataPath(name))
-		return wrap("rename", err)
+		return uncommitted(err)
 	}
 	if err := d.syncDir(); err != nil {
-		c.opts.Logf("cache: syncing %s: %v", d.root, err)
+		c.logOnce("sync dir: "+writeCause(err), "cache: syncing %s: %v (logged once)", d.root, err)
 	}
 	e := newDiskEntry(name, m, size+int64(len(mb)))
 	e.setVerified()
@@ -235,8 +261,8 @@ func (f *fill) copyFrom(h io.Writer) (int64, error) {
 				return n, &source.Error{Op: "read", URL: f.url, Err: fmt.Errorf("%w: more than the %d bytes the source said", ErrChanged, size)}
 			}
 			if f.fh != nil {
-				if _, err := f.fh.WriteAt(p[:k], n); err != nil {
-					return n, &source.Error{Op: "write", URL: f.url, Err: fmt.Errorf("cache: %w", err)}
+				if err := c.disk.writeAt(f.fh, p[:k], n); err != nil {
+					return n, &writeError{err}
 				}
 			}
 			h.Write(p[:k])
@@ -252,6 +278,12 @@ func (f *fill) copyFrom(h io.Writer) (int64, error) {
 	}
 }
 
+// writeError is a failure to write a file of the disk tier.
+type writeError struct{ err error }
+
+func (e *writeError) Error() string { return e.err.Error() }
+func (e *writeError) Unwrap() error { return e.err }
+
 // bypass makes every reader of f read the source itself.
 func (f *fill) bypass() error {
 	c := f.c
@@ -260,6 +292,24 @@ func (f *fill) bypass() error {
 	c.mu.Unlock()
 	f.set(func() { f.state = bypass })
 	return nil
+}
+
+// bypassUnwritable makes every reader of f go on from the source, from the byte it
+// got to, because the disk tier could not be written (err).
+func (f *fill) bypassUnwritable(err error) error {
+	c := f.c
+	c.mu.Lock()
+	f.unregister()
+	c.mu.Unlock()
+	f.set(func() { f.state, f.writeErr = bypass, err })
+	return nil
+}
+
+// unwritable returns why the fill could not write the disk tier; nil if it could.
+func (f *fill) unwritable() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.writeErr
 }
 
 func (f *fill) reserveDisk(n int64) bool {
@@ -287,14 +337,19 @@ func placeholderMeta(url, version string, size int64, fetched time.Time) []byte 
 }
 
 // writeFileSync writes a new file with mode 0600 and fsyncs it.
-func writeFileSync(path string, b []byte) error {
+func (d *diskTier) writeFileSync(path string, b []byte) error {
+	if err := d.inject("create", path); err != nil {
+		return err
+	}
 	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	_, err = fh.Write(b)
+	if err = d.inject("write", path); err == nil {
+		_, err = fh.Write(b)
+	}
 	if err == nil {
-		err = fh.Sync()
+		err = d.sync(fh, path)
 	}
 	if cerr := fh.Close(); err == nil {
 		err = cerr
@@ -310,6 +365,7 @@ type fillReader struct {
 	off    int64
 	up     io.ReadCloser // bypass: the reader's own stream from the source
 	closed bool
+	warm   bool // Warm's reader: reading the source without caching is pointless
 }
 
 func (r *fillReader) Read(p []byte) (int, error) {
@@ -322,12 +378,19 @@ func (r *fillReader) Read(p []byte) (int, error) {
 	f := r.f
 	for {
 		f.mu.Lock()
-		state, n, done, err, wake, fh, buf := f.state, f.n, f.done, f.err, f.wake, f.fh, f.buf
+		state, writeErr, n, done, err, wake, fh, buf := f.state, f.writeErr, f.n, f.done, f.err, f.wake, f.fh, f.buf
 		f.mu.Unlock()
 		switch {
+		case state == bypass && writeErr != nil && r.warm:
+			return 0, &source.Error{Op: "warm", URL: f.url, Err: fmt.Errorf("%w: %w", ErrUnwritable, writeErr)}
+		case state == bypass && writeErr != nil && r.off >= f.info.Size:
+			// Every byte arrived and was checked; only the commit failed.
+			return 0, io.EOF
 		case state == bypass:
-			f.c.n.bypassed.Add(1)
-			up, err := f.c.up.Open(r.ctx, f.url)
+			if writeErr == nil {
+				f.c.n.bypassed.Add(1)
+			}
+			up, err := f.c.sourceAt(r.ctx, f.url, f.info, r.off)
 			if err != nil {
 				return 0, err
 			}

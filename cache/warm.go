@@ -177,7 +177,8 @@ type WarmEvent struct {
 
 // Warm fetches the Missing and Stale objects of p into the cache. Objects that fail
 // do not stop the others; the error joins every failure, each naming its URL. An
-// object that has no room in the budget fails with ErrNoRoom.
+// object that has no room in the budget fails with ErrNoRoom, one that cannot be
+// written (a full disk, a read-only directory) with ErrUnwritable.
 func (c *Cache) Warm(ctx context.Context, p *Plan, opts WarmOptions) error {
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = DefaultWarmConcurrency
@@ -230,6 +231,10 @@ func (c *Cache) warmOne(ctx context.Context, view *View, url string, memory bool
 	if err != nil {
 		return err
 	}
+	fr, _ := r.(*fillReader)
+	if fr != nil {
+		fr.warm = true // fail rather than read the source for nothing
+	}
 	_, err = io.Copy(progressWriter(progress), r)
 	if cerr := r.Close(); err == nil {
 		err = cerr
@@ -238,6 +243,11 @@ func (c *Cache) warmOne(ctx context.Context, view *View, url string, memory bool
 		return err
 	}
 	if _, ok := c.cachedVersion(url); !ok {
+		if fr != nil {
+			if werr := fr.f.unwritable(); werr != nil {
+				return &source.Error{Op: "warm", URL: url, Err: fmt.Errorf("%w: %w", ErrUnwritable, werr)}
+			}
+		}
 		return &source.Error{Op: "warm", URL: url, Err: fmt.Errorf("%w: the object was read from the source without caching", ErrNoRoom)}
 	}
 	if memory && c.disk != nil && c.mem != nil {

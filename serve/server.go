@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/numa"
 	"github.com/shardload/shardload/shard"
 )
@@ -179,6 +180,9 @@ func Listen(opts Options) (*Server, error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
+	// Every line the server logs has the secrets of the URLs it quotes removed.
+	logf := opts.Logf
+	opts.Logf = func(format string, args ...any) { logf("%s", redact.String(fmt.Sprintf(format, args...))) }
 	if err := opts.Pipeline.Validate(); err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/shard"
 )
@@ -636,9 +637,10 @@ func linger(c *net.UnixConn) {
 	c.Close()
 }
 
-// sendError sends an error message, best effort: the session ends after it.
+// sendError sends an error message, best effort: the session ends after it. The
+// secrets of the URLs it quotes are removed.
 func sendError(c *net.UnixConn, code, msg string) {
-	b, _ := json.Marshal(errorMsg{Type: typeError, Code: code, Message: msg})
+	b, _ := json.Marshal(errorMsg{Type: typeError, Code: code, Message: redact.String(msg)})
 	c.SetWriteDeadline(time.Now().Add(time.Second))
 	c.Write(b)
 }

@@ -7,6 +7,7 @@ import (
 	"compress/bzip2"
 	"errors"
 	"fmt"
+	"github.com/shardload/shardload/internal/redact"
 	"io"
 	"math"
 	"strings"
@@ -71,7 +72,7 @@ type Error struct {
 
 func (e *Error) Error() string {
 	var b strings.Builder
-	b.WriteString(e.URL)
+	b.WriteString(redact.URL(e.URL))
 	if e.Key != "" {
 		fmt.Fprintf(&b, ": sample %q", e.Key)
 	}

@@ -6,14 +6,16 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // VersionReader is the optional capability to read part of one version of an object:
 // the version an earlier Stat returned as Info.Version. When the object is no longer
 // at that version the open (or a read) fails with an error wrapping ErrChanged.
-// S3 pins with If-Match on the ETag, GCS with the generation, HTTP with If-Match (or
-// If-Unmodified-Since), the file backend by comparing size and modification time.
+// S3 pins with If-Match on the ETag, GCS with the generation, HTTP with If-Match (or,
+// with no ETag, If-Unmodified-Since and the Last-Modified and length of each answer),
+// the file backend by comparing size and modification time.
 type VersionReader interface {
 	OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error)
 }
@@ -36,6 +38,22 @@ type FetchOptions struct {
 	SingleRate float64
 	// Retry is the retry policy of every request and read.
 	Retry RetryPolicy
+	// RetryDeadline bounds a read of one object once an attempt of it has failed:
+	// from that first failure, the time the read spends waiting for the source
+	// (requests, reads, stalls, backoff waits, across all its parts) may add up to
+	// RetryDeadline, after which the read fails with an error wrapping
+	// ErrRetryDeadline that names the URL, the byte offset reached and the attempts
+	// made. Time the reader spends between its reads does not count, so a slow
+	// consumer is never cut off, and a read that never fails is not bounded by it
+	// (Retry.StallTimeout ends a request that delivers nothing). Default 30 minutes
+	// (DefaultRetryDeadline): a healthy multi-GiB shard still finishes after a
+	// failure on a slow link (18 GB at 10 MB/s), while an origin that stalls after
+	// every few bytes is given up within the half hour instead of being held for
+	// hours (about 30 stall-and-retry cycles at the default StallTimeout). A fixed
+	// time rather than one proportional to the size: the size is not always known,
+	// and what the deadline guards against (an origin that keeps failing) does not
+	// grow with it. Negative: no deadline.
+	RetryDeadline time.Duration
 }
 
 // Defaults of FetchOptions.
@@ -43,6 +61,8 @@ const (
 	DefaultPartSize   = 8 << 20
 	DefaultParallel   = 4
 	DefaultSingleRate = 256e6
+	// DefaultRetryDeadline is the default of FetchOptions.RetryDeadline.
+	DefaultRetryDeadline = 30 * time.Minute
 )
 
 func (o FetchOptions) withDefaults() FetchOptions {
@@ -54,6 +74,9 @@ func (o FetchOptions) withDefaults() FetchOptions {
 	}
 	if o.SingleRate == 0 {
 		o.SingleRate = DefaultSingleRate
+	}
+	if o.RetryDeadline == 0 {
+		o.RetryDeadline = DefaultRetryDeadline
 	}
 	o.Retry = o.Retry.withDefaults()
 	return o
@@ -70,6 +93,13 @@ func (o FetchOptions) withDefaults() FetchOptions {
 //     implements VersionReader (else unpinned), and fails with ErrChanged if the
 //     object changed; a request that makes no progress for StallTimeout is ended and
 //     retried;
+//   - a VersionReader that gives an object no version (an HTTP origin with neither
+//     ETag nor Last-Modified) has nothing to pin a read on: such an object is read
+//     as one stream, never as parts, and a failure after its first byte fails the
+//     read with ErrNoVersion instead of resuming, which could mix two versions;
+//   - progress resets the count of attempts only when a failed request delivered at
+//     least Retry.MinProgress bytes, and RetryDeadline bounds the whole read once it
+//     has failed, so an origin that stalls after every few bytes is given up;
 //   - the bytes delivered are checked against the object's size.
 //
 // Without ranged reads, Open retries only failures before the first byte.
@@ -117,9 +147,10 @@ func (f *Fetcher) putBuf(b []byte) {
 }
 
 var (
-	_ Source      = (*Fetcher)(nil)
-	_ RangeReader = (*Fetcher)(nil)
-	_ Lister      = (*Fetcher)(nil)
+	_ Source        = (*Fetcher)(nil)
+	_ RangeReader   = (*Fetcher)(nil)
+	_ VersionReader = (*Fetcher)(nil)
+	_ Lister        = (*Fetcher)(nil)
 )
 
 // NewFetcher returns a Fetcher reading src with opts (zero fields take defaults).
@@ -189,7 +220,7 @@ func (f *Fetcher) List(ctx context.Context, prefix string, fn func(Info) error) 
 
 // Open returns the whole object as a stream.
 func (f *Fetcher) Open(ctx context.Context, url string) (io.ReadCloser, error) {
-	return f.open(ctx, url, 0, -1)
+	return f.open(ctx, url, nil, 0, -1)
 }
 
 // OpenRange returns length bytes of the object starting at off, or the rest of the
@@ -199,14 +230,41 @@ func (f *Fetcher) OpenRange(ctx context.Context, url string, off, length int64) 
 	if off < 0 {
 		return nil, &Error{Op: "open", URL: url, Err: fmt.Errorf("source: negative offset %d", off)}
 	}
-	return f.open(ctx, url, off, length)
+	return f.open(ctx, url, nil, off, length)
 }
 
-func (f *Fetcher) open(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
+// OpenVersion is OpenRange provided the object is still at version, an
+// Info.Version that an earlier Stat returned; otherwise it fails with an error
+// wrapping ErrChanged. The read is pinned to that version as OpenRange's is (see
+// Fetcher). A cache uses it to go on with an object from the byte it got to.
+func (f *Fetcher) OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
+	if off < 0 {
+		return nil, &Error{Op: "open", URL: url, Err: fmt.Errorf("source: negative offset %d", off)}
+	}
+	return f.open(ctx, url, &version, off, length)
+}
+
+// open reads [off, off+length) of url; when want is not nil, only at that version.
+func (f *Fetcher) open(ctx context.Context, url string, want *string, off, length int64) (io.ReadCloser, error) {
+	changed := func(info Info) error {
+		if want == nil || info.Version == *want {
+			return nil
+		}
+		return &Error{Op: "open", URL: url, Err: fmt.Errorf("%w: version %s, was %s", ErrChanged, info.Version, *want)}
+	}
 	rr, ranged := f.src.(RangeReader)
 	if !ranged {
 		if off != 0 || length >= 0 {
 			return nil, &Error{Op: "open", URL: url, Err: errors.New("source: ranged reads not supported by this source")}
+		}
+		if want != nil {
+			info, err := f.Stat(ctx, url)
+			if err == nil {
+				err = changed(info)
+			}
+			if err != nil {
+				return nil, err
+			}
 		}
 		var rc io.ReadCloser
 		err := f.opts.Retry.Do(ctx, func(int) error {
@@ -224,11 +282,22 @@ func (f *Fetcher) open(ctx context.Context, url string, off, length int64) (io.R
 		}
 		return nil, err
 	}
+	if err := changed(info); err != nil {
+		return nil, err
+	}
+	pr := partReader{f: f, rr: rr, url: url, version: info.Version, size: info.Size, clock: newRetryClock(f.opts.RetryDeadline)}
+	if vr, ok := f.src.(VersionReader); ok {
+		if info.Version != "" {
+			pr.vr = vr
+		} else {
+			pr.noResume = true
+		}
+	}
 	if info.Size < 0 { // size unknown: one stream, retried before its first byte
 		var rc io.ReadCloser
 		err := f.opts.Retry.Do(ctx, func(int) error {
 			var err error
-			rc, err = rr.OpenRange(ctx, url, off, length)
+			rc, err = pr.openRange(ctx, off, length)
 			return err
 		})
 		return rc, err
@@ -240,11 +309,7 @@ func (f *Fetcher) open(ctx context.Context, url string, off, length int64) (io.R
 	if n == 0 {
 		return io.NopCloser(eofReader{}), nil
 	}
-	pr := partReader{f: f, rr: rr, url: url, version: info.Version, size: info.Size}
-	if vr, ok := f.src.(VersionReader); ok && info.Version != "" {
-		pr.vr = vr
-	}
-	if f.opts.Parallel <= 1 || n <= f.opts.PartSize {
+	if pr.noResume || f.opts.Parallel <= 1 || n <= f.opts.PartSize {
 		return newResumeStream(ctx, pr, off, n), nil
 	}
 	if f.opts.SingleRate < 0 {
@@ -345,12 +410,14 @@ func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
 
 // partReader opens ranges of one object at one version.
 type partReader struct {
-	f       *Fetcher
-	rr      RangeReader
-	vr      VersionReader // nil: unpinned
-	url     string
-	version string
-	size    int64
+	f        *Fetcher
+	rr       RangeReader
+	vr       VersionReader // nil: unpinned
+	url      string
+	version  string
+	size     int64
+	noResume bool        // nothing to pin on: a failure after the first byte ends the read
+	clock    *retryClock // the object's retry deadline, shared by its streams
 }
 
 func (p partReader) openRange(ctx context.Context, off, n int64) (io.ReadCloser, error) {
@@ -361,23 +428,29 @@ func (p partReader) openRange(ctx context.Context, off, n int64) (io.ReadCloser,
 }
 
 // resumeStream reads [off, off+n) of an object, resuming after retryable failures at
-// the byte it got to, under the stall watchdog.
+// the byte it got to, under the stall watchdog and the object's retry deadline.
 type resumeStream struct {
-	ctx  context.Context
-	p    partReader
-	off  int64 // next byte to deliver
-	end  int64
-	body io.ReadCloser
-	// attempt is the current attempt's context and its watchdog.
-	actx   context.Context
-	cancel context.CancelCauseFunc
-	timer  *time.Timer
-	tries  int // failed attempts since the last progress
-	err    error
+	ctx   context.Context
+	p     partReader
+	start int64 // where the stream began
+	off   int64 // next byte to deliver
+	end   int64
+	body  io.ReadCloser
+	// attempt is the current attempt's context, its stall watchdog, and the timer
+	// of the retry deadline (once the object has failed).
+	actx     context.Context
+	cancel   context.CancelCauseFunc
+	timer    *time.Timer
+	deadline *deadlineTimer
+	tries    int   // failed attempts that count against Retry.Attempts
+	gained   int64 // bytes delivered since the last failure
+	last     error // the last failure
+	pending  error // a failure that came with bytes, handled on the next Read
+	err      error
 }
 
 func newResumeStream(ctx context.Context, p partReader, off, n int64) *resumeStream {
-	return &resumeStream{ctx: ctx, p: p, off: off, end: off + n}
+	return &resumeStream{ctx: ctx, p: p, start: off, off: off, end: off + n}
 }
 
 // Read delivers the next bytes, resuming transparently.
@@ -392,7 +465,15 @@ func (s *resumeStream) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
+	s.p.clock.enter()
+	defer s.p.clock.leave()
 	for {
+		if err := s.pending; err != nil {
+			s.pending = nil
+			if !s.retry(err) {
+				return 0, s.fail(err)
+			}
+		}
 		if s.body == nil {
 			if err := s.openBody(); err != nil {
 				if s.retry(err) {
@@ -405,7 +486,7 @@ func (s *resumeStream) Read(b []byte) (int, error) {
 		n, err := s.body.Read(b[:want])
 		if n > 0 {
 			s.off += int64(n)
-			s.tries = 0
+			s.gained += int64(n)
 			s.kick()
 		}
 		if err == nil && s.off >= s.end {
@@ -421,10 +502,11 @@ func (s *resumeStream) Read(b []byte) (int, error) {
 				ErrShortRead, s.off, s.end)}
 		}
 		if err != nil {
-			err = s.stallErr(err)
+			err = s.attemptErr(err)
 			s.closeBody()
 			if n > 0 {
-				// Deliver what arrived; the failure is retried on the next Read.
+				// Deliver what arrived; the failure is handled on the next Read.
+				s.pending = err
 				return n, nil
 			}
 			if s.retry(err) {
@@ -438,7 +520,8 @@ func (s *resumeStream) Read(b []byte) (int, error) {
 	}
 }
 
-// openBody opens the rest of the range under a fresh watchdog.
+// openBody opens the rest of the range under a fresh watchdog and, once the object
+// has failed, the retry deadline's timer.
 func (s *resumeStream) openBody() error {
 	if err := s.ctx.Err(); err != nil {
 		return &Error{Op: "read", URL: s.p.url, Err: err}
@@ -448,9 +531,11 @@ func (s *resumeStream) openBody() error {
 		cancel := s.cancel
 		s.timer = time.AfterFunc(st, func() { cancel(ErrStalled) })
 	}
+	s.deadline = s.p.clock.watch(s.cancel)
+	s.p.clock.attempt()
 	body, err := s.p.openRange(s.actx, s.off, s.end-s.off)
 	if err != nil {
-		err = s.stallErr(err)
+		err = s.attemptErr(err)
 		s.closeBody()
 		return err
 	}
@@ -465,27 +550,82 @@ func (s *resumeStream) kick() {
 	}
 }
 
-// stallErr turns the failure of an attempt the watchdog ended into ErrStalled.
-func (s *resumeStream) stallErr(err error) error {
-	if s.actx != nil && s.ctx.Err() == nil && errors.Is(context.Cause(s.actx), ErrStalled) {
+// attemptErr turns the failure of an attempt the watchdog ended into ErrStalled, and
+// of one the retry deadline ended into ErrRetryDeadline.
+func (s *resumeStream) attemptErr(err error) error {
+	if s.actx == nil || s.ctx.Err() != nil {
+		return err
+	}
+	switch cause := context.Cause(s.actx); {
+	case errors.Is(cause, ErrStalled):
 		return &Error{Op: "read", URL: s.p.url, Err: fmt.Errorf("%w: no bytes for %v at byte %d",
 			ErrStalled, s.p.f.opts.Retry.StallTimeout, s.off)}
+	case errors.Is(cause, ErrRetryDeadline):
+		return s.deadlineErr()
 	}
 	return err
 }
 
-// retry reports whether to try again after err, having waited the backoff.
+// retry reports whether to try again after err, having waited the backoff. When it
+// will not, because the attempts, the retry deadline or the means to resume ran out,
+// it sets s.err.
 func (s *resumeStream) retry(err error) bool {
 	if !IsRetryable(err) || s.ctx.Err() != nil {
 		return false
 	}
-	s.tries++
 	pol := s.p.f.opts.Retry
-	if s.tries >= pol.Attempts {
+	if s.gained > 0 && s.gained >= pol.MinProgress {
+		s.tries = 0 // real progress since the last failure
+	}
+	s.gained = 0
+	s.tries++
+	s.last = err
+	c := s.p.clock
+	c.fail()
+	switch {
+	case s.p.noResume && s.off > s.start:
+		s.err = &Error{Op: "read", URL: s.p.url, Err: fmt.Errorf("%w: it failed at byte %d of %d: %w",
+			ErrNoVersion, s.off, s.p.size, innerErr(err))}
+		return false
+	case c.expired():
+		s.err = s.deadlineErr()
+		return false
+	case s.tries >= pol.Attempts:
 		s.err = exhausted(s.tries, err)
 		return false
 	}
-	return pol.Sleep(s.ctx, pol.Backoff(s.tries, err)) == nil
+	d := pol.Backoff(s.tries, err)
+	if left, ok := c.remaining(); ok && left < d {
+		d = left // wait no longer than the deadline
+	}
+	if pol.Sleep(s.ctx, d) != nil {
+		return false
+	}
+	if c.expired() {
+		s.err = s.deadlineErr()
+		return false
+	}
+	return true
+}
+
+// deadlineErr is the failure of a read whose retry deadline passed.
+func (s *resumeStream) deadlineErr() error {
+	c := s.p.clock
+	msg := fmt.Sprintf("%v of waiting for the source since the first failure, at byte %d of %d, after %d attempts", c.limit, s.off, s.p.size, c.attempts.Load())
+	if s.last != nil {
+		return &Error{Op: "read", URL: s.p.url, Err: fmt.Errorf("%w: %s (last failure: %w)", ErrRetryDeadline, msg, innerErr(s.last))}
+	}
+	return &Error{Op: "read", URL: s.p.url, Err: fmt.Errorf("%w: %s", ErrRetryDeadline, msg)}
+}
+
+// innerErr is the cause inside an *Error, so that an error wrapping it in another
+// *Error names the operation and URL once.
+func innerErr(err error) error {
+	var se *Error
+	if errors.As(err, &se) {
+		return se.Err
+	}
+	return err
 }
 
 func (s *resumeStream) fail(err error) error {
@@ -502,6 +642,10 @@ func (s *resumeStream) closeBody() {
 	if s.timer != nil {
 		s.timer.Stop()
 		s.timer = nil
+	}
+	if s.deadline != nil {
+		s.deadline.stop()
+		s.deadline = nil
 	}
 	if s.body != nil {
 		s.body.Close()
@@ -520,6 +664,131 @@ func (s *resumeStream) Close() error {
 		s.err = &Error{Op: "read", URL: s.p.url, Err: errors.New("source: read after close")}
 	}
 	return nil
+}
+
+// retryClock is the retry deadline of one object's read (FetchOptions.RetryDeadline),
+// shared by the streams that read it (its parts). It starts at the first failed
+// attempt and runs only while at least one of the streams is inside a Read, waiting
+// for the source: the time a reader spends between reads does not count.
+type retryClock struct {
+	limit    time.Duration // <= 0: no deadline
+	attempts atomic.Int64  // requests made for the object
+
+	mu      sync.Mutex
+	waiting int       // Reads in progress
+	started bool      // an attempt has failed
+	since   time.Time // start of the current stretch of waiting, once started
+	used    time.Duration
+}
+
+func newRetryClock(limit time.Duration) *retryClock { return &retryClock{limit: limit} }
+
+// attempt counts a request.
+func (c *retryClock) attempt() { c.attempts.Add(1) }
+
+// enter and leave bracket a Read.
+func (c *retryClock) enter() {
+	if c.limit <= 0 {
+		return
+	}
+	c.mu.Lock()
+	if c.waiting == 0 && c.started {
+		c.since = time.Now()
+	}
+	c.waiting++
+	c.mu.Unlock()
+}
+
+func (c *retryClock) leave() {
+	if c.limit <= 0 {
+		return
+	}
+	c.mu.Lock()
+	c.waiting--
+	if c.waiting == 0 && c.started {
+		c.used += time.Since(c.since)
+	}
+	c.mu.Unlock()
+}
+
+// fail starts the clock, from within a Read, if it has not started.
+func (c *retryClock) fail() {
+	if c.limit <= 0 {
+		return
+	}
+	c.mu.Lock()
+	if !c.started {
+		c.started, c.since = true, time.Now()
+	}
+	c.mu.Unlock()
+}
+
+// remaining returns the time left; ok is false when there is no deadline or the
+// clock has not started.
+func (c *retryClock) remaining() (left time.Duration, ok bool) {
+	if c.limit <= 0 {
+		return 0, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.started {
+		return 0, false
+	}
+	used := c.used
+	if c.waiting > 0 {
+		used += time.Since(c.since)
+	}
+	return c.limit - used, true
+}
+
+func (c *retryClock) expired() bool {
+	left, ok := c.remaining()
+	return ok && left <= 0
+}
+
+// watch returns a timer that ends an attempt (cancel with ErrRetryDeadline) when
+// the deadline passes; nil when the clock has not started or has no deadline.
+func (c *retryClock) watch(cancel context.CancelCauseFunc) *deadlineTimer {
+	left, ok := c.remaining()
+	if !ok {
+		return nil
+	}
+	d := &deadlineTimer{c: c, cancel: cancel}
+	d.mu.Lock()
+	d.t = time.AfterFunc(max(left, 0), d.fire)
+	d.mu.Unlock()
+	return d
+}
+
+// deadlineTimer fires when the retry deadline may have passed: the clock does not
+// run while no stream is reading, so it checks and waits again if not.
+type deadlineTimer struct {
+	c      *retryClock
+	cancel context.CancelCauseFunc
+	mu     sync.Mutex
+	t      *time.Timer
+	done   bool
+}
+
+func (d *deadlineTimer) fire() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done {
+		return
+	}
+	if left, _ := d.c.remaining(); left > 0 {
+		d.t.Reset(left)
+		return
+	}
+	d.done = true
+	d.cancel(ErrRetryDeadline)
+}
+
+func (d *deadlineTimer) stop() {
+	d.mu.Lock()
+	d.done = true
+	d.t.Stop()
+	d.mu.Unlock()
 }
 
 // parallelStream reads [off, off+n) as parts fetched by up to Parallel goroutines

@@ -31,6 +31,10 @@ type objServer struct {
 	// what the request would get.
 	fault       func(n int, w http.ResponseWriter, r *http.Request, body []byte) bool
 	ignoreRange bool
+	// noETag leaves the ETag out of every answer; lastModified, when set, is the
+	// Last-Modified of every answer (If-Unmodified-Since is honoured against it).
+	noETag       bool
+	lastModified time.Time
 	// before, if set, runs at the start of GET number n with mu held.
 	before func(n int, s *objServer)
 }
@@ -49,6 +53,16 @@ func (s *objServer) set(data []byte) {
 	s.etag = fmt.Sprintf("\"%x-%d\"", len(data), rand.Uint64())
 }
 
+// validators sets the ETag and Last-Modified of an answer. Called with mu held.
+func (s *objServer) validators(h http.Header) {
+	if !s.noETag {
+		h.Set("ETag", s.etag)
+	}
+	if !s.lastModified.IsZero() {
+		h.Set("Last-Modified", s.lastModified.UTC().Format(http.TimeFormat))
+	}
+}
+
 func (s *objServer) counts() (gets, heads int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -59,9 +73,9 @@ func (s *objServer) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	if r.Method == http.MethodHead {
 		s.heads++
-		data, etag := s.data, s.etag
+		data := s.data
+		s.validators(w.Header())
 		s.mu.Unlock()
-		w.Header().Set("ETag", etag)
 		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 		return
 	}
@@ -70,7 +84,8 @@ func (s *objServer) serve(w http.ResponseWriter, r *http.Request) {
 	if s.before != nil {
 		s.before(n, s)
 	}
-	data, etag := s.data, s.etag
+	data, etag, lastMod := s.data, s.etag, s.lastModified
+	s.validators(w.Header())
 	s.inflight++
 	s.maxInflight = max(s.maxInflight, s.inflight)
 	fault := s.fault
@@ -81,6 +96,10 @@ func (s *objServer) serve(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	}()
 	if m := r.Header.Get("If-Match"); m != "" && m != etag {
+		w.WriteHeader(http.StatusPreconditionFailed)
+		return
+	}
+	if t, err := http.ParseTime(r.Header.Get("If-Unmodified-Since")); err == nil && !lastMod.IsZero() && lastMod.After(t) {
 		w.WriteHeader(http.StatusPreconditionFailed)
 		return
 	}
@@ -101,7 +120,6 @@ func (s *objServer) serve(w http.ResponseWriter, r *http.Request) {
 		body, status = data[start:end+1], http.StatusPartialContent
 		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", start, end, len(data)))
 	}
-	w.Header().Set("ETag", etag)
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	if fault != nil && fault(n, w, r, body) {
 		return

@@ -16,9 +16,19 @@ import (
 // ranged reads with the Range header. The zero value is ready to use and safe for
 // concurrent use.
 //
-// Info.Version is the response's ETag, or its Last-Modified when it has no ETag.
-// OpenVersion pins a read to it with If-Match (or If-Unmodified-Since) and also
-// compares the validators of the answer, so a changed object fails with ErrChanged.
+// Info.Version is the response's ETag. With no ETag it is the Last-Modified date and
+// the length ("Mon, 02 Jan 2006 15:04:05 GMT; 1234 bytes"): OpenVersion then pins a
+// read to both, sending If-Unmodified-Since and comparing the Last-Modified and the
+// whole length (Content-Length, or the total of Content-Range) of every answer, so a
+// changed object fails with ErrChanged. Last-Modified has a resolution of one
+// second: an object rewritten within the second it was last modified, at the same
+// length, cannot be told apart from the one first seen, and a read resumed across
+// such a change would mix the two. An origin where that can happen should send an
+// ETag. With an ETag, OpenVersion pins with If-Match and compares the ETag of the
+// answer. An origin that sends neither ETag nor Last-Modified gives an empty
+// Version, nothing to pin on: the Fetcher then reads such an object as one stream
+// and fails it with ErrNoVersion, rather than resume it, when it breaks after its
+// first byte.
 //
 // A server that ignores Range (200 with the whole object instead of 206) is handled:
 // the stream skips to the offset and stops after the length, so the bytes are the
@@ -55,7 +65,7 @@ func (h *HTTP) Stat(ctx context.Context, url string) (Info, error) {
 	if err := statusErr(resp); err != nil {
 		return Info{}, &Error{Op: "stat", URL: url, Err: err}
 	}
-	info := Info{URL: url, Size: resp.ContentLength, Version: httpVersion(resp.Header)}
+	info := Info{URL: url, Size: resp.ContentLength, Version: httpVersion(resp.Header, resp.ContentLength)}
 	if t, err := http.ParseTime(resp.Header.Get("Last-Modified")); err == nil {
 		info.ModTime = t
 	}
@@ -74,7 +84,8 @@ func (h *HTTP) OpenRange(ctx context.Context, url string, off, length int64) (io
 	return h.open(ctx, url, "", off, length)
 }
 
-// OpenVersion is OpenRange pinned to version (an ETag or a Last-Modified date).
+// OpenVersion is OpenRange pinned to version (an Info.Version: an ETag, or a
+// Last-Modified date and length).
 func (h *HTTP) OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
 	return h.open(ctx, url, version, off, length)
 }
@@ -95,11 +106,12 @@ func (h *HTTP) open(ctx context.Context, url, version string, off, length int64)
 		}
 		hdr.Set("Range", rng)
 	}
+	pinDate, pinSize, byDate := dateVersion(version)
 	switch {
+	case byDate:
+		hdr.Set("If-Unmodified-Since", pinDate)
 	case isStrongETag(version):
 		hdr.Set("If-Match", version)
-	case version != "" && !strings.HasPrefix(version, "W/"):
-		hdr.Set("If-Unmodified-Since", version)
 	}
 	resp, err := h.do(ctx, http.MethodGet, url, hdr)
 	if err != nil {
@@ -116,8 +128,23 @@ func (h *HTTP) open(ctx context.Context, url, version string, off, length int64)
 	if err := statusErr(resp); err != nil {
 		return fail(err)
 	}
-	if version != "" {
-		if got := httpVersion(resp.Header); got != "" && got != version {
+	total := resp.ContentLength // the whole object's length, -1 when unknown
+	if resp.StatusCode == http.StatusPartialContent {
+		total = -1
+		if _, _, n, ok := parseContentRange(resp.Header.Get("Content-Range")); ok {
+			total = n
+		}
+	}
+	switch {
+	case byDate:
+		if err := sameDate(resp.Header.Get("Last-Modified"), pinDate); err != nil {
+			return fail(err)
+		}
+		if pinSize >= 0 && total >= 0 && total != pinSize {
+			return fail(fmt.Errorf("%w: %d bytes, were %d (Last-Modified %s)", ErrChanged, total, pinSize, pinDate))
+		}
+	case version != "":
+		if got := httpVersion(resp.Header, total); got != "" && got != version {
 			return fail(fmt.Errorf("%w: version %s, was %s", ErrChanged, got, version))
 		}
 	}
@@ -179,11 +206,52 @@ func statusErr(resp *http.Response) error {
 	return se
 }
 
-func httpVersion(h http.Header) string {
+// httpVersion returns the version of an object from the headers of a response and
+// the object's whole length (-1: unknown): its ETag; with no ETag its Last-Modified
+// and length ("DATE; N bytes", or the date alone when the length is unknown); empty
+// when it has neither.
+func httpVersion(h http.Header, size int64) string {
 	if v := h.Get("ETag"); v != "" {
 		return v
 	}
-	return h.Get("Last-Modified")
+	lm := h.Get("Last-Modified")
+	if lm == "" || size < 0 {
+		return lm
+	}
+	return lm + "; " + strconv.FormatInt(size, 10) + " bytes"
+}
+
+// dateVersion splits a version httpVersion made from a Last-Modified date into the
+// date and the length (-1: none); ok is false for an ETag (or no version).
+func dateVersion(v string) (date string, size int64, ok bool) {
+	date, size = v, -1
+	if d, rest, found := strings.Cut(v, "; "); found {
+		n, isNum := parseDigits(strings.TrimSuffix(rest, " bytes"))
+		if !isNum || !strings.HasSuffix(rest, " bytes") {
+			return "", -1, false
+		}
+		date, size = d, n
+	}
+	if _, err := http.ParseTime(date); err != nil {
+		return "", -1, false // an ETag, quoted or not
+	}
+	return date, size, true
+}
+
+// sameDate checks the Last-Modified of an answer against the one a read is pinned to.
+func sameDate(got, want string) error {
+	if got == "" {
+		return fmt.Errorf("%w: the answer has no Last-Modified to check against %s", ErrChanged, want)
+	}
+	if got == want {
+		return nil
+	}
+	tg, err1 := http.ParseTime(got)
+	tw, err2 := http.ParseTime(want)
+	if err1 == nil && err2 == nil && tg.Equal(tw) {
+		return nil
+	}
+	return fmt.Errorf("%w: Last-Modified %s, was %s", ErrChanged, got, want)
 }
 
 func isStrongETag(v string) bool { return strings.HasPrefix(v, `"`) }

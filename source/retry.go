@@ -24,6 +24,15 @@ var (
 	// ErrRetriesExhausted means every attempt a RetryPolicy allows failed; the last
 	// failure is wrapped beside it.
 	ErrRetriesExhausted = errors.New("source: retries exhausted")
+	// ErrRetryDeadline means a read of an object used up FetchOptions.RetryDeadline
+	// after its first failure. The error names the URL, the byte offset reached and
+	// the attempts made. It is not retryable.
+	ErrRetryDeadline = errors.New("source: retry deadline passed")
+	// ErrNoVersion means a read failed in the middle of an object whose source gives
+	// nothing to pin a version on (an HTTP origin with neither ETag nor
+	// Last-Modified): resuming could mix two versions of the object, so the read
+	// fails instead. It is not retryable.
+	ErrNoVersion = errors.New("source: the origin gives nothing to pin a version on (no ETag, no Last-Modified), so the read cannot resume")
 )
 
 // Retryable is implemented by errors that know whether the operation that failed is
@@ -99,7 +108,8 @@ func parseRetryAfter(h http.Header, now time.Time) time.Duration {
 // through a Retryable method, a short or cut body (ErrShortRead,
 // io.ErrUnexpectedEOF), a stall, or a network failure (a *net.OpError such as a
 // reset or a refused connection, or a timeout).
-// Context cancellation, ErrNotFound, ErrPermission and ErrChanged are not.
+// Context cancellation, ErrNotFound, ErrPermission, ErrChanged, ErrRetryDeadline and
+// ErrNoVersion are not.
 func IsRetryable(err error) bool {
 	if err == nil {
 		return false
@@ -108,7 +118,7 @@ func IsRetryable(err error) bool {
 		return false
 	}
 	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrPermission) || errors.Is(err, ErrChanged) ||
-		errors.Is(err, ErrUnknownScheme) {
+		errors.Is(err, ErrUnknownScheme) || errors.Is(err, ErrRetryDeadline) || errors.Is(err, ErrNoVersion) {
 		return false
 	}
 	var r Retryable
@@ -135,10 +145,16 @@ func IsRetryable(err error) bool {
 // every backend; the decision to retry comes from IsRetryable. The zero value is the
 // default policy.
 type RetryPolicy struct {
-	// Attempts is how many times one request is tried in all, counting the first;
-	// a read that made progress since its last failure starts counting afresh.
-	// Default 5; 1 means no retries.
+	// Attempts is how many times one request is tried in all, counting the first.
+	// A read that delivered at least MinProgress bytes since its last failure starts
+	// counting afresh; less progress does not, so a connection that stalls after
+	// every few bytes runs out of attempts. Default 5; 1 means no retries.
 	Attempts int
+	// MinProgress is the progress, in bytes since the last failure, that lets a
+	// failed read start counting Attempts afresh. Default 1 MiB
+	// (DefaultMinProgress); negative: any progress does (a read is then bounded by
+	// FetchOptions.RetryDeadline alone).
+	MinProgress int64
 	// BaseBackoff is the wait before the first retry; it doubles each retry up to
 	// MaxBackoff, and each wait is drawn uniformly from its upper half (jitter).
 	// Defaults 100ms and 10s.
@@ -160,6 +176,7 @@ const (
 	DefaultMaxBackoff    = 10 * time.Second
 	DefaultMaxRetryAfter = 30 * time.Second
 	DefaultStallTimeout  = 60 * time.Second
+	DefaultMinProgress   = 1 << 20
 )
 
 // withDefaults fills in zero fields.
@@ -181,6 +198,9 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	}
 	if p.StallTimeout == 0 {
 		p.StallTimeout = DefaultStallTimeout
+	}
+	if p.MinProgress == 0 {
+		p.MinProgress = DefaultMinProgress
 	}
 	if p.Sleep == nil {
 		p.Sleep = sleepCtx

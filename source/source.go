@@ -26,9 +26,9 @@ type Info struct {
 	// Size is the object's length in bytes.
 	Size int64
 	// Version identifies the object's content where the backend knows it: an S3 ETag,
-	// a GCS generation, an HTTP ETag (or Last-Modified when there is no ETag), or a
-	// file's size and modification time. Empty when unknown. A cache may key on it;
-	// VersionReader pins reads to it.
+	// a GCS generation, an HTTP ETag (or Last-Modified and length when there is
+	// no ETag), or a file's size and modification time. Empty when unknown. A cache
+	// may key on it; VersionReader pins reads to it.
 	Version string
 	// ModTime is the last modification time, zero when unknown.
 	ModTime time.Time

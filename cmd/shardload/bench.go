@@ -21,6 +21,7 @@ import (
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
 	"github.com/shardload/shardload/numa"
+	"github.com/shardload/shardload/shard"
 )
 
 var benchCommand = command{
@@ -114,6 +115,7 @@ type loaderFlags struct {
 	budgetSamples int64
 	budgetShards  int64
 	index         string
+	maxSample     byteSize
 }
 
 func (lf *loaderFlags) register(fs *pflag.FlagSet) {
@@ -141,6 +143,8 @@ func (lf *loaderFlags) register(fs *pflag.FlagSet) {
 	fs.Int64Var(&lf.budgetSamples, "error-budget-samples", 0, "samples --on-error=skip may leave out before a rank fails, whatever --error-budget gives")
 	fs.Int64Var(&lf.budgetShards, "error-budget-shards", 0, "shards --on-error=skip may leave out before a rank fails, whatever --error-budget gives")
 	fs.StringVar(&lf.index, "index", "", `file or URL of JSON lines {"url","samples"} (from "shardload ls --summary --json"); without it the shards are counted first`)
+	lf.maxSample = shard.DefaultMaxSampleSize
+	fs.Var(&lf.maxSample, "max-sample-size", "largest sample (its members together) held in memory; a larger one is an error of that sample")
 	lf.rf.register(fs)
 }
 
@@ -155,7 +159,7 @@ func (lf *loaderFlags) check() error {
 	}{
 		{"batch-size", int64(lf.batchSize)}, {"world", int64(lf.world)}, {"shuffle-buffer", int64(lf.shuffleBuffer)},
 		{"shuffle-bytes", int64(lf.shuffleBytes)}, {"open-shards", int64(lf.openShards)}, {"queue-bytes", int64(lf.queueBytes)},
-		{"slabs", int64(lf.slabs)}, {"slab-size", int64(lf.slabBytes)}, {"max-member-size", int64(lf.rf.maxMember)},
+		{"slabs", int64(lf.slabs)}, {"slab-size", int64(lf.slabBytes)}, {"max-member-size", int64(lf.rf.maxMember)}, {"max-sample-size", int64(lf.maxSample)},
 	} {
 		if c.v < 1 {
 			bad = append(bad, fmt.Sprintf("--%s %d: want at least 1", c.name, c.v))
@@ -203,7 +207,7 @@ func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config
 		Seed: lf.seed, Epoch: lf.epoch, Rank: lf.rank, World: lf.world,
 		NoShuffle: lf.noShuffle, ShuffleBuffer: lf.shuffleBuffer, ShuffleBytes: int64(lf.shuffleBytes),
 		OpenShards: lf.openShards, Workers: lf.workers, QueueBytes: int64(lf.queueBytes),
-		MaxMemberSize: int64(lf.rf.maxMember), Slabs: lf.slabs, SlabBytes: int64(lf.slabBytes),
+		MaxMemberSize: int64(lf.rf.maxMember), MaxSampleSize: int64(lf.maxSample), Slabs: lf.slabs, SlabBytes: int64(lf.slabBytes),
 		OnError: policy, Logf: logf, Sources: lf.rf.sources(),
 		ErrorBudget: &shardload.Budget{Fraction: lf.errorBudget, Samples: lf.budgetSamples, Shards: lf.budgetShards},
 	}, nil

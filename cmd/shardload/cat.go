@@ -45,8 +45,29 @@ func cat(ctx context.Context, args []string, rf *readFlags, stats bool, stdout, 
 		stored, tarBytes int64
 		lastKey, lastURL string
 	)
-	err := eachShard(ctx, args, rf, false, func(url string, r *shard.Reader) error {
-		first := true
+	// Members are streamed from the shard to the output as they come: cat holds no
+	// sample in memory, whatever its members' sizes.
+	var (
+		curURL     string
+		firstOfURL bool
+		buf        = make([]byte, 256<<10)
+	)
+	stream := func(key string, f shard.Field, data io.Reader) error {
+		if firstOfURL && samples > 0 && key == lastKey {
+			// In one stream the two samples would merge into one.
+			return fmt.Errorf("sample key %q ends %s and starts %s: in one tar stream they would merge into one sample", key, lastURL, curURL)
+		}
+		firstOfURL = false
+		hdr := &tar.Header{Name: f.Name, Mode: 0o644, Size: f.Size, ModTime: epoch, Typeflag: tar.TypeReg}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		n, err := io.CopyBuffer(tw, data, buf)
+		tarBytes += n
+		return err
+	}
+	err := eachShard(ctx, args, rf, shard.Options{Stream: stream}, func(url string, r *shard.Reader) error {
+		curURL, firstOfURL = url, true
 		for {
 			s, err := r.Next()
 			if err == io.EOF {
@@ -54,21 +75,6 @@ func cat(ctx context.Context, args []string, rf *readFlags, stats bool, stdout, 
 			}
 			if err != nil {
 				return err
-			}
-			if first && samples > 0 && s.Key == lastKey {
-				// In one stream the two samples would merge into one.
-				return fmt.Errorf("sample key %q ends %s and starts %s: in one tar stream they would merge into one sample", s.Key, lastURL, url)
-			}
-			first = false
-			for _, f := range s.Fields {
-				hdr := &tar.Header{Name: f.Name, Mode: 0o644, Size: f.Size, ModTime: epoch, Typeflag: tar.TypeReg}
-				if err := tw.WriteHeader(hdr); err != nil {
-					return err
-				}
-				if _, err := tw.Write(f.Data); err != nil {
-					return err
-				}
-				tarBytes += f.Size
 			}
 			samples++
 			lastKey, lastURL = s.Key, url

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/shardload/shardload/cache"
+	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 )
@@ -60,17 +61,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if err := fs.Parse(args[1:]); errors.Is(err, pflag.ErrHelp) {
 			return 0
 		} else if err != nil {
-			fmt.Fprintf(stderr, "shardload %s: %s (see \"shardload %s --help\")\n", c.name, err, c.name)
+			fmt.Fprintf(stderr, "shardload %s: %s (see \"shardload %s --help\")\n", c.name, redact.String(err.Error()), c.name)
 			return 2
 		}
 		err := bindEnv(fs)
 		if err == nil {
-			err = runFn(ctx, fs.Args(), stdout, stderr)
+			// What the commands print has the secrets of the URLs it quotes removed
+			// (the user information, signatures and tokens of presigned URLs); cat's
+			// output is the samples' bytes, left as they are.
+			out := stdout
+			if c.name != "cat" {
+				out = redact.Writer(stdout)
+			}
+			err = runFn(ctx, fs.Args(), out, redact.Writer(stderr))
 		}
 		if err == nil {
 			return 0
 		}
-		fmt.Fprintf(stderr, "shardload %s: %s\n", c.name, oneLine(err))
+		fmt.Fprintf(stderr, "shardload %s: %s\n", c.name, redact.String(oneLine(err)))
 		if errors.Is(err, errUsage) {
 			return 2
 		}
@@ -123,6 +131,8 @@ type readFlags struct {
 	attempts    int
 	maxBackoff  time.Duration
 	stall       time.Duration
+	deadline    time.Duration
+	minProgress byteSize
 
 	once  sync.Once
 	reg   *source.Registry // what shards are read through
@@ -143,6 +153,9 @@ func (rf *readFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&rf.attempts, "retry-attempts", source.DefaultAttempts, "tries per request to a remote store, counting the first; a read resumes at its byte offset")
 	fs.DurationVar(&rf.maxBackoff, "retry-max-backoff", source.DefaultMaxBackoff, "longest wait between retries (exponential from 100ms, with jitter; Retry-After honoured up to 30s)")
 	fs.DurationVar(&rf.stall, "stall-timeout", source.DefaultStallTimeout, "a remote read that delivers nothing for this long is ended and retried (negative: never)")
+	fs.DurationVar(&rf.deadline, "retry-deadline", source.DefaultRetryDeadline, "a remote shard whose reads keep failing fails once it has spent this long waiting for the store since its first failure (the reader's own pauses not counted), naming the byte reached and the attempts made (0 or negative: no deadline)")
+	rf.minProgress = source.DefaultMinProgress
+	fs.Var(&rf.minProgress, "retry-min-progress", "a failed remote read that delivered at least this much since its last failure starts --retry-attempts afresh; less counts against them (0: any progress does)")
 }
 
 // remote returns a registry of the built-in backends with the fetch and retry flags'
@@ -169,8 +182,16 @@ func (rf *readFlags) fetchOptions() (source.FetchOptions, error) {
 	if single == 0 {
 		single = -1 // always parallel
 	}
-	return source.FetchOptions{PartSize: int64(rf.partSize), Parallel: rf.parallel, SingleRate: single,
-		Retry: source.RetryPolicy{Attempts: rf.attempts, MaxBackoff: rf.maxBackoff, StallTimeout: rf.stall}}, nil
+	deadline := rf.deadline
+	if deadline <= 0 {
+		deadline = -1 // none
+	}
+	minProgress := int64(rf.minProgress)
+	if minProgress == 0 {
+		minProgress = -1 // any progress
+	}
+	return source.FetchOptions{PartSize: int64(rf.partSize), Parallel: rf.parallel, SingleRate: single, RetryDeadline: deadline,
+		Retry: source.RetryPolicy{Attempts: rf.attempts, MaxBackoff: rf.maxBackoff, StallTimeout: rf.stall, MinProgress: minProgress}}, nil
 }
 
 // cacheOptions returns the cache's options from the flags.
@@ -188,8 +209,10 @@ func (rf *readFlags) cacheOptions() (cache.Options, error) {
 
 // sources returns the registry shards are read through: the built-in backends with
 // the fetch and retry flags, and with --cache-dir the cache in front of them for every
-// scheme but local files. If the cache
-// cannot be opened, every open fails with the reason.
+// scheme but local files. A cache directory that cannot be used (read-only, locked by
+// another process, not a directory) turns the cache off with one warning: local
+// files are never cached, and remote shards are read straight from their source. If
+// the flags are wrong, every open fails with the reason.
 func (rf *readFlags) sources() *source.Registry {
 	rf.once.Do(func() {
 		var err error
@@ -197,7 +220,11 @@ func (rf *readFlags) sources() *source.Registry {
 		if err == nil && rf.cacheDir != "" {
 			var opts cache.Options
 			if opts, err = rf.cacheOptions(); err == nil {
-				rf.reg, rf.cache, err = cache.Wrap(opts, rf.reg, "file")
+				if reg, c, cerr := cache.Wrap(opts, rf.reg, "file"); cerr == nil {
+					rf.reg, rf.cache = reg, c
+				} else {
+					opts.Logf("cache off: %v; remote shards are read straight from their source", cerr)
+				}
 			}
 		}
 		if err != nil {
@@ -228,8 +255,9 @@ func (s failingSource) Open(_ context.Context, url string) (io.ReadCloser, error
 	return nil, &source.Error{Op: "open", URL: url, Err: s.err}
 }
 
-// eachShard expands the URL patterns and calls fn with a Reader of each shard in turn.
-func eachShard(ctx context.Context, patterns []string, rf *readFlags, sizesOnly bool, fn func(url string, r *shard.Reader) error) error {
+// eachShard expands the URL patterns and calls fn with a Reader of each shard in turn,
+// made with opts (URL and MaxMemberSize set here).
+func eachShard(ctx context.Context, patterns []string, rf *readFlags, opts shard.Options, fn func(url string, r *shard.Reader) error) error {
 	if len(patterns) == 0 {
 		return fmt.Errorf("%w: no shard URLs given", errUsage)
 	}
@@ -280,7 +308,8 @@ func eachShard(ctx context.Context, patterns []string, rf *readFlags, sizesOnly 
 		if i+1 < len(urls) {
 			next = open(urls[i+1])
 		}
-		r := shard.NewReader(o.body, shard.Options{URL: url, MaxMemberSize: int64(rf.maxMember), SizesOnly: sizesOnly})
+		opts.URL, opts.MaxMemberSize = url, int64(rf.maxMember)
+		r := shard.NewReader(o.body, opts)
 		err := fn(url, r)
 		r.Close()
 		o.body.Close()

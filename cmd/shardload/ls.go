@@ -52,7 +52,7 @@ func ls(ctx context.Context, args []string, rf *readFlags, summary, asJSON bool,
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	var totalSamples, shards int
-	err := eachShard(ctx, args, rf, true, func(url string, r *shard.Reader) error {
+	err := eachShard(ctx, args, rf, shard.Options{SizesOnly: true}, func(url string, r *shard.Reader) error {
 		n, exts := 0, map[string]bool{}
 		if !summary && !asJSON {
 			fmt.Fprintf(w, "%s:\n", url)

@@ -51,7 +51,11 @@ func warm(ctx context.Context, patterns []string, rf *readFlags, concurrency int
 	switch progress {
 	case "auto":
 		progress = "lines"
-		if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		out := stdout
+		if u, ok := out.(interface{ Unwrap() io.Writer }); ok {
+			out = u.Unwrap()
+		}
+		if f, ok := out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 			progress = "bar"
 		}
 	case "bar", "lines", "none":
