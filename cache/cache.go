@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shardload/shardload/internal/redact"
 	"io"
 	"log"
 	"os"
@@ -344,15 +345,16 @@ const (
 
 // cachedVersion returns the Info of a cached copy of url in any tier.
 func (c *Cache) cachedVersion(url string) (source.Info, bool) {
+	k := key(url)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, m := range c.mem {
-		if e, ok := m.lru.Peek(url); ok {
+		if e, ok := m.lru.Peek(k); ok {
 			return source.Info{URL: url, Size: int64(len(e.data)), Version: e.version}, true
 		}
 	}
 	if c.disk != nil {
-		if e, ok := c.disk.lru.Peek(url); ok {
+		if e, ok := c.disk.lru.Peek(k); ok {
 			return source.Info{URL: url, Size: e.meta.Size, Version: e.meta.Version, ModTime: e.meta.Fetched}, true
 		}
 	}
@@ -394,7 +396,7 @@ func (c *Cache) validate(ctx context.Context, url string) (info source.Info, ok 
 		if c.opts.OfflineFor > 0 {
 			c.offlineUntil.Store(time.Now().Add(c.opts.OfflineFor).UnixNano())
 		}
-		c.opts.Logf("cache: serving cached %s without validation: %v", url, err)
+		c.opts.Logf("cache: serving cached %s without validation: %v", key(url), err)
 		c.n.unvalidated.Add(1)
 		return cached, false, nil
 	case errors.Is(err, source.ErrNotFound):
@@ -406,13 +408,14 @@ func (c *Cache) validate(ctx context.Context, url string) (info source.Info, ok 
 // drop removes every cached copy of url (files of entries being read go when their
 // last reader closes).
 func (c *Cache) drop(url string) {
+	k := key(url)
 	c.mu.Lock()
 	var victims []*diskEntry
 	for _, m := range c.mem {
-		m.remove(url)
+		m.remove(k)
 	}
 	if c.disk != nil {
-		if e, ok := c.disk.lru.Peek(url); ok {
+		if e, ok := c.disk.lru.Peek(k); ok {
 			victims = c.disk.remove(e)
 		}
 	}
@@ -439,19 +442,20 @@ func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info 
 		c.mu.Unlock()
 		return nil, 0, &source.Error{Op: "open", URL: url, Err: ErrClosed}
 	}
-	if me := c.memLookup(url, node, info); me != nil {
+	k := key(url)
+	if me := c.memLookup(k, node, info); me != nil {
 		me.refs++
 		c.mu.Unlock()
 		c.n.memHits.Add(1)
 		return &memReader{Reader: bytes.NewReader(me.data), c: c, e: me}, fromMemory, nil
 	}
 	if c.disk != nil {
-		if de, ok := c.disk.lru.Get(url); ok && de.matches(info) {
+		if de, ok := c.disk.lru.Get(k); ok && de.matches(info) {
 			de.refs++
 			c.mu.Unlock()
-			r, err := c.openDisk(ctx, de, node)
+			r, err := c.openDisk(ctx, url, de, node)
 			if errors.Is(err, ErrCorrupt) && attempt == 0 {
-				c.opts.Logf("cache: %s: %v; fetching it again", url, err)
+				c.opts.Logf("cache: %s: %v; fetching it again", k, err)
 				return c.open(ctx, url, node, attempt+1)
 			}
 			if err != nil {
@@ -467,7 +471,7 @@ func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info 
 		r, err := c.up.Open(ctx, url)
 		return r, fromSource, err
 	}
-	if f := c.fills[url]; f != nil && f.info.Version == info.Version && f.info.Size == info.Size {
+	if f := c.fills[k]; f != nil && f.info.Version == info.Version && f.info.Size == info.Size {
 		f.readers++
 		f.fileRefs++
 		c.mu.Unlock()
@@ -481,9 +485,9 @@ func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info 
 		r, err := c.up.Open(ctx, url)
 		return r, fromSource, err
 	}
-	f := &fill{c: c, url: url, info: info, node: node, readers: 1, fileRefs: 2, wake: make(chan struct{})}
-	if _, busy := c.fills[url]; !busy {
-		c.fills[url] = f // an older fill of another version keeps running unregistered
+	f := &fill{c: c, url: url, key: k, info: info, node: node, readers: 1, fileRefs: 2, wake: make(chan struct{})}
+	if _, busy := c.fills[k]; !busy {
+		c.fills[k] = f // an older fill of another version keeps running unregistered
 		f.registered = true
 	}
 	c.wg.Add(1)
@@ -492,30 +496,30 @@ func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info 
 	return &fillReader{ctx: ctx, f: f}, fromFetch, nil
 }
 
-// memLookup returns a memory entry for url matching info, from node's tier or
+// memLookup returns a memory entry of key k matching info, from node's tier or
 // another node's. Called with c.mu held.
-func (c *Cache) memLookup(url string, node int, info source.Info) *memEntry {
+func (c *Cache) memLookup(k string, node int, info source.Info) *memEntry {
 	if c.mem == nil {
 		return nil
 	}
-	if e, ok := c.mem[node].lru.Get(url); ok && e.matches(info) {
+	if e, ok := c.mem[node].lru.Get(k); ok && e.matches(info) {
 		return e
 	}
 	for i, m := range c.mem {
 		if i == node {
 			continue
 		}
-		if e, ok := m.lru.Peek(url); ok && e.matches(info) {
+		if e, ok := m.lru.Peek(k); ok && e.matches(info) {
 			return e
 		}
 	}
 	return nil
 }
 
-// openDisk serves a disk entry the caller holds a reference on: into the memory tier
+// openDisk serves a disk entry of url that the caller holds a reference on: into the memory tier
 // of node when it fits and the entry was opened before, else straight from the file,
 // each block verified before it is served (see blockReader).
-func (c *Cache) openDisk(ctx context.Context, de *diskEntry, node int) (io.ReadCloser, error) {
+func (c *Cache) openDisk(ctx context.Context, url string, de *diskEntry, node int) (io.ReadCloser, error) {
 	// The memory tier admits an entry on its second open in this process: a scan
 	// that reads each shard once (cat, an epoch larger than the tier) would only
 	// churn it, paying a copy into fresh memory for every shard.
@@ -551,16 +555,17 @@ func (c *Cache) openDisk(ctx context.Context, de *diskEntry, node int) (io.ReadC
 	}
 	c.disk.touch(de)
 	return &blockReader{c: c, e: de, fh: fh, path: path, at: -1, open: func(off int64) (io.ReadCloser, error) {
-		return c.reopen(ctx, de.meta, node, off)
+		return c.reopen(ctx, url, de.meta, node, off)
 	}}, nil
 }
 
 // reopen streams an object from off through the cache again (a new fetch, as a
 // dropped entry is no longer there), provided the source still holds the version
-// m describes: the bytes already served were of that version.
-func (c *Cache) reopen(ctx context.Context, m meta, node int, off int64) (io.ReadCloser, error) {
+// m describes: the bytes already served were of that version. url is the URL as the
+// caller gave it (m.URL has its secrets removed).
+func (c *Cache) reopen(ctx context.Context, url string, m meta, node int, off int64) (io.ReadCloser, error) {
 	sctx, cancel := context.WithTimeout(ctx, c.opts.StatTimeout)
-	info, err := c.up.Stat(sctx, m.URL)
+	info, err := c.up.Stat(sctx, url)
 	cancel()
 	if err != nil {
 		return nil, err
@@ -569,7 +574,7 @@ func (c *Cache) reopen(ctx context.Context, m meta, node int, off int64) (io.Rea
 		return nil, &source.Error{Op: "read", URL: m.URL, Err: fmt.Errorf("%w: version %s of %d bytes was cached, the source now holds %s of %d bytes",
 			ErrChanged, m.Version, m.Size, info.Version, info.Size)}
 	}
-	r, _, err := c.openAt(ctx, m.URL, node, 1, info, true)
+	r, _, err := c.openAt(ctx, url, node, 1, info, true)
 	if err != nil {
 		return nil, err
 	}
@@ -787,3 +792,9 @@ func (c *Cache) List(ctx context.Context, prefix string, fn func(source.Info) er
 }
 
 var _ source.Lister = (*Cache)(nil)
+
+// key is what the cache files an object under: its URL with the secrets removed
+// (user information, the signatures and tokens of a presigned URL), so that no
+// secret is written to the cache's files and a presigned URL whose signature changed
+// still finds its entry. The version check on every open tells objects apart.
+func key(url string) string { return redact.URL(url) }

@@ -28,7 +28,8 @@ const fillChunk = 1 << 20
 // fill is one fetch of an object into the cache, readable while it runs.
 type fill struct {
 	c          *Cache
-	url        string
+	url        string // what the source is asked for
+	key        string // what the cache files it under (see key)
 	info       source.Info
 	node       int
 	registered bool // in c.fills
@@ -82,8 +83,8 @@ func (f *fill) run() {
 
 // unregister takes f out of the in-flight map. Called with c.mu held.
 func (f *fill) unregister() {
-	if f.registered && f.c.fills[f.url] == f {
-		delete(f.c.fills, f.url)
+	if f.registered && f.c.fills[f.key] == f {
+		delete(f.c.fills, f.key)
 	}
 	f.registered = false
 }
@@ -102,8 +103,8 @@ func (f *fill) fetch() error {
 	)
 	fetched := time.Now().UTC()
 	if c.disk != nil {
-		name = newName(f.url)
-		mb = placeholderMeta(f.url, f.info.Version, size, fetched)
+		name = newName(f.key)
+		mb = placeholderMeta(f.key, f.info.Version, size, fetched)
 		if len(mb) > maxMetaBytes || !f.reserveDisk(size+int64(len(mb))) {
 			return f.bypass()
 		}
@@ -111,7 +112,7 @@ func (f *fill) fetch() error {
 		fh, err := c.disk.create(c.disk.tmpData(name))
 		if err != nil {
 			f.unreserve(reserved)
-			c.cannotWrite(f.url, err)
+			c.cannotWrite(f.key, err)
 			return f.bypassUnwritable(err)
 		}
 		f.set(func() { f.state, f.fh = streaming, fh })
@@ -149,7 +150,7 @@ func (f *fill) fetch() error {
 	// committed, and its readers go on from the source.
 	unwritable := func(err error) error {
 		cleanup()
-		c.cannotWrite(f.url, err)
+		c.cannotWrite(f.key, err)
 		return f.bypassUnwritable(err)
 	}
 	// uncommitted ends a fill whose data file was made durable and checked but
@@ -157,7 +158,7 @@ func (f *fill) fetch() error {
 	// rest of the checked file (unlinked, still open).
 	uncommitted := func(err error) error {
 		cleanup()
-		c.cannotWrite(f.url, err)
+		c.cannotWrite(f.key, err)
 		c.mu.Lock()
 		f.unregister()
 		c.mu.Unlock()
@@ -179,7 +180,7 @@ func (f *fill) fetch() error {
 	sums := h.finish()
 	if f.fh == nil {
 		c.mu.Lock()
-		f.memEnt = c.mem[f.node].insert(f.url, f.info.Version, f.buf)
+		f.memEnt = c.mem[f.node].insert(f.key, f.info.Version, f.buf)
 		f.memEnt.refs = f.readers
 		f.unregister()
 		c.mu.Unlock()
@@ -188,7 +189,7 @@ func (f *fill) fetch() error {
 
 	// Disk: make the data durable, check it, then the meta, then rename both.
 	d := c.disk
-	m := meta{Format: metaFormat, URL: f.url, Version: f.info.Version, Size: size, Block: h.block, XXH64: formatSums(sums), Fetched: fetched, sums: sums}
+	m := meta{Format: metaFormat, URL: f.key, Version: f.info.Version, Size: size, Block: h.block, XXH64: formatSums(sums), Fetched: fetched, sums: sums}
 	mb, _ = json.Marshal(m)
 	mb = append(mb, '\n')
 	if err := d.sync(f.fh, d.tmpData(name)); err != nil {
@@ -215,12 +216,12 @@ func (f *fill) fetch() error {
 	e.setVerified()
 	c.mu.Lock()
 	var victims []*diskEntry
-	if old, ok := d.lru.Peek(f.url); ok {
+	if old, ok := d.lru.Peek(f.key); ok {
 		victims = d.remove(old)
 	}
 	d.used += e.bytes - reserved
 	e.refs = f.readers
-	d.lru.Add(f.url, e)
+	d.lru.Add(f.key, e)
 	f.diskEnt = e
 	f.unregister()
 	c.mu.Unlock()

@@ -129,6 +129,7 @@ func (c *Cache) Plan(ctx context.Context, urls []string, concurrency int) (*Plan
 
 // touch returns url's state against info and marks a cached copy as recently used.
 func (c *Cache) touch(url string, info source.Info) State {
+	url = key(url)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	state := Missing

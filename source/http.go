@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shardload/shardload/internal/redact"
 	"io"
 	"net/http"
 	neturl "net/url"
@@ -347,39 +348,7 @@ func redactErr(err error) error {
 	return err
 }
 
-// secretParams are query parameters that carry credentials in signed URLs.
-var secretParams = []string{"x-amz-signature", "x-amz-credential", "x-amz-security-token",
-	"x-goog-signature", "x-goog-credential", "signature", "sig", "token", "access_token", "key"}
-
-// Redact returns url with a password in its user information and the values of
-// credential-bearing query parameters (signatures, tokens) replaced by "xxxxx".
-// Errors of this package pass their URLs through it.
-func Redact(url string) string {
-	u, err := neturl.Parse(url)
-	if err != nil || u.Host == "" {
-		return url
-	}
-	changed := false
-	if _, has := u.User.Password(); has {
-		u.User = neturl.UserPassword(u.User.Username(), "xxxxx")
-		changed = true
-	}
-	if u.RawQuery != "" {
-		q := u.Query()
-		for k := range q {
-			for _, s := range secretParams {
-				if strings.EqualFold(k, s) {
-					q[k] = []string{"xxxxx"}
-					changed = true
-				}
-			}
-		}
-		if changed {
-			u.RawQuery = q.Encode()
-		}
-	}
-	if !changed {
-		return url
-	}
-	return u.String()
-}
+// Redact returns url without its secrets (see internal/redact: the user information
+// and the values of signature, credential and token query parameters). Errors of
+// this package pass their URLs through it.
+func Redact(url string) string { return redact.URL(url) }

@@ -98,8 +98,8 @@ func TestRetryDo(t *testing.T) {
 
 func TestRedact(t *testing.T) {
 	tests := map[string]string{
-		"https://user:hunter2@host/x.tar":                         "https://user:xxxxx@host/x.tar",
-		"https://host/x.tar?X-Amz-Signature=abc&X-Amz-Expires=60": "https://host/x.tar?X-Amz-Expires=60&X-Amz-Signature=xxxxx",
+		"https://user:hunter2@host/x.tar":                         "https://REDACTED@host/x.tar",
+		"https://host/x.tar?X-Amz-Signature=abc&X-Amz-Expires=60": "https://host/x.tar?X-Amz-Signature=REDACTED&X-Amz-Expires=60",
 		"s3://bucket/key with space.tar":                          "s3://bucket/key with space.tar",
 		"http://host/x.tar":                                       "http://host/x.tar",
 	}
@@ -109,7 +109,7 @@ func TestRedact(t *testing.T) {
 		}
 	}
 	err := &Error{Op: "open", URL: "https://user:hunter2@host/x.tar", Err: ErrNotFound}
-	if got := err.Error(); got != "open https://user:xxxxx@host/x.tar: source: object not found" {
+	if got := err.Error(); got != "open https://REDACTED@host/x.tar: source: object not found" {
 		t.Errorf("Error() = %q", got)
 	}
 }
