@@ -485,7 +485,8 @@ func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info 
 		r, err := c.up.Open(ctx, url)
 		return r, fromSource, err
 	}
-	f := &fill{c: c, url: url, key: k, info: info, node: node, readers: 1, fileRefs: 2, wake: make(chan struct{})}
+	f := &fill{c: c, url: url, key: k, info: info, node: node, readers: 1, fileRefs: 2, wake: make(chan struct{}),
+		redirect: source.RedirectCheck(ctx)}
 	if _, busy := c.fills[k]; !busy {
 		c.fills[k] = f // an older fill of another version keeps running unregistered
 		f.registered = true

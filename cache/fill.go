@@ -28,8 +28,9 @@ const fillChunk = 1 << 20
 // fill is one fetch of an object into the cache, readable while it runs.
 type fill struct {
 	c          *Cache
-	url        string // what the source is asked for
-	key        string // what the cache files it under (see key)
+	url        string                      // what the source is asked for
+	key        string                      // what the cache files it under (see key)
+	redirect   func(from, to string) error // the redirect check of the open that started it
 	info       source.Info
 	node       int
 	registered bool // in c.fills
@@ -233,7 +234,11 @@ func (f *fill) fetch() error {
 // publishes each chunk to the readers.
 func (f *fill) copyFrom(h io.Writer) (int64, error) {
 	c := f.c
-	body, err := c.up.Open(c.ctx, f.url)
+	ctx := c.ctx
+	if f.redirect != nil {
+		ctx = source.WithRedirectCheck(ctx, f.redirect)
+	}
+	body, err := c.up.Open(ctx, f.url)
 	if err != nil {
 		return 0, err
 	}

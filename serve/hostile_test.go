@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -215,5 +217,36 @@ func TestHelloURLsBounded(t *testing.T) {
 	defer cl.c.Close()
 	if _, e := cl.epoch(); e.Samples != 100 {
 		t.Errorf("after the refusals: end %+v", e)
+	}
+}
+
+// A trainer's URL under an allowed prefix that redirects elsewhere is not followed
+// there: the session fails naming the refused redirect, and nothing outside the
+// prefix is read.
+func TestRedirectOutOfAllowlist(t *testing.T) {
+	var secretHits atomic.Int32
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/allowed/a.tar":
+			http.Redirect(w, r, "/secret/s.tar", http.StatusFound)
+		case "/secret/s.tar":
+			secretHits.Add(1)
+			http.Error(w, "secret", http.StatusOK)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer web.Close()
+	reg := &source.Registry{}
+	reg.Register("http", source.NewFetcher(&source.HTTP{}, source.FetchOptions{}))
+	s := start(t, Options{Allow: []string{web.URL + "/allowed/"}, Pipeline: shardload.Config{Sources: reg, Slabs: 2, SlabBytes: 4 << 20}})
+	cl := dialRaw(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 5, URLs: []string{web.URL + "/allowed/a.tar"}})
+	defer cl.c.Close()
+	m := cl.awaitReady()
+	if m == nil || m["code"] != CodePipeline || !strings.Contains(m["message"].(string), "redirect refused") {
+		t.Fatalf("a redirect out of the allowlist: %v", m)
+	}
+	if n := secretHits.Load(); n != 0 {
+		t.Errorf("the object outside the allowlist was read %d times", n)
 	}
 }

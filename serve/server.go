@@ -46,6 +46,7 @@ import (
 	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/numa"
 	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/source"
 )
 
 // DefaultMaxSessions is Options.MaxSessions when zero.
@@ -245,6 +246,15 @@ func Listen(opts Options) (*Server, error) {
 		lru:      list.New(),
 		counting: map[string]*countCall{},
 	}
+	// Every fetch of the server's sessions follows HTTP redirects only within what a
+	// trainer may ask for: a redirect from an allowed prefix to anywhere else is
+	// refused. Redirects from the server's own URLs are the operator's choice.
+	s.ctx = source.WithRedirectCheck(s.ctx, func(from, to string) error {
+		if s.own[from] {
+			return nil
+		}
+		return s.allowed(to)
+	})
 	if !opts.NoPlace {
 		s.topo = opts.Topology
 		if s.topo == nil {

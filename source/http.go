@@ -37,8 +37,12 @@ import (
 // not start at the offset asked for is an error, never a mis-read.
 //
 // User information and signature query parameters of URLs are redacted in errors.
+//
+// Redirects are followed up to 10, never from https to http, and each passes the
+// check a context carries (WithRedirectCheck).
 type HTTP struct {
-	// Client, if not nil, sends the requests; default http.DefaultClient.
+	// Client, if not nil, sends the requests, with its own redirect policy; default a
+	// client of http.DefaultTransport with the policy above.
 	Client *http.Client
 }
 
@@ -52,7 +56,7 @@ func (h *HTTP) client() *http.Client {
 	if h.Client != nil {
 		return h.Client
 	}
-	return http.DefaultClient
+	return defaultClient
 }
 
 // Stat sends HEAD and returns Content-Length, ETag (or Last-Modified) and

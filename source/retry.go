@@ -108,8 +108,8 @@ func parseRetryAfter(h http.Header, now time.Time) time.Duration {
 // through a Retryable method, a short or cut body (ErrShortRead,
 // io.ErrUnexpectedEOF), a stall, or a network failure (a *net.OpError such as a
 // reset or a refused connection, or a timeout).
-// Context cancellation, ErrNotFound, ErrPermission, ErrChanged, ErrRetryDeadline and
-// ErrNoVersion are not.
+// Context cancellation, ErrNotFound, ErrPermission, ErrChanged, ErrRetryDeadline,
+// ErrNoVersion and ErrRedirect are not.
 func IsRetryable(err error) bool {
 	if err == nil {
 		return false
@@ -118,7 +118,7 @@ func IsRetryable(err error) bool {
 		return false
 	}
 	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrPermission) || errors.Is(err, ErrChanged) ||
-		errors.Is(err, ErrUnknownScheme) || errors.Is(err, ErrRetryDeadline) || errors.Is(err, ErrNoVersion) {
+		errors.Is(err, ErrUnknownScheme) || errors.Is(err, ErrRetryDeadline) || errors.Is(err, ErrNoVersion) || errors.Is(err, ErrRedirect) {
 		return false
 	}
 	var r Retryable
