@@ -30,8 +30,8 @@ func checkPrefix(p string) error {
 //     out of it (the check and the open are not atomic: a link swapped in between is
 //     followed).
 //   - other URLs: the path is percent-decoded before "." and ".." segments are looked
-//     for (an HTTP origin decodes "%2e%2e" and "..%2f"); a query (a presigned
-//     URL's signature) is kept.
+//     for (an HTTP origin decodes "%2e%2e" and "..%2f"); user information is left
+//     out and a query (a presigned URL's signature) is kept.
 func normalize(u string) (string, error) {
 	scheme, rest, ok := strings.Cut(u, "://")
 	if !ok || scheme == "" {
@@ -49,6 +49,17 @@ func normalize(u string) (string, error) {
 		}
 		return "file://" + resolveLinks(rest), nil
 	}
+	// User information names no other object: it is left out of the comparison
+	// (and cannot pass for the host: "https://allowed.example@other.example/" is
+	// compared as "https://other.example/").
+	if end := strings.IndexAny(rest, "/?#"); end >= 0 {
+		if at := strings.LastIndex(rest[:end], "@"); at >= 0 {
+			rest = rest[at+1:]
+		}
+	} else if at := strings.LastIndex(rest, "@"); at >= 0 {
+		rest = rest[at+1:]
+	}
+	u = scheme + "://" + rest
 	path := rest
 	if i := strings.IndexAny(path, "?#"); i >= 0 {
 		path = path[:i]

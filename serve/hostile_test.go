@@ -58,6 +58,9 @@ func TestAllowlistNormalises(t *testing.T) {
 		{"https://data.example/train/./a.tar", false},
 		{"https://data.example/trainer/a.tar", false},
 		{"https://data.example/train@evil.example/a.tar", false},
+		{"https://user:pw@data.example/train/a.tar?X-Amz-Signature=s", true},
+		{"https://data.example@evil.example/train/a.tar", false},
+		{"https://data.example/train/@evil.example/a.tar", true}, // a path segment, on data.example
 		{"s3://bucket/train/a.tar", true},
 		{"s3://bucket/train/%2e%2e/other/a.tar", false},
 		{"s3://bucket/train/a\x00.tar", false},

@@ -33,8 +33,14 @@ var (
 )
 
 // IsListPattern reports whether url asks for a listing: it ends in "/", or the last
-// path component holds a glob character (*, ? or [).
+// path component holds a glob character (*, ? or [). The query and fragment of an
+// http(s) URL (a presigned URL's "?X-Amz-Signature=...") are not part of its path.
 func IsListPattern(url string) bool {
+	if strings.HasPrefix(url, "http://") || strings.HasPrefix(url, "https://") {
+		if i := strings.IndexAny(url, "?#"); i >= 0 {
+			url = url[:i]
+		}
+	}
 	if strings.HasSuffix(url, "/") {
 		return true
 	}
