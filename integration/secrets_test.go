@@ -70,7 +70,7 @@ func TestSecretsNeverShown(t *testing.T) {
 	run(false, nil, "warm", "--cache-dir", cacheDir, missing)
 	run(false, nil, "bench", good[0], missing)
 	run(false, nil, "ls", "http://user:SENTINELPW@"+host+"/shards/x-{1..0}.tar?sig=SENTINELSIG") // a bad pattern
-	run(false, env, "ls", "s3://shards/a.tar")                                                    // a refused signature
+	run(false, env, "ls", "s3://shards/a.tar")                                                   // a refused signature
 
 	// serve, with a trainer naming the secret URLs (and one that fails).
 	srv := startServer(t, "", "--allow", "http://"+host+"/shards/", "--cache-dir", t.TempDir())
