@@ -105,8 +105,8 @@ type Options struct {
 	MaxMemberSize int64
 	// MaxSampleSize caps the bytes of one sample's members together, held in memory
 	// until the sample is complete. Zero means DefaultMaxSampleSize (1 GiB). A larger
-	// sample is an error of its own. Neither cap applies to data that is not held
-	// (SizesOnly, Stream).
+	// sample is an error of its own. It does not apply to data that is not held
+	// (SizesOnly, Stream); MaxMemberSize does, as the largest member accepted.
 	MaxSampleSize int64
 	// Stream, when set, receives each member's data as the reader reaches it, instead
 	// of the data being held until the sample is complete: a consumer that writes
@@ -566,7 +566,7 @@ func (r *Reader) Next() (*Sample, error) {
 			s.Key, s.Offset = key, off
 		}
 		held := !r.opts.SizesOnly && r.opts.Stream == nil // the data is kept in memory
-		tooBig := hdr.Size > r.opts.MaxMemberSize && r.opts.Stream == nil
+		tooBig := hdr.Size > r.opts.MaxMemberSize
 		sampleBig := held && !tooBig && sampleSize(s)+hdr.Size > r.opts.MaxSampleSize
 		if _, dup := s.Get(ext); dup || tooBig || sampleBig || hdr.Sparse {
 			var cause error

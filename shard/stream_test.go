@@ -30,15 +30,15 @@ func TestMaxSampleSize(t *testing.T) {
 	}
 }
 
-// Stream hands members out as they come, whatever their size against the caps on
-// held data, with the same bytes a full read gives; a stream cut inside a member is
+// Stream hands members out as they come, whatever the size of their sample against
+// the cap on held data, with the same bytes a full read gives; a stream cut inside a member is
 // the shard's error with its offset, never an end.
 func TestStream(t *testing.T) {
 	members := []member{{name: "a.jpg", data: strings.Repeat("j", 5000)}, {name: "a.cls", data: "3"}, {name: "b.jpg", data: strings.Repeat("k", 70000)}, {name: "b.txt", data: "hi"}}
 	data := buildTar(t, members...)
 	var got []member
 	var keys []string
-	opts := Options{URL: "mem://s.tar", MaxMemberSize: 1000, MaxSampleSize: 1000,
+	opts := Options{URL: "mem://s.tar", MaxSampleSize: 1000,
 		Stream: func(key string, f Field, r io.Reader) error {
 			b, err := io.ReadAll(r)
 			got = append(got, member{name: f.Name, data: string(b)})

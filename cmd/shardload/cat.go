@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -39,18 +40,20 @@ var epoch = time.Unix(0, 0)
 func cat(ctx context.Context, args []string, rf *readFlags, stats bool, stdout, stderr io.Writer) error {
 	start := time.Now()
 	bw := bufio.NewWriterSize(stdout, 1<<20)
-	tw := tar.NewWriter(bw)
+	// Members go from the shard to the output as they come (shard.Options.Stream).
+	// A sample's are held back until the sample is complete, up to wholeSample
+	// bytes, so that a failure leaves only complete samples in the output; a larger
+	// sample is passed on as it streams, and cat holds no more than wholeSample
+	// whatever the samples' sizes.
+	out := &sampleWriter{w: bw}
+	tw := tar.NewWriter(out)
 	var (
 		shards, samples  int
 		stored, tarBytes int64
 		lastKey, lastURL string
-	)
-	// Members are streamed from the shard to the output as they come: cat holds no
-	// sample in memory, whatever its members' sizes.
-	var (
-		curURL     string
-		firstOfURL bool
-		buf        = make([]byte, 256<<10)
+		curURL           string
+		firstOfURL       bool
+		buf              = make([]byte, 256<<10)
 	)
 	stream := func(key string, f shard.Field, data io.Reader) error {
 		if firstOfURL && samples > 0 && key == lastKey {
@@ -76,6 +79,13 @@ func cat(ctx context.Context, args []string, rf *readFlags, stats bool, stdout, 
 			if err != nil {
 				return err
 			}
+			// The sample is complete: its last member's padding, then all of it.
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if err := out.sampleDone(); err != nil {
+				return err
+			}
 			samples++
 			lastKey, lastURL = s.Key, url
 		}
@@ -84,8 +94,9 @@ func cat(ctx context.Context, args []string, rf *readFlags, stats bool, stdout, 
 		return nil
 	})
 	if err != nil {
-		// Flush the complete samples, padded, but leave out the end marker.
-		tw.Flush()
+		// Write out the complete samples, but neither the part of the one that
+		// failed (unless it was too large to hold) nor the end marker.
+		out.discard()
 		bw.Flush()
 		return err
 	}
@@ -101,4 +112,49 @@ func cat(ctx context.Context, args []string, rf *readFlags, stats bool, stdout, 
 			shards, samples, float64(stored)/1e6, float64(tarBytes)/1e6, secs, float64(samples)/secs, float64(tarBytes)/1e6/secs)
 	}
 	return nil
+}
+
+// wholeSample is the most bytes of one sample cat holds back until the sample is
+// complete.
+const wholeSample = 64 << 20
+
+// sampleWriter holds back the tar bytes of the sample being written until
+// sampleDone, or until they pass wholeSample: then it writes them out and lets the
+// rest of that sample through as it comes.
+type sampleWriter struct {
+	w       io.Writer
+	held    bytes.Buffer
+	through bool // the current sample is too large to hold
+	dropped bool // after discard, everything is dropped
+}
+
+func (s *sampleWriter) Write(p []byte) (int, error) {
+	switch {
+	case s.dropped:
+		return len(p), nil
+	case s.through:
+		return s.w.Write(p)
+	case s.held.Len()+len(p) > wholeSample:
+		s.through = true
+		if _, err := s.w.Write(s.held.Bytes()); err != nil {
+			return 0, err
+		}
+		s.held.Reset()
+		return s.w.Write(p)
+	}
+	return s.held.Write(p)
+}
+
+// sampleDone writes out the sample held back.
+func (s *sampleWriter) sampleDone() error {
+	_, err := s.w.Write(s.held.Bytes())
+	s.held.Reset()
+	s.through = false
+	return err
+}
+
+// discard drops the sample held back and everything written after.
+func (s *sampleWriter) discard() {
+	s.held.Reset()
+	s.dropped = true
 }
