@@ -81,6 +81,10 @@ def main():
             break
     seconds = time.perf_counter() - t_start
     trainer = batches * a.step_time
+    # Let go of the last batch (a run cut short by --batches still holds it), so that
+    # its slab is released, not kept for the views of a batch still referenced.
+    b = None
+    it.close()
 
     overhead = None
     if last_msg is not None:
@@ -88,6 +92,7 @@ def main():
         # pair nobody reads (the server must not see releases of slabs it gave back).
         import socket as _socket
         s1, s2 = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+        s2.settimeout(10)  # a release that never comes is a bug, not a wait
         sock = c._sock
         c._sock = s1
         raw = json.dumps(last_msg).encode()
