@@ -257,6 +257,9 @@ func (df *deviceFlags) place(cfg *shardload.Config, stderr io.Writer) string {
 		fmt.Fprintf(stderr, "shardload: warning: NUMA placement skipped: --gpu %d: %v\n", df.gpu, err)
 		return ""
 	}
+	if err != nil {
+		index = df.gpu // one node: Place says there is nothing to place
+	}
 	plan, err := topo.Place(index)
 	if err != nil {
 		fmt.Fprintf(stderr, "shardload: warning: NUMA placement skipped: %v\n", err)
