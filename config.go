@@ -188,29 +188,41 @@ func (b Budget) String() string {
 	return strings.Join(parts, ", ")
 }
 
+// The defaults of Config's zero fields, each defined once (the CLI's flags take
+// theirs from here).
+const (
+	DefaultBatchSize     = 32
+	DefaultShuffleBuffer = 1000
+	DefaultShuffleBytes  = 64 << 20
+	DefaultOpenShards    = 4
+	DefaultQueueBytes    = 4 << 20
+	DefaultSlabs         = pinned.DefaultSlabs
+	DefaultSlabBytes     = pinned.DefaultSlabBytes
+)
+
 // withDefaults returns cfg with its zero fields set.
 func (cfg Config) withDefaults() Config {
 	if cfg.BatchSize == 0 {
-		cfg.BatchSize = 32
+		cfg.BatchSize = DefaultBatchSize
 	}
 	if cfg.World == 0 {
 		cfg.World = 1
 	}
 	if cfg.ShuffleBuffer == 0 {
-		cfg.ShuffleBuffer = 1000
+		cfg.ShuffleBuffer = DefaultShuffleBuffer
 	}
 	if cfg.ShuffleBytes == 0 {
-		cfg.ShuffleBytes = 64 << 20
+		cfg.ShuffleBytes = DefaultShuffleBytes
 	}
 	if cfg.OpenShards == 0 {
-		cfg.OpenShards = 4
+		cfg.OpenShards = DefaultOpenShards
 	}
 	if cfg.Workers == 0 {
 		cfg.Workers = runtime.GOMAXPROCS(0)
 	}
 	cfg.Workers = min(cfg.Workers, cfg.OpenShards)
 	if cfg.QueueBytes == 0 {
-		cfg.QueueBytes = 4 << 20
+		cfg.QueueBytes = DefaultQueueBytes
 	}
 	if cfg.MaxMemberSize == 0 {
 		cfg.MaxMemberSize = shard.DefaultMaxMemberSize
@@ -219,10 +231,10 @@ func (cfg Config) withDefaults() Config {
 		cfg.MaxSampleSize = shard.DefaultMaxSampleSize
 	}
 	if cfg.Slabs == 0 {
-		cfg.Slabs = 4
+		cfg.Slabs = DefaultSlabs
 	}
 	if cfg.SlabBytes == 0 {
-		cfg.SlabBytes = 16 << 20
+		cfg.SlabBytes = DefaultSlabBytes
 	}
 	if cfg.ErrorBudget == nil {
 		b := DefaultErrorBudget

@@ -228,7 +228,7 @@ func TestOptionsConfig(t *testing.T) {
 		nameWant  string
 		err       bool
 	}{
-		{name: "zero", opts: Options{}, slabs: 4, slabBytes: 64 * mib, nameWant: "shardload-slab"},
+		{name: "zero", opts: Options{}, slabs: 4, slabBytes: DefaultSlabBytes, nameWant: "shardload-slab"},
 		{name: "one byte huge", opts: Options{SlabBytes: 1}, slabs: 4, slabBytes: 2 * mib, nameWant: DefaultName},
 		{name: "one byte", opts: Options{SlabBytes: 1, NoHugePages: true}, slabs: 4, slabBytes: page, nameWant: DefaultName},
 		{name: "huge multiple kept", opts: Options{Slabs: 1, SlabBytes: 6 * mib}, slabs: 1, slabBytes: 6 * mib, nameWant: DefaultName},
@@ -271,7 +271,7 @@ func TestNewRingSizes(t *testing.T) {
 		bytes  int64
 		prefix string
 	}{
-		{"defaults", Options{}, 4, 64 * mib, "shardload-slab"},
+		{"defaults", Options{}, 4, DefaultSlabBytes, "shardload-slab"},
 		{"huge rounding", Options{Slabs: 2, SlabBytes: 2*mib + 1}, 2, 4 * mib, DefaultName},
 		{"page rounding", Options{Slabs: 3, SlabBytes: 2*page - 1, NoHugePages: true, Name: "t"}, 3, 2 * page, "t"},
 		{"one slab unlocked", Options{Slabs: 1, SlabBytes: 5 * page, NoHugePages: true, NoLock: true}, 1, 5 * page, DefaultName},

@@ -18,7 +18,7 @@ const (
 	// DefaultSlabs is the number of slabs when Options.Slabs is 0.
 	DefaultSlabs = 4
 	// DefaultSlabBytes is the slab size when Options.SlabBytes is 0.
-	DefaultSlabBytes = 64 << 20
+	DefaultSlabBytes = 16 << 20
 	// DefaultName is the memfd name prefix when Options.Name is empty.
 	DefaultName = "shardload-slab"
 )
@@ -42,14 +42,14 @@ var (
 // stderr is where the default Warn writes; tests replace it.
 var stderr io.Writer = os.Stderr
 
-// Options configure NewRing. The zero value works: 4 slabs of 64 MiB, locked when the
+// Options configure NewRing. The zero value works: 4 slabs of 16 MiB, locked when the
 // limit allows, huge pages advised.
 type Options struct {
 	// Slabs is the number of slabs in the ring, which is also how many batches can be
 	// in flight at once. 0 means DefaultSlabs (4); negative is an error.
 	Slabs int
 
-	// SlabBytes is the size of each slab in bytes. 0 means DefaultSlabBytes (64 MiB);
+	// SlabBytes is the size of each slab in bytes. 0 means DefaultSlabBytes (16 MiB);
 	// negative is an error. It is rounded up to a multiple of the page size: 2 MiB
 	// (the huge page size) unless NoHugePages is set, else os.Getpagesize().
 	SlabBytes int64

@@ -36,7 +36,7 @@ would wait for data: the share of its time spent waiting after its first batch
 (wait_fraction; the first batch's latency is reported on its own).`,
 	setup: func(fs *pflag.FlagSet) func(context.Context, []string, io.Writer, io.Writer) error {
 		var lf loaderFlags
-		lf.register(fs)
+		lf.register(fs, true)
 		var df deviceFlags
 		df.register(fs)
 		epochs := fs.Int("epochs", 1, "epochs to run")
@@ -118,25 +118,31 @@ type loaderFlags struct {
 	maxSample     byteSize
 }
 
-func (lf *loaderFlags) register(fs *pflag.FlagSet) {
+// register registers the pipeline's flags; with perRank, also those a trainer's
+// hello says to serve (batch size, drop-last, seed, epoch, rank, world), which only
+// bench takes from the command line.
+func (lf *loaderFlags) register(fs *pflag.FlagSet, perRank bool) {
 	lf.fs = fs
 	fs.StringArrayVar(&lf.fields, "field", nil, "field to decode, repeatable: [NAME=]EXT[:KIND[:DTYPE[:SHAPE]]], e.g. jpg, label=cls:int, tokens=npy:npy:int32:2048 (default: the extensions of the first sample)")
-	fs.IntVar(&lf.batchSize, "batch-size", 32, "samples per batch")
-	fs.BoolVar(&lf.dropLast, "drop-last", false, "drop the last batch of an epoch when it is not full")
-	fs.Uint64Var(&lf.seed, "seed", 0, "seed of the shard order and the shuffle")
-	fs.IntVar(&lf.epoch, "epoch", 0, "first epoch (seeds the order with --seed)")
-	fs.IntVar(&lf.rank, "rank", 0, "this rank, in [0, --world)")
-	fs.IntVar(&lf.world, "world", 1, "number of ranks; each gets the same number of batches")
+	lf.batchSize, lf.world = shardload.DefaultBatchSize, 1
+	if perRank {
+		fs.IntVar(&lf.batchSize, "batch-size", shardload.DefaultBatchSize, "samples per batch")
+		fs.BoolVar(&lf.dropLast, "drop-last", false, "drop the last batch of an epoch when it is not full")
+		fs.Uint64Var(&lf.seed, "seed", 0, "seed of the shard order and the shuffle")
+		fs.IntVar(&lf.epoch, "epoch", 0, "first epoch (seeds the order with --seed)")
+		fs.IntVar(&lf.rank, "rank", 0, "this rank, in [0, --world)")
+		fs.IntVar(&lf.world, "world", 1, "number of ranks; each gets the same number of batches")
+	}
 	fs.BoolVar(&lf.noShuffle, "no-shuffle", false, "read shards and samples in order (--shuffle-bytes then goes to the open shards' queues, to decode the next shards ahead)")
-	fs.IntVar(&lf.shuffleBuffer, "shuffle-buffer", 1000, "samples in the shuffle buffer")
-	lf.shuffleBytes = 64 << 20
+	fs.IntVar(&lf.shuffleBuffer, "shuffle-buffer", shardload.DefaultShuffleBuffer, "samples in the shuffle buffer")
+	lf.shuffleBytes = shardload.DefaultShuffleBytes
 	fs.Var(&lf.shuffleBytes, "shuffle-bytes", "bytes the shuffle buffer may hold")
-	fs.IntVar(&lf.openShards, "open-shards", 4, "shards read at once and interleaved")
+	fs.IntVar(&lf.openShards, "open-shards", shardload.DefaultOpenShards, "shards read at once and interleaved")
 	fs.IntVar(&lf.workers, "workers", 0, "shards fetched, inflated and decoded at the same moment (default: CPU count, at most --open-shards)")
-	lf.queueBytes = 4 << 20
+	lf.queueBytes = shardload.DefaultQueueBytes
 	fs.Var(&lf.queueBytes, "queue-bytes", "decoded bytes waiting per open shard")
-	fs.IntVar(&lf.slabs, "slabs", 4, "pinned batch slabs in the ring (batches ready or in use at once)")
-	lf.slabBytes = 16 << 20
+	fs.IntVar(&lf.slabs, "slabs", shardload.DefaultSlabs, "pinned batch slabs in the ring (batches ready or in use at once)")
+	lf.slabBytes = shardload.DefaultSlabBytes
 	fs.Var(&lf.slabBytes, "slab-size", "bytes per slab; a batch must fit in one")
 	fs.StringVar(&lf.onError, "on-error", "fail", "bad samples and shards: fail, or skip (each logged, counted, within the error budget)")
 	fs.Float64Var(&lf.errorBudget, "error-budget", shardload.DefaultErrorBudget.Fraction, "fraction of the whole job's samples, or of its shards (all ranks together), that --on-error=skip may leave out before a rank fails (0: none)")

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/shardload/shardload"
 	"io"
 	"io/fs"
 	"os"
@@ -32,8 +33,9 @@ Exit status 0 whatever it finds; --json prints one object.`,
 		asJSON := fs.Bool("json", false, "print one JSON object instead of the report")
 		cacheDir := fs.String("cache-dir", defaultCacheDir(), "the cache directory whose free space to report")
 		sysfs := fs.String("sysfs", "/", "root holding sys/ to read the topology and huge page settings from (a copy of another machine's /sys, for support)")
-		slabBytes := byteSize(4 * 16 << 20)
-		fs.Var(&slabBytes, "ring-size", "bytes of slabs to page-lock, to check the memlock limit against (default: --slabs 4 x --slab-size 16MiB)")
+		slabBytes := byteSize(shardload.DefaultSlabs * shardload.DefaultSlabBytes)
+		fs.Var(&slabBytes, "ring-size", fmt.Sprintf("bytes of slabs to page-lock, to check the memlock limit against (default: --slabs %d x --slab-size %s)",
+			shardload.DefaultSlabs, formatBytes(shardload.DefaultSlabBytes)))
 		return func(_ context.Context, args []string, stdout, _ io.Writer) error {
 			if len(args) != 0 {
 				return fmt.Errorf("%w: doctor takes no arguments", errUsage)

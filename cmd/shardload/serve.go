@@ -27,11 +27,7 @@ other pipeline flags below apply to every session. Stops on SIGTERM or SIGINT,
 removing its socket.`,
 	setup: func(fs *pflag.FlagSet) func(context.Context, []string, io.Writer, io.Writer) error {
 		var lf loaderFlags
-		lf.register(fs)
-		// The trainer says these in its hello.
-		for _, name := range []string{"rank", "world", "seed", "epoch", "batch-size", "drop-last"} {
-			fs.MarkHidden(name)
-		}
+		lf.register(fs, false) // the trainer's hello says its rank, world, seed, epoch and batching
 		socket := fs.String("socket", defaultSocket(), "path of the unix socket; its directory is created with mode 0700")
 		allow := fs.StringArray("allow", nil, "URL prefix trainers may ask for besides the server's URLs, repeatable (e.g. s3://bucket/train/, file:///data/shards/)")
 		allowUIDs := fs.IntSlice("allow-uid", nil, "uids accepted besides the server's own, comma-separated")
