@@ -28,8 +28,9 @@ var (
 	ErrBusy = errors.New("cache: directory in use by another process")
 	// ErrCorrupt means a cached file does not match its recorded size or checksum.
 	ErrCorrupt = errors.New("cache: corrupt entry")
-	// ErrChanged means an object changed at the source while it was being fetched.
-	ErrChanged = errors.New("cache: object changed at the source while it was fetched")
+	// ErrChanged means an object changed at the source while it was being fetched;
+	// it wraps source.ErrChanged.
+	ErrChanged = fmt.Errorf("cache: object changed at the source while it was fetched (%w)", source.ErrChanged)
 	// ErrNoRoom means an object could not be cached: it is larger than the budget, or
 	// the rest of the budget is held by entries being read.
 	ErrNoRoom = errors.New("cache: no room in the budget")
@@ -315,8 +316,8 @@ func (c *Cache) openRange(ctx context.Context, url string, node int, off, length
 // upstream returns the source that serves url: the upstream itself or, behind a
 // Registry (as Wrap builds), the source registered for url's scheme.
 func (c *Cache) upstream(url string) (source.Source, error) {
-	if reg, ok := c.up.(*source.Registry); ok {
-		return reg.Lookup(url)
+	if res, ok := c.up.(source.Resolver); ok {
+		return res.Lookup(url)
 	}
 	return c.up, nil
 }
@@ -782,11 +783,8 @@ func (c *Cache) List(ctx context.Context, prefix string, fn func(source.Info) er
 	if err != nil {
 		return err
 	}
-	l, ok := up.(source.Lister)
-	if f, isFetcher := up.(*source.Fetcher); isFetcher {
-		_, ok = f.Source().(source.Lister)
-	}
-	if !ok {
+	l := source.ListerOf(up)
+	if l == nil {
 		return &source.Error{Op: "list", URL: prefix, Err: source.ErrNotLister}
 	}
 	return l.List(ctx, prefix, fn)

@@ -19,7 +19,7 @@ import (
 	"github.com/shardload/shardload/cache"
 	"github.com/shardload/shardload/internal/shardgen"
 	"github.com/shardload/shardload/internal/testenv"
-	"github.com/shardload/shardload/source"
+	"github.com/shardload/shardload/source/s3"
 )
 
 // cacheProxy is a reverse proxy in front of MinIO that counts GET requests per
@@ -318,7 +318,7 @@ func TestCacheConcurrentReadersOneFetch(t *testing.T) {
 	}
 	t.Setenv("AWS_CONFIG_FILE", os.DevNull)
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", os.DevNull)
-	c, err := cache.New(cache.Options{Dir: t.TempDir(), Logf: t.Logf}, &source.S3{})
+	c, err := cache.New(cache.Options{Dir: t.TempDir(), Logf: t.Logf}, &s3.Source{})
 	if err != nil {
 		t.Fatal(err)
 	}

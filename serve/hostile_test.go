@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/source"
+	"github.com/shardload/shardload/source/httpsrc"
 )
 
 // A trainer names URLs the way a source will read them: a "?" or "#" in a file path,
@@ -241,7 +242,7 @@ func TestRedirectOutOfAllowlist(t *testing.T) {
 	}))
 	defer web.Close()
 	reg := &source.Registry{}
-	reg.Register("http", source.NewFetcher(&source.HTTP{}, source.FetchOptions{}))
+	reg.Register("http", source.NewFetcher(&httpsrc.Source{}, source.FetchOptions{}))
 	s := start(t, Options{Allow: []string{web.URL + "/allowed/"}, Pipeline: shardload.Config{Sources: reg, Slabs: 2, SlabBytes: 4 << 20}})
 	cl := dialRaw(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 5, URLs: []string{web.URL + "/allowed/a.tar"}})
 	defer cl.c.Close()

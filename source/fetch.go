@@ -161,6 +161,12 @@ func NewFetcher(src Source, opts FetchOptions) *Fetcher {
 // Source returns the Source the Fetcher reads.
 func (f *Fetcher) Source() Source { return f.src }
 
+// Unwrap returns the Source the Fetcher reads from, as Source does; it makes a
+// Fetcher a Wrapper.
+func (f *Fetcher) Unwrap() Source { return f.src }
+
+var _ Wrapper = (*Fetcher)(nil)
+
 // Options returns the Fetcher's options, defaults filled in.
 func (f *Fetcher) Options() FetchOptions { return f.opts }
 

@@ -66,11 +66,8 @@ func (r *Registry) Expand(ctx context.Context, urls []string) ([]string, error) 
 		if err != nil {
 			return nil, err
 		}
-		l, ok := src.(Lister)
-		if f, isFetcher := src.(*Fetcher); isFetcher {
-			_, ok = f.Source().(Lister)
-		}
-		if !ok || literalFile(src, u) {
+		l := ListerOf(src)
+		if l == nil || literalFile(src, u) {
 			out = append(out, u)
 			continue
 		}

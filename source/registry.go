@@ -80,26 +80,14 @@ func (r *Registry) Open(ctx context.Context, url string) (io.ReadCloser, error) 
 	return src.Open(ctx, url)
 }
 
-// Default is the registry used by the package-level functions and the command line.
-// It serves "file" (and plain paths) with File, and "s3", "gs", "http" and "https"
-// with S3, GCS and HTTP each behind a Fetcher with the default FetchOptions: parallel
-// ranged parts, retries that resume mid-object, pinned to the version first seen.
-// RegisterDefaults(Default, opts) sets other options.
+// Default is the registry used by the package-level functions. It serves "file"
+// (and plain paths) with File. The cloud backends live in packages of their own
+// (source/s3, source/gcs, source/httpsrc) and register themselves in Default when
+// imported, each behind a Fetcher with the default FetchOptions; source/all imports
+// them all.
 var Default = &Registry{}
 
-func init() { RegisterDefaults(Default, FetchOptions{}) }
-
-// RegisterDefaults registers the built-in backends in r: File for "file", and S3,
-// GCS and HTTP behind a Fetcher with opts for "s3", "gs", "http" and "https",
-// replacing what was registered for those schemes.
-func RegisterDefaults(r *Registry, opts FetchOptions) {
-	r.Register("file", &File{})
-	r.Register("s3", NewFetcher(&S3{}, opts))
-	r.Register("gs", NewFetcher(&GCS{}, opts))
-	web := NewFetcher(&HTTP{}, opts)
-	r.Register("http", web)
-	r.Register("https", web)
-}
+func init() { Default.Register("file", &File{}) }
 
 // Register makes src serve URLs of scheme in the Default registry.
 func Register(scheme string, src Source) { Default.Register(scheme, src) }

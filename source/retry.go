@@ -75,12 +75,14 @@ func (e *StatusError) Error() string {
 func (e *StatusError) Unwrap() error { return e.Err }
 
 // Retryable reports whether the status is one a retry may cure.
-func (e *StatusError) Retryable() bool { return retryableStatus(e.Status) }
+func (e *StatusError) Retryable() bool { return RetryableStatus(e.Status) }
 
 // RetryAfter returns the server's Retry-After hint.
 func (e *StatusError) RetryAfter() time.Duration { return e.RetryAfterHint }
 
-func retryableStatus(code int) bool {
+// RetryableStatus reports whether an HTTP status code is worth retrying: 408, 429
+// and the 5xx codes that say the server may answer later.
+func RetryableStatus(code int) bool {
 	switch code {
 	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
 		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
@@ -89,8 +91,9 @@ func retryableStatus(code int) bool {
 	return false
 }
 
-// parseRetryAfter reads a Retry-After header: seconds, or an HTTP date.
-func parseRetryAfter(h http.Header, now time.Time) time.Duration {
+// ParseRetryAfter reads a Retry-After header of h: seconds, or an HTTP date
+// (relative to now). Zero when there is none or it cannot be read.
+func ParseRetryAfter(h http.Header, now time.Time) time.Duration {
 	v := h.Get("Retry-After")
 	if v == "" {
 		return 0

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -60,13 +61,13 @@ func TestBackoff(t *testing.T) {
 	}
 	h := http.Header{}
 	h.Set("Retry-After", "12")
-	if d := parseRetryAfter(h, time.Now()); d != 12*time.Second {
-		t.Errorf("parseRetryAfter(12) = %v", d)
+	if d := ParseRetryAfter(h, time.Now()); d != 12*time.Second {
+		t.Errorf("ParseRetryAfter(12) = %v", d)
 	}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	h.Set("Retry-After", now.Add(90*time.Second).Format(http.TimeFormat))
-	if d := parseRetryAfter(h, now); d != 90*time.Second {
-		t.Errorf("parseRetryAfter(date) = %v", d)
+	if d := ParseRetryAfter(h, now); d != 90*time.Second {
+		t.Errorf("ParseRetryAfter(date) = %v", d)
 	}
 }
 
@@ -124,4 +125,23 @@ func TestIsRetryableURLError(t *testing.T) {
 	if !IsRetryable(refused) {
 		t.Errorf("IsRetryable(%v) = false", refused)
 	}
+}
+
+// sleeps records the backoffs a policy asked for, without waiting.
+type sleeps struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (s *sleeps) sleep(ctx context.Context, d time.Duration) error {
+	s.mu.Lock()
+	s.d = append(s.d, d)
+	s.mu.Unlock()
+	return ctx.Err()
+}
+
+func (s *sleeps) get() []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Duration(nil), s.d...)
 }

@@ -1,9 +1,18 @@
-// Package source reads shard objects from where they are kept: local disk, S3, and any
-// scheme a library user registers. It knows nothing about tar or samples.
+// Package source reads shard objects from where they are kept. It knows nothing about
+// tar or samples, and imports no cloud SDK.
 //
 // A Source is small and context-first: Stat an object, Open it as a stream. Optional
-// capabilities are separate interfaces found by type assertion; RangeReader is the
-// first of them.
+// capabilities are separate interfaces found by type assertion: RangeReader,
+// VersionReader, Lister. A Source that wraps another (a Fetcher) is a Wrapper, and
+// ListerOf finds whether a chain of wrappers can list.
+//
+// This package holds the core: the Source interface and its capabilities, the
+// Registry of schemes, errors and their sentinels, retry classification, the Fetcher
+// (parallel ranged parts, resumed retries, version pinning), listing, and the File
+// backend for local paths, which Default serves. Each cloud backend is a package of
+// its own that registers itself in Default when imported: source/s3, source/gcs and
+// source/httpsrc; source/all imports them all, as the command line does. The
+// conformance suite every Source passes is source/sourcetest.
 //
 // Every per-object failure is an *Error that names the operation and the URL, and wraps
 // a cause that errors.Is can match against ErrNotFound, ErrPermission or the backend's
@@ -16,6 +25,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/shardload/shardload/internal/redact"
 )
 
 // Info describes one object. Size is -1 when a backend cannot tell (an HTTP server
@@ -80,3 +91,35 @@ func (e *Error) Unwrap() error { return e.Err }
 // ErrRangeIgnored means a server answered a ranged request with the whole object
 // where the backend cannot skip to the offset itself.
 var ErrRangeIgnored = errors.New("source: server ignored the Range header")
+
+// Redact returns url without its secrets (see internal/redact: the user information
+// and the values of signature, credential and token query parameters). Errors of
+// this package pass their URLs through it.
+func Redact(url string) string { return redact.URL(url) }
+
+// Wrapper is implemented by a Source that serves the objects of another Source, as a
+// Fetcher does: Unwrap returns the Source it wraps. Callers reach what a wrapper
+// wraps through it, never by asserting the wrapper's concrete type.
+type Wrapper interface {
+	Unwrap() Source
+}
+
+// Resolver is implemented by a Source that hands each URL to another Source, as a
+// Registry does: Lookup returns the Source that serves url.
+type Resolver interface {
+	Lookup(url string) (Source, error)
+}
+
+// ListerOf returns the Lister that lists through src, or nil when src cannot list:
+// src itself when it implements Lister and, if it is a Wrapper, the Source it wraps
+// can list too (a Fetcher has a List method whatever it wraps).
+func ListerOf(src Source) Lister {
+	l, ok := src.(Lister)
+	if !ok {
+		return nil
+	}
+	if w, ok := src.(Wrapper); ok && ListerOf(w.Unwrap()) == nil {
+		return nil
+	}
+	return l
+}

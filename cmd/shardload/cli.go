@@ -18,6 +18,7 @@ import (
 	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
+	"github.com/shardload/shardload/source/all"
 )
 
 // command is one subcommand: its flags are defined on fs, then run is called with the
@@ -166,7 +167,7 @@ func (rf *readFlags) remote() (*source.Registry, error) {
 		return nil, err
 	}
 	reg := &source.Registry{}
-	source.RegisterDefaults(reg, fopts)
+	all.RegisterDefaults(reg, fopts)
 	return reg, nil
 }
 

@@ -101,7 +101,7 @@ func (s *FakeGCSServer) Env() []string {
 }
 
 // SetEnv sets the variables of Env in this process for the rest of the test. Clients
-// created lazily, such as a zero source.GCS, must be created after SetEnv.
+// created lazily, such as a zero gcs.Source, must be created after SetEnv.
 func (s *FakeGCSServer) SetEnv(t testing.TB) {
 	t.Helper()
 	t.Setenv("STORAGE_EMULATOR_HOST", s.Host)

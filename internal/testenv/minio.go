@@ -171,7 +171,7 @@ func (s *MinIOServer) Env() []string {
 
 // SetEnv sets the variables of Env in this process for the rest of the test, with
 // t.Setenv. Clients that load the AWS configuration lazily, such as a zero
-// source.S3, must be created after SetEnv.
+// s3.Source, must be created after SetEnv.
 func (s *MinIOServer) SetEnv(t testing.TB) {
 	t.Helper()
 	for _, kv := range s.vars() {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/shardload/shardload/source"
+	"github.com/shardload/shardload/source/all"
 )
 
 func main() {
@@ -30,7 +31,7 @@ func main() {
 		os.Exit(2)
 	}
 	var reg source.Registry
-	source.RegisterDefaults(&reg, source.FetchOptions{Parallel: *parallel, PartSize: *partSize})
+	all.RegisterDefaults(&reg, source.FetchOptions{Parallel: *parallel, PartSize: *partSize})
 	ctx := context.Background()
 	for range *repeat {
 		start := time.Now()

@@ -1,4 +1,4 @@
-package source
+package httpsrc
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/shardload/shardload/source"
 )
 
 // Redirects pass the check the context carries; a refused one fails the request
@@ -29,7 +31,7 @@ func TestHTTPRedirectCheck(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	src := NewFetcher(&HTTP{}, FetchOptions{})
+	src := source.NewFetcher(&Source{}, source.FetchOptions{})
 	u := srv.URL + "/public/a.tar"
 
 	r, err := src.Open(context.Background(), u)
@@ -43,7 +45,7 @@ func TestHTTPRedirectCheck(t *testing.T) {
 	}
 
 	var froms []string
-	ctx := WithRedirectCheck(context.Background(), func(from, to string) error {
+	ctx := source.WithRedirectCheck(context.Background(), func(from, to string) error {
 		froms = append(froms, from)
 		if !strings.HasPrefix(to, srv.URL+"/public/") {
 			return errors.New("not under /public/")
@@ -52,7 +54,7 @@ func TestHTTPRedirectCheck(t *testing.T) {
 	})
 	before := secretHits.Load()
 	_, err = src.Open(ctx, u)
-	if !errors.Is(err, ErrRedirect) || !strings.Contains(err.Error(), "not under /public/") || IsRetryable(err) {
+	if !errors.Is(err, source.ErrRedirect) || !strings.Contains(err.Error(), "not under /public/") || source.IsRetryable(err) {
 		t.Fatalf("a redirect out of /public/: %v", err)
 	}
 	if secretHits.Load() != before || len(froms) != 1 || froms[0] != u {
@@ -66,7 +68,7 @@ func TestCheckRedirectPolicy(t *testing.T) {
 		u, _ := url.Parse(s)
 		return (&http.Request{URL: u}).WithContext(context.Background())
 	}
-	if err := checkRedirect(req("http://a/x"), []*http.Request{req("https://a/x")}); !errors.Is(err, ErrRedirect) {
+	if err := checkRedirect(req("http://a/x"), []*http.Request{req("https://a/x")}); !errors.Is(err, source.ErrRedirect) {
 		t.Errorf("https to http: %v", err)
 	}
 	if err := checkRedirect(req("https://b/x"), []*http.Request{req("https://a/x")}); err != nil {
@@ -76,27 +78,7 @@ func TestCheckRedirectPolicy(t *testing.T) {
 	for i := range via {
 		via[i] = req("https://a/x")
 	}
-	if err := checkRedirect(req("https://a/y"), via); !errors.Is(err, ErrRedirect) {
+	if err := checkRedirect(req("https://a/y"), via); !errors.Is(err, source.ErrRedirect) {
 		t.Errorf("an eleventh redirect: %v", err)
-	}
-}
-
-// A presigned URL's query is no glob: "?" starts a query in http(s) URLs only.
-func TestIsListPattern(t *testing.T) {
-	for u, want := range map[string]bool{
-		"https://h/b/k.tar?X-Amz-Signature=abc":    false,
-		"https://h/b/train-*.tar?sig=1":            true,
-		"https://h/b/dir/?sig=1":                   true,
-		"http://h/b/k.tar#frag?":                   false,
-		"s3://bucket/train-?.tar":                  true,
-		"s3://bucket/train-0.tar":                  false,
-		"s3://bucket/train/":                       true,
-		"/data/train-[01].tar":                     true,
-		"gs://bucket/k.tar":                        false,
-		"https://h/b/k-[0-9].tar?X-Goog-Signature": true,
-	} {
-		if got := IsListPattern(u); got != want {
-			t.Errorf("IsListPattern(%q) = %v, want %v", u, got, want)
-		}
 	}
 }

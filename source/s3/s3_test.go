@@ -1,4 +1,4 @@
-package source
+package s3
 
 import (
 	"bytes"
@@ -11,8 +11,10 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+
 	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/source"
 )
 
 // isolateAWS points the AWS configuration at empty files and clears the variables
@@ -53,7 +55,7 @@ func TestS3ClientConfig(t *testing.T) {
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
-			c, err := (&S3{}).s3Client()
+			c, err := (&Source{}).s3Client()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,10 +75,10 @@ func TestS3ClientConfig(t *testing.T) {
 func TestS3ConfigErrorRemembered(t *testing.T) {
 	isolateAWS(t)
 	t.Setenv(PathStyleEnv, "maybe")
-	s := &S3{}
+	s := &Source{}
 	for range 2 {
 		_, err := s.Stat(t.Context(), "s3://b/k")
-		var se *Error
+		var se *source.Error
 		if !errors.As(err, &se) || se.Op != "stat" || !strings.Contains(err.Error(), PathStyleEnv) {
 			t.Fatalf("Stat with a bad %s = %v", PathStyleEnv, err)
 		}
@@ -86,7 +88,7 @@ func TestS3ConfigErrorRemembered(t *testing.T) {
 
 func TestS3BadURL(t *testing.T) {
 	for _, url := range []string{"s3://", "s3://bucket", "s3://bucket/", "s3:///key", "gs://b/k", "b/k"} {
-		if _, err := (&S3{Client: s3.New(s3.Options{})}).Open(t.Context(), url); err == nil || errors.Is(err, ErrNotFound) {
+		if _, err := (&Source{Client: awss3.New(awss3.Options{})}).Open(t.Context(), url); err == nil || errors.Is(err, source.ErrNotFound) {
 			t.Errorf("Open(%q) = %v; want a bad-URL error", url, err)
 		}
 	}
@@ -108,17 +110,17 @@ func TestS3StreamShort(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out := &s3.GetObjectOutput{Body: io.NopCloser(tt.body)}
+			out := &awss3.GetObjectOutput{Body: io.NopCloser(tt.body)}
 			if tt.want >= 0 {
 				out.ContentLength = aws.Int64(tt.want)
 			}
 			_, err := io.ReadAll(newS3Stream(t.Context(), "s3://b/k", out))
-			if short := errors.Is(err, ErrShortRead); short != tt.short || (!tt.short && err != nil) {
+			if short := errors.Is(err, source.ErrShortRead); short != tt.short || (!tt.short && err != nil) {
 				t.Errorf("read: %v; want short read %v", err, tt.short)
 			}
-			var se *Error
+			var se *source.Error
 			if tt.short && (!errors.As(err, &se) || se.Op != "read" || se.URL != "s3://b/k") {
-				t.Errorf("read: %v; want a read *Error", err)
+				t.Errorf("read: %v; want a read *source.Error", err)
 			}
 		})
 	}
@@ -137,7 +139,7 @@ func TestS3MinIO(t *testing.T) {
 	data := bytes.Repeat([]byte("0123456789"), 100_000) // 1 MB
 	srv.Put(t, "shards", "train/000.tar", data)
 	srv.Put(t, "shards", "empty.tar", nil)
-	s := &S3{} // after SetEnv: it reads the environment on first use
+	s := &Source{} // after SetEnv: it reads the environment on first use
 
 	t.Run("stat", func(t *testing.T) {
 		info, err := s.Stat(t.Context(), "s3://shards/train/000.tar")
@@ -225,9 +227,9 @@ func TestS3MinIO(t *testing.T) {
 			}
 			for _, o := range ops {
 				err := o.f()
-				var se *Error
-				if !errors.Is(err, ErrNotFound) || !errors.As(err, &se) || se.Op != o.op || se.URL != url {
-					t.Errorf("%s %s = %v; want an *Error wrapping ErrNotFound", o.op, url, err)
+				var se *source.Error
+				if !errors.Is(err, source.ErrNotFound) || !errors.As(err, &se) || se.Op != o.op || se.URL != url {
+					t.Errorf("%s %s = %v; want an *source.Error wrapping source.ErrNotFound", o.op, url, err)
 				}
 			}
 		}
@@ -240,15 +242,15 @@ func TestS3MinIO(t *testing.T) {
 		} {
 			t.Run(env[0], func(t *testing.T) {
 				t.Setenv(env[0], env[1])
-				s := &S3{}
+				s := &Source{}
 				_, err := s.Stat(t.Context(), "s3://shards/train/000.tar")
-				if !errors.Is(err, ErrPermission) {
-					t.Errorf("Stat = %v; want ErrPermission", err)
+				if !errors.Is(err, source.ErrPermission) {
+					t.Errorf("Stat = %v; want source.ErrPermission", err)
 				}
 				t.Logf("stat: %v", err)
 				_, err = s.Open(t.Context(), "s3://shards/train/000.tar")
-				if !errors.Is(err, ErrPermission) {
-					t.Errorf("Open = %v; want ErrPermission", err)
+				if !errors.Is(err, source.ErrPermission) {
+					t.Errorf("Open = %v; want source.ErrPermission", err)
 				}
 				t.Logf("open: %v", err)
 			})
@@ -256,8 +258,8 @@ func TestS3MinIO(t *testing.T) {
 	})
 
 	t.Run("own client via registry", func(t *testing.T) {
-		var r Registry
-		r.Register("minio", rewrite{to: "s3://", src: &S3{Client: srv.Client}})
+		var r source.Registry
+		r.Register("minio", rewrite{to: "s3://", src: &Source{Client: srv.Client}})
 		info, err := r.Stat(t.Context(), "minio://shards/train/000.tar")
 		if err != nil || info.Size != int64(len(data)) {
 			t.Errorf("Stat = %+v, %v", info, err)
@@ -269,8 +271,8 @@ func TestS3MinIO(t *testing.T) {
 		if got, err := readAll(t, rc); err != nil || !bytes.Equal(got, data) {
 			t.Errorf("Open read %d bytes, %v", len(got), err)
 		}
-		if _, err := r.Open(t.Context(), "s3://shards/train/000.tar"); !errors.Is(err, ErrUnknownScheme) {
-			t.Errorf("Open of an unregistered scheme = %v; want ErrUnknownScheme", err)
+		if _, err := r.Open(t.Context(), "s3://shards/train/000.tar"); !errors.Is(err, source.ErrUnknownScheme) {
+			t.Errorf("Open of an unregistered scheme = %v; want source.ErrUnknownScheme", err)
 		}
 	})
 
@@ -290,7 +292,7 @@ func TestS3MinIO(t *testing.T) {
 	t.Run("server gone", func(t *testing.T) {
 		srv.Stop()
 		_, err := s.Stat(t.Context(), "s3://shards/train/000.tar")
-		if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrPermission) {
+		if err == nil || errors.Is(err, source.ErrNotFound) || errors.Is(err, source.ErrPermission) {
 			t.Errorf("Stat with the server stopped = %v; want a plain failure", err)
 		}
 	})
@@ -300,7 +302,7 @@ func TestS3MinIO(t *testing.T) {
 // scheme by handing src the URL with the scheme replaced by to.
 type rewrite struct {
 	to  string
-	src Source
+	src source.Source
 }
 
 func (r rewrite) url(url string) string {
@@ -308,7 +310,7 @@ func (r rewrite) url(url string) string {
 	return r.to + rest
 }
 
-func (r rewrite) Stat(ctx context.Context, url string) (Info, error) {
+func (r rewrite) Stat(ctx context.Context, url string) (source.Info, error) {
 	info, err := r.src.Stat(ctx, r.url(url))
 	info.URL = url
 	return info, err

@@ -1,4 +1,7 @@
-package source
+// Package s3 is the source.Source for s3:// URLs: Amazon S3 and S3-compatible
+// stores such as MinIO, through the AWS SDK. Importing it registers the backend in
+// source.Default.
+package s3
 
 import (
 	"context"
@@ -14,12 +17,14 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/shardload/shardload/source"
 )
 
-// S3 reads objects addressed as s3://bucket/key from Amazon S3 or an S3-compatible
+// Source reads objects addressed as s3://bucket/key from Amazon S3 or an S3-compatible
 // store such as MinIO. The key is used as written, without percent-decoding.
 //
 // The zero value is ready to use: on first use it creates a client from the standard
@@ -35,24 +40,24 @@ import (
 //     AWS_RESPONSE_CHECKSUM_VALIDATION, when set, win (the same settings in a
 //     shared config file do not, for a custom endpoint).
 //
-// An S3 is safe for concurrent use. It must not be copied after first use.
-type S3 struct {
+// A Source is safe for concurrent use. It must not be copied after first use.
+type Source struct {
 	// Client, if not nil, is used as is instead of a client built from the default
 	// configuration. Set it before first use.
-	Client *s3.Client
+	Client *awss3.Client
 	// ListPageSize is the most keys one ListObjectsV2 page asks for. Default 1000.
 	ListPageSize int32
 
 	once   sync.Once
-	client *s3.Client
+	client *awss3.Client
 	err    error
 }
 
 var (
-	_ Source        = (*S3)(nil)
-	_ RangeReader   = (*S3)(nil)
-	_ VersionReader = (*S3)(nil)
-	_ Lister        = (*S3)(nil)
+	_ source.Source        = (*Source)(nil)
+	_ source.RangeReader   = (*Source)(nil)
+	_ source.VersionReader = (*Source)(nil)
+	_ source.Lister        = (*Source)(nil)
 )
 
 // PathStyleEnv names the environment variable that, set to true or false, overrides
@@ -60,16 +65,16 @@ var (
 const PathStyleEnv = "SHARDLOAD_S3_PATH_STYLE"
 
 // Stat returns the object's size, modification time and ETag as Version.
-func (s *S3) Stat(ctx context.Context, url string) (Info, error) {
+func (s *Source) Stat(ctx context.Context, url string) (source.Info, error) {
 	c, bucket, key, err := s.prepare(url)
 	if err != nil {
-		return Info{}, &Error{Op: "stat", URL: url, Err: err}
+		return source.Info{}, &source.Error{Op: "stat", URL: url, Err: err}
 	}
-	out, err := c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: &key})
+	out, err := c.HeadObject(ctx, &awss3.HeadObjectInput{Bucket: &bucket, Key: &key})
 	if err != nil {
-		return Info{}, &Error{Op: "stat", URL: url, Err: s3Err(err)}
+		return source.Info{}, &source.Error{Op: "stat", URL: url, Err: s3Err(err)}
 	}
-	return Info{
+	return source.Info{
 		URL:     url,
 		Size:    aws.ToInt64(out.ContentLength),
 		Version: aws.ToString(out.ETag),
@@ -78,14 +83,14 @@ func (s *S3) Stat(ctx context.Context, url string) (Info, error) {
 }
 
 // Open returns the whole object as a stream.
-func (s *S3) Open(ctx context.Context, url string) (io.ReadCloser, error) {
+func (s *Source) Open(ctx context.Context, url string) (io.ReadCloser, error) {
 	c, bucket, key, err := s.prepare(url)
 	if err != nil {
-		return nil, &Error{Op: "open", URL: url, Err: err}
+		return nil, &source.Error{Op: "open", URL: url, Err: err}
 	}
-	out, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &key})
+	out, err := c.GetObject(ctx, &awss3.GetObjectInput{Bucket: &bucket, Key: &key})
 	if err != nil {
-		return nil, &Error{Op: "open", URL: url, Err: s3Err(err)}
+		return nil, &source.Error{Op: "open", URL: url, Err: s3Err(err)}
 	}
 	return newS3Stream(ctx, url, out), nil
 }
@@ -93,23 +98,23 @@ func (s *S3) Open(ctx context.Context, url string) (io.ReadCloser, error) {
 // OpenRange returns length bytes of the object starting at off, or the rest of the
 // object when length < 0. A range past the end of the object is cut short; one
 // starting at or past the end is an empty stream.
-func (s *S3) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
+func (s *Source) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
 	return s.openRange(ctx, url, "", off, length)
 }
 
 // OpenVersion is OpenRange with If-Match on the ETag version: an object that was
 // overwritten fails with an error wrapping ErrChanged.
-func (s *S3) OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
+func (s *Source) OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
 	return s.openRange(ctx, url, version, off, length)
 }
 
-func (s *S3) openRange(ctx context.Context, url, etag string, off, length int64) (io.ReadCloser, error) {
+func (s *Source) openRange(ctx context.Context, url, etag string, off, length int64) (io.ReadCloser, error) {
 	c, bucket, key, err := s.prepare(url)
 	if err == nil && off < 0 {
 		err = fmt.Errorf("source: negative offset %d", off)
 	}
 	if err != nil {
-		return nil, &Error{Op: "open", URL: url, Err: err}
+		return nil, &source.Error{Op: "open", URL: url, Err: err}
 	}
 	if length == 0 {
 		return io.NopCloser(strings.NewReader("")), nil
@@ -118,7 +123,7 @@ func (s *S3) openRange(ctx context.Context, url, etag string, off, length int64)
 	if length > 0 && off <= (1<<63-1)-length {
 		rng += strconv.FormatInt(off+length-1, 10)
 	}
-	in := &s3.GetObjectInput{Bucket: &bucket, Key: &key, Range: &rng}
+	in := &awss3.GetObjectInput{Bucket: &bucket, Key: &key, Range: &rng}
 	if etag != "" {
 		in.IfMatch = &etag
 	}
@@ -129,48 +134,48 @@ func (s *S3) openRange(ctx context.Context, url, etag string, off, length int64)
 			// S3 answers InvalidRange for a range starting at or past the end.
 			return io.NopCloser(strings.NewReader("")), nil
 		}
-		return nil, &Error{Op: "open", URL: url, Err: s3Err(err)}
+		return nil, &source.Error{Op: "open", URL: url, Err: s3Err(err)}
 	}
 	if got := aws.ToString(out.ETag); etag != "" && got != "" && got != etag {
 		out.Body.Close() // a store that ignored If-Match
-		return nil, &Error{Op: "open", URL: url, Err: fmt.Errorf("%w: ETag %s, was %s", ErrChanged, got, etag)}
+		return nil, &source.Error{Op: "open", URL: url, Err: fmt.Errorf("%w: ETag %s, was %s", source.ErrChanged, got, etag)}
 	}
 	// A server may answer a Range with the whole object (200, no Content-Range).
 	if out.ContentRange == nil && (off > 0 || length > 0 && aws.ToInt64(out.ContentLength) > length) {
 		out.Body.Close()
-		return nil, &Error{Op: "open", URL: url, Err: ErrRangeIgnored}
+		return nil, &source.Error{Op: "open", URL: url, Err: source.ErrRangeIgnored}
 	}
 	return newS3Stream(ctx, url, out), nil
 }
 
 // List lists the keys that start with prefix's key and have no "/" after it, one
 // ListObjectsV2 page of ListPageSize keys at a time.
-func (s *S3) List(ctx context.Context, prefix string, fn func(Info) error) error {
+func (s *Source) List(ctx context.Context, prefix string, fn func(source.Info) error) error {
 	rest, ok := strings.CutPrefix(prefix, "s3://")
-	if !ok && Scheme(prefix) == "s3" {
+	if !ok && source.Scheme(prefix) == "s3" {
 		rest, ok = prefix[len("s3://"):], true
 	}
 	bucket, keyPrefix, _ := strings.Cut(rest, "/")
 	if !ok || bucket == "" {
-		return &Error{Op: "list", URL: prefix, Err: fmt.Errorf("source: not an s3://bucket/prefix URL: %q", prefix)}
+		return &source.Error{Op: "list", URL: prefix, Err: fmt.Errorf("source: not an s3://bucket/prefix URL: %q", prefix)}
 	}
 	c, err := s.s3Client()
 	if err != nil {
-		return &Error{Op: "list", URL: prefix, Err: err}
+		return &source.Error{Op: "list", URL: prefix, Err: err}
 	}
-	in := &s3.ListObjectsV2Input{Bucket: &bucket, Prefix: &keyPrefix, Delimiter: aws.String("/")}
+	in := &awss3.ListObjectsV2Input{Bucket: &bucket, Prefix: &keyPrefix, Delimiter: aws.String("/")}
 	if s.ListPageSize > 0 {
 		in.MaxKeys = aws.Int32(s.ListPageSize)
 	}
 	base := prefix[:len(prefix)-len(keyPrefix)]
-	pages := s3.NewListObjectsV2Paginator(c, in)
+	pages := awss3.NewListObjectsV2Paginator(c, in)
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
 		if err != nil {
-			return &Error{Op: "list", URL: prefix, Err: s3Err(err)}
+			return &source.Error{Op: "list", URL: prefix, Err: s3Err(err)}
 		}
 		for _, o := range page.Contents {
-			err := fn(Info{
+			err := fn(source.Info{
 				URL:     base + aws.ToString(o.Key),
 				Size:    aws.ToInt64(o.Size),
 				Version: aws.ToString(o.ETag),
@@ -185,9 +190,9 @@ func (s *S3) List(ctx context.Context, prefix string, fn func(Info) error) error
 }
 
 // prepare returns the client and the object's bucket and key.
-func (s *S3) prepare(url string) (c *s3.Client, bucket, key string, err error) {
+func (s *Source) prepare(url string) (c *awss3.Client, bucket, key string, err error) {
 	rest, ok := strings.CutPrefix(url, "s3://")
-	if !ok && Scheme(url) == "s3" {
+	if !ok && source.Scheme(url) == "s3" {
 		rest, ok = url[len("s3://"):], true
 	}
 	bucket, key, _ = strings.Cut(rest, "/")
@@ -198,7 +203,7 @@ func (s *S3) prepare(url string) (c *s3.Client, bucket, key string, err error) {
 	return c, bucket, key, err
 }
 
-func (s *S3) s3Client() (*s3.Client, error) {
+func (s *Source) s3Client() (*awss3.Client, error) {
 	if s.Client != nil {
 		return s.Client, nil
 	}
@@ -207,8 +212,8 @@ func (s *S3) s3Client() (*s3.Client, error) {
 }
 
 // newS3Client builds a client from the default AWS configuration with the defaults
-// documented on S3.
-func newS3Client(ctx context.Context) (*s3.Client, error) {
+// documented on Source.
+func newS3Client(ctx context.Context) (*awss3.Client, error) {
 	var pathStyle *bool
 	if v := os.Getenv(PathStyleEnv); v != "" {
 		b, err := strconv.ParseBool(v)
@@ -224,7 +229,7 @@ func newS3Client(ctx context.Context) (*s3.Client, error) {
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
 	}
-	return s3.NewFromConfig(cfg, func(o *s3.Options) {
+	return awss3.NewFromConfig(cfg, func(o *awss3.Options) {
 		// One attempt per call: the retry policy of a Fetcher is the one in charge.
 		o.Retryer = aws.NopRetryer{}
 		custom := o.BaseEndpoint != nil // resolved from cfg and the environment by now
@@ -257,18 +262,18 @@ func s3Err(err error) error {
 	}
 	switch {
 	case status == http.StatusNotFound, code == "NoSuchKey", code == "NotFound", code == "NoSuchBucket":
-		return fmt.Errorf("%w: %w", ErrNotFound, err)
+		return fmt.Errorf("%w: %w", source.ErrNotFound, err)
 	case status == http.StatusForbidden, code == "AccessDenied", code == "InvalidAccessKeyId",
 		code == "SignatureDoesNotMatch":
-		return fmt.Errorf("%w: %w", ErrPermission, err)
+		return fmt.Errorf("%w: %w", source.ErrPermission, err)
 	case status == http.StatusPreconditionFailed, code == "PreconditionFailed":
-		return fmt.Errorf("%w: %w", ErrChanged, err)
-	case retryableStatus(status), code == "SlowDown", code == "InternalError", code == "RequestTimeout":
+		return fmt.Errorf("%w: %w", source.ErrChanged, err)
+	case source.RetryableStatus(status), code == "SlowDown", code == "InternalError", code == "RequestTimeout":
 		var after time.Duration
 		if re != nil && re.Response != nil {
-			after = parseRetryAfter(re.Response.Header, time.Now())
+			after = source.ParseRetryAfter(re.Response.Header, time.Now())
 		}
-		return &StatusError{Status: status, Code: code, RetryAfterHint: after, Err: err}
+		return &source.StatusError{Status: status, Code: code, RetryAfterHint: after, Err: err}
 	}
 	return err
 }
@@ -282,7 +287,7 @@ type s3Stream struct {
 	want, got int64 // want < 0: unknown
 }
 
-func newS3Stream(ctx context.Context, url string, out *s3.GetObjectOutput) *s3Stream {
+func newS3Stream(ctx context.Context, url string, out *awss3.GetObjectOutput) *s3Stream {
 	want := int64(-1)
 	if out.ContentLength != nil {
 		want = *out.ContentLength
@@ -292,21 +297,32 @@ func newS3Stream(ctx context.Context, url string, out *s3.GetObjectOutput) *s3St
 
 func (s *s3Stream) Read(p []byte) (int, error) {
 	if err := s.ctx.Err(); err != nil {
-		return 0, &Error{Op: "read", URL: s.url, Err: err}
+		return 0, &source.Error{Op: "read", URL: s.url, Err: err}
 	}
 	n, err := s.body.Read(p)
 	s.got += int64(n)
 	switch {
 	case err == io.EOF && s.want >= 0 && s.got < s.want:
-		return n, &Error{Op: "read", URL: s.url,
-			Err: fmt.Errorf("%w: read %d of %d bytes", ErrShortRead, s.got, s.want)}
+		return n, &source.Error{Op: "read", URL: s.url,
+			Err: fmt.Errorf("%w: read %d of %d bytes", source.ErrShortRead, s.got, s.want)}
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return n, &Error{Op: "read", URL: s.url,
-			Err: fmt.Errorf("%w: read %d of %d bytes: %w", ErrShortRead, s.got, s.want, err)}
+		return n, &source.Error{Op: "read", URL: s.url,
+			Err: fmt.Errorf("%w: read %d of %d bytes: %w", source.ErrShortRead, s.got, s.want, err)}
 	case err != nil && err != io.EOF:
-		return n, &Error{Op: "read", URL: s.url, Err: s3Err(err)}
+		return n, &source.Error{Op: "read", URL: s.url, Err: s3Err(err)}
 	}
 	return n, err
 }
 
 func (s *s3Stream) Close() error { return s.body.Close() }
+
+// Scheme is the URL scheme this package serves.
+const Scheme = "s3"
+
+func init() { Register(source.Default, source.FetchOptions{}) }
+
+// Register makes a zero Source, behind a Fetcher with opts, serve "s3" URLs in r.
+// Importing this package does so for source.Default with the default options.
+func Register(r *source.Registry, opts source.FetchOptions) {
+	r.Register(Scheme, source.NewFetcher(&Source{}, opts))
+}

@@ -1,4 +1,4 @@
-package source
+package httpsrc
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shardload/shardload/source"
 )
 
 // readModes are the three ways a Fetcher reads an object larger than a part: one
@@ -41,9 +43,9 @@ func TestHTTPVersionPinnedWithoutETag(t *testing.T) {
 	}{
 		{name: "no ETag, no Last-Modified: refuses to resume", noETag: true,
 			change:  func(s *objServer) { s.set(newData) },
-			wantErr: ErrNoVersion, wantMsg: "nothing to pin a version on"},
+			wantErr: source.ErrNoVersion, wantMsg: "nothing to pin a version on"},
 		{name: "no ETag, no Last-Modified, unchanged: still refuses to resume", noETag: true,
-			wantErr: ErrNoVersion, wantMsg: "cannot resume"},
+			wantErr: source.ErrNoVersion, wantMsg: "cannot resume"},
 		{name: "no ETag, no Last-Modified: a failure before the first byte is retried", noETag: true,
 			fault: func(n int, w http.ResponseWriter, r *http.Request, body []byte) bool {
 				if n == 1 {
@@ -54,12 +56,12 @@ func TestHTTPVersionPinnedWithoutETag(t *testing.T) {
 			}},
 		{name: "Last-Modified changes", noETag: true, lastMod: mod,
 			change:  func(s *objServer) { s.set(newData); s.lastModified = mod.Add(time.Second) },
-			wantErr: ErrChanged},
+			wantErr: source.ErrChanged},
 		{name: "Last-Modified same, length changes", noETag: true, lastMod: mod,
 			change:  func(s *objServer) { s.set(longer) },
-			wantErr: ErrChanged},
+			wantErr: source.ErrChanged},
 		{name: "Last-Modified, unchanged: resumes", noETag: true, lastMod: mod},
-		{name: "ETag changes", change: func(s *objServer) { s.set(newData) }, wantErr: ErrChanged},
+		{name: "ETag changes", change: func(s *objServer) { s.set(newData) }, wantErr: source.ErrChanged},
 		{name: "ETag, unchanged: resumes"},
 	}
 	for _, tt := range tests {
@@ -94,8 +96,8 @@ func TestHTTPVersionPinnedWithoutETag(t *testing.T) {
 					}
 				}
 				var sl sleeps
-				f := NewFetcher(&HTTP{Client: srv.Client()}, FetchOptions{PartSize: partSize, Parallel: mode.parallel, SingleRate: mode.singleRate,
-					Retry: RetryPolicy{Attempts: 4, StallTimeout: 30 * time.Second, Sleep: sl.sleep}})
+				f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{PartSize: partSize, Parallel: mode.parallel, SingleRate: mode.singleRate,
+					Retry: source.RetryPolicy{Attempts: 4, StallTimeout: 30 * time.Second, Sleep: sl.sleep}})
 				url := srv.URL + "/shard.tar"
 				rc, err := f.Open(guard(t), url)
 				if err != nil {
@@ -120,13 +122,13 @@ func TestHTTPVersionPinnedWithoutETag(t *testing.T) {
 				if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), url) || !strings.Contains(err.Error(), tt.wantMsg) {
 					t.Fatalf("read %d bytes, %v; want an error naming %s that wraps %v (%q)", len(got), err, url, tt.wantErr, tt.wantMsg)
 				}
-				if IsRetryable(err) {
+				if source.IsRetryable(err) {
 					t.Errorf("%v is retryable", err)
 				}
 				if !bytes.Equal(got, data[:len(got)]) || len(got) >= size {
 					t.Errorf("read %d bytes that are not a prefix of the first version", len(got))
 				}
-				if gets, _ := srv.counts(); tt.wantErr == ErrNoVersion && gets != 1 {
+				if gets, _ := srv.counts(); tt.wantErr == source.ErrNoVersion && gets != 1 {
 					t.Errorf("%d GETs; want the one that broke, read as a single stream and not resumed", gets)
 				}
 			})
@@ -141,7 +143,7 @@ func TestHTTPDateVersion(t *testing.T) {
 	mod := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
 	srv := newObjServer(t, data)
 	srv.noETag, srv.lastModified = true, mod
-	h := &HTTP{Client: srv.Client()}
+	h := &Source{Client: srv.Client()}
 	url := srv.URL + "/x"
 	info, err := h.Stat(t.Context(), url)
 	if want := "Mon, 06 May 2024 07:08:09 GMT; 10000 bytes"; err != nil || info.Version != want || info.Size != 10_000 {
@@ -160,8 +162,8 @@ func TestHTTPDateVersion(t *testing.T) {
 		"Mon, 06 May 2024 07:08:09 GMT; 10001 bytes", // another length
 		"Mon, 06 May 2024 07:08:08 GMT; 10000 bytes", // modified since
 	} {
-		if _, err := h.OpenVersion(t.Context(), url, v, 100, 50); !errors.Is(err, ErrChanged) {
-			t.Errorf("OpenVersion(%q) = %v; want ErrChanged", v, err)
+		if _, err := h.OpenVersion(t.Context(), url, v, 100, 50); !errors.Is(err, source.ErrChanged) {
+			t.Errorf("OpenVersion(%q) = %v; want source.ErrChanged", v, err)
 		}
 	}
 	// An unquoted ETag (not what RFC 9110 allows, but seen) is compared as an ETag.
@@ -177,7 +179,7 @@ func TestHTTPDateVersion(t *testing.T) {
 func TestFetcherOpenVersion(t *testing.T) {
 	data := randomBytes(300_000, 15)
 	srv := newObjServer(t, data)
-	f := NewFetcher(&HTTP{Client: srv.Client()}, FetchOptions{PartSize: 64 << 10})
+	f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{PartSize: 64 << 10})
 	url := srv.URL + "/x"
 	info, err := f.Stat(t.Context(), url)
 	if err != nil {
@@ -195,8 +197,8 @@ func TestFetcherOpenVersion(t *testing.T) {
 	srv.mu.Lock()
 	srv.set(randomBytes(300_000, 16))
 	srv.mu.Unlock()
-	if _, err := f.OpenVersion(guard(t), url, info.Version, 1000, -1); !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), url) {
-		t.Errorf("OpenVersion of a replaced object = %v; want ErrChanged naming the URL", err)
+	if _, err := f.OpenVersion(guard(t), url, info.Version, 1000, -1); !errors.Is(err, source.ErrChanged) || !strings.Contains(err.Error(), url) {
+		t.Errorf("OpenVersion of a replaced object = %v; want source.ErrChanged naming the URL", err)
 	}
 }
 
@@ -221,9 +223,9 @@ func TestFetcherRetryDeadline(t *testing.T) {
 			srv := newObjServer(t, data)
 			srv.fault = trickle
 			var sl sleeps
-			f := NewFetcher(&HTTP{Client: srv.Client()}, FetchOptions{PartSize: partSize, Parallel: mode.parallel, SingleRate: mode.singleRate,
+			f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{PartSize: partSize, Parallel: mode.parallel, SingleRate: mode.singleRate,
 				RetryDeadline: deadline,
-				Retry:         RetryPolicy{Attempts: 1000, MinProgress: -1, StallTimeout: 30 * time.Millisecond, Sleep: sl.sleep}})
+				Retry:         source.RetryPolicy{Attempts: 1000, MinProgress: -1, StallTimeout: 30 * time.Millisecond, Sleep: sl.sleep}})
 			url := srv.URL + "/slow.tar"
 			t0 := time.Now()
 			rc, err := f.Open(guard(t), url)
@@ -234,7 +236,7 @@ func TestFetcherRetryDeadline(t *testing.T) {
 			rc.Close()
 			took := time.Since(t0)
 			t.Log(err)
-			if !errors.Is(err, ErrRetryDeadline) || IsRetryable(err) || !strings.Contains(err.Error(), url) ||
+			if !errors.Is(err, source.ErrRetryDeadline) || source.IsRetryable(err) || !strings.Contains(err.Error(), url) ||
 				!strings.Contains(err.Error(), "attempts") || !strings.Contains(err.Error(), "at byte ") {
 				t.Fatalf("read %d bytes in %v, %v; want the retry deadline naming the URL, the offset and the attempts", len(got), took, err)
 			}
@@ -267,8 +269,8 @@ func TestFetcherTrickleRunsOutOfAttempts(t *testing.T) {
 	srv := newObjServer(t, data)
 	srv.fault = trickle
 	var sl sleeps
-	f := NewFetcher(&HTTP{Client: srv.Client()}, FetchOptions{Parallel: 1,
-		Retry: RetryPolicy{Attempts: 4, StallTimeout: 100 * time.Millisecond, Sleep: sl.sleep}})
+	f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{Parallel: 1,
+		Retry: source.RetryPolicy{Attempts: 4, StallTimeout: 100 * time.Millisecond, Sleep: sl.sleep}})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second) // a guard only
 	defer cancel()
 	rc, err := f.Open(ctx, srv.URL+"/slow.tar")
@@ -277,7 +279,7 @@ func TestFetcherTrickleRunsOutOfAttempts(t *testing.T) {
 	}
 	got, err := io.ReadAll(rc)
 	rc.Close()
-	if !errors.Is(err, ErrRetriesExhausted) || len(got) > 4000 || !bytes.Equal(got, data[:len(got)]) {
+	if !errors.Is(err, source.ErrRetriesExhausted) || len(got) > 4000 || !bytes.Equal(got, data[:len(got)]) {
 		t.Fatalf("read %d bytes, %v; want at most 4 × 1000 and retries exhausted", len(got), err)
 	}
 	if gets, _ := srv.counts(); gets != 4 {
@@ -300,8 +302,8 @@ func TestFetcherProgressStartsAttemptsAfresh(t *testing.T) {
 		return false
 	}
 	var sl sleeps
-	f := NewFetcher(&HTTP{Client: srv.Client()}, FetchOptions{Parallel: 1,
-		Retry: RetryPolicy{Attempts: 2, MinProgress: 64 << 10, StallTimeout: 30 * time.Second, Sleep: sl.sleep}})
+	f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{Parallel: 1,
+		Retry: source.RetryPolicy{Attempts: 2, MinProgress: 64 << 10, StallTimeout: 30 * time.Second, Sleep: sl.sleep}})
 	rc, err := f.Open(guard(t), srv.URL+"/x.tar")
 	if err != nil {
 		t.Fatal(err)
@@ -313,34 +315,5 @@ func TestFetcherProgressStartsAttemptsAfresh(t *testing.T) {
 	}
 	if gets, _ := srv.counts(); gets != 4 {
 		t.Errorf("%d GETs; want 4", gets)
-	}
-}
-
-// TestRetryClock checks that the deadline's clock starts at the first failure and
-// runs only while some stream waits.
-func TestRetryClock(t *testing.T) {
-	c := newRetryClock(time.Hour)
-	c.enter()
-	if _, ok := c.remaining(); ok {
-		t.Fatal("the clock runs before a failure")
-	}
-	c.fail()
-	c.enter() // a second stream
-	c.leave()
-	c.leave()
-	left, ok := c.remaining()
-	if !ok || left >= time.Hour || left < time.Hour-time.Minute {
-		t.Fatalf("remaining = %v, %v", left, ok)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		// Nobody reads: the clock stands still.
-		if l, _ := c.remaining(); l != left {
-			t.Errorf("the clock ran while no stream read: %v, then %v", left, l)
-		}
-	})
-	wg.Wait()
-	if _, ok := newRetryClock(-1).remaining(); ok {
-		t.Error("a negative deadline is a deadline")
 	}
 }

@@ -1,19 +1,23 @@
-package source
+// Package httpsrc is the source.Source for http:// and https:// URLs, with ranged
+// reads, version pinning and a redirect policy. Importing it registers the backend
+// in source.Default.
+package httpsrc
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/shardload/shardload/internal/redact"
 	"io"
 	"net/http"
 	neturl "net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/shardload/shardload/source"
 )
 
-// HTTP reads objects addressed as http:// or https:// URLs with GET and HEAD, and
+// Source reads objects addressed as http:// or https:// URLs with GET and HEAD, and
 // ranged reads with the Range header. The zero value is ready to use and safe for
 // concurrent use.
 //
@@ -40,19 +44,19 @@ import (
 //
 // Redirects are followed up to 10, never from https to http, and each passes the
 // check a context carries (WithRedirectCheck).
-type HTTP struct {
+type Source struct {
 	// Client, if not nil, sends the requests, with its own redirect policy; default a
 	// client of http.DefaultTransport with the policy above.
 	Client *http.Client
 }
 
 var (
-	_ Source        = (*HTTP)(nil)
-	_ RangeReader   = (*HTTP)(nil)
-	_ VersionReader = (*HTTP)(nil)
+	_ source.Source        = (*Source)(nil)
+	_ source.RangeReader   = (*Source)(nil)
+	_ source.VersionReader = (*Source)(nil)
 )
 
-func (h *HTTP) client() *http.Client {
+func (h *Source) client() *http.Client {
 	if h.Client != nil {
 		return h.Client
 	}
@@ -61,16 +65,16 @@ func (h *HTTP) client() *http.Client {
 
 // Stat sends HEAD and returns Content-Length, ETag (or Last-Modified) and
 // Last-Modified. Size is -1 when the server does not say.
-func (h *HTTP) Stat(ctx context.Context, url string) (Info, error) {
+func (h *Source) Stat(ctx context.Context, url string) (source.Info, error) {
 	resp, err := h.do(ctx, http.MethodHead, url, nil)
 	if err != nil {
-		return Info{}, &Error{Op: "stat", URL: url, Err: err}
+		return source.Info{}, &source.Error{Op: "stat", URL: url, Err: err}
 	}
 	resp.Body.Close()
 	if err := statusErr(resp); err != nil {
-		return Info{}, &Error{Op: "stat", URL: url, Err: err}
+		return source.Info{}, &source.Error{Op: "stat", URL: url, Err: err}
 	}
-	info := Info{URL: url, Size: resp.ContentLength, Version: httpVersion(resp.Header, resp.ContentLength)}
+	info := source.Info{URL: url, Size: resp.ContentLength, Version: httpVersion(resp.Header, resp.ContentLength)}
 	if t, err := http.ParseTime(resp.Header.Get("Last-Modified")); err == nil {
 		info.ModTime = t
 	}
@@ -78,29 +82,29 @@ func (h *HTTP) Stat(ctx context.Context, url string) (Info, error) {
 }
 
 // Open returns the whole object as a stream, checked against its Content-Length.
-func (h *HTTP) Open(ctx context.Context, url string) (io.ReadCloser, error) {
+func (h *Source) Open(ctx context.Context, url string) (io.ReadCloser, error) {
 	return h.open(ctx, url, "", 0, -1)
 }
 
 // OpenRange returns length bytes of the object starting at off, or the rest of the
 // object when length < 0. A range past the end is cut short; one starting at or past
 // the end is an empty stream.
-func (h *HTTP) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
+func (h *Source) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
 	return h.open(ctx, url, "", off, length)
 }
 
 // OpenVersion is OpenRange pinned to version (an Info.Version: an ETag, or a
 // Last-Modified date and length).
-func (h *HTTP) OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
+func (h *Source) OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
 	return h.open(ctx, url, version, off, length)
 }
 
-func (h *HTTP) open(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
+func (h *Source) open(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
 	if off < 0 {
-		return nil, &Error{Op: "open", URL: url, Err: fmt.Errorf("source: negative offset %d", off)}
+		return nil, &source.Error{Op: "open", URL: url, Err: fmt.Errorf("source: negative offset %d", off)}
 	}
 	if length == 0 {
-		return io.NopCloser(eofReader{}), nil
+		return http.NoBody, nil
 	}
 	hdr := http.Header{}
 	ranged := off > 0 || length > 0
@@ -120,15 +124,15 @@ func (h *HTTP) open(ctx context.Context, url, version string, off, length int64)
 	}
 	resp, err := h.do(ctx, http.MethodGet, url, hdr)
 	if err != nil {
-		return nil, &Error{Op: "open", URL: url, Err: err}
+		return nil, &source.Error{Op: "open", URL: url, Err: err}
 	}
 	fail := func(err error) (io.ReadCloser, error) {
 		resp.Body.Close()
-		return nil, &Error{Op: "open", URL: url, Err: err}
+		return nil, &source.Error{Op: "open", URL: url, Err: err}
 	}
 	if resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && ranged {
 		resp.Body.Close()
-		return io.NopCloser(eofReader{}), nil
+		return http.NoBody, nil
 	}
 	if err := statusErr(resp); err != nil {
 		return fail(err)
@@ -146,11 +150,11 @@ func (h *HTTP) open(ctx context.Context, url, version string, off, length int64)
 			return fail(err)
 		}
 		if pinSize >= 0 && total >= 0 && total != pinSize {
-			return fail(fmt.Errorf("%w: %d bytes, were %d (Last-Modified %s)", ErrChanged, total, pinSize, pinDate))
+			return fail(fmt.Errorf("%w: %d bytes, were %d (Last-Modified %s)", source.ErrChanged, total, pinSize, pinDate))
 		}
 	case version != "":
 		if got := httpVersion(resp.Header, total); got != "" && got != version {
-			return fail(fmt.Errorf("%w: version %s, was %s", ErrChanged, got, version))
+			return fail(fmt.Errorf("%w: version %s, was %s", source.ErrChanged, got, version))
 		}
 	}
 	st := &httpStream{ctx: ctx, url: url, body: resp.Body, want: resp.ContentLength}
@@ -178,7 +182,7 @@ func (h *HTTP) open(ctx context.Context, url, version string, off, length int64)
 	return st, nil
 }
 
-func (h *HTTP) do(ctx context.Context, method, url string, hdr http.Header) (*http.Response, error) {
+func (h *Source) do(ctx context.Context, method, url string, hdr http.Header) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, url, nil)
 	if err != nil {
 		return nil, fmt.Errorf("source: bad http URL: %w", redactErr(err))
@@ -199,14 +203,14 @@ func statusErr(resp *http.Response) error {
 	if code >= 200 && code < 300 {
 		return nil
 	}
-	se := &StatusError{Status: code, RetryAfterHint: parseRetryAfter(resp.Header, time.Now())}
+	se := &source.StatusError{Status: code, RetryAfterHint: source.ParseRetryAfter(resp.Header, time.Now())}
 	switch code {
 	case http.StatusNotFound, http.StatusGone:
-		return fmt.Errorf("%w: %w", ErrNotFound, se)
+		return fmt.Errorf("%w: %w", source.ErrNotFound, se)
 	case http.StatusUnauthorized, http.StatusForbidden:
-		return fmt.Errorf("%w: %w", ErrPermission, se)
+		return fmt.Errorf("%w: %w", source.ErrPermission, se)
 	case http.StatusPreconditionFailed:
-		return fmt.Errorf("%w: %w", ErrChanged, se)
+		return fmt.Errorf("%w: %w", source.ErrChanged, se)
 	}
 	return se
 }
@@ -246,7 +250,7 @@ func dateVersion(v string) (date string, size int64, ok bool) {
 // sameDate checks the Last-Modified of an answer against the one a read is pinned to.
 func sameDate(got, want string) error {
 	if got == "" {
-		return fmt.Errorf("%w: the answer has no Last-Modified to check against %s", ErrChanged, want)
+		return fmt.Errorf("%w: the answer has no Last-Modified to check against %s", source.ErrChanged, want)
 	}
 	if got == want {
 		return nil
@@ -256,7 +260,7 @@ func sameDate(got, want string) error {
 	if err1 == nil && err2 == nil && tg.Equal(tw) {
 		return nil
 	}
-	return fmt.Errorf("%w: Last-Modified %s, was %s", ErrChanged, got, want)
+	return fmt.Errorf("%w: Last-Modified %s, was %s", source.ErrChanged, got, want)
 }
 
 func isStrongETag(v string) bool { return strings.HasPrefix(v, `"`) }
@@ -305,7 +309,7 @@ type httpStream struct {
 
 func (s *httpStream) Read(p []byte) (int, error) {
 	if err := s.ctx.Err(); err != nil {
-		return 0, &Error{Op: "read", URL: s.url, Err: err}
+		return 0, &source.Error{Op: "read", URL: s.url, Err: err}
 	}
 	if s.skip > 0 {
 		n, err := io.CopyN(io.Discard, s.body, s.skip)
@@ -331,13 +335,13 @@ func (s *httpStream) Read(p []byte) (int, error) {
 func (s *httpStream) readErr(err error) error {
 	switch {
 	case err == io.EOF && s.want >= 0 && s.got < s.want:
-		return &Error{Op: "read", URL: s.url, Err: fmt.Errorf("%w: read %d of %d bytes", ErrShortRead, s.got, s.want)}
+		return &source.Error{Op: "read", URL: s.url, Err: fmt.Errorf("%w: read %d of %d bytes", source.ErrShortRead, s.got, s.want)}
 	case err == io.EOF:
 		return io.EOF
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &Error{Op: "read", URL: s.url, Err: fmt.Errorf("%w: read %d of %d bytes: %w", ErrShortRead, s.got, s.want, err)}
+		return &source.Error{Op: "read", URL: s.url, Err: fmt.Errorf("%w: read %d of %d bytes: %w", source.ErrShortRead, s.got, s.want, err)}
 	}
-	return &Error{Op: "read", URL: s.url, Err: redactErr(err)}
+	return &source.Error{Op: "read", URL: s.url, Err: redactErr(err)}
 }
 
 func (s *httpStream) Close() error { return s.body.Close() }
@@ -347,12 +351,42 @@ func (s *httpStream) Close() error { return s.body.Close() }
 func redactErr(err error) error {
 	var ue *neturl.Error
 	if errors.As(err, &ue) {
-		return &neturl.Error{Op: ue.Op, URL: Redact(ue.URL), Err: ue.Err}
+		return &neturl.Error{Op: ue.Op, URL: source.Redact(ue.URL), Err: ue.Err}
 	}
 	return err
 }
 
-// Redact returns url without its secrets (see internal/redact: the user information
-// and the values of signature, credential and token query parameters). Errors of
-// this package pass their URLs through it.
-func Redact(url string) string { return redact.URL(url) }
+// maxRedirects is how many redirects one request follows, as net/http's default.
+const maxRedirects = 10
+
+// checkRedirect is the HTTP source's redirect policy: at most 10 redirects, never
+// from https to http, and every redirect through the context's RedirectCheck.
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= maxRedirects {
+		return fmt.Errorf("%w: more than %d redirects", source.ErrRedirect, maxRedirects)
+	}
+	to := req.URL.String()
+	if via[0].URL.Scheme == "https" && req.URL.Scheme != "https" {
+		return fmt.Errorf("%w: from https to %s", source.ErrRedirect, source.Redact(to))
+	}
+	if check := source.RedirectCheck(req.Context()); check != nil {
+		if err := check(via[0].URL.String(), to); err != nil {
+			return fmt.Errorf("%w to %s: %v", source.ErrRedirect, source.Redact(to), err)
+		}
+	}
+	return nil
+}
+
+// defaultClient is the source's client when Source.Client is nil.
+var defaultClient = &http.Client{CheckRedirect: checkRedirect}
+
+func init() { Register(source.Default, source.FetchOptions{}) }
+
+// Register makes a zero Source, behind one Fetcher with opts, serve "http" and
+// "https" URLs in r. Importing this package does so for source.Default with the
+// default options.
+func Register(r *source.Registry, opts source.FetchOptions) {
+	web := source.NewFetcher(&Source{}, opts)
+	r.Register("http", web)
+	r.Register("https", web)
+}

@@ -1,4 +1,7 @@
-package source
+// Package gcs is the source.Source for gs:// URLs: Google Cloud Storage, or an
+// emulator such as fake-gcs-server, through the Cloud Storage client. Importing it
+// registers the backend in source.Default.
+package gcs
 
 import (
 	"context"
@@ -14,9 +17,11 @@ import (
 	"cloud.google.com/go/storage"
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/iterator"
+
+	"github.com/shardload/shardload/source"
 )
 
-// GCS reads objects addressed as gs://bucket/object from Google Cloud Storage.
+// Source reads objects addressed as gs://bucket/object from Google Cloud Storage.
 // The object name is used as written, without percent-decoding.
 //
 // The zero value is ready to use: on first use it creates a client, once, with
@@ -27,8 +32,8 @@ import (
 // of a Fetcher is the one in charge.
 //
 // Info.Version is the object's generation; OpenVersion reads that generation only.
-// A GCS is safe for concurrent use. It must not be copied after first use.
-type GCS struct {
+// A Source is safe for concurrent use. It must not be copied after first use.
+type Source struct {
 	// Client, if not nil, is used as is instead of a client built as above. Set it
 	// before first use.
 	Client *storage.Client
@@ -41,44 +46,44 @@ type GCS struct {
 }
 
 var (
-	_ Source        = (*GCS)(nil)
-	_ RangeReader   = (*GCS)(nil)
-	_ VersionReader = (*GCS)(nil)
-	_ Lister        = (*GCS)(nil)
+	_ source.Source        = (*Source)(nil)
+	_ source.RangeReader   = (*Source)(nil)
+	_ source.VersionReader = (*Source)(nil)
+	_ source.Lister        = (*Source)(nil)
 )
 
 // Stat returns the object's size, update time and generation as Version.
-func (g *GCS) Stat(ctx context.Context, url string) (Info, error) {
+func (g *Source) Stat(ctx context.Context, url string) (source.Info, error) {
 	c, bucket, name, err := g.prepare(url)
 	if err != nil {
-		return Info{}, &Error{Op: "stat", URL: url, Err: err}
+		return source.Info{}, &source.Error{Op: "stat", URL: url, Err: err}
 	}
 	attrs, err := c.Bucket(bucket).Object(name).Attrs(ctx)
 	if err != nil {
-		return Info{}, &Error{Op: "stat", URL: url, Err: gcsErr(err)}
+		return source.Info{}, &source.Error{Op: "stat", URL: url, Err: gcsErr(err)}
 	}
-	return Info{URL: url, Size: attrs.Size, Version: strconv.FormatInt(attrs.Generation, 10), ModTime: attrs.Updated}, nil
+	return source.Info{URL: url, Size: attrs.Size, Version: strconv.FormatInt(attrs.Generation, 10), ModTime: attrs.Updated}, nil
 }
 
 // Open returns the whole object as a stream.
-func (g *GCS) Open(ctx context.Context, url string) (io.ReadCloser, error) {
+func (g *Source) Open(ctx context.Context, url string) (io.ReadCloser, error) {
 	return g.open(ctx, url, "", 0, -1)
 }
 
 // OpenRange returns length bytes of the object starting at off, or the rest of the
 // object when length < 0. A range past the end is cut short; one starting at or past
 // the end is an empty stream.
-func (g *GCS) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
+func (g *Source) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
 	return g.open(ctx, url, "", off, length)
 }
 
 // OpenVersion is OpenRange of generation version only: when that generation is no
 // longer the object's (overwritten or deleted), it fails with ErrChanged.
-func (g *GCS) OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
+func (g *Source) OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
 	return g.open(ctx, url, version, off, length)
 }
 
-func (g *GCS) open(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
+func (g *Source) open(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
 	c, bucket, name, err := g.prepare(url)
 	if err == nil && off < 0 {
 		err = fmt.Errorf("source: negative offset %d", off)
@@ -91,10 +96,10 @@ func (g *GCS) open(ctx context.Context, url, version string, off, length int64) 
 		}
 	}
 	if err != nil {
-		return nil, &Error{Op: "open", URL: url, Err: err}
+		return nil, &source.Error{Op: "open", URL: url, Err: err}
 	}
 	if length == 0 {
-		return io.NopCloser(eofReader{}), nil
+		return io.NopCloser(strings.NewReader("")), nil
 	}
 	obj := c.Bucket(bucket).Object(name)
 	if version != "" {
@@ -107,45 +112,45 @@ func (g *GCS) open(ctx context.Context, url, version string, off, length int64) 
 	if err != nil {
 		var ge *googleapi.Error
 		if errors.As(err, &ge) && ge.Code == http.StatusRequestedRangeNotSatisfiable {
-			return io.NopCloser(eofReader{}), nil
+			return io.NopCloser(strings.NewReader("")), nil
 		}
-		if version != "" && errors.Is(gcsErr(err), ErrNotFound) {
+		if version != "" && errors.Is(gcsErr(err), source.ErrNotFound) {
 			// Not ErrNotFound: the object may well exist, at another generation.
-			err = fmt.Errorf("%w: generation %s is gone (%v)", ErrChanged, version, err)
+			err = fmt.Errorf("%w: generation %s is gone (%v)", source.ErrChanged, version, err)
 		} else {
 			err = gcsErr(err)
 		}
-		return nil, &Error{Op: "open", URL: url, Err: err}
+		return nil, &source.Error{Op: "open", URL: url, Err: err}
 	}
 	if version != "" && r.Attrs.Generation != 0 && r.Attrs.Generation != gen {
 		r.Close()
-		return nil, &Error{Op: "open", URL: url, Err: fmt.Errorf("%w: generation %d, was %d", ErrChanged, r.Attrs.Generation, gen)}
+		return nil, &source.Error{Op: "open", URL: url, Err: fmt.Errorf("%w: generation %d, was %d", source.ErrChanged, r.Attrs.Generation, gen)}
 	}
 	if off > 0 && r.Attrs.StartOffset != off && r.Remain() > 0 {
 		r.Close()
-		return nil, &Error{Op: "open", URL: url, Err: fmt.Errorf("%w: asked for byte %d, got %d", ErrRangeIgnored, off, r.Attrs.StartOffset)}
+		return nil, &source.Error{Op: "open", URL: url, Err: fmt.Errorf("%w: asked for byte %d, got %d", source.ErrRangeIgnored, off, r.Attrs.StartOffset)}
 	}
 	return &gcsStream{ctx: ctx, url: url, r: r, want: r.Remain()}, nil
 }
 
 // List lists the objects whose names start with prefix's and have no "/" after it,
 // one page of ListPageSize objects at a time.
-func (g *GCS) List(ctx context.Context, prefix string, fn func(Info) error) error {
+func (g *Source) List(ctx context.Context, prefix string, fn func(source.Info) error) error {
 	rest, ok := strings.CutPrefix(prefix, "gs://")
-	if !ok && Scheme(prefix) == "gs" {
+	if !ok && source.Scheme(prefix) == "gs" {
 		rest, ok = prefix[len("gs://"):], true
 	}
 	bucket, namePrefix, _ := strings.Cut(rest, "/")
 	if !ok || bucket == "" {
-		return &Error{Op: "list", URL: prefix, Err: fmt.Errorf("source: not a gs://bucket/prefix URL: %q", prefix)}
+		return &source.Error{Op: "list", URL: prefix, Err: fmt.Errorf("source: not a gs://bucket/prefix URL: %q", prefix)}
 	}
 	c, err := g.gcsClient()
 	if err != nil {
-		return &Error{Op: "list", URL: prefix, Err: err}
+		return &source.Error{Op: "list", URL: prefix, Err: err}
 	}
 	q := &storage.Query{Prefix: namePrefix, Delimiter: "/"}
 	if err := q.SetAttrSelection([]string{"Name", "Size", "Generation", "Updated"}); err != nil {
-		return &Error{Op: "list", URL: prefix, Err: err}
+		return &source.Error{Op: "list", URL: prefix, Err: err}
 	}
 	it := c.Bucket(bucket).Objects(ctx, q)
 	if g.ListPageSize > 0 {
@@ -158,12 +163,12 @@ func (g *GCS) List(ctx context.Context, prefix string, fn func(Info) error) erro
 			return nil
 		}
 		if err != nil {
-			return &Error{Op: "list", URL: prefix, Err: gcsErr(err)}
+			return &source.Error{Op: "list", URL: prefix, Err: gcsErr(err)}
 		}
 		if attrs.Name == "" { // a "directory" (a common prefix)
 			continue
 		}
-		err = fn(Info{URL: base + attrs.Name, Size: attrs.Size,
+		err = fn(source.Info{URL: base + attrs.Name, Size: attrs.Size,
 			Version: strconv.FormatInt(attrs.Generation, 10), ModTime: attrs.Updated})
 		if err != nil {
 			return err
@@ -171,9 +176,9 @@ func (g *GCS) List(ctx context.Context, prefix string, fn func(Info) error) erro
 	}
 }
 
-func (g *GCS) prepare(url string) (c *storage.Client, bucket, name string, err error) {
+func (g *Source) prepare(url string) (c *storage.Client, bucket, name string, err error) {
 	rest, ok := strings.CutPrefix(url, "gs://")
-	if !ok && Scheme(url) == "gs" {
+	if !ok && source.Scheme(url) == "gs" {
 		rest, ok = url[len("gs://"):], true
 	}
 	bucket, name, _ = strings.Cut(rest, "/")
@@ -184,7 +189,7 @@ func (g *GCS) prepare(url string) (c *storage.Client, bucket, name string, err e
 	return c, bucket, name, err
 }
 
-func (g *GCS) gcsClient() (*storage.Client, error) {
+func (g *Source) gcsClient() (*storage.Client, error) {
 	if g.Client != nil {
 		return g.Client, nil
 	}
@@ -203,7 +208,7 @@ func (g *GCS) gcsClient() (*storage.Client, error) {
 // retryable ones, keeping the client's error matchable too.
 func gcsErr(err error) error {
 	if errors.Is(err, storage.ErrObjectNotExist) || errors.Is(err, storage.ErrBucketNotExist) {
-		return fmt.Errorf("%w: %w", ErrNotFound, err)
+		return fmt.Errorf("%w: %w", source.ErrNotFound, err)
 	}
 	var ge *googleapi.Error
 	if !errors.As(err, &ge) {
@@ -211,13 +216,13 @@ func gcsErr(err error) error {
 	}
 	switch {
 	case ge.Code == http.StatusNotFound:
-		return fmt.Errorf("%w: %w", ErrNotFound, err)
+		return fmt.Errorf("%w: %w", source.ErrNotFound, err)
 	case ge.Code == http.StatusUnauthorized, ge.Code == http.StatusForbidden:
-		return fmt.Errorf("%w: %w", ErrPermission, err)
+		return fmt.Errorf("%w: %w", source.ErrPermission, err)
 	case ge.Code == http.StatusPreconditionFailed:
-		return fmt.Errorf("%w: %w", ErrChanged, err)
-	case retryableStatus(ge.Code):
-		return &StatusError{Status: ge.Code, RetryAfterHint: parseRetryAfter(ge.Header, time.Now()), Err: err}
+		return fmt.Errorf("%w: %w", source.ErrChanged, err)
+	case source.RetryableStatus(ge.Code):
+		return &source.StatusError{Status: ge.Code, RetryAfterHint: source.ParseRetryAfter(ge.Header, time.Now()), Err: err}
 	}
 	return err
 }
@@ -233,21 +238,32 @@ type gcsStream struct {
 
 func (s *gcsStream) Read(p []byte) (int, error) {
 	if err := s.ctx.Err(); err != nil {
-		return 0, &Error{Op: "read", URL: s.url, Err: err}
+		return 0, &source.Error{Op: "read", URL: s.url, Err: err}
 	}
 	n, err := s.r.Read(p)
 	s.got += int64(n)
 	switch {
 	case err == io.EOF && s.got < s.want:
-		return n, &Error{Op: "read", URL: s.url, Err: fmt.Errorf("%w: read %d of %d bytes", ErrShortRead, s.got, s.want)}
+		return n, &source.Error{Op: "read", URL: s.url, Err: fmt.Errorf("%w: read %d of %d bytes", source.ErrShortRead, s.got, s.want)}
 	case err == io.EOF:
 		return n, io.EOF
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return n, &Error{Op: "read", URL: s.url, Err: fmt.Errorf("%w: read %d of %d bytes: %w", ErrShortRead, s.got, s.want, err)}
+		return n, &source.Error{Op: "read", URL: s.url, Err: fmt.Errorf("%w: read %d of %d bytes: %w", source.ErrShortRead, s.got, s.want, err)}
 	case err != nil:
-		return n, &Error{Op: "read", URL: s.url, Err: gcsErr(err)}
+		return n, &source.Error{Op: "read", URL: s.url, Err: gcsErr(err)}
 	}
 	return n, nil
 }
 
 func (s *gcsStream) Close() error { return s.r.Close() }
+
+// Scheme is the URL scheme this package serves.
+const Scheme = "gs"
+
+func init() { Register(source.Default, source.FetchOptions{}) }
+
+// Register makes a zero Source, behind a Fetcher with opts, serve "gs" URLs in r.
+// Importing this package does so for source.Default with the default options.
+func Register(r *source.Registry, opts source.FetchOptions) {
+	r.Register(Scheme, source.NewFetcher(&Source{}, opts))
+}

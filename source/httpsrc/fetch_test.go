@@ -1,4 +1,4 @@
-package source
+package httpsrc
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shardload/shardload/source"
 )
 
 // objServer serves one object over HTTP with ETag, If-Match and Range, and lets a
@@ -279,8 +281,8 @@ func TestFetcherFaults(t *testing.T) {
 				if stall == 0 {
 					stall = 30 * time.Second
 				}
-				f := NewFetcher(&HTTP{Client: srv.Client()}, FetchOptions{PartSize: partSize, Parallel: parallel, SingleRate: mode.singleRate,
-					Retry: RetryPolicy{Attempts: 4, MaxRetryAfter: 2 * time.Second, StallTimeout: stall, Sleep: sl.sleep}})
+				f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{PartSize: partSize, Parallel: parallel, SingleRate: mode.singleRate,
+					Retry: source.RetryPolicy{Attempts: 4, MaxRetryAfter: 2 * time.Second, StallTimeout: stall, Sleep: sl.sleep}})
 				rc, err := f.Open(guard(t), srv.URL+"/shard.tar")
 				if err != nil {
 					t.Fatal(err)
@@ -315,9 +317,9 @@ func TestFetcherFailures(t *testing.T) {
 	data := randomBytes(size, 2)
 	newData := randomBytes(size, 3)
 	for _, parallel := range []int{1, 4} {
-		newFetcher := func(srv *objServer, sl *sleeps) *Fetcher {
-			return NewFetcher(&HTTP{Client: srv.Client()}, FetchOptions{PartSize: partSize, Parallel: parallel,
-				Retry: RetryPolicy{Attempts: 3, StallTimeout: 30 * time.Second, Sleep: sl.sleep}})
+		newFetcher := func(srv *objServer, sl *sleeps) *source.Fetcher {
+			return source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{PartSize: partSize, Parallel: parallel,
+				Retry: source.RetryPolicy{Attempts: 3, StallTimeout: 30 * time.Second, Sleep: sl.sleep}})
 		}
 		t.Run(fmt.Sprintf("always 500/parallel=%d", parallel), func(t *testing.T) {
 			srv := newObjServer(t, data)
@@ -332,8 +334,8 @@ func TestFetcherFailures(t *testing.T) {
 			}
 			got, err := io.ReadAll(rc)
 			rc.Close()
-			var se *Error
-			if len(got) != 0 || !errors.Is(err, ErrRetriesExhausted) || !errors.As(err, &se) ||
+			var se *source.Error
+			if len(got) != 0 || !errors.Is(err, source.ErrRetriesExhausted) || !errors.As(err, &se) ||
 				!strings.Contains(err.Error(), srv.URL+"/x.tar") || !strings.Contains(err.Error(), "500") {
 				t.Fatalf("read %d bytes, %v; want nothing and retries exhausted naming the URL and status", len(got), err)
 			}
@@ -364,8 +366,8 @@ func TestFetcherFailures(t *testing.T) {
 			}
 			got, err := io.ReadAll(rc)
 			rc.Close()
-			if !errors.Is(err, ErrChanged) || !bytes.Equal(got, data[:len(got)]) {
-				t.Fatalf("read %d bytes, %v; want a prefix of the first version and ErrChanged", len(got), err)
+			if !errors.Is(err, source.ErrChanged) || !bytes.Equal(got, data[:len(got)]) {
+				t.Fatalf("read %d bytes, %v; want a prefix of the first version and source.ErrChanged", len(got), err)
 			}
 			if len(got) == size {
 				t.Errorf("read the whole object across a change")
@@ -375,11 +377,11 @@ func TestFetcherFailures(t *testing.T) {
 			srv := httptest.NewServer(http.NotFoundHandler())
 			defer srv.Close()
 			var sl sleeps
-			f := NewFetcher(&HTTP{Client: srv.Client()}, FetchOptions{Parallel: parallel, Retry: RetryPolicy{Sleep: sl.sleep}})
+			f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{Parallel: parallel, Retry: source.RetryPolicy{Sleep: sl.sleep}})
 			_, err := f.Open(t.Context(), srv.URL+"/missing.tar")
-			var se *Error
-			if !errors.Is(err, ErrNotFound) || !errors.As(err, &se) || se.Op != "open" || se.URL != srv.URL+"/missing.tar" {
-				t.Errorf("Open = %v; want an open *Error wrapping ErrNotFound", err)
+			var se *source.Error
+			if !errors.Is(err, source.ErrNotFound) || !errors.As(err, &se) || se.Op != "open" || se.URL != srv.URL+"/missing.tar" {
+				t.Errorf("Open = %v; want an open *source.Error wrapping source.ErrNotFound", err)
 			}
 			if len(sl.get()) != 0 {
 				t.Errorf("retried a missing object")
@@ -405,7 +407,7 @@ func TestFetcherParallel(t *testing.T) {
 		}
 		return false
 	}
-	f := NewFetcher(&HTTP{Client: srv.Client()}, FetchOptions{PartSize: partSize, Parallel: parallel, SingleRate: -1})
+	f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{PartSize: partSize, Parallel: parallel, SingleRate: -1})
 	rc, err := f.OpenRange(guard(t), srv.URL+"/x.tar", 1000, size)
 	if err != nil {
 		t.Fatal(err)
@@ -459,7 +461,7 @@ func TestFetcherProbe(t *testing.T) {
 	data := randomBytes(size, 5)
 	t.Run("fast: one stream", func(t *testing.T) {
 		srv := newObjServer(t, data)
-		f := NewFetcher(&HTTP{Client: srv.Client()}, FetchOptions{PartSize: partSize, Parallel: parallel, SingleRate: 1})
+		f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{PartSize: partSize, Parallel: parallel, SingleRate: 1})
 		rc, err := f.Open(guard(t), srv.URL+"/x.tar")
 		if err != nil {
 			t.Fatal(err)
@@ -487,7 +489,7 @@ func TestFetcherProbe(t *testing.T) {
 			}
 			return false
 		}
-		f := NewFetcher(&HTTP{Client: srv.Client()}, FetchOptions{PartSize: partSize, Parallel: parallel, SingleRate: 1e18})
+		f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{PartSize: partSize, Parallel: parallel, SingleRate: 1e18})
 		rc, err := f.Open(guard(t), srv.URL+"/x.tar")
 		if err != nil {
 			t.Fatal(err)
@@ -512,7 +514,7 @@ func TestHTTPRangeIgnored(t *testing.T) {
 	data := randomBytes(10_000, 5)
 	srv := newObjServer(t, data)
 	srv.ignoreRange = true
-	h := &HTTP{Client: srv.Client()}
+	h := &Source{Client: srv.Client()}
 	for _, r := range []struct{ off, n int64 }{{0, 10}, {123, 1000}, {9990, 100}, {5000, -1}, {10_000, 5}} {
 		rc, err := h.OpenRange(t.Context(), srv.URL+"/x", r.off, r.n)
 		if err != nil {
@@ -538,7 +540,7 @@ func TestHTTPWrongContentRange(t *testing.T) {
 		w.Write(make([]byte, 10))
 	}))
 	defer srv.Close()
-	_, err := (&HTTP{Client: srv.Client()}).OpenRange(t.Context(), srv.URL+"/x", 50, 10)
+	_, err := (&Source{Client: srv.Client()}).OpenRange(t.Context(), srv.URL+"/x", 50, 10)
 	if err == nil || !strings.Contains(err.Error(), "Content-Range") {
 		t.Errorf("OpenRange = %v; want a Content-Range mismatch", err)
 	}
