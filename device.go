@@ -3,6 +3,7 @@ package shardload
 import (
 	"context"
 	"fmt"
+	"github.com/shardload/shardload/internal/mem"
 	"sync"
 
 	"github.com/shardload/shardload/device"
@@ -22,9 +23,8 @@ func openDevice(cfg Config) (*device.Stage, error) {
 		if cfg.Ring != nil {
 			o.BufferBytes = cfg.Ring.SlabBytes()
 		} else {
-			// pinned rounds slabs up to 2 MiB (or the page size, which is less).
-			const huge = 2 << 20
-			o.BufferBytes = (cfg.SlabBytes + huge - 1) / huge * huge
+			// pinned rounds slabs up to a huge page (or the page size, which is less).
+			o.BufferBytes = (cfg.SlabBytes + mem.HugePage - 1) / mem.HugePage * mem.HugePage
 		}
 	}
 	if o.Logf == nil {

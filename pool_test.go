@@ -1,6 +1,7 @@
 package shardload
 
 import (
+	"github.com/shardload/shardload/internal/mem"
 	"runtime"
 	"testing"
 	"unsafe"
@@ -35,8 +36,8 @@ func TestBufPoolArena(t *testing.T) {
 		t.Errorf("mapped %d bytes over the cap %d", p.mapped, p.maxArena)
 	}
 	for _, c := range p.chunks {
-		if addr := uintptr(unsafe.Pointer(unsafe.SliceData(c))); addr%hugePage != 0 || len(c) != arenaChunk {
-			t.Errorf("chunk at %#x of %d bytes: want %d bytes aligned to %d", addr, len(c), arenaChunk, hugePage)
+		if addr := uintptr(unsafe.Pointer(unsafe.SliceData(c))); addr%mem.HugePage != 0 || len(c) != arenaChunk {
+			t.Errorf("chunk at %#x of %d bytes: want %d bytes aligned to %d", addr, len(c), arenaChunk, mem.HugePage)
 		}
 	}
 	// A free buffer up to two classes larger serves before new memory.

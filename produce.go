@@ -415,9 +415,6 @@ const (
 	// Bytes per mapped chunk: a few huge pages, so that the arena grows close to
 	// what the queues and the shuffle buffer hold (fresh memory is dear to fault in).
 	arenaChunk = 8 << 20
-	// hugePage is what arena chunks are aligned to, so that each is whole
-	// transparent huge pages: the x86-64 (and 4 KiB-page arm64) PMD size.
-	hugePage = 2 << 20
 	// Size classes: 4 KiB, then eight steps to each doubling (4.5, 5, ... 7.5, 8, 9,
 	// 10 KiB...) up to 1 GiB. A buffer is at most an eighth larger than asked,
 	// where powers of two waste up to half: 8.3 KB token samples took 16 KiB

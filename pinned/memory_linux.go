@@ -3,6 +3,7 @@ package pinned
 import (
 	"errors"
 	"fmt"
+	"github.com/shardload/shardload/internal/mem"
 	"os"
 	"strconv"
 	"strings"
@@ -22,7 +23,7 @@ var (
 	// mmap maps one slab's memfd.
 	mmap = unix.Mmap
 	// populate faults a slab's pages in, writable.
-	populate = func(b []byte) error { return unix.Madvise(b, unix.MADV_POPULATE_WRITE) }
+	populate = mem.Prefault
 )
 
 func softMemlockLimit() (uint64, error) {

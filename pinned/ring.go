@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shardload/shardload/internal/mem"
 	"io"
 	"math"
 	"os"
@@ -25,7 +26,7 @@ const (
 
 // hugePageSize is the size slabs are rounded to when huge pages are advised: the PMD
 // size of x86-64 and of arm64 with 4 KiB pages.
-const hugePageSize = 2 << 20
+const hugePageSize = mem.HugePage
 
 // Errors returned by Ring methods.
 var (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shardload/shardload/internal/mem"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -130,7 +131,7 @@ func (f *Fetcher) getBuf() []byte {
 	}
 	f.mu.Unlock()
 	b := make([]byte, f.opts.PartSize)
-	prefault(b)
+	mem.Prefault(b)
 	return b
 }
 
