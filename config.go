@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
+	"github.com/shardload/shardload/internal/mem"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
@@ -280,8 +281,8 @@ func (cfg Config) Validate() error {
 	if d := cfg.withDefaults(); d.Slabs > 0 && d.SlabBytes > 0 {
 		if d.SlabBytes > math.MaxInt64/int64(d.Slabs) {
 			bad("Slabs %d x SlabBytes %d overflows", d.Slabs, d.SlabBytes)
-		} else if mem := physicalMemory(); mem > 0 && int64(d.Slabs)*d.SlabBytes > mem/2 {
-			bad("the slab ring of %d x %d bytes is more than half of this machine's memory (%d bytes)", d.Slabs, d.SlabBytes, mem)
+		} else if phys := mem.Physical(); phys > 0 && int64(d.Slabs)*d.SlabBytes > phys/2 {
+			bad("the slab ring of %d x %d bytes is more than half of this machine's memory (%d bytes)", d.Slabs, d.SlabBytes, phys)
 		}
 	}
 	if world := max(cfg.World, 1); cfg.Rank < 0 || cfg.Rank >= world {

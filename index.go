@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"strings"
 	"sync"
 
@@ -101,18 +100,6 @@ func countShard(ctx context.Context, cfg Config, url string) (int, error) {
 		}
 		n++
 	}
-}
-
-// checkTotal refuses counts whose sum does not fit: an index that says so is broken.
-func checkTotal(infos []shard.Info) error {
-	var total int
-	for _, in := range infos {
-		if in.Samples < 0 || total > math.MaxInt-in.Samples {
-			return fmt.Errorf("shardload: the sample counts of the shards overflow at %s (%d samples): a broken index?", in.URL, in.Samples)
-		}
-		total += in.Samples
-	}
-	return nil
 }
 
 // indexLine is one line of an index: what "shardload ls --summary --json" prints.

@@ -115,9 +115,6 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTotal(infos); err != nil {
-		return nil, err
-	}
 	plan, err := shard.NewPlan(infos, shard.PlanConfig{
 		Seed: cfg.Seed, Epoch: cfg.Epoch, Rank: cfg.Rank, World: cfg.World,
 		Shuffle: !cfg.NoShuffle, BatchSize: cfg.BatchSize, DropLast: cfg.DropLast,

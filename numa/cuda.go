@@ -46,3 +46,18 @@ func (t *Topology) CUDAIndex(ordinal int, visible string) (int, error) {
 	}
 	return index, nil
 }
+
+// PlaceCUDA plans for the GPU that CUDA numbers ordinal in a process whose
+// CUDA_VISIBLE_DEVICES is visible (see CUDAIndex and Place). On a machine of one
+// node a GPU that cannot be resolved is no error: nothing needs its node, and the
+// plan says so.
+func (t *Topology) PlaceCUDA(ordinal int, visible string) (Plan, error) {
+	index, err := t.CUDAIndex(ordinal, visible)
+	if err != nil {
+		if len(t.Nodes) > 1 {
+			return Plan{GPU: -1, Node: -1, CPUs: t.CPUs()}, err
+		}
+		index = ordinal
+	}
+	return t.Place(index)
+}

@@ -290,3 +290,15 @@ func TestCUDAIndex(t *testing.T) {
 		}
 	}
 }
+
+func TestPlaceCUDA(t *testing.T) {
+	if p, err := readTree(t, "two-socket-8gpu").PlaceCUDA(0, "4,5"); err != nil || p.GPU != 4 || p.Node != 1 {
+		t.Errorf("PlaceCUDA(0, \"4,5\") = %+v, %v; want GPU 4 on node 1", p, err)
+	}
+	if p, err := readTree(t, "two-socket-8gpu").PlaceCUDA(0, "GPU-8a7c"); err == nil || p.Placed() {
+		t.Errorf("a UUID on two nodes: %+v, %v; want an error and no placement", p, err)
+	}
+	if p, err := readTree(t, "no-numa").PlaceCUDA(0, "GPU-8a7c"); err != nil || p.Placed() || !strings.Contains(p.Reason, "one NUMA node") {
+		t.Errorf("a UUID on one node: %+v, %v; want nothing to place, no error", p, err)
+	}
+}

@@ -37,22 +37,19 @@ func (s *Server) place(h *hello) sessionPlace {
 	if h.CUDAVisible != "" {
 		by += fmt.Sprintf(" (CUDA_VISIBLE_DEVICES=%s)", h.CUDAVisible)
 	}
-	gpu, err := t.CUDAIndex(h.LocalRank, h.CUDAVisible)
-	if err != nil && h.GPUPCI == "" && len(t.Nodes) > 1 {
-		return unplaced(fmt.Sprintf("%s: %v: %s", by, err, everywhere))
-	}
-	if err != nil {
-		gpu = h.LocalRank // one node: Place says there is nothing to place
-	}
+	var plan numa.Plan
+	var err error
 	if h.GPUPCI != "" {
 		g, ok := t.GPUByPCI(h.GPUPCI)
 		if !ok {
 			return unplaced(fmt.Sprintf("gpu_pci %s: no such NVIDIA GPU among the %d of this machine (sys/bus/pci/devices): %s",
 				h.GPUPCI, len(t.GPUs), everywhere))
 		}
-		gpu, by = g.Index, "gpu_pci "+h.GPUPCI
+		by = "gpu_pci " + h.GPUPCI
+		plan, err = t.Place(g.Index)
+	} else {
+		plan, err = t.PlaceCUDA(h.LocalRank, h.CUDAVisible)
 	}
-	plan, err := t.Place(gpu)
 	if err != nil {
 		return unplaced(fmt.Sprintf("%s: %v: %s", by, err, everywhere))
 	}

@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/internal/mem"
 	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/numa"
 	"github.com/shardload/shardload/shard"
@@ -187,8 +188,8 @@ func Listen(opts Options) (*Server, error) {
 	if err := opts.Pipeline.Validate(); err != nil {
 		return nil, err
 	}
-	if ring := opts.Pipeline.RingBytes(); int64(opts.MaxSessions) > math.MaxInt64/max(ring, 1) || (physicalMemory() > 0 && int64(opts.MaxSessions)*ring > physicalMemory()/2) {
-		return nil, fmt.Errorf("serve: %d sessions of %d bytes of slabs each would hold more than half of this machine's memory (%d bytes): lower --max-sessions, --slabs or --slab-size", opts.MaxSessions, ring, physicalMemory())
+	if ring, phys := opts.Pipeline.RingBytes(), mem.Physical(); int64(opts.MaxSessions) > math.MaxInt64/max(ring, 1) || (phys > 0 && int64(opts.MaxSessions)*ring > phys/2) {
+		return nil, fmt.Errorf("serve: %d sessions of %d bytes of slabs each would hold more than half of this machine's memory (%d bytes): lower --max-sessions, --slabs or --slab-size", opts.MaxSessions, ring, phys)
 	}
 	var allow []string
 	for _, p := range opts.Allow {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 )
 
@@ -81,6 +82,9 @@ func NewPlan(shards []Info, cfg PlanConfig) (Plan, error) {
 	for i, s := range shards {
 		if s.Samples < 0 {
 			return Plan{}, fmt.Errorf("shard: %s has %d samples", s.URL, s.Samples)
+		}
+		if total > math.MaxInt-s.Samples {
+			return Plan{}, fmt.Errorf("shard: the sample counts of the shards overflow at %s (%d samples): a broken index?", s.URL, s.Samples)
 		}
 		order[i] = i
 		total += s.Samples

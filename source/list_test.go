@@ -33,3 +33,20 @@ func TestListerOf(t *testing.T) {
 		t.Error("a Source without List lists")
 	}
 }
+
+func TestSplitBucket(t *testing.T) {
+	for _, tt := range []struct{ url, scheme, bucket, key string }{
+		{"s3://b/train/x.tar", "s3", "b", "train/x.tar"},
+		{"S3://b/x.tar", "s3", "b", "x.tar"},
+		{"gs://b/o", "gs", "b", "o"},
+		{"s3://b/", "s3", "", ""},
+		{"s3://b", "s3", "", ""},
+		{"gs://b/o", "s3", "", ""},
+		{"/data/x.tar", "s3", "", ""},
+	} {
+		b, k, err := SplitBucket(tt.url, tt.scheme)
+		if b != tt.bucket || k != tt.key || (err == nil) != (tt.bucket != "") {
+			t.Errorf("SplitBucket(%q, %q) = %q, %q, %v", tt.url, tt.scheme, b, k, err)
+		}
+	}
+}

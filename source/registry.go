@@ -19,6 +19,21 @@ func Scheme(url string) string {
 	return strings.ToLower(url[:i])
 }
 
+// SplitBucket splits a URL of a bucket store's scheme ("s3", "gs"; any case) into its
+// bucket and the object's key: "s3://b/train/x.tar" gives "b" and "train/x.tar". It
+// is an error when url is not such a URL or names no object.
+func SplitBucket(url, scheme string) (bucket, key string, err error) {
+	i := strings.Index(url, "://")
+	if i <= 0 || !strings.EqualFold(url[:i], scheme) {
+		return "", "", fmt.Errorf("source: not a %s://bucket/key URL: %q", scheme, url)
+	}
+	bucket, key, _ = strings.Cut(url[i+3:], "/")
+	if bucket == "" || key == "" {
+		return "", "", fmt.Errorf("source: not a %s://bucket/key URL: %q", scheme, url)
+	}
+	return bucket, key, nil
+}
+
 // Registry maps URL schemes to Sources. The zero value is empty and ready to use; it
 // is safe for concurrent use.
 type Registry struct {

@@ -258,17 +258,9 @@ func (df *deviceFlags) place(cfg *shardload.Config, stderr io.Writer) string {
 		fmt.Fprintf(stderr, "shardload: warning: NUMA placement skipped: %v\n", err)
 		return ""
 	}
-	index, err := topo.CUDAIndex(df.gpu, os.Getenv("CUDA_VISIBLE_DEVICES"))
-	if err != nil && len(topo.Nodes) > 1 {
+	plan, err := topo.PlaceCUDA(df.gpu, os.Getenv("CUDA_VISIBLE_DEVICES"))
+	if err != nil {
 		fmt.Fprintf(stderr, "shardload: warning: NUMA placement skipped: --gpu %d: %v\n", df.gpu, err)
-		return ""
-	}
-	if err != nil {
-		index = df.gpu // one node: Place says there is nothing to place
-	}
-	plan, err := topo.Place(index)
-	if err != nil {
-		fmt.Fprintf(stderr, "shardload: warning: NUMA placement skipped: %v\n", err)
 		return ""
 	}
 	if !plan.Placed() {

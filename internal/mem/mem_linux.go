@@ -47,3 +47,12 @@ func MapHuge(n int) []byte {
 
 // Unmap frees memory MapHuge returned.
 func Unmap(b []byte) { unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(b)), uintptr(len(b))) }
+
+// Physical returns the machine's memory in bytes, 0 when unknown.
+func Physical() int64 {
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) != nil {
+		return 0
+	}
+	return int64(si.Totalram) * int64(si.Unit)
+}

@@ -10,3 +10,6 @@ func MapHuge(int) []byte { return nil }
 
 // Unmap does nothing off Linux.
 func Unmap([]byte) {}
+
+// Physical returns 0 (unknown) off Linux.
+func Physical() int64 { return 0 }

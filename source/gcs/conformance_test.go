@@ -2,11 +2,9 @@ package gcs
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"testing"
-	"time"
 
 	"github.com/shardload/shardload/internal/testenv"
 	"github.com/shardload/shardload/source"
@@ -45,7 +43,7 @@ func TestOverwrittenBetweenParts(t *testing.T) {
 			// Two parts in flight at most: after the first byte, parts 3 and later
 			// start only after the overwrite.
 			f := source.NewFetcher(src, source.FetchOptions{PartSize: partSize, Parallel: 2, SingleRate: -1})
-			rc, err := f.Open(guard(t), url)
+			rc, err := f.Open(sourcetest.Guard(t), url)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -63,10 +61,4 @@ func TestOverwrittenBetweenParts(t *testing.T) {
 			t.Logf("after %d bytes: %v", len(got), err)
 		})
 	}
-}
-
-func guard(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }

@@ -177,13 +177,8 @@ func (g *Source) List(ctx context.Context, prefix string, fn func(source.Info) e
 }
 
 func (g *Source) prepare(url string) (c *storage.Client, bucket, name string, err error) {
-	rest, ok := strings.CutPrefix(url, "gs://")
-	if !ok && source.Scheme(url) == "gs" {
-		rest, ok = url[len("gs://"):], true
-	}
-	bucket, name, _ = strings.Cut(rest, "/")
-	if !ok || bucket == "" || name == "" {
-		return nil, "", "", fmt.Errorf("source: not a gs://bucket/object URL: %q", url)
+	if bucket, name, err = source.SplitBucket(url, "gs"); err != nil {
+		return nil, "", "", err
 	}
 	c, err = g.gcsClient()
 	return c, bucket, name, err

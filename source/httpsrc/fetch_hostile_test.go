@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shardload/shardload/source"
+	"github.com/shardload/shardload/source/sourcetest"
 )
 
 // readModes are the three ways a Fetcher reads an object larger than a part: one
@@ -49,7 +50,7 @@ func TestHTTPVersionPinnedWithoutETag(t *testing.T) {
 		{name: "no ETag, no Last-Modified: a failure before the first byte is retried", noETag: true,
 			fault: func(n int, w http.ResponseWriter, r *http.Request, body []byte) bool {
 				if n == 1 {
-					slowDown(w, "0")
+					sourcetest.SlowDown(w, "0")
 					return true
 				}
 				return false
@@ -95,11 +96,11 @@ func TestHTTPVersionPinnedWithoutETag(t *testing.T) {
 						tt.change(s)
 					}
 				}
-				var sl sleeps
+				var sl sourcetest.Sleeps
 				f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{PartSize: partSize, Parallel: mode.parallel, SingleRate: mode.singleRate,
-					Retry: source.RetryPolicy{Attempts: 4, StallTimeout: 30 * time.Second, Sleep: sl.sleep}})
+					Retry: source.RetryPolicy{Attempts: 4, StallTimeout: 30 * time.Second, Sleep: sl.Sleep}})
 				url := srv.URL + "/shard.tar"
-				rc, err := f.Open(guard(t), url)
+				rc, err := f.Open(sourcetest.Guard(t), url)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -185,7 +186,7 @@ func TestFetcherOpenVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, err := f.OpenVersion(guard(t), url, info.Version, 1000, -1)
+	rc, err := f.OpenVersion(sourcetest.Guard(t), url, info.Version, 1000, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +198,7 @@ func TestFetcherOpenVersion(t *testing.T) {
 	srv.mu.Lock()
 	srv.set(randomBytes(300_000, 16))
 	srv.mu.Unlock()
-	if _, err := f.OpenVersion(guard(t), url, info.Version, 1000, -1); !errors.Is(err, source.ErrChanged) || !strings.Contains(err.Error(), url) {
+	if _, err := f.OpenVersion(sourcetest.Guard(t), url, info.Version, 1000, -1); !errors.Is(err, source.ErrChanged) || !strings.Contains(err.Error(), url) {
 		t.Errorf("OpenVersion of a replaced object = %v; want source.ErrChanged naming the URL", err)
 	}
 }
@@ -222,13 +223,13 @@ func TestFetcherRetryDeadline(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			srv := newObjServer(t, data)
 			srv.fault = trickle
-			var sl sleeps
+			var sl sourcetest.Sleeps
 			f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{PartSize: partSize, Parallel: mode.parallel, SingleRate: mode.singleRate,
 				RetryDeadline: deadline,
-				Retry:         source.RetryPolicy{Attempts: 1000, MinProgress: -1, StallTimeout: 30 * time.Millisecond, Sleep: sl.sleep}})
+				Retry:         source.RetryPolicy{Attempts: 1000, MinProgress: -1, StallTimeout: 30 * time.Millisecond, Sleep: sl.Sleep}})
 			url := srv.URL + "/slow.tar"
 			t0 := time.Now()
-			rc, err := f.Open(guard(t), url)
+			rc, err := f.Open(sourcetest.Guard(t), url)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -268,9 +269,9 @@ func TestFetcherTrickleRunsOutOfAttempts(t *testing.T) {
 	data := randomBytes(size, 18)
 	srv := newObjServer(t, data)
 	srv.fault = trickle
-	var sl sleeps
+	var sl sourcetest.Sleeps
 	f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{Parallel: 1,
-		Retry: source.RetryPolicy{Attempts: 4, StallTimeout: 100 * time.Millisecond, Sleep: sl.sleep}})
+		Retry: source.RetryPolicy{Attempts: 4, StallTimeout: 100 * time.Millisecond, Sleep: sl.Sleep}})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second) // a guard only
 	defer cancel()
 	rc, err := f.Open(ctx, srv.URL+"/slow.tar")
@@ -301,10 +302,10 @@ func TestFetcherProgressStartsAttemptsAfresh(t *testing.T) {
 		}
 		return false
 	}
-	var sl sleeps
+	var sl sourcetest.Sleeps
 	f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{Parallel: 1,
-		Retry: source.RetryPolicy{Attempts: 2, MinProgress: 64 << 10, StallTimeout: 30 * time.Second, Sleep: sl.sleep}})
-	rc, err := f.Open(guard(t), srv.URL+"/x.tar")
+		Retry: source.RetryPolicy{Attempts: 2, MinProgress: 64 << 10, StallTimeout: 30 * time.Second, Sleep: sl.Sleep}})
+	rc, err := f.Open(sourcetest.Guard(t), srv.URL+"/x.tar")
 	if err != nil {
 		t.Fatal(err)
 	}

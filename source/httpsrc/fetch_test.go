@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/shardload/shardload/source"
+	"github.com/shardload/shardload/source/sourcetest"
 )
 
 // objServer serves one object over HTTP with ETag, If-Match and Range, and lets a
@@ -170,33 +171,6 @@ func stallAfterHeaders(k int, w http.ResponseWriter, r *http.Request, body []byt
 	<-r.Context().Done()
 }
 
-func slowDown(w http.ResponseWriter, retryAfter string) {
-	w.Header().Del("ETag")
-	w.Header().Del("Content-Length")
-	w.Header().Set("Retry-After", retryAfter)
-	w.WriteHeader(http.StatusServiceUnavailable)
-	io.WriteString(w, "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>")
-}
-
-// sleeps records the backoffs a policy asked for, without waiting.
-type sleeps struct {
-	mu sync.Mutex
-	d  []time.Duration
-}
-
-func (s *sleeps) sleep(ctx context.Context, d time.Duration) error {
-	s.mu.Lock()
-	s.d = append(s.d, d)
-	s.mu.Unlock()
-	return ctx.Err()
-}
-
-func (s *sleeps) get() []time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]time.Duration(nil), s.d...)
-}
-
 func randomBytes(n int, seed uint64) []byte {
 	r := rand.New(rand.NewPCG(seed, seed))
 	b := make([]byte, n)
@@ -204,14 +178,6 @@ func randomBytes(n int, seed uint64) []byte {
 		b[i] = byte(r.Uint32())
 	}
 	return b
-}
-
-// guard is a context that ends a test that would otherwise hang; it is a safety
-// net, never what a test asserts.
-func guard(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 func TestFetcherFaults(t *testing.T) {
@@ -256,7 +222,7 @@ func TestFetcherFaults(t *testing.T) {
 			wantSleeps: []time.Duration{2 * time.Second, 2 * time.Second, 2 * time.Second}, // Retry-After 7, capped
 			fault: func(n int, w http.ResponseWriter, r *http.Request, body []byte) bool {
 				if n <= 3 {
-					slowDown(w, "7")
+					sourcetest.SlowDown(w, "7")
 					return true
 				}
 				return false
@@ -276,14 +242,14 @@ func TestFetcherFaults(t *testing.T) {
 			t.Run(tt.name+"/"+mode.name, func(t *testing.T) {
 				srv := newObjServer(t, data)
 				srv.fault, srv.ignoreRange = tt.fault, tt.ignoreRange
-				var sl sleeps
+				var sl sourcetest.Sleeps
 				stall := tt.stall
 				if stall == 0 {
 					stall = 30 * time.Second
 				}
 				f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{PartSize: partSize, Parallel: parallel, SingleRate: mode.singleRate,
-					Retry: source.RetryPolicy{Attempts: 4, MaxRetryAfter: 2 * time.Second, StallTimeout: stall, Sleep: sl.sleep}})
-				rc, err := f.Open(guard(t), srv.URL+"/shard.tar")
+					Retry: source.RetryPolicy{Attempts: 4, MaxRetryAfter: 2 * time.Second, StallTimeout: stall, Sleep: sl.Sleep}})
+				rc, err := f.Open(sourcetest.Guard(t), srv.URL+"/shard.tar")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -300,7 +266,7 @@ func TestFetcherFaults(t *testing.T) {
 				if gets != wantGets || heads != 1 {
 					t.Errorf("%d GETs, %d HEADs; want %d, 1", gets, heads, wantGets)
 				}
-				s := sl.get()
+				s := sl.Get()
 				if len(s) != tt.extraGets {
 					t.Errorf("slept %d times (%v); want %d", len(s), s, tt.extraGets)
 				}
@@ -317,9 +283,9 @@ func TestFetcherFailures(t *testing.T) {
 	data := randomBytes(size, 2)
 	newData := randomBytes(size, 3)
 	for _, parallel := range []int{1, 4} {
-		newFetcher := func(srv *objServer, sl *sleeps) *source.Fetcher {
+		newFetcher := func(srv *objServer, sl *sourcetest.Sleeps) *source.Fetcher {
 			return source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{PartSize: partSize, Parallel: parallel,
-				Retry: source.RetryPolicy{Attempts: 3, StallTimeout: 30 * time.Second, Sleep: sl.sleep}})
+				Retry: source.RetryPolicy{Attempts: 3, StallTimeout: 30 * time.Second, Sleep: sl.Sleep}})
 		}
 		t.Run(fmt.Sprintf("always 500/parallel=%d", parallel), func(t *testing.T) {
 			srv := newObjServer(t, data)
@@ -327,8 +293,8 @@ func TestFetcherFailures(t *testing.T) {
 				w.WriteHeader(http.StatusInternalServerError)
 				return true
 			}
-			var sl sleeps
-			rc, err := newFetcher(srv, &sl).Open(guard(t), srv.URL+"/x.tar")
+			var sl sourcetest.Sleeps
+			rc, err := newFetcher(srv, &sl).Open(sourcetest.Guard(t), srv.URL+"/x.tar")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -359,8 +325,8 @@ func TestFetcherFailures(t *testing.T) {
 					s.set(newData)
 				}
 			}
-			var sl sleeps
-			rc, err := newFetcher(srv, &sl).Open(guard(t), srv.URL+"/x.tar")
+			var sl sourcetest.Sleeps
+			rc, err := newFetcher(srv, &sl).Open(sourcetest.Guard(t), srv.URL+"/x.tar")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -376,14 +342,14 @@ func TestFetcherFailures(t *testing.T) {
 		t.Run(fmt.Sprintf("not found/parallel=%d", parallel), func(t *testing.T) {
 			srv := httptest.NewServer(http.NotFoundHandler())
 			defer srv.Close()
-			var sl sleeps
-			f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{Parallel: parallel, Retry: source.RetryPolicy{Sleep: sl.sleep}})
+			var sl sourcetest.Sleeps
+			f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{Parallel: parallel, Retry: source.RetryPolicy{Sleep: sl.Sleep}})
 			_, err := f.Open(t.Context(), srv.URL+"/missing.tar")
 			var se *source.Error
 			if !errors.Is(err, source.ErrNotFound) || !errors.As(err, &se) || se.Op != "open" || se.URL != srv.URL+"/missing.tar" {
 				t.Errorf("Open = %v; want an open *source.Error wrapping source.ErrNotFound", err)
 			}
-			if len(sl.get()) != 0 {
+			if len(sl.Get()) != 0 {
 				t.Errorf("retried a missing object")
 			}
 		})
@@ -408,7 +374,7 @@ func TestFetcherParallel(t *testing.T) {
 		return false
 	}
 	f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{PartSize: partSize, Parallel: parallel, SingleRate: -1})
-	rc, err := f.OpenRange(guard(t), srv.URL+"/x.tar", 1000, size)
+	rc, err := f.OpenRange(sourcetest.Guard(t), srv.URL+"/x.tar", 1000, size)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,7 +392,7 @@ func TestFetcherParallel(t *testing.T) {
 	}
 
 	t.Run("close mid-object", func(t *testing.T) {
-		rc, err := f.Open(guard(t), srv.URL+"/x.tar")
+		rc, err := f.Open(sourcetest.Guard(t), srv.URL+"/x.tar")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -440,7 +406,7 @@ func TestFetcherParallel(t *testing.T) {
 		}
 	})
 	t.Run("canceled", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(guard(t))
+		ctx, cancel := context.WithCancel(sourcetest.Guard(t))
 		rc, err := f.Open(ctx, srv.URL+"/x.tar")
 		if err != nil {
 			t.Fatal(err)
@@ -462,7 +428,7 @@ func TestFetcherProbe(t *testing.T) {
 	t.Run("fast: one stream", func(t *testing.T) {
 		srv := newObjServer(t, data)
 		f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{PartSize: partSize, Parallel: parallel, SingleRate: 1})
-		rc, err := f.Open(guard(t), srv.URL+"/x.tar")
+		rc, err := f.Open(sourcetest.Guard(t), srv.URL+"/x.tar")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -490,7 +456,7 @@ func TestFetcherProbe(t *testing.T) {
 			return false
 		}
 		f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{PartSize: partSize, Parallel: parallel, SingleRate: 1e18})
-		rc, err := f.Open(guard(t), srv.URL+"/x.tar")
+		rc, err := f.Open(sourcetest.Guard(t), srv.URL+"/x.tar")
 		if err != nil {
 			t.Fatal(err)
 		}

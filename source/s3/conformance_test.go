@@ -2,7 +2,6 @@ package s3
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -52,7 +51,7 @@ func TestOverwrittenBetweenParts(t *testing.T) {
 			// Two parts in flight at most: after the first byte, parts 3 and later
 			// start only after the overwrite.
 			f := source.NewFetcher(src, source.FetchOptions{PartSize: partSize, Parallel: 2, SingleRate: -1})
-			rc, err := f.Open(guard(t), url)
+			rc, err := f.Open(sourcetest.Guard(t), url)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,7 +92,7 @@ func TestS3SlowDownProxy(t *testing.T) {
 			mu.Unlock()
 			switch {
 			case n <= 2:
-				slowDown(w, "1")
+				sourcetest.SlowDown(w, "1")
 				return
 			case n == 3:
 				// Pass the response through but cut its body after 1000 bytes.
@@ -113,63 +112,20 @@ func TestS3SlowDownProxy(t *testing.T) {
 	srv.SetEnv(t)
 	t.Setenv("AWS_ENDPOINT_URL", proxy.URL)
 	t.Setenv("AWS_ENDPOINT_URL_S3", proxy.URL)
-	var sl sleeps
-	f := source.NewFetcher(&Source{}, source.FetchOptions{PartSize: 1 << 20, Parallel: 1, Retry: source.RetryPolicy{Sleep: sl.sleep}})
-	rc, err := f.Open(guard(t), "s3://bkt/x.tar")
+	var sl sourcetest.Sleeps
+	f := source.NewFetcher(&Source{}, source.FetchOptions{PartSize: 1 << 20, Parallel: 1, Retry: source.RetryPolicy{Sleep: sl.Sleep}})
+	rc, err := f.Open(sourcetest.Guard(t), "s3://bkt/x.tar")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := readAll(t, rc)
+	got, err := sourcetest.ReadAll(t, rc)
 	if err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("read %d bytes, %v; want %d exactly", len(got), err, len(data))
 	}
-	if s := sl.get(); len(s) != 3 || s[0] != time.Second || s[1] != time.Second {
+	if s := sl.Get(); len(s) != 3 || s[0] != time.Second || s[1] != time.Second {
 		t.Errorf("slept %v; want 1s, 1s (Retry-After), then one backoff", s)
 	}
 	if gets != 4 {
 		t.Errorf("%d GETs through the proxy; want 4", gets)
 	}
-}
-
-func guard(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func readAll(t *testing.T, rc io.ReadCloser) ([]byte, error) {
-	t.Helper()
-	b, err := io.ReadAll(rc)
-	if cerr := rc.Close(); cerr != nil {
-		t.Errorf("Close: %v", cerr)
-	}
-	return b, err
-}
-
-// slowDown answers as S3 does when it throttles: 503 SlowDown with a Retry-After.
-func slowDown(w http.ResponseWriter, retryAfter string) {
-	w.Header().Del("ETag")
-	w.Header().Del("Content-Length")
-	w.Header().Set("Retry-After", retryAfter)
-	w.WriteHeader(http.StatusServiceUnavailable)
-	io.WriteString(w, "<source.Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></source.Error>")
-}
-
-// sleeps records the backoffs a policy asked for, without waiting.
-type sleeps struct {
-	mu sync.Mutex
-	d  []time.Duration
-}
-
-func (s *sleeps) sleep(ctx context.Context, d time.Duration) error {
-	s.mu.Lock()
-	s.d = append(s.d, d)
-	s.mu.Unlock()
-	return ctx.Err()
-}
-
-func (s *sleeps) get() []time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]time.Duration(nil), s.d...)
 }

@@ -191,13 +191,8 @@ func (s *Source) List(ctx context.Context, prefix string, fn func(source.Info) e
 
 // prepare returns the client and the object's bucket and key.
 func (s *Source) prepare(url string) (c *awss3.Client, bucket, key string, err error) {
-	rest, ok := strings.CutPrefix(url, "s3://")
-	if !ok && source.Scheme(url) == "s3" {
-		rest, ok = url[len("s3://"):], true
-	}
-	bucket, key, _ = strings.Cut(rest, "/")
-	if !ok || bucket == "" || key == "" {
-		return nil, "", "", fmt.Errorf("source: not an s3://bucket/key URL: %q", url)
+	if bucket, key, err = source.SplitBucket(url, "s3"); err != nil {
+		return nil, "", "", err
 	}
 	c, err = s.s3Client()
 	return c, bucket, key, err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardload/shardload/internal/testenv"
 	"github.com/shardload/shardload/source"
+	"github.com/shardload/shardload/source/sourcetest"
 )
 
 // isolateAWS points the AWS configuration at empty files and clears the variables
@@ -157,7 +158,7 @@ func TestS3MinIO(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, err := readAll(t, rc); err != nil || !bytes.Equal(got, data) {
+		if got, err := sourcetest.ReadAll(t, rc); err != nil || !bytes.Equal(got, data) {
 			t.Errorf("Open read %d bytes, %v; want %d bytes", len(got), err, len(data))
 		}
 	})
@@ -186,7 +187,7 @@ func TestS3MinIO(t *testing.T) {
 				if err != nil {
 					t.Fatalf("OpenRange(%d, %d): %v", tt.off, tt.length, err)
 				}
-				if got, err := readAll(t, rc); err != nil || !bytes.Equal(got, tt.want) {
+				if got, err := sourcetest.ReadAll(t, rc); err != nil || !bytes.Equal(got, tt.want) {
 					t.Errorf("OpenRange(%d, %d) read %d bytes, %v; want %d bytes", tt.off, tt.length, len(got), err, len(tt.want))
 				}
 			})
@@ -209,7 +210,7 @@ func TestS3MinIO(t *testing.T) {
 				t.Errorf("%s: %v", name, err)
 				continue
 			}
-			if got, err := readAll(t, rc); err != nil || len(got) != 0 {
+			if got, err := sourcetest.ReadAll(t, rc); err != nil || len(got) != 0 {
 				t.Errorf("%s read %q, %v; want nothing", name, got, err)
 			}
 		}
@@ -268,7 +269,7 @@ func TestS3MinIO(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, err := readAll(t, rc); err != nil || !bytes.Equal(got, data) {
+		if got, err := sourcetest.ReadAll(t, rc); err != nil || !bytes.Equal(got, data) {
 			t.Errorf("Open read %d bytes, %v", len(got), err)
 		}
 		if _, err := r.Open(t.Context(), "s3://shards/train/000.tar"); !errors.Is(err, source.ErrUnknownScheme) {

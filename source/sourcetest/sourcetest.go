@@ -19,7 +19,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -113,16 +112,6 @@ func Run(t *testing.T, b Backend) {
 	}
 }
 
-// readAll reads rc to its end and closes it.
-func readAll(t *testing.T, rc io.ReadCloser) ([]byte, error) {
-	t.Helper()
-	b, err := io.ReadAll(rc)
-	if cerr := rc.Close(); cerr != nil {
-		t.Errorf("Close: %v", cerr)
-	}
-	return b, err
-}
-
 func run(t *testing.T, b Backend, src source.Source) {
 	// A Fetcher has an OpenRange method whatever it wraps: ranges are read where the
 	// Source under test has them.
@@ -141,7 +130,7 @@ func run(t *testing.T, b Backend, src source.Source) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, err := readAll(t, rc); err != nil || !bytes.Equal(got, data) {
+			if got, err := ReadAll(t, rc); err != nil || !bytes.Equal(got, data) {
 				t.Fatalf("Open read %d bytes, %v; want %d", len(got), err, n)
 			}
 			if !ranged {
@@ -166,7 +155,7 @@ func run(t *testing.T, b Backend, src source.Source) {
 					end = min(n, r.off+r.length)
 				}
 				want := data[min(r.off, n):max(end, min(r.off, n))]
-				if got, err := readAll(t, rc); err != nil || !bytes.Equal(got, want) {
+				if got, err := ReadAll(t, rc); err != nil || !bytes.Equal(got, want) {
 					t.Errorf("OpenRange %s (%d, %d) read %d bytes, %v; want %d", r.name, r.off, r.length, len(got), err, len(want))
 				}
 			}
