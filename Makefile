@@ -38,7 +38,7 @@ demo: build
 # scripts/tools.sh builds the servers once (minutes) and caches them; scripts/deps.sh
 # installs python3 with numpy and PyTorch from Debian when missing.
 test: deps tools lint
-	$(GO) test -race -count=1 ./...
+	SHARDLOAD_INDEX_DIR=$$(mktemp -d) $(GO) test -race -count=1 ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) ./shard/
 	$(GO) test -run '^$$' -fuzz '^FuzzExpand$$' -fuzztime 20000x ./shard/
 	$(GO) test -run '^$$' -fuzz '^FuzzTarReader$$' -fuzztime 50000x ./shard/

@@ -56,12 +56,19 @@ type Config struct {
 	// Shards, when set, gives the shards with their sample counts and replaces URLs,
 	// Index and the counting pass (see Count).
 	Shards []shard.Info
-	// Index is a file or URL of JSON lines {"url": ..., "samples": N}, as written by
-	// "shardload ls --summary --json". Without it (and without Shards), Open counts
-	// the samples of every shard first, which reads them once. Lines match shards by
-	// their URL with secrets removed (internal/redact): a presigned URL's index
-	// stays valid when its signature changes.
+	// Index is an index file or URL (package index), as "shardload index" writes;
+	// JSON lines {"url": ..., "samples": N} ("shardload ls --summary --json") work too.
+	// Without it (and without Shards), Open looks in the node's index store and for
+	// an index object beside the shards, and counts the shards none has (see Count).
+	// Lines match shards by their URL with secrets removed (internal/redact): a
+	// presigned URL's index stays valid when its signature changes.
 	Index string
+	// IndexDir is the node's index store (package index): the entries of the shards
+	// counted on this node, kept for later runs and other processes. Default
+	// $SHARDLOAD_INDEX_DIR, else shardload/index in the user's cache directory.
+	IndexDir string
+	// NoIndexStore neither reads nor writes the index store.
+	NoIndexStore bool
 
 	// Fields to decode and collate. Default: every extension of the first sample of
 	// the first shard, each with decode.ParseField's default for it.

@@ -1,36 +1,29 @@
 package shardload
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"strings"
 	"sync"
 
+	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/shard"
 )
 
-// Count returns the shards of cfg (its URLs, brace-expanded) with their sample counts,
-// from cfg.Index when set, otherwise by reading every shard once (headers only where
-// the source can seek, as for local files), cfg.Workers at a time. Pass the result as
-// Config.Shards to open several epochs without counting again.
+// Count returns the shards of cfg (its URLs, brace-expanded and listed) with their
+// sample counts, object versions and, for uncompressed shards, sample offsets. It
+// reads as little as it can (see index.Lookup): Config.Index when set, otherwise the
+// node's index store and an index object beside the shards (index.FileName); it
+// reads only the shards none of these has an entry for, or whose object changed,
+// Workers at a time, and keeps their entries in the store. Pass the result as
+// Config.Shards to open several epochs without looking again.
 //
 // A sample that fails on its own (a duplicate extension) still counts: it holds a
 // place in the epoch. A shard that cannot be counted to its end fails Count under
 // either policy: every rank plans from the counts, and a count that one process got
 // short after a transient failure would give that rank another plan than the others
-// (overlapping slices, unequal batch counts, a hung job). Give the counts (Shards or
-// Index) to plan without reading.
+// (overlapping slices, unequal batch counts, a hung job).
 func Count(ctx context.Context, cfg Config) (infos []shard.Info, err error) {
 	defer func() { err = redact.Error(err) }()
-	return count(ctx, cfg)
-}
-
-func count(ctx context.Context, cfg Config) ([]shard.Info, error) {
 	cfg = cfg.withDefaults()
 	if len(cfg.Shards) > 0 {
 		return cfg.Shards, nil
@@ -42,102 +35,36 @@ func count(ctx context.Context, cfg Config) ([]shard.Info, error) {
 	if urls, err = cfg.Sources.Expand(ctx, urls); err != nil {
 		return nil, err
 	}
-	if cfg.Index != "" {
-		return readIndex(ctx, cfg, urls)
+	lk := index.Lookup{Sources: cfg.Sources, Index: cfg.Index, Workers: max(cfg.Workers, 16), Logf: cfg.Logf,
+		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxRatio: cfg.MaxRatio}}
+	if !cfg.NoIndexStore {
+		lk.Store = openStore(cfg.IndexDir, cfg.Logf)
 	}
-	infos := make([]shard.Info, len(urls))
-	errs := make([]error, len(urls))
-	sem := make(chan struct{}, cfg.Workers)
-	var wg sync.WaitGroup
-	for i, url := range urls {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return nil, ctx.Err()
-		}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			defer func() {
-				if r := recover(); r != nil {
-					errs[i] = panicError("counting "+url, r)
-				}
-			}()
-			infos[i] = shard.Info{URL: url}
-			infos[i].Samples, errs[i] = countShard(ctx, cfg, url)
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("shardload: counting the samples of %s stopped after %d: %w (every rank plans from the counts, so a shard that cannot be counted fails the job under either error policy)", urls[i], infos[i].Samples, err)
-		}
-	}
-	return infos, nil
+	return lk.Resolve(ctx, urls)
 }
 
-func countShard(ctx context.Context, cfg Config, url string) (int, error) {
-	body, err := cfg.Sources.Open(ctx, url)
+// stores holds the index stores opened, by directory.
+var stores sync.Map // string -> *index.Store
+
+// openStore opens the index store in dir (index.DefaultStoreDir when ""), or says
+// once why it cannot and returns nil.
+func openStore(dir string, logf func(string, ...any)) *index.Store {
+	if dir == "" {
+		dir = index.DefaultStoreDir()
+	}
+	if dir == "" {
+		return nil
+	}
+	if s, ok := stores.Load(dir); ok {
+		return s.(*index.Store)
+	}
+	s, err := index.OpenStore(dir)
 	if err != nil {
-		return 0, err
+		storeWarning.Do(func() { logf("shardload: warning: %v (shards are counted on every run)", err) })
+		return nil
 	}
-	defer body.Close()
-	r := shard.NewReader(body, shard.Options{URL: url, SizesOnly: true, MaxMemberSize: cfg.MaxMemberSize, MaxRatio: cfg.MaxRatio})
-	defer r.Close()
-	n := 0
-	for {
-		_, err := r.Next()
-		if err == io.EOF {
-			return n, nil
-		}
-		var se *shard.Error
-		if err != nil && !(errors.As(err, &se) && se.Skippable()) {
-			return n, err
-		}
-		n++
-	}
+	stores.Store(dir, s)
+	return s
 }
 
-// indexLine is one line of an index: what "shardload ls --summary --json" prints.
-type indexLine struct {
-	URL     string `json:"url"`
-	Samples *int   `json:"samples"`
-}
-
-func readIndex(ctx context.Context, cfg Config, urls []string) ([]shard.Info, error) {
-	body, err := cfg.Sources.Open(ctx, cfg.Index)
-	if err != nil {
-		return nil, fmt.Errorf("shardload: index: %w", err)
-	}
-	defer body.Close()
-	counts := map[string]int{}
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
-		if text == "" {
-			continue
-		}
-		var l indexLine
-		if err := json.Unmarshal([]byte(text), &l); err != nil || l.URL == "" || l.Samples == nil || *l.Samples < 0 {
-			return nil, fmt.Errorf("shardload: index %s line %d: want {\"url\": ..., \"samples\": N}, got %.80q", cfg.Index, line, text)
-		}
-		counts[redact.URL(l.URL)] = *l.Samples
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("shardload: index %s: %w", cfg.Index, err)
-	}
-	infos := make([]shard.Info, len(urls))
-	for i, url := range urls {
-		n, ok := counts[redact.URL(url)]
-		if !ok {
-			return nil, fmt.Errorf("shardload: index %s has no line for %s", cfg.Index, url)
-		}
-		infos[i] = shard.Info{URL: url, Samples: n}
-	}
-	return infos, nil
-}
+var storeWarning sync.Once

@@ -1,9 +1,6 @@
 package shardload
 
-import (
-	"sync/atomic"
-	"time"
-)
+import "time"
 
 // Stats are a loader's counters and where its time went. Stage times are summed over
 // the goroutines that spend them, so with several workers they can exceed Elapsed.
@@ -31,34 +28,19 @@ type Stats struct {
 // StageNames lists the stages of Stats.Stages in pipeline order.
 var StageNames = []string{"fetch", "inflate", "split", "decode", "shuffle", "collate", "starve", "wait"}
 
-type counters struct {
-	samples, batches, padded, skipped, skippedShards atomic.Int64
-	bytesIn, bytesInflated, bytesOut                 atomic.Int64
-	firstBatch                                       atomic.Int64
-	fetch, inflate, split, decode, shuffle, collate  atomic.Int64
-	starve, wait                                     atomic.Int64
-}
-
-func (c *counters) add(stage *atomic.Int64, d time.Duration) { stage.Add(int64(d)) }
-
-// clockBase anchors mono.
-var clockBase = time.Now()
-
-// mono returns a monotonic timestamp for stage times: one clock read, where time.Now
-// takes two (wall and monotonic). The producers and the mixer take several per
-// sample.
-func mono() time.Duration { return time.Since(clockBase) }
-
-func (c *counters) snapshot(start time.Time) Stats {
-	d := func(v *atomic.Int64) time.Duration { return time.Duration(v.Load()) }
+// Stats returns counters and per-stage times so far.
+func (l *Loader) Stats() Stats {
+	c := &l.p.C
+	d := func(v int64) time.Duration { return time.Duration(v) }
 	return Stats{
-		Samples: c.samples.Load(), Batches: c.batches.Load(), Padded: c.padded.Load(),
-		Skipped: c.skipped.Load(), SkippedShards: c.skippedShards.Load(),
-		BytesIn: c.bytesIn.Load(), BytesInflated: c.bytesInflated.Load(), BytesOut: c.bytesOut.Load(),
-		Elapsed: time.Since(start), FirstBatch: d(&c.firstBatch),
+		Samples: c.Samples.Load(), Batches: c.Batches.Load(), Padded: c.Padded.Load(),
+		Skipped: c.Skipped.Load(), SkippedShards: c.SkippedShards.Load(),
+		BytesIn: c.BytesIn.Load(), BytesInflated: c.BytesInflated.Load(), BytesOut: c.BytesOut.Load(),
+		Workers: l.cfg.Workers, PageLocked: l.p.Locked(),
+		Elapsed: time.Since(l.start), FirstBatch: d(c.FirstBatch.Load()),
 		Stages: map[string]time.Duration{
-			"fetch": d(&c.fetch), "inflate": d(&c.inflate), "split": d(&c.split), "decode": d(&c.decode),
-			"shuffle": d(&c.shuffle), "collate": d(&c.collate), "starve": d(&c.starve), "wait": d(&c.wait),
+			"fetch": d(c.Fetch.Load()), "inflate": d(c.Inflate.Load()), "split": d(c.Split.Load()), "decode": d(c.Decode.Load()),
+			"shuffle": d(c.Shuffle.Load()), "collate": d(c.Collate.Load()), "starve": d(c.Starve.Load()), "wait": d(c.Wait.Load()),
 		},
 	}
 }

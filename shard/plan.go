@@ -12,6 +12,14 @@ import (
 type Info struct {
 	URL     string
 	Samples int
+	// Version and Size identify the object the count was taken from (source.Info's);
+	// empty and 0 when unknown.
+	Version string
+	Size    int64
+	// Offsets, when known, hold each sample's byte offset in the uncompressed tar
+	// (Sample.Offset): a reader can start at any sample without reading the ones
+	// before it. nil when unknown; otherwise len(Offsets) == Samples.
+	Offsets []int64
 }
 
 // PlanConfig says which part of an epoch one rank reads. The zero value (with

@@ -130,6 +130,12 @@ type Options struct {
 	// member that is not a field, data under SizesOnly) or read after the
 	// end-of-archive marker to check the compressed stream's end.
 	MaxRatio float64
+	// StartOffset is the byte offset in the shard's tar where the stream starts: a
+	// reader of an uncompressed shard may begin at any sample's offset (Sample.Offset,
+	// as an index records it), and offsets in samples and errors stay those of the
+	// whole shard. A compressed stream with a StartOffset is an error
+	// (ErrUnsupportedCompression): it can only be entered at its start.
+	StartOffset int64
 	// Timing records the time spent reading the source and inflating, for Times.
 	Timing bool
 	// Buffers, if set, supplies the memory each sample's data is read into, and the
@@ -422,8 +428,12 @@ func (r *Reader) start() error {
 	if r.dec != nil {
 		in = r.dec
 	}
+	if r.opts.StartOffset != 0 && (r.comp != None || r.opts.StartOffset%blockSize != 0 || r.opts.StartOffset < 0) {
+		return r.streamErr(0, fmt.Errorf("%w: a %s shard read from byte %d: only an uncompressed shard can be entered at a sample's block-aligned offset (the shard changed since it was indexed?)", ErrUnsupportedCompression, r.comp, r.opts.StartOffset))
+	}
 	// Uncompressed, the tar stream is the stored stream: rawIn times it already.
-	r.tarIn = counter{r: in, timed: r.opts.Timing && r.comp != None}
+	r.tarIn = counter{r: in, timed: r.opts.Timing && r.comp != None, n: r.opts.StartOffset}
+	r.next = r.opts.StartOffset
 	if r.comp != None && r.opts.MaxRatio > 0 {
 		// The cap is checked on every read of the tar stream, so that no byte
 		// inflates unchecked: not member data, nor data skipped, nor the drain.

@@ -116,3 +116,34 @@ func Open(ctx context.Context, url string) (io.ReadCloser, error) {
 func Stat(ctx context.Context, url string) (Info, error) {
 	return Default.Stat(ctx, url)
 }
+
+// OpenRange looks up url's Source and returns length bytes of the object from off (to
+// the end when length < 0): through the Source's RangeReader when it has one, else by
+// opening the whole object and discarding its first off bytes.
+func (r *Registry) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
+	src, err := r.Lookup(url)
+	if err != nil {
+		return nil, err
+	}
+	if rr, ok := src.(RangeReader); ok {
+		return rr.OpenRange(ctx, url, off, length)
+	}
+	body, err := src.Open(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := io.CopyN(io.Discard, body, off); err != nil {
+		body.Close()
+		if err == io.EOF {
+			err = fmt.Errorf("%w: no byte %d", ErrShortRead, off)
+		}
+		return nil, &Error{Op: "read", URL: url, Err: err}
+	}
+	if length < 0 {
+		return body, nil
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(body, length), body}, nil
+}

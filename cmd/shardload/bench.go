@@ -20,6 +20,7 @@ import (
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
+	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/numa"
 	"github.com/shardload/shardload/shard"
 )
@@ -148,7 +149,7 @@ func (lf *loaderFlags) register(fs *pflag.FlagSet, perRank bool) {
 	fs.Float64Var(&lf.errorBudget, "error-budget", shardload.DefaultErrorBudget.Fraction, "fraction of the whole job's samples, or of its shards (all ranks together), that --on-error=skip may leave out before a rank fails (0: none)")
 	fs.Int64Var(&lf.budgetSamples, "error-budget-samples", 0, "samples --on-error=skip may leave out before a rank fails, whatever --error-budget gives")
 	fs.Int64Var(&lf.budgetShards, "error-budget-shards", 0, "shards --on-error=skip may leave out before a rank fails, whatever --error-budget gives")
-	fs.StringVar(&lf.index, "index", "", `file or URL of JSON lines {"url","samples"} (from "shardload ls --summary --json"); without it the shards are counted first`)
+	fs.StringVar(&lf.index, "index", "", `index file or URL (from "shardload index"; JSON lines {"url","samples"} from "ls --summary --json" work too); without it the node's index store and an index object `+index.FileName+` beside the shards are used, and only shards none has are counted`)
 	lf.maxSample = shard.DefaultMaxSampleSize
 	fs.Var(&lf.maxSample, "max-sample-size", "largest sample (its members together) held in memory; a larger one is an error of that sample")
 	lf.rf.register(fs)
@@ -209,7 +210,7 @@ func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config
 		fmt.Fprintf(stderr, strings.TrimSuffix(format, "\n")+"\n", args...)
 	}
 	return shardload.Config{
-		URLs: urls, Index: lf.index, Fields: fields, BatchSize: lf.batchSize, DropLast: lf.dropLast,
+		URLs: urls, Index: lf.index, IndexDir: lf.rf.indexDir, NoIndexStore: lf.rf.noIndex || lf.rf.indexDir == "", Fields: fields, BatchSize: lf.batchSize, DropLast: lf.dropLast,
 		Seed: lf.seed, Epoch: lf.epoch, Rank: lf.rank, World: lf.world,
 		NoShuffle: lf.noShuffle, ShuffleBuffer: lf.shuffleBuffer, ShuffleBytes: int64(lf.shuffleBytes),
 		OpenShards: lf.openShards, Workers: lf.workers, QueueBytes: int64(lf.queueBytes),

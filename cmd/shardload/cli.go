@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/shardload/shardload/cache"
+	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
@@ -134,6 +135,8 @@ type readFlags struct {
 	stall       time.Duration
 	deadline    time.Duration
 	minProgress byteSize
+	indexDir    string
+	noIndex     bool
 
 	once  sync.Once
 	reg   *source.Registry // what shards are read through
@@ -157,6 +160,8 @@ func (rf *readFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&rf.deadline, "retry-deadline", source.DefaultRetryDeadline, "a remote shard whose reads keep failing fails once it has spent this long waiting for the store since its first failure (the reader's own pauses not counted), naming the byte reached and the attempts made (0 or negative: no deadline)")
 	rf.minProgress = source.DefaultMinProgress
 	fs.Var(&rf.minProgress, "retry-min-progress", "a failed remote read that delivered at least this much since its last failure starts --retry-attempts afresh; less counts against them (0: any progress does)")
+	fs.StringVar(&rf.indexDir, "index-dir", index.DefaultStoreDir(), "the node's index store: the sample counts and offsets of every shard counted on this node, kept for later runs and other processes ($"+index.StoreDirEnv+")")
+	fs.BoolVar(&rf.noIndex, "no-index-store", false, "neither read nor write the node's index store")
 }
 
 // remote returns a registry of the built-in backends with the fetch and retry flags'

@@ -1,4 +1,4 @@
-package shardload
+package pipeline
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // A producer whose sample the mixer took while the producer waited for a full
 // channel, and that is then stopped while it waits for its worker token again, must
 // not recycle that sample: the mixer owns it. (It did, and -race reported the
-// producer's bufPool.put against the mixer's use under repeated mid-epoch Close.)
+// producer's put against the mixer's use under repeated mid-epoch Close.)
 // The test plays the mixer: it lets the producer fill its channel, takes the worker
 // token, takes one message so that the producer's blocked send goes through, and
 // stops the loader while the producer waits for the token.
@@ -29,9 +29,8 @@ func TestProducerStoppedAfterSendKeepsSample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{URLs: paths, OnError: Fail, Sources: source.Default}.withDefaults()
-	l := &Loader{cfg: cfg, fields: []decode.Field{f}, workers: make(chan struct{}, 1)}
-	l.pool.maxFree = 1 << 20
+	l := &Pipeline{p: Params{Sources: source.Default, Shards: []shard.Info{{URL: paths[0], Samples: 600}}, Fields: []decode.Field{f}, Logf: t.Logf}, workers: make(chan struct{}, 1)}
+	l.pool.MaxFree = 1 << 20
 	s := newSlot(shard.Span{URL: paths[0], Take: 600}, 256<<10) // the channel, not the bytes, fills
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -70,5 +69,31 @@ func TestProducerStoppedAfterSendKeepsSample(t *testing.T) {
 		if m.it == nil || m.it.key == "" || m.it.refs != 1 || len(m.it.values) != 1 || len(m.it.values[0].Data) == 0 {
 			t.Fatalf("message %d: the sample the mixer owns was recycled by the producer: %+v", i, m.it)
 		}
+	}
+}
+
+// A slot's channel holds a message per KiB of its queue (256 to 16384), so that the
+// bytes bound the queue, not the message count; with NoShuffle the queues take the
+// shuffle buffer's bytes, and the budget stays what MemoryBudget counts.
+func TestSlotQueues(t *testing.T) {
+	for _, tc := range []struct {
+		queue int64
+		want  int
+	}{{4 << 20, 4096}, {64 << 10, 256}, {1 << 30, 16384}} {
+		if got := cap(newSlot(shard.Span{}, tc.queue).ch); got != tc.want {
+			t.Errorf("queue of %d bytes: channel of %d messages, want %d", tc.queue, got, tc.want)
+		}
+	}
+	cfg := Params{QueueBytes: 4 << 20, ShuffleBytes: 64 << 20, OpenShards: 4}
+	if got := slotQueueBytes(cfg); got != cfg.QueueBytes {
+		t.Errorf("shuffled: queue %d, want %d", got, cfg.QueueBytes)
+	}
+	cfg.NoShuffle = true
+	got := slotQueueBytes(cfg)
+	if got != cfg.QueueBytes+cfg.ShuffleBytes/int64(cfg.OpenShards) {
+		t.Errorf("no shuffle: queue %d", got)
+	}
+	if int64(cfg.OpenShards)*got > int64(cfg.OpenShards)*cfg.QueueBytes+cfg.ShuffleBytes {
+		t.Errorf("no shuffle: %d queues of %d bytes exceed the budget's %d", cfg.OpenShards, got, int64(cfg.OpenShards)*cfg.QueueBytes+cfg.ShuffleBytes)
 	}
 }

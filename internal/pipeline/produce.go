@@ -1,13 +1,11 @@
-package shardload
+package pipeline
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"math/bits"
 	"runtime/debug"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -15,7 +13,6 @@ import (
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/internal/redact"
-	"github.com/shardload/shardload/numa"
 	"github.com/shardload/shardload/shard"
 )
 
@@ -62,10 +59,10 @@ func slotMessages(queueBytes int64) int { return int(min(max(queueBytes>>10, 256
 // produce reads one span: fetch, inflate, split, decode. It holds a worker token while
 // it works and gives it up while it waits for room on its queue, so that a full
 // queue never stops the other shards.
-func (l *Loader) produce(ctx context.Context, s *slot) {
+func (pl *Pipeline) produce(ctx context.Context, s *slot) {
 	defer close(s.ch)
-	defer l.placeThread()()
-	p := producer{l: l, s: s, ctx: ctx}
+	defer pl.placeThread()()
+	p := producer{pl: pl, s: s, ctx: ctx}
 	if !p.acquire() {
 		return
 	}
@@ -73,7 +70,7 @@ func (l *Loader) produce(ctx context.Context, s *slot) {
 	// A panic (in a source, a decoder) fails the loader, not the process.
 	defer func() {
 		if r := recover(); r != nil {
-			p.send(slotMsg{err: panicError("reading "+s.span.URL, r)})
+			p.send(slotMsg{err: PanicError("reading "+s.span.URL, r)})
 		}
 	}()
 	p.run()
@@ -83,13 +80,13 @@ func (l *Loader) produce(ctx context.Context, s *slot) {
 // a decoder or the loader itself. The error says where, with the stack.
 var ErrPanic = errors.New("shardload: internal error (panic)")
 
-// panicError is the error of a panic with value r, where says where.
-func panicError(where string, r any) error {
+// PanicError is the error of a panic with value r, where says where.
+func PanicError(where string, r any) error {
 	return fmt.Errorf("%w %s: %v\n%s", ErrPanic, where, r, debug.Stack())
 }
 
 type producer struct {
-	l       *Loader
+	pl      *Pipeline
 	s       *slot
 	ctx     context.Context
 	dec     decode.Decoder
@@ -100,7 +97,7 @@ type producer struct {
 // acquire takes a worker token, reporting false when the loader is stopping.
 func (p *producer) acquire() bool {
 	select {
-	case p.l.workers <- struct{}{}:
+	case p.pl.workers <- struct{}{}:
 		p.worker = true
 	case <-p.ctx.Done():
 	}
@@ -110,35 +107,47 @@ func (p *producer) acquire() bool {
 // release gives the worker token back, if held.
 func (p *producer) release() {
 	if p.worker {
-		<-p.l.workers
+		<-p.pl.workers
 		p.worker = false
 	}
 }
 
 func (p *producer) run() {
-	l, span := p.l, p.s.span
-	body, err := l.cfg.Sources.Open(p.ctx, span.URL)
+	pl, span := p.pl, p.s.span
+	opts := pl.p.Reader
+	opts.URL, opts.Timing, opts.Buffers = span.URL, true, &pl.pool
+	// A span that starts inside a shard whose sample offsets are known starts
+	// reading at its first sample (a ranged read, a seek), not at the shard's start.
+	first := 0
+	var body io.ReadCloser
+	var err error
+	if offs := pl.p.Shards[span.Shard].Offsets; span.Skip > 0 && span.Skip < len(offs) {
+		first, opts.StartOffset = span.Skip, offs[span.Skip]
+		body, err = pl.p.Sources.OpenRange(p.ctx, span.URL, opts.StartOffset, -1)
+	} else {
+		body, err = pl.p.Sources.Open(p.ctx, span.URL)
+	}
 	if err != nil {
 		p.fail(span.Take, true, err)
 		return
 	}
 	defer body.Close()
-	r := shard.NewReader(body, shard.Options{URL: span.URL, MaxMemberSize: l.cfg.MaxMemberSize, MaxSampleSize: l.cfg.MaxSampleSize, MaxRatio: l.cfg.MaxRatio, Timing: true, Buffers: sampleBuffers{&l.pool}})
+	r := shard.NewReader(body, opts)
 	defer func() {
 		fetch, inflate := r.Times()
-		l.st.add(&l.st.fetch, fetch)
-		l.st.add(&l.st.inflate, inflate)
-		l.st.bytesIn.Add(r.StoredBytes())
-		l.st.bytesInflated.Add(r.Offset())
+		add(&pl.C.Fetch, fetch)
+		add(&pl.C.Inflate, inflate)
+		pl.C.BytesIn.Add(r.StoredBytes())
+		pl.C.BytesInflated.Add(r.Offset() - opts.StartOffset)
 		r.Close()
 	}()
 	var nextTime, decodeTime time.Duration
 	defer func() {
 		fetch, inflate := r.Times()
-		l.st.add(&l.st.split, nextTime-fetch-inflate)
-		l.st.add(&l.st.decode, decodeTime)
+		add(&pl.C.Split, nextTime-fetch-inflate)
+		add(&pl.C.Decode, decodeTime)
 	}()
-	for idx, taken := 0, 0; taken < span.Take; idx++ {
+	for idx, taken := first, 0; taken < span.Take; idx++ {
 		t0 := mono()
 		smp, err := r.Next()
 		t1 := mono()
@@ -154,7 +163,7 @@ func (p *producer) run() {
 				return
 			}
 			if smp != nil {
-				l.pool.putBuf(smp.Buf)
+				pl.pool.Put(smp.Buf)
 			}
 			continue // the previous rank's samples
 		}
@@ -179,12 +188,12 @@ func (p *producer) run() {
 		}
 		if delivered, goOn := p.send(slotMsg{it: it}); !goOn {
 			if !delivered {
-				l.pool.put(it)
+				pl.put(it)
 			}
 			return
 		}
 	}
-	if end := span.Skip + span.Take; end == l.counts[span.Shard] {
+	if end := span.Skip + span.Take; end == pl.p.Shards[span.Shard].Samples {
 		p.checkEnd(r, end)
 	}
 }
@@ -202,7 +211,7 @@ func (p *producer) checkEnd(r *shard.Reader, count int) {
 	var se *shard.Error
 	if err == nil || (errors.As(err, &se) && se.Skippable()) {
 		if smp != nil {
-			p.l.pool.putBuf(smp.Buf)
+			p.pl.pool.Put(smp.Buf)
 		}
 		p.send(slotMsg{err: fmt.Errorf("%w: %s has more samples than the %d its count says (a stale index, or the shard changed since it was counted): every rank's plan is wrong; rebuild the index", ErrCountMismatch, p.s.span.URL, count)})
 		return
@@ -215,8 +224,8 @@ func (p *producer) checkEnd(r *shard.Reader, count int) {
 // sample's buffer, which the reader filled from the pool, holds the fields that
 // decode in place (raw bytes, .npy data), and the others are appended to it.
 func (p *producer) decode(smp *shard.Sample) (*item, error) {
-	l := p.l
-	it := l.pool.item(len(l.fields))
+	pl := p.pl
+	it := pl.item(len(pl.p.Fields))
 	it.key = smp.Key
 	it.buf, smp.Buf = smp.Buf, nil
 	type span struct{ off, n int }
@@ -226,20 +235,20 @@ func (p *producer) decode(smp *shard.Sample) (*item, error) {
 	retired := olds[:0]
 	defer func() {
 		for _, b := range retired {
-			l.pool.putBuf(b)
+			pl.pool.Put(b)
 		}
 	}()
-	for i := range l.fields {
-		f := &l.fields[i]
+	for i := range pl.p.Fields {
+		f := &pl.p.Fields[i]
 		data, ok := smp.Get(f.Ext)
 		if !ok {
-			l.pool.put(it)
+			pl.put(it)
 			return nil, &SampleError{URL: smp.URL, Key: smp.Key, Err: fmt.Errorf("%w %q (the sample has %s)", ErrMissingField, f.Ext, extList(smp))}
 		}
 		v, scratch, err := p.dec.Decode(f, data, p.scratch)
 		p.scratch = scratch
 		if err != nil {
-			l.pool.put(it)
+			pl.put(it)
 			return nil, &SampleError{URL: smp.URL, Key: smp.Key, Err: err}
 		}
 		if off, ok := within(v.Data, it.buf); ok {
@@ -251,7 +260,7 @@ func (p *producer) decode(smp *shard.Sample) (*item, error) {
 			if cap(it.buf)-len(it.buf) < len(v.Data) {
 				// Outgrown: the old buffer stays valid until the end, for the
 				// fields still to decode from it.
-				nb := append(l.pool.get(len(it.buf)+len(v.Data)), it.buf...)
+				nb := append(pl.pool.Get(len(it.buf)+len(v.Data)), it.buf...)
 				retired = append(retired, it.buf)
 				it.buf = nb
 			}
@@ -280,31 +289,6 @@ func within(b, buf []byte) (int, bool) {
 	return int(off), true
 }
 
-// placeThread wires the calling goroutine to a thread on Config.CPUs, when set, and
-// returns what undoes it.
-func (l *Loader) placeThread() func() {
-	if len(l.cfg.CPUs) == 0 {
-		return func() {}
-	}
-	unlock, err := numa.LockThread(l.cfg.CPUs)
-	if err != nil {
-		placeWarning.Do(func() {
-			l.cfg.Logf("shardload: warning: loader threads not placed on CPUs %s: %v", numa.FormatCPUList(l.cfg.CPUs), err)
-		})
-		return func() {}
-	}
-	return unlock
-}
-
-// placeWarning says once per process that threads cannot be placed.
-var placeWarning sync.Once
-
-// sampleBuffers lets a shard reader read samples straight into the pool's buffers.
-type sampleBuffers struct{ p *bufPool }
-
-func (s sampleBuffers) Get(n int) []byte { return s.p.get(n) }
-func (s sampleBuffers) Put(b []byte)     { s.p.putBuf(b) }
-
 func extList(s *shard.Sample) string {
 	var b []byte
 	for i, f := range s.Fields {
@@ -322,7 +306,7 @@ func extList(s *shard.Sample) string {
 // fail reports n samples that could not be read. Under the Fail policy, or when the
 // shard's failure cannot be skipped, it sends the error and reports false.
 func (p *producer) fail(n int, wholeShard bool, err error) bool {
-	if p.l.cfg.OnError == Fail || p.ctx.Err() != nil {
+	if !p.pl.p.Skip || p.ctx.Err() != nil {
 		p.send(slotMsg{err: err})
 		return false
 	}
@@ -386,47 +370,8 @@ var ErrMissingField = errors.New("shardload: missing field")
 // the epoch was planned from (Config.Shards, Config.Index or the counting pass).
 var ErrCountMismatch = errors.New("shardload: shard and sample count disagree")
 
-// ErrErrorBudget means the Skip policy left out more than Config.ErrorBudget.
-var ErrErrorBudget = errors.New("shardload: too many samples skipped")
-
-// bufPool recycles items and their byte buffers, in size classes eight to a doubling
-// (see classSize), so that the steady state allocates nothing per sample. Unlike a
-// sync.Pool it keeps its buffers across garbage collections (fresh buffers cost page
-// faults), up to maxFree bytes.
-//
-// New buffers of up to maxArenaClass are carved from chunks of memory mapped with huge
-// pages advised and faulted in at once (see mapChunk), up to maxArena bytes of chunks;
-// beyond that, and for larger buffers, they come from the Go heap. release unmaps the
-// chunks; the loader calls it once nothing can use a buffer any more.
-type bufPool struct {
-	items   sync.Pool
-	mu      sync.Mutex
-	free    [numClasses][][]byte
-	held    int64 // bytes in free
-	maxFree int64
-
-	maxArena int64    // bytes of chunks the arena may map; 0: no arena
-	chunks   [][]byte // mapped chunks, for free
-	mapped   int64    // bytes in chunks
-	rest     []byte   // the unused end of the newest chunk
-}
-
-const (
-	// Bytes per mapped chunk: a few huge pages, so that the arena grows close to
-	// what the queues and the shuffle buffer hold (fresh memory is dear to fault in).
-	arenaChunk = 8 << 20
-	// Size classes: 4 KiB, then eight steps to each doubling (4.5, 5, ... 7.5, 8, 9,
-	// 10 KiB...) up to 1 GiB. A buffer is at most an eighth larger than asked,
-	// where powers of two waste up to half: 8.3 KB token samples took 16 KiB
-	// buffers, 110-120 KB images 128 or 256 KiB.
-	classSteps    = 8
-	minClassShift = 12
-	numClasses    = classSteps*(30-minClassShift) + 1
-	maxArenaClass = classSteps * (22 - minClassShift) // 4 MiB: larger buffers come from the heap
-)
-
-func (p *bufPool) item(fields int) *item {
-	it, _ := p.items.Get().(*item)
+func (pl *Pipeline) item(fields int) *item {
+	it, _ := pl.items.Get().(*item)
 	if it == nil {
 		it = &item{}
 	}
@@ -438,105 +383,13 @@ func (p *bufPool) item(fields int) *item {
 	return it
 }
 
-// sizeClass returns the smallest class whose size is at least n.
-func sizeClass(n int) int {
-	if n <= 1<<minClassShift {
-		return 0
-	}
-	e := bits.Len(uint(n-1)) - 1 - minClassShift // 4 KiB << e < n <= 4 KiB << (e+1)
-	step := (1 << minClassShift << e) / classSteps
-	return classSteps*e + (n-(1<<minClassShift<<e)+step-1)/step
-}
-
-// classSize returns the size of the buffers of class c.
-func classSize(c int) int {
-	e, s := c/classSteps, c%classSteps
-	return (1 << minClassShift << e) / classSteps * (classSteps + s)
-}
-
-func (p *bufPool) get(n int) []byte {
-	c := sizeClass(n)
-	if c >= len(p.free) {
-		return make([]byte, 0, n)
-	}
-	p.mu.Lock()
-	// A free buffer of the class, or of one of the next two (at most a quarter
-	// larger), before new memory: sizes that vary across classes then share
-	// buffers.
-	for k := c; k < min(c+3, len(p.free)); k++ {
-		if m := len(p.free[k]); m > 0 {
-			b := p.free[k][m-1]
-			p.free[k] = p.free[k][:m-1]
-			p.held -= int64(cap(b))
-			p.mu.Unlock()
-			return b[:0]
-		}
-	}
-	if b := p.carve(c); b != nil {
-		p.mu.Unlock()
-		return b
-	}
-	p.mu.Unlock()
-	return make([]byte, 0, classSize(c))
-}
-
-// carve returns a new buffer of size class c from the arena, or nil. Called with p.mu
-// held.
-func (p *bufPool) carve(c int) []byte {
-	n := classSize(c)
-	if c > maxArenaClass {
-		return nil
-	}
-	if len(p.rest) < n {
-		if p.mapped+arenaChunk > p.maxArena {
-			return nil
-		}
-		chunk := mapChunk(arenaChunk)
-		if chunk == nil {
-			p.maxArena = 0 // no arena here: stop trying
-			return nil
-		}
-		p.chunks = append(p.chunks, chunk)
-		p.mapped += arenaChunk
-		p.rest = chunk
-	}
-	b := p.rest[:0:n]
-	p.rest = p.rest[n:]
-	return b
-}
-
-// release unmaps the arena. No buffer from it may be used afterwards.
-func (p *bufPool) release() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.chunks {
-		unmapChunk(c)
-	}
-	p.chunks, p.rest, p.mapped = nil, nil, 0
-	p.free = [numClasses][][]byte{}
-	p.held = 0
-}
-
-func (p *bufPool) putBuf(b []byte) {
-	c := sizeClass(cap(b))
-	if cap(b) == 0 || c >= len(p.free) || classSize(c) != cap(b) {
-		return // not one of ours
-	}
-	p.mu.Lock()
-	if p.held+int64(cap(b)) <= p.maxFree {
-		p.free[c] = append(p.free[c], b)
-		p.held += int64(cap(b))
-	}
-	p.mu.Unlock()
-}
-
 // put drops one reference to it and recycles it when none is left.
-func (p *bufPool) put(it *item) {
+func (pl *Pipeline) put(it *item) {
 	if it.refs--; it.refs > 0 {
 		return
 	}
-	p.putBuf(it.buf)
+	pl.pool.Put(it.buf)
 	clear(it.values)
 	*it = item{values: it.values[:0]}
-	p.items.Put(it)
+	pl.items.Put(it)
 }

@@ -1,22 +1,19 @@
-package shardload
+package mem
 
 import (
-	"github.com/shardload/shardload/internal/mem"
 	"runtime"
 	"testing"
 	"unsafe"
-
-	"github.com/shardload/shardload/shard"
 )
 
 // The arena hands out buffers of their size class, carved from mapped chunks up to
 // its cap, then falls back to the heap; recycled buffers are reused; release unmaps.
-func TestBufPoolArena(t *testing.T) {
-	p := bufPool{maxFree: 1 << 30, maxArena: 2 * arenaChunk}
+func TestPoolArena(t *testing.T) {
+	p := Pool{MaxFree: 1 << 30, MaxArena: 2 * arenaChunk}
 	seen := map[*byte]bool{}
 	var bufs [][]byte
 	for range 3 * arenaChunk / (104 << 10) { // 1.5x the arena's cap in 104 KiB buffers
-		b := p.get(100_000)
+		b := p.Get(100_000)
 		if cap(b) != 104<<10 || len(b) != 0 {
 			t.Fatalf("buffer len %d cap %d, want 0 and 104 KiB", len(b), cap(b))
 		}
@@ -29,32 +26,32 @@ func TestBufPoolArena(t *testing.T) {
 		seen[first] = true
 		bufs = append(bufs, b)
 	}
-	if runtime.GOOS == "linux" && (p.mapped != p.maxArena || len(p.chunks) != 2) {
-		t.Errorf("mapped %d bytes in %d chunks, want the cap %d", p.mapped, len(p.chunks), p.maxArena)
+	if runtime.GOOS == "linux" && (p.mapped != p.MaxArena || len(p.chunks) != 2) {
+		t.Errorf("mapped %d bytes in %d chunks, want the cap %d", p.mapped, len(p.chunks), p.MaxArena)
 	}
-	if p.mapped > p.maxArena {
-		t.Errorf("mapped %d bytes over the cap %d", p.mapped, p.maxArena)
+	if p.mapped > p.MaxArena {
+		t.Errorf("mapped %d bytes over the cap %d", p.mapped, p.MaxArena)
 	}
 	for _, c := range p.chunks {
-		if addr := uintptr(unsafe.Pointer(unsafe.SliceData(c))); addr%mem.HugePage != 0 || len(c) != arenaChunk {
-			t.Errorf("chunk at %#x of %d bytes: want %d bytes aligned to %d", addr, len(c), arenaChunk, mem.HugePage)
+		if addr := uintptr(unsafe.Pointer(unsafe.SliceData(c))); addr%HugePage != 0 || len(c) != arenaChunk {
+			t.Errorf("chunk at %#x of %d bytes: want %d bytes aligned to %d", addr, len(c), arenaChunk, HugePage)
 		}
 	}
 	// A free buffer up to two classes larger serves before new memory.
-	p.putBuf(bufs[7])
-	if b := p.get(95_000); &b[:1][0] != &bufs[7][0] || cap(b) != 104<<10 {
+	p.Put(bufs[7])
+	if b := p.Get(95_000); &b[:1][0] != &bufs[7][0] || cap(b) != 104<<10 {
 		t.Error("a free buffer one class larger was not used")
 	}
 	// A recycled buffer is the next one handed out of its class.
-	p.putBuf(bufs[5])
-	if b := p.get(101_000); &b[:1][0] != &bufs[5][0] {
+	p.Put(bufs[5])
+	if b := p.Get(101_000); &b[:1][0] != &bufs[5][0] {
 		t.Error("a recycled buffer was not reused")
 	}
 	// Larger than the arena's largest class: from the heap, same contract.
-	if b := p.get(5<<20 + 1); cap(b) != 5<<20+512<<10 {
+	if b := p.Get(5<<20 + 1); cap(b) != 5<<20+512<<10 {
 		t.Errorf("a buffer of 5 MiB and a byte has cap %d", cap(b))
 	}
-	p.release()
+	p.Release()
 	if p.mapped != 0 || p.chunks != nil || p.held != 0 {
 		t.Errorf("after release: mapped %d, %d chunks, %d held", p.mapped, len(p.chunks), p.held)
 	}
@@ -83,31 +80,5 @@ func TestSizeClasses(t *testing.T) {
 		if n > 4096 && size > n+n/8 {
 			t.Errorf("size %d: class of %d bytes wastes more than an eighth", n, size)
 		}
-	}
-}
-
-// A slot's channel holds a message per KiB of its queue (256 to 16384), so that the
-// bytes bound the queue, not the message count; with NoShuffle the queues take the
-// shuffle buffer's bytes, and the budget stays what MemoryBudget counts.
-func TestSlotQueues(t *testing.T) {
-	for _, tc := range []struct {
-		queue int64
-		want  int
-	}{{4 << 20, 4096}, {64 << 10, 256}, {1 << 30, 16384}} {
-		if got := cap(newSlot(shard.Span{}, tc.queue).ch); got != tc.want {
-			t.Errorf("queue of %d bytes: channel of %d messages, want %d", tc.queue, got, tc.want)
-		}
-	}
-	cfg := Config{}.withDefaults()
-	if got := slotQueueBytes(cfg); got != cfg.QueueBytes {
-		t.Errorf("shuffled: queue %d, want %d", got, cfg.QueueBytes)
-	}
-	cfg.NoShuffle = true
-	got := slotQueueBytes(cfg)
-	if got != cfg.QueueBytes+cfg.ShuffleBytes/int64(cfg.OpenShards) {
-		t.Errorf("no shuffle: queue %d", got)
-	}
-	if int64(cfg.OpenShards)*got > int64(cfg.OpenShards)*cfg.QueueBytes+cfg.ShuffleBytes {
-		t.Errorf("no shuffle: %d queues of %d bytes exceed the budget's %d", cfg.OpenShards, got, int64(cfg.OpenShards)*cfg.QueueBytes+cfg.ShuffleBytes)
 	}
 }

@@ -1,7 +1,0 @@
-//go:build !linux
-
-package shardload
-
-func mapChunk(int) []byte { return nil }
-
-func unmapChunk([]byte) {}

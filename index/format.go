@@ -1,0 +1,216 @@
+// Package index is the dataset index: for each shard its URL, the version and size of
+// the object it was taken from, its sample count and each sample's byte offset in the
+// tar. With it a loader plans an epoch without reading the shards, and a rank whose
+// part starts inside a shard reads from that sample's offset.
+//
+// # Format
+//
+// An index is JSON lines, optionally zstd-compressed (readers detect it). The first
+// line is a header, {"format": "shardload-index", "version": 1, "shards": N}; each
+// other line is one shard:
+//
+//	{"url": "s3://bucket/train-000000.tar", "version": "\"9b2cf535f27731c974343645a3985328\"",
+//	 "size": 104857600, "samples": 1000, "offsets": "AIAIgAiACA..."}
+//
+// url is the shard's URL without secrets (internal/redact: no user information, no
+// signature or token query parameters), which is also how lines are matched to shards.
+// version and size identify the object (source.Info: an S3 ETag, a GCS generation, an
+// HTTP ETag, a file's size and modification time); a line whose version differs from
+// the object's is stale and the shard is counted again. offsets, present for
+// uncompressed shards, is the base64 (standard alphabet, no padding) of the samples'
+// offsets as unsigned varints, each the difference from the previous offset (the
+// first from 0); every offset is a multiple of 512, the tar block size. A line without
+// version or offsets is valid (the format "shardload ls --summary --json" prints, which
+// has only url and samples): its count is trusted as it is.
+//
+// 100,000 shards of 1,000 samples of 100 KB take about 4.6 bytes per sample: 460 MB
+// as plain JSON lines; zstd saves little on image offsets and almost everything on
+// fixed-size samples (token shards). A dataset of 10,000 such shards has a 46 MB
+// index (see BENCHMARKS.md for the sizes measured).
+package index
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/shardload/shardload/internal/redact"
+	"github.com/shardload/shardload/shard"
+)
+
+// FileName is the name of the index object a loader looks for beside the shards when
+// no index is given: "<prefix>/shardload.index" for shards "<prefix>/...".
+const FileName = "shardload.index"
+
+// formatName and formatVersion are the header's.
+const (
+	formatName    = "shardload-index"
+	formatVersion = 1
+)
+
+// MaxLine caps one line of an index: a shard of about ten million samples.
+const MaxLine = 64 << 20
+
+// ErrFormat means an index does not parse.
+var ErrFormat = errors.New("index: bad format")
+
+type header struct {
+	Format  string `json:"format"`
+	Version int    `json:"version"`
+	Shards  int    `json:"shards"`
+}
+
+type line struct {
+	URL     string `json:"url"`
+	Version string `json:"version,omitempty"`
+	Size    int64  `json:"size,omitempty"`
+	Samples *int   `json:"samples"`
+	Offsets string `json:"offsets,omitempty"`
+}
+
+// Write writes infos as an index to w, zstd-compressed when compress is set. URLs are
+// written without their secrets.
+func Write(w io.Writer, infos []shard.Info, compress bool) error {
+	var zw *zstd.Encoder
+	if compress {
+		var err error
+		if zw, err = zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedBetterCompression)); err != nil {
+			return err
+		}
+		w = zw
+	}
+	bw := bufio.NewWriterSize(w, 1<<20)
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(header{Format: formatName, Version: formatVersion, Shards: len(infos)}); err != nil {
+		return err
+	}
+	for _, info := range infos {
+		if err := enc.Encode(lineOf(info)); err != nil {
+			return err
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	if zw != nil {
+		return zw.Close()
+	}
+	return nil
+}
+
+func lineOf(info shard.Info) line {
+	n := info.Samples
+	return line{URL: redact.URL(info.URL), Version: info.Version, Size: info.Size, Samples: &n, Offsets: encodeOffsets(info.Offsets)}
+}
+
+// Read reads an index from r (plain or zstd-compressed JSON lines; name says where it
+// came from in errors). Each line is checked: offsets must be as many as the samples,
+// increasing and block-aligned. It returns the shards in the order of the index.
+func Read(r io.Reader, name string) ([]shard.Info, error) {
+	br := bufio.NewReaderSize(r, 1<<16)
+	if magic, _ := br.Peek(4); bytes.Equal(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}) {
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(64<<20))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrFormat, redact.URL(name), err)
+		}
+		defer zr.Close()
+		r = zr
+	} else {
+		r = br
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), MaxLine)
+	var infos []shard.Info
+	for n := 1; sc.Scan(); n++ {
+		text := bytes.TrimSpace(sc.Bytes())
+		if len(text) == 0 {
+			continue
+		}
+		bad := func(why string) error {
+			return fmt.Errorf("%w: %s line %d: %s; got %.80q", ErrFormat, redact.URL(name), n, why, text)
+		}
+		if n == 1 && bytes.Contains(text, []byte(`"format"`)) {
+			var h header
+			if err := json.Unmarshal(text, &h); err != nil || h.Format != formatName {
+				return nil, bad(`want the header {"format": "shardload-index", ...}`)
+			}
+			if h.Version != formatVersion {
+				return nil, bad(fmt.Sprintf("index format version %d; this build reads version %d (rebuild the index with \"shardload index\")", h.Version, formatVersion))
+			}
+			continue
+		}
+		var l line
+		if err := json.Unmarshal(text, &l); err != nil || l.URL == "" || l.Samples == nil || *l.Samples < 0 || l.Size < 0 {
+			return nil, bad(`want {"url": ..., "samples": N, ...}`)
+		}
+		info := shard.Info{URL: l.URL, Samples: *l.Samples, Version: l.Version, Size: l.Size}
+		if l.Offsets != "" {
+			offs, err := decodeOffsets(l.Offsets, info.Samples)
+			if err != nil {
+				return nil, bad(err.Error())
+			}
+			info.Offsets = offs
+		}
+		infos = append(infos, info)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrFormat, redact.URL(name), err)
+	}
+	return infos, nil
+}
+
+func encodeOffsets(offs []int64) string {
+	if len(offs) == 0 {
+		return ""
+	}
+	b := make([]byte, 0, 3*len(offs))
+	prev := int64(0)
+	for _, o := range offs {
+		b = binary.AppendUvarint(b, uint64(o-prev))
+		prev = o
+	}
+	return base64.RawStdEncoding.EncodeToString(b)
+}
+
+func decodeOffsets(s string, samples int) ([]int64, error) {
+	b, err := base64.RawStdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("offsets: %v", err)
+	}
+	if samples > len(b) { // every offset takes at least a byte
+		return nil, fmt.Errorf("offsets: %d bytes for %d samples", len(b), samples)
+	}
+	offs := make([]int64, 0, samples)
+	prev := int64(0)
+	for len(b) > 0 {
+		d, n := binary.Uvarint(b)
+		if n <= 0 || d > 1<<62 || int64(d) > 1<<62-prev {
+			return nil, errors.New("offsets: a bad varint")
+		}
+		b = b[n:]
+		if len(offs) > 0 && d == 0 {
+			return nil, fmt.Errorf("offsets: sample %d starts where sample %d does", len(offs), len(offs)-1)
+		}
+		prev += int64(d)
+		if prev%512 != 0 {
+			return nil, fmt.Errorf("offsets: sample %d at byte %d, not on a 512-byte tar block", len(offs), prev)
+		}
+		offs = append(offs, prev)
+	}
+	if len(offs) != samples {
+		return nil, fmt.Errorf("offsets: %d for %d samples", len(offs), samples)
+	}
+	return offs, nil
+}
+
+// key matches shards to lines: the URL without secrets.
+func key(url string) string { return strings.TrimSpace(redact.URL(url)) }

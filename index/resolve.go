@@ -1,0 +1,308 @@
+package index
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"sync"
+
+	"github.com/shardload/shardload/internal/redact"
+	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/source"
+)
+
+// Lookup finds the entries of a dataset's shards, reading as little as it can:
+//
+//  1. the objects' versions and sizes, by listing their directories (one request per
+//     thousand objects on an object store) or, where a source cannot list, by a
+//     Stat per object;
+//  2. the entries of Index when it is set; otherwise those of the Store, and for
+//     shards the Store lacks, those of the index object named FileName beside the
+//     shards when they share one directory;
+//  3. shards without an entry, or whose entry is for another version of the object
+//     (the object was overwritten), are read once (Scan), Workers at a time, with
+//     one log line that says how many and why, and their entries go to the Store.
+type Lookup struct {
+	Sources *source.Registry
+	// Index is an index file or URL; "" looks in the Store and beside the shards.
+	Index string
+	// Store is the node's store; nil for none.
+	Store *Store
+	// NoBeside does not look for an index object beside the shards.
+	NoBeside bool
+	// Workers bounds the stats and scans running at once. Default 16.
+	Workers int
+	// Reader holds the limits of the shard readers of scans.
+	Reader shard.Options
+	// Progress, when set, is called after each shard scanned, with the number done
+	// and the number to scan.
+	Progress func(done, total int)
+	Logf     func(format string, args ...any)
+}
+
+// statBatch is the fewest shards in one directory for which Resolve lists the
+// directory instead of stat'ing each.
+const statBatch = 16
+
+// Resolve returns the entries of urls (brace-expanded and listed already), in order.
+func (lk Lookup) Resolve(ctx context.Context, urls []string) ([]shard.Info, error) {
+	if lk.Workers <= 0 {
+		lk.Workers = 16
+	}
+	if lk.Logf == nil {
+		lk.Logf = func(string, ...any) {}
+	}
+	known, from, err := lk.known(ctx, urls)
+	if err != nil {
+		return nil, err
+	}
+	// The objects' versions, unless every entry is a bare count (an index without
+	// versions is trusted as it is, and costs no request per shard).
+	var check []int
+	for i, u := range urls {
+		if e, ok := known[key(u)]; !ok || e.Version != "" {
+			check = append(check, i)
+		}
+	}
+	objs := make([]source.Info, len(urls))
+	if len(check) > 0 {
+		if err := lk.objects(ctx, urls, check, objs); err != nil {
+			return nil, err
+		}
+	}
+	infos := make([]shard.Info, len(urls))
+	var todo []int
+	missing, stale := 0, 0
+	for i, u := range urls {
+		e, ok := known[key(u)]
+		switch {
+		case !ok:
+			missing++
+			todo = append(todo, i)
+		case e.Version != "" && (e.Version != objs[i].Version || (e.Size > 0 && objs[i].Size >= 0 && e.Size != objs[i].Size)):
+			stale++
+			todo = append(todo, i)
+		default:
+			e.URL = u
+			if e.Version == "" {
+				e.Offsets = nil // a count without a version: its offsets cannot be trusted
+			}
+			infos[i] = e
+		}
+	}
+	if len(todo) == 0 {
+		return infos, nil
+	}
+	if from != "" {
+		lk.Logf("shardload: index %s: %d of %d shards have no entry and %d changed since it was written; reading those %d to count their samples",
+			from, missing, len(urls), stale, len(todo))
+	} else if len(todo) == len(urls) {
+		lk.Logf("shardload: no index for these %d shards (give one with --index, or write one with \"shardload index\"): reading every shard once to count its samples", len(urls))
+	} else {
+		lk.Logf("shardload: %d of %d shards have no index entry and %d changed since it was taken; reading those %d to count their samples", missing, len(urls), stale, len(todo))
+	}
+	var mu sync.Mutex
+	done := 0
+	err = lk.each(ctx, len(todo), func(k int) error {
+		i := todo[k]
+		info, err := Scan(ctx, lk.Sources, urls[i], objs[i].Version, objs[i].Size, lk.Reader)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("shardload: counting the samples of %s stopped after %d: %w (every rank plans from the counts, so a shard that cannot be counted fails the job under either error policy)", redact.URL(urls[i]), info.Samples, err)
+		}
+		infos[i] = info
+		if lk.Store != nil {
+			if err := lk.Store.Put(info); err != nil {
+				storeWarning.Do(func() { lk.Logf("shardload: warning: %v (entries are not kept for the next run)", err) })
+			}
+		}
+		mu.Lock()
+		done++
+		if lk.Progress != nil {
+			lk.Progress(done, len(todo))
+		}
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return infos, nil
+}
+
+// storeWarning says once per process that the store cannot be written.
+var storeWarning sync.Once
+
+// known returns the entries the index, the store or the index beside the shards
+// have, by key, and the name of the index they came from ("" for the store).
+func (lk Lookup) known(ctx context.Context, urls []string) (map[string]shard.Info, string, error) {
+	known := map[string]shard.Info{}
+	if lk.Index != "" {
+		infos, err := lk.read(ctx, lk.Index)
+		if err != nil {
+			return nil, "", err
+		}
+		for _, e := range infos {
+			known[key(e.URL)] = e
+		}
+		return known, redact.URL(lk.Index), nil
+	}
+	if lk.Store != nil {
+		for _, u := range urls {
+			if e, ok := lk.Store.Get(u); ok {
+				known[key(u)] = e
+			}
+		}
+		if len(known) == len(urls) {
+			return known, "", nil
+		}
+	}
+	if lk.NoBeside {
+		return known, "", nil
+	}
+	dir := dirOf(urls[0])
+	for _, u := range urls {
+		if dirOf(u) != dir {
+			return known, "", nil
+		}
+	}
+	if dir == "" || strings.HasPrefix(dir, "http://") || strings.HasPrefix(dir, "https://") {
+		return known, "", nil // no directory, or a presigned URL's signature would not cover it
+	}
+	name := dir + FileName
+	infos, err := lk.read(ctx, name)
+	if errors.Is(err, source.ErrNotFound) {
+		return known, "", nil
+	}
+	if ctx.Err() != nil {
+		return nil, "", ctx.Err()
+	}
+	if err != nil {
+		lk.Logf("shardload: warning: the index beside the shards is not used: %v", err)
+		return known, "", nil
+	}
+	from := ""
+	for _, e := range infos {
+		if _, ok := known[key(e.URL)]; !ok {
+			known[key(e.URL)] = e
+			from = redact.URL(name)
+		}
+	}
+	return known, from, nil
+}
+
+func (lk Lookup) read(ctx context.Context, url string) ([]shard.Info, error) {
+	body, err := lk.Sources.Open(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("shardload: index: %w", err)
+	}
+	defer body.Close()
+	infos, err := Read(body, url)
+	if err != nil {
+		return nil, fmt.Errorf("shardload: %w", err)
+	}
+	return infos, nil
+}
+
+// objects sets objs[i] to the size and version of the objects urls[i], i in which.
+func (lk Lookup) objects(ctx context.Context, urls []string, which []int, objs []source.Info) error {
+	found := make([]bool, len(urls))
+	byDir := map[string][]int{}
+	for _, i := range which {
+		byDir[dirOf(urls[i])] = append(byDir[dirOf(urls[i])], i)
+	}
+	for dir, idx := range byDir {
+		if len(idx) < statBatch || dir == "" {
+			continue
+		}
+		src, err := lk.Sources.Lookup(urls[idx[0]])
+		if err != nil {
+			continue
+		}
+		l := source.ListerOf(src)
+		if l == nil {
+			continue
+		}
+		want := make(map[string]int, len(idx))
+		for _, i := range idx {
+			want[urls[i]] = i
+		}
+		err = l.List(ctx, dir, func(info source.Info) error {
+			if i, ok := want[info.URL]; ok {
+				objs[i], found[i] = info, true
+			}
+			return nil
+		})
+		if err != nil && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// Any other failure: the objects not found are stat'ed below.
+	}
+	var todo []int
+	for _, i := range which {
+		if !found[i] {
+			todo = append(todo, i)
+		}
+	}
+	return lk.each(ctx, len(todo), func(k int) error {
+		i := todo[k]
+		info, err := lk.Sources.Stat(ctx, urls[i])
+		if err != nil {
+			return fmt.Errorf("shardload: %w", err)
+		}
+		objs[i] = info
+		return nil
+	})
+}
+
+// each runs fn(0..n-1), Workers at a time, and returns the first error (by index).
+// A panic in fn is an error.
+func (lk Lookup) each(ctx context.Context, n int, fn func(int) error) error {
+	errs := make([]error, n)
+	sem := make(chan struct{}, lk.Workers)
+	var wg sync.WaitGroup
+	for k := range n {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return ctx.Err()
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			defer func() {
+				if r := recover(); r != nil {
+					errs[k] = fmt.Errorf("index: internal error (panic): %v\n%s", r, debug.Stack())
+				}
+			}()
+			errs[k] = fn(k)
+		}()
+	}
+	wg.Wait()
+	return firstErr(errs)
+}
+
+func firstErr(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dirOf returns url up to its last "/" (the query of an http(s) URL aside), or "".
+func dirOf(url string) string {
+	u := url
+	if strings.HasPrefix(u, "http://") || strings.HasPrefix(u, "https://") {
+		if i := strings.IndexAny(u, "?#"); i >= 0 {
+			u = u[:i]
+		}
+	}
+	return u[:strings.LastIndex(u, "/")+1]
+}

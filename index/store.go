@@ -1,0 +1,104 @@
+package index
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/shardload/shardload/shard"
+)
+
+// Store is a node's local store of index entries, one file per shard in a directory,
+// keyed by the shard's URL without secrets and valid for one version of its object.
+// Every process on a node may use it at once: an entry is written to a temporary file
+// and renamed into place, so a reader sees a whole entry or none. Nothing in it is
+// trusted beyond what Read checks: an entry that does not parse, or is for another URL
+// or version, is a miss.
+type Store struct {
+	dir string
+}
+
+// StoreDirEnv names the environment variable that sets DefaultStoreDir.
+const StoreDirEnv = "SHARDLOAD_INDEX_DIR"
+
+// DefaultStoreDir returns the node's store directory: $SHARDLOAD_INDEX_DIR, else
+// "shardload/index" in the user's cache directory ($XDG_CACHE_HOME, ~/.cache), else
+// "" (none).
+func DefaultStoreDir() string {
+	if d := os.Getenv(StoreDirEnv); d != "" {
+		return d
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "shardload", "index")
+	}
+	return ""
+}
+
+// OpenStore opens the store in dir, creating it (0700) if needed.
+func OpenStore(dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("index: store: %w", err)
+	}
+	return &Store{dir: dir}, nil
+}
+
+// Dir returns the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+func (s *Store) path(url string) string {
+	sum := sha256.Sum256([]byte(key(url)))
+	h := hex.EncodeToString(sum[:16])
+	return filepath.Join(s.dir, h[:2], h+".json")
+}
+
+// Put stores info, replacing the shard's previous entry. An entry without a version
+// cannot be checked against its object later and is not stored.
+func (s *Store) Put(info shard.Info) error {
+	if info.Version == "" {
+		return nil
+	}
+	p := s.path(info.URL)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return fmt.Errorf("index: store: %w", err)
+	}
+	b, err := json.Marshal(lineOf(info))
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("index: store: %w", err)
+	}
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), p)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("index: store: %w", err)
+	}
+	return nil
+}
+
+// Get returns the store's entry of url, for whichever version of the object it was
+// taken from (compare Version with the object's).
+func (s *Store) Get(url string) (shard.Info, bool) {
+	b, err := os.ReadFile(s.path(url))
+	if err != nil {
+		return shard.Info{}, false
+	}
+	infos, err := Read(bytes.NewReader(b), s.path(url))
+	if err != nil || len(infos) != 1 || infos[0].URL != key(url) || infos[0].Version == "" {
+		return shard.Info{}, false
+	}
+	info := infos[0]
+	info.URL = url
+	return info, true
+}

@@ -1,0 +1,245 @@
+// Package pipeline is the loader's stages between the plan and the batches: a
+// producer per open shard (fetch, inflate, split, decode into buffers of a size-class
+// pool), the mixer that interleaves the open shards and shuffles, the batcher that
+// collates batches into the slabs of a pinned ring, and the hand-over of each batch to
+// the device-copy stage. The root package plans the epoch, wires these stages and
+// owns the API. Everything that decides the order of samples happens in the mixer, so
+// the order does not depend on goroutine timing.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/device"
+	"github.com/shardload/shardload/internal/mem"
+	"github.com/shardload/shardload/internal/redact"
+	"github.com/shardload/shardload/pinned"
+	"github.com/shardload/shardload/shard"
+)
+
+// Opener opens a shard by URL, whole or from an offset (a *source.Registry).
+type Opener interface {
+	Open(ctx context.Context, url string) (io.ReadCloser, error)
+	OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error)
+}
+
+// Params are what the stages need, with every default applied by the caller.
+type Params struct {
+	Sources Opener
+	Plan    shard.Plan
+	Shards  []shard.Info // the shard list the plan indexes
+	Fields  []decode.Field
+	// Reader holds the shard readers' limits (MaxMemberSize, MaxSampleSize,
+	// MaxRatio); the pipeline sets URL, Timing and Buffers.
+	Reader shard.Options
+
+	Seed          uint64
+	Epoch, Rank   int
+	NoShuffle     bool
+	ShuffleBuffer int
+	ShuffleBytes  int64
+	OpenShards    int
+	Workers       int
+	QueueBytes    int64
+	BatchSize     int
+	DropLast      bool
+	CPUs          []int // the CPUs the stages' threads run on; nil: anywhere
+
+	// Skip leaves bad samples and shards out (the Skip policy) within Budget.
+	Skip   bool
+	Budget Budget
+
+	// Ring is the slab ring to collate into, which the pipeline does not close;
+	// without it the pipeline creates one from RingOptions (overlapping with the
+	// first reads) and closes it.
+	Ring        *pinned.Ring
+	RingOptions pinned.Options
+	// Queue is the number of batches collated ahead of Next (the ring's slabs).
+	Queue int
+	// Device receives each batch after collation; nil hands none over. Close
+	// closes it, before the ring its copies read from.
+	Device *device.Stage
+	Logf   func(format string, args ...any)
+}
+
+// Budget is what the Skip policy may leave out before the pipeline fails.
+type Budget struct {
+	MaxSamples, MaxShards float64 // what this rank may skip
+	JobSamples            int64   // the job's samples and shards, for the message
+	JobShards             int
+	Text                  string // the budget as the user gave it
+}
+
+// Pipeline runs the stages of one rank's epoch.
+type Pipeline struct {
+	p Params
+
+	ring      *pinned.Ring // set once ringReady is closed
+	ringErr   error
+	ringReady chan struct{}
+
+	out     chan msg
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	pool    mem.Pool
+	items   sync.Pool     // *item
+	workers chan struct{} // one token per worker actively reading a shard
+	regWarn sync.Once
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+	closeErr  error
+	err       error // sticky error of Next
+
+	// C counts what the stages did and where their time went.
+	C Counters
+}
+
+type msg struct {
+	b   *Batch
+	err error
+}
+
+// Counters are the pipeline's counters; times are nanoseconds summed over the
+// goroutines that spend them. Wait and FirstBatch are the caller's to keep.
+type Counters struct {
+	Samples, Batches, Padded, Skipped, SkippedShards atomic.Int64
+	BytesIn, BytesInflated, BytesOut                 atomic.Int64
+	FirstBatch                                       atomic.Int64
+	Fetch, Inflate, Split, Decode, Shuffle, Collate  atomic.Int64
+	Starve, Wait                                     atomic.Int64
+}
+
+// Batch is one collated batch in a slab of the ring.
+type Batch struct {
+	decode.Batch
+	Seq      int              // numbers the batches of an epoch from 0
+	Padded   int              // rows that repeat earlier samples
+	Slab     *pinned.Slab     // the slab the batch lives in
+	Transfer *device.Transfer // the copy to the device; nil without a device stage
+
+	ring     *pinned.Ring
+	released atomic.Bool
+}
+
+// Release waits for the batch's device copy and hands its slab back to the ring.
+// It is idempotent.
+func (b *Batch) Release() {
+	if b.released.CompareAndSwap(false, true) {
+		if b.Transfer != nil {
+			b.Transfer.Release() // waits for the copy, so the slab is free to refill
+		}
+		b.ring.Release(b.Slab)
+	}
+}
+
+// Start starts the stages. ctx's values reach the sources; its cancellation does
+// not stop the pipeline (Close does).
+func Start(ctx context.Context, p Params) *Pipeline {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	pl := &Pipeline{p: p, cancel: cancel,
+		out:       make(chan msg, p.Queue),
+		workers:   make(chan struct{}, p.Workers),
+		ringReady: make(chan struct{}),
+	}
+	// Free buffers kept for reuse: as much as the queues and the shuffle buffer hold.
+	pl.pool.MaxFree = int64(p.OpenShards)*p.QueueBytes + p.ShuffleBytes
+	// The arena may map twice that: what the queues and the shuffle buffer hold, and
+	// room for the batches being collated and for size classes that round up.
+	pl.pool.MaxArena = 2 * pl.pool.MaxFree
+	if p.Ring != nil {
+		pl.ring = p.Ring
+		close(pl.ringReady)
+	} else {
+		// Mapping and locking the slabs takes a while (page faults for every page): it
+		// overlaps with reading the first samples, and the first batch waits for it.
+		go func() {
+			defer close(pl.ringReady)
+			pl.ring, pl.ringErr = pinned.NewRing(p.RingOptions)
+		}()
+	}
+	pl.wg.Add(1)
+	go pl.run(ctx)
+	return pl
+}
+
+// ErrClosed is returned by Next after Close.
+var ErrClosed = errors.New("shardload: loader closed")
+
+// Next returns the next batch, or io.EOF after the epoch's last. Errors are sticky
+// and have their URLs' secrets removed.
+func (pl *Pipeline) Next(ctx context.Context) (*Batch, error) {
+	if pl.closed.Load() {
+		// Batches still queued when Close ran belong to freed slabs: never hand them out.
+		pl.err = ErrClosed
+	}
+	if pl.err != nil {
+		return nil, pl.err
+	}
+	var m msg
+	var ok bool
+	select {
+	case m, ok = <-pl.out:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	switch {
+	case pl.closed.Load():
+		if ok && m.b != nil {
+			m.b.Release()
+		}
+		pl.err = ErrClosed
+	case !ok:
+		pl.err = io.EOF
+	case m.err != nil:
+		pl.err = redact.Error(m.err)
+	default:
+		return m.b, nil
+	}
+	return nil, pl.err
+}
+
+// Close stops the stages, waits for their goroutines, and closes the device stage and
+// then the ring it created. Close is idempotent.
+func (pl *Pipeline) Close() error {
+	pl.closeOnce.Do(func() {
+		pl.closed.Store(true)
+		pl.cancel()
+		// Drain batches nobody will take, so the producer side can exit.
+		go func() {
+			for m := range pl.out {
+				if m.b != nil {
+					m.b.Release()
+				}
+			}
+		}()
+		pl.wg.Wait()
+		pl.pool.Release() // every goroutine that held a sample buffer is done
+		var devErr error
+		if pl.p.Device != nil {
+			devErr = pl.p.Device.Close()
+		}
+		<-pl.ringReady
+		if pl.ring != nil && pl.p.Ring == nil {
+			pl.closeErr = pl.ring.Close()
+		}
+		pl.closeErr = errors.Join(devErr, pl.closeErr)
+	})
+	return pl.closeErr
+}
+
+// Locked reports whether the ring's slabs are page-locked; false while the ring is
+// being made.
+func (pl *Pipeline) Locked() bool {
+	select {
+	case <-pl.ringReady:
+		return pl.ring != nil && pl.ring.Locked()
+	default:
+		return false
+	}
+}
