@@ -49,6 +49,7 @@ test: deps tools lint
 	$(GO) test -run '^$$' -fuzz '^FuzzParseContentRange$$' -fuzztime 20000x ./source/httpsrc/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMeta$$' -fuzztime 20000x ./cache/
 	$(GO) test -run '^$$' -fuzz '^FuzzURL$$' -fuzztime 20000x ./internal/redact/
+	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime 20000x ./index/
 
 tools:
 	scripts/tools.sh

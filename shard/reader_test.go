@@ -674,3 +674,59 @@ func withinBuf(b, buf []byte) (int, bool) {
 	off := uintptr(unsafe.Pointer(unsafe.SliceData(b))) - uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
 	return int(off), off < uintptr(cap(buf))
 }
+
+// A reader started at a sample's offset (StartOffset) yields the samples from there,
+// with the offsets of the whole shard, in samples and in errors; a compressed stream
+// or an offset off the tar blocks is refused.
+func TestStartOffset(t *testing.T) {
+	data := buildTar(t, member{name: "a.x", data: "hello"}, member{name: "a.y", data: strings.Repeat("z", 600)},
+		member{name: "b.x", data: "1"}, member{name: "c.x", data: "2"}, member{name: "c.x", data: "dup"}, member{name: "d.x", data: "3"})
+	whole := readAllSkippingSampleErrors(t, NewReader(bytes.NewReader(data), Options{}))
+	for i, s := range whole {
+		r := NewReader(bytes.NewReader(data[s.Offset:]), Options{URL: "mem.tar", StartOffset: s.Offset})
+		rest := readAllSkippingSampleErrors(t, r)
+		if summary(rest) != summary(whole[i:]) {
+			t.Fatalf("from sample %d: %s, want %s", i, summary(rest), summary(whole[i:]))
+		}
+		for j, got := range rest {
+			if got.Offset != whole[i+j].Offset || got.Fields[0].Offset != whole[i+j].Fields[0].Offset {
+				t.Errorf("from sample %d: sample %s at %d, want %d", i, got.Key, got.Offset, whole[i+j].Offset)
+			}
+		}
+	}
+	// The duplicate member's error names its offset in the whole shard.
+	c := whole[1].Offset + 1024 // after b.x's header and block
+	_, err := NewReader(bytes.NewReader(data[c:]), Options{URL: "mem.tar", StartOffset: c}).Next()
+	var se *Error
+	if !errors.As(err, &se) || se.Key != "c" || se.Offset != c+1024 {
+		t.Errorf("duplicate member from its sample's offset: %v, want sample c at byte %d", err, c+1024)
+	}
+	for name, r := range map[string]*Reader{
+		"compressed": NewReader(bytes.NewReader(compress(t, Zstd, data)), Options{StartOffset: 512}),
+		"unaligned":  NewReader(bytes.NewReader(data[100:]), Options{StartOffset: 100}),
+	} {
+		if _, err := r.Next(); !errors.Is(err, ErrUnsupportedCompression) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// readAllSkippingSampleErrors reads every sample, stepping over errors of one sample.
+func readAllSkippingSampleErrors(t *testing.T, r *Reader) []*Sample {
+	t.Helper()
+	var out []*Sample
+	for {
+		s, err := r.Next()
+		if err == io.EOF {
+			return out
+		}
+		var se *Error
+		if errors.As(err, &se) && se.Skippable() {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s.Clone())
+	}
+}

@@ -1,0 +1,316 @@
+package index_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardload/shardload/index"
+	"github.com/shardload/shardload/internal/shardgen"
+	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/source"
+)
+
+// countingFile serves files and counts the opens of each URL.
+type countingFile struct {
+	source.File
+	mu    sync.Mutex
+	opens map[string]int
+}
+
+func (c *countingFile) Open(ctx context.Context, url string) (io.ReadCloser, error) {
+	c.mu.Lock()
+	c.opens[url]++
+	c.mu.Unlock()
+	return c.File.Open(ctx, url)
+}
+
+func (c *countingFile) shardOpens() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for u, k := range c.opens {
+		if strings.HasSuffix(u, ".tar") {
+			n += k
+		}
+	}
+	return n
+}
+
+func registry() (*source.Registry, *countingFile) {
+	c := &countingFile{opens: map[string]int{}}
+	reg := &source.Registry{}
+	reg.Register("file", c)
+	return reg, c
+}
+
+// truth returns each sample's offset as the shard reader reports it.
+func truth(t *testing.T, path string) []int64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r := shard.NewReader(f, shard.Options{URL: path})
+	var offs []int64
+	for {
+		s, err := r.Next()
+		if err == io.EOF {
+			return offs
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		offs = append(offs, s.Offset)
+	}
+}
+
+func gen(t *testing.T, dir string, shards int, comp shard.Compression) []string {
+	t.Helper()
+	paths, err := shardgen.Generate(dir, shardgen.Spec{Shards: shards, Samples: []int{7, 30, 1, 12}, Compression: comp, Seed: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return paths
+}
+
+// Scan's offsets are the reader's; a compressed shard gets a count and no offsets.
+func TestScan(t *testing.T) {
+	ctx := context.Background()
+	reg, _ := registry()
+	for _, comp := range []shard.Compression{shard.None, shard.Zstd} {
+		paths := gen(t, t.TempDir(), 4, comp)
+		for _, p := range paths {
+			info, err := index.Scan(ctx, reg, p, "v1", 123, shard.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := truth(t, p)
+			if info.Samples != len(want) || info.Version != "v1" || info.Size != 123 {
+				t.Fatalf("%s: %+v, want %d samples", p, info, len(want))
+			}
+			if comp == shard.None && !reflect.DeepEqual(info.Offsets, want) {
+				t.Errorf("%s: offsets %v, want %v", p, info.Offsets, want)
+			}
+			if comp != shard.None && info.Offsets != nil {
+				t.Errorf("%s (%s): offsets of a compressed shard", p, comp)
+			}
+		}
+	}
+}
+
+// What Write writes, Read reads back, compressed or not, with secrets gone from URLs.
+func TestRoundTrip(t *testing.T) {
+	infos := []shard.Info{
+		{URL: "s3://b/train-0.tar", Samples: 3, Version: `"etag"`, Size: 4096, Offsets: []int64{0, 1536, 3072}},
+		{URL: "https://user:pw@h/x.tar?X-Amz-Signature=secret&a=1", Samples: 2, Version: "g1", Size: 10},
+		{URL: "/data/empty.tar", Samples: 0, Version: "0-1"},
+	}
+	for _, compress := range []bool{false, true} {
+		var buf bytes.Buffer
+		if err := index.Write(&buf, infos, compress); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(buf.String(), "secret") || strings.Contains(buf.String(), "pw@") {
+			t.Fatalf("a secret was written: %s", buf.String())
+		}
+		got, err := index.Read(&buf, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(infos) {
+			t.Fatalf("%d entries", len(got))
+		}
+		for i := range infos {
+			want := infos[i]
+			want.URL = source.Redact(want.URL)
+			if !reflect.DeepEqual(got[i], want) {
+				t.Errorf("compress %v: entry %d = %+v, want %+v", compress, i, got[i], want)
+			}
+		}
+	}
+}
+
+// Read takes the lines "ls --summary --json" prints, and refuses what would plan a
+// wrong epoch: offsets off the tar blocks, fewer or more than the samples, not
+// increasing, a newer format.
+func TestReadChecks(t *testing.T) {
+	got, err := index.Read(strings.NewReader(`{"url":"a.tar","samples":5,"extensions":["cls"]}`+"\n\n"+`{"url":"b.tar","samples":0}`), "ls")
+	if err != nil || len(got) != 2 || got[0].Samples != 5 || got[0].Offsets != nil {
+		t.Fatalf("ls lines: %+v, %v", got, err)
+	}
+	enc := func(offs ...int64) string {
+		var buf bytes.Buffer
+		index.Write(&buf, []shard.Info{{URL: "a", Samples: len(offs), Offsets: offs}}, false)
+		return buf.String()
+	}
+	good := enc(0, 512, 2048)
+	if _, err := index.Read(strings.NewReader(good), "good"); err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range map[string]string{
+		"unaligned":    enc(0, 100),
+		"not after":    enc(512, 512),
+		"more offsets": strings.Replace(good, `"samples":3`, `"samples":2`, 1),
+		"fewer":        strings.Replace(good, `"samples":3`, `"samples":4`, 1),
+		"version":      strings.Replace(good, `"version":1`, `"version":2`, 1),
+		"no samples":   `{"url":"a"}`,
+		"negative":     `{"url":"a","samples":-1}`,
+		"not json":     `url a`,
+	} {
+		if _, err := index.Read(strings.NewReader(text), name); err == nil {
+			t.Errorf("%s: accepted %q", name, text)
+		} else if !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: the error does not say where: %v", name, err)
+		}
+	}
+}
+
+// The first Resolve reads every shard once, with one line saying so, and keeps the
+// entries; the next reads none. A shard overwritten since is read again, alone, and
+// the log says one changed.
+func TestResolveStore(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	paths := gen(t, dir, 5, shard.None)
+	store, err := index.OpenStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, files := registry()
+	var logs []string
+	lk := index.Lookup{Sources: reg, Store: store, Logf: func(f string, a ...any) { logs = append(logs, f) }}
+	first, err := lk.Resolve(ctx, paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files.shardOpens() != len(paths) || len(logs) != 1 || !strings.Contains(logs[0], "no index") {
+		t.Fatalf("first run: %d opens, logs %q", files.shardOpens(), logs)
+	}
+	for i, p := range paths {
+		if want := truth(t, p); first[i].URL != p || first[i].Samples != len(want) || !reflect.DeepEqual(first[i].Offsets, want) || first[i].Version == "" {
+			t.Fatalf("entry %d: %+v", i, first[i])
+		}
+	}
+
+	reg2, files2 := registry()
+	logs = nil
+	lk.Sources = reg2
+	again, err := lk.Resolve(ctx, paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files2.shardOpens() != 0 || len(logs) != 0 || !reflect.DeepEqual(again, first) {
+		t.Fatalf("second run: %d opens, logs %q, same entries %v", files2.shardOpens(), logs, reflect.DeepEqual(again, first))
+	}
+
+	// Overwrite shard 2 with another dataset's shard of other samples.
+	other := gen(t, t.TempDir(), 4, shard.None)
+	data, _ := os.ReadFile(other[1])
+	later := time.Now().Add(time.Minute)
+	if err := os.WriteFile(paths[2], data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chtimes(paths[2], later, later)
+	reg3, files3 := registry()
+	logs = nil
+	lk.Sources = reg3
+	third, err := lk.Resolve(ctx, paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files3.opens[paths[2]] != 1 || files3.shardOpens() != 1 {
+		t.Errorf("after an overwrite: opens %v, want shard 2 only", files3.opens)
+	}
+	if len(logs) != 1 || !strings.Contains(logs[0], "changed") {
+		t.Errorf("after an overwrite: logs %q", logs)
+	}
+	if want := truth(t, paths[2]); third[2].Samples != len(want) || !reflect.DeepEqual(third[2].Offsets, want) {
+		t.Errorf("the overwritten shard: %+v, want %d samples", third[2], len(want))
+	}
+}
+
+// An index object beside the shards serves a node whose store is empty: no shard is
+// read. A stale entry in it is recomputed.
+func TestResolveBeside(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	paths := gen(t, dir, 6, shard.None)
+	reg, _ := registry()
+	infos, err := index.Lookup{Sources: reg, NoBeside: true}.Resolve(ctx, paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(dir, index.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := index.Write(f, infos, true); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	store, _ := index.OpenStore(t.TempDir())
+	reg2, files := registry()
+	var opened atomic.Int32
+	got, err := index.Lookup{Sources: reg2, Store: store, Progress: func(int, int) { opened.Add(1) }}.Resolve(ctx, paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files.shardOpens() != 0 || opened.Load() != 0 || !reflect.DeepEqual(got, infos) {
+		t.Fatalf("with the index beside the shards: %d shard opens", files.shardOpens())
+	}
+	// The same with an explicit index (by URL), and a legacy index of bare counts.
+	legacy := filepath.Join(t.TempDir(), "counts.jsonl")
+	var lines []string
+	for _, in := range infos {
+		lines = append(lines, `{"url":"`+in.URL+`","samples":`+strconv.Itoa(in.Samples)+`}`)
+	}
+	os.WriteFile(legacy, []byte(strings.Join(lines, "\n")), 0o644)
+	reg3, files3 := registry()
+	got, err = index.Lookup{Sources: reg3, Index: legacy}.Resolve(ctx, paths)
+	if err != nil || files3.shardOpens() != 0 {
+		t.Fatalf("legacy index: %v, %d opens", err, files3.shardOpens())
+	}
+	for i := range got {
+		if got[i].Samples != infos[i].Samples || got[i].Offsets != nil {
+			t.Errorf("legacy entry %d: %+v", i, got[i])
+		}
+	}
+}
+
+func FuzzRead(f *testing.F) {
+	var buf bytes.Buffer
+	index.Write(&buf, []shard.Info{{URL: "s3://b/a.tar", Samples: 2, Version: "v", Size: 2048, Offsets: []int64{0, 1024}}}, false)
+	f.Add(buf.Bytes())
+	f.Add([]byte(`{"url":"a","samples":3}`))
+	buf.Reset()
+	index.Write(&buf, []shard.Info{{URL: "a", Samples: 1, Offsets: []int64{512}}}, true)
+	f.Add(buf.Bytes())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		infos, err := index.Read(bytes.NewReader(data), "fuzz")
+		if err != nil {
+			return
+		}
+		for _, in := range infos {
+			if in.Samples < 0 || (in.Offsets != nil && len(in.Offsets) != in.Samples) {
+				t.Fatalf("accepted %+v", in)
+			}
+			for i, o := range in.Offsets {
+				if o%512 != 0 || (i > 0 && o <= in.Offsets[i-1]) {
+					t.Fatalf("accepted offsets %v", in.Offsets)
+				}
+			}
+		}
+	})
+}
