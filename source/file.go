@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -15,6 +16,10 @@ import (
 // ("file:///data/train-000.tar"). The path of a file URL is used as written, without
 // percent-decoding, as WebDataset does. The zero value is ready to use and safe for
 // concurrent use.
+//
+// Create writes a file whole or not at all: into a temporary file in the same
+// directory, synced and renamed over the file's name on Close (mode 0644). The
+// directory must exist.
 //
 // Streams from Open and OpenRange read the file as it was sized when it was opened:
 // bytes appended later are not read, and a file truncated while it is read fails the
@@ -228,6 +233,118 @@ func (*File) List(ctx context.Context, prefix string, fn func(Info) error) error
 		if err := fn(fileInfo(dirURL+e.Name(), fi)); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+var _ Creator = (*File)(nil)
+
+// Create returns a writer of the file at url (see Creator): the bytes go to a
+// temporary file beside it, which Close syncs, makes 0644 and renames over url, then
+// syncs the directory. The directory must exist; a directory at url is an error.
+func (*File) Create(ctx context.Context, url string) (io.WriteCloser, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &Error{Op: "create", URL: url, Err: err}
+	}
+	path, err := filePath(url)
+	if err != nil {
+		return nil, &Error{Op: "create", URL: url, Err: err}
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return nil, &Error{Op: "create", URL: url, Err: errIsDir}
+	}
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	if base == "" {
+		return nil, &Error{Op: "create", URL: url, Err: errIsDir}
+	}
+	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if errors.Is(err, fs.ErrNotExist) {
+		err = fmt.Errorf("directory %s: %w", dir, fs.ErrNotExist)
+	}
+	if err != nil {
+		return nil, &Error{Op: "create", URL: url, Err: fileErr(err)}
+	}
+	return &fileWriter{ctx: ctx, url: url, path: path, dir: dir, f: tmp}, nil
+}
+
+// fileWriter writes a temporary file and renames it over path on a clean Close.
+type fileWriter struct {
+	ctx            context.Context
+	url, path, dir string
+	f              *os.File
+	err            error // the first failure; every later call returns it
+	closed         bool
+}
+
+func (w *fileWriter) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	if w.closed {
+		return 0, &Error{Op: "write", URL: w.url, Err: os.ErrClosed}
+	}
+	if err := w.ctx.Err(); err != nil {
+		w.err = &Error{Op: "write", URL: w.url, Err: err}
+		return 0, w.err
+	}
+	n, err := w.f.Write(p)
+	if err != nil {
+		w.err = &Error{Op: "write", URL: w.url, Err: fileErr(err)}
+	}
+	return n, w.err
+}
+
+// Close publishes the file unless a Write failed or ctx is done; either way the
+// temporary file is gone afterwards.
+func (w *fileWriter) Close() error {
+	if w.closed {
+		return w.err
+	}
+	w.closed = true
+	tmp := w.f.Name()
+	fail := func(err error) error {
+		if w.err == nil {
+			w.err = &Error{Op: "write", URL: w.url, Err: err}
+		}
+		w.f.Close()
+		os.Remove(tmp)
+		return w.err
+	}
+	if w.err != nil {
+		return fail(w.err)
+	}
+	if err := w.ctx.Err(); err != nil {
+		return fail(err)
+	}
+	if err := w.f.Sync(); err != nil {
+		return fail(fileErr(err))
+	}
+	if err := w.f.Chmod(0o644); err != nil {
+		return fail(fileErr(err))
+	}
+	if err := w.f.Close(); err != nil {
+		os.Remove(tmp)
+		w.err = &Error{Op: "write", URL: w.url, Err: fileErr(err)}
+		return w.err
+	}
+	if err := w.ctx.Err(); err != nil {
+		os.Remove(tmp)
+		w.err = &Error{Op: "write", URL: w.url, Err: err}
+		return w.err
+	}
+	if err := os.Rename(tmp, w.path); err != nil {
+		os.Remove(tmp)
+		w.err = &Error{Op: "write", URL: w.url, Err: fileErr(err)}
+		return w.err
+	}
+	// The rename is durable once the directory is synced; a file system that cannot
+	// sync a directory has published the file all the same.
+	if d, err := os.Open(w.dir); err == nil {
+		d.Sync()
+		d.Close()
 	}
 	return nil
 }

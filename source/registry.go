@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -95,6 +96,27 @@ func (r *Registry) Open(ctx context.Context, url string) (io.ReadCloser, error) 
 	return src.Open(ctx, url)
 }
 
+// Create looks up url's Source and returns a writer of the object, through
+// CreatorOf (a Fetcher hands the write to the backend it wraps). See Creator for
+// when the object appears. It is an *Error wrapping ErrUnknownScheme when no Source
+// serves the scheme, and one wrapping ErrNotCreator when its Source cannot write.
+func (r *Registry) Create(ctx context.Context, url string) (io.WriteCloser, error) {
+	src, err := r.Lookup(url)
+	if err != nil {
+		return nil, &Error{Op: "create", URL: url, Err: errors.Unwrap(err)}
+	}
+	c := CreatorOf(src)
+	if c == nil {
+		return nil, &Error{Op: "create", URL: url, Err: fmt.Errorf("%w (%s://)", ErrNotCreator, Scheme(url))}
+	}
+	return c.Create(ctx, url)
+}
+
+var (
+	_ Source  = (*Registry)(nil)
+	_ Creator = (*Registry)(nil)
+)
+
 // Default is the registry used by the package-level functions. It serves "file"
 // (and plain paths) with File. The cloud backends live in packages of their own
 // (source/s3, source/gcs, source/httpsrc) and register themselves in Default when
@@ -110,6 +132,11 @@ func Register(scheme string, src Source) { Default.Register(scheme, src) }
 // Open opens url through the Default registry.
 func Open(ctx context.Context, url string) (io.ReadCloser, error) {
 	return Default.Open(ctx, url)
+}
+
+// Create writes url through the Default registry (see Registry.Create).
+func Create(ctx context.Context, url string) (io.WriteCloser, error) {
+	return Default.Create(ctx, url)
 }
 
 // Stat stats url through the Default registry.

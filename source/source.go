@@ -3,8 +3,9 @@
 //
 // A Source is small and context-first: Stat an object, Open it as a stream. Optional
 // capabilities are separate interfaces found by type assertion: RangeReader,
-// VersionReader, Lister. A Source that wraps another (a Fetcher) is a Wrapper, and
-// ListerOf finds whether a chain of wrappers can list.
+// VersionReader, Lister, Creator. A Source that wraps another (a Fetcher) is a
+// Wrapper, and ListerOf and CreatorOf find whether a chain of wrappers can list or
+// write.
 //
 // This package holds the core: the Source interface and its capabilities, the
 // Registry of schemes, errors and their sentinels, retry classification, the Fetcher
@@ -72,6 +73,8 @@ var (
 	ErrUnknownScheme = errors.New("source: unknown URL scheme")
 	// ErrShortRead means a stream ended before the object's size was read.
 	ErrShortRead = errors.New("source: object shorter than its size")
+	// ErrNotCreator means a URL's Source cannot write objects (an http(s) URL).
+	ErrNotCreator = errors.New("source: writing not supported for this scheme")
 )
 
 // Error is a failure of one operation on one object.
@@ -122,4 +125,40 @@ func ListerOf(src Source) Lister {
 		return nil
 	}
 	return l
+}
+
+// Creator is the optional capability to write an object: the File backend, S3 and
+// GCS have it; HTTP does not. It is how a small object such as a dataset index is
+// published beside the shards.
+//
+// The object appears, whole, only when Close returns nil: never half-written. A
+// write that fails (a Write or Close error) or is abandoned (its ctx canceled, then
+// Close) leaves the object as it was before, the previous object if there was one.
+// Once a Write failed, every later Write and Close fail too, so a writer whose
+// errors were ignored until Close still publishes nothing. Close of a writer whose
+// ctx was canceled fails and publishes nothing; to abandon a write, cancel its ctx
+// and Close. A writer must be closed, and is not safe for concurrent use; Close may
+// be called more than once and returns the first call's result.
+type Creator interface {
+	// Create returns a writer of the object at url, replacing any object there when
+	// it is closed. A URL that cannot name an object fails here, before any byte.
+	Create(ctx context.Context, url string) (io.WriteCloser, error)
+}
+
+// CreatorOf returns the Creator that writes through src, or nil when src cannot
+// write: src itself when it implements Creator, else, if src is a Wrapper, the
+// Creator of the Source it wraps. A Fetcher is such a Wrapper: writes go to the
+// backend it reads from. A cache is not in the chain: writes never go through one.
+func CreatorOf(src Source) Creator {
+	for src != nil {
+		if c, ok := src.(Creator); ok {
+			return c
+		}
+		w, ok := src.(Wrapper)
+		if !ok {
+			return nil
+		}
+		src = w.Unwrap()
+	}
+	return nil
 }

@@ -50,6 +50,7 @@ var (
 	_ source.RangeReader   = (*Source)(nil)
 	_ source.VersionReader = (*Source)(nil)
 	_ source.Lister        = (*Source)(nil)
+	_ source.Creator       = (*Source)(nil)
 )
 
 // Stat returns the object's size, update time and generation as Version.
@@ -251,6 +252,84 @@ func (s *gcsStream) Read(p []byte) (int, error) {
 }
 
 func (s *gcsStream) Close() error { return s.r.Close() }
+
+// Create returns a writer of the object at url (see source.Creator), a
+// storage.Writer: GCS publishes the object only when the upload is finalized by a
+// clean Close. A failed Write or a canceled ctx cancels the upload's own context,
+// so that no object appears. Uploads are retried (a chunk at a time, up to
+// source.DefaultAttempts tries each) whatever the client's policy: the upload
+// holds what it resends.
+func (g *Source) Create(ctx context.Context, url string) (io.WriteCloser, error) {
+	c, bucket, name, err := g.prepare(url)
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return nil, &source.Error{Op: "create", URL: url, Err: err}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	obj := c.Bucket(bucket).Object(name).Retryer(storage.WithPolicy(storage.RetryAlways), storage.WithMaxAttempts(source.DefaultAttempts))
+	w := obj.NewWriter(wctx)
+	w.ContentType = "application/octet-stream"
+	return &gcsWriter{ctx: ctx, cancel: cancel, url: url, w: w}, nil
+}
+
+// gcsWriter is a storage.Writer that is abandoned, not finalized, after a failure.
+type gcsWriter struct {
+	ctx    context.Context
+	cancel context.CancelFunc // of the upload's context
+	url    string
+	w      *storage.Writer
+	err    error // the first failure; every later call returns it
+	closed bool
+}
+
+func (w *gcsWriter) fail(err error) error {
+	if w.err == nil {
+		w.err = &source.Error{Op: "write", URL: w.url, Err: err}
+	}
+	w.cancel()
+	return w.err
+}
+
+func (w *gcsWriter) Write(p []byte) (int, error) {
+	switch {
+	case w.err != nil:
+		return 0, w.err
+	case w.closed:
+		return 0, &source.Error{Op: "write", URL: w.url, Err: errors.New("source: write after Close")}
+	case w.ctx.Err() != nil:
+		return 0, w.fail(w.ctx.Err())
+	}
+	n, err := w.w.Write(p)
+	if err != nil {
+		return n, w.fail(gcsErr(err))
+	}
+	return n, nil
+}
+
+// Close finalizes the upload, unless a Write failed or ctx is done: then the upload
+// is canceled and no object appears.
+func (w *gcsWriter) Close() error {
+	if w.closed {
+		return w.err
+	}
+	w.closed = true
+	if w.err == nil && w.ctx.Err() != nil {
+		w.fail(w.ctx.Err())
+	}
+	if w.err != nil {
+		w.cancel()
+		w.w.Close() // fails: its context is canceled
+		return w.err
+	}
+	err := w.w.Close()
+	w.cancel()
+	if err != nil {
+		return w.fail(gcsErr(err))
+	}
+	return nil
+}
 
 // Scheme is the URL scheme this package serves.
 const Scheme = "gs"

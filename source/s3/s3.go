@@ -4,6 +4,7 @@
 package s3
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -58,6 +59,7 @@ var (
 	_ source.RangeReader   = (*Source)(nil)
 	_ source.VersionReader = (*Source)(nil)
 	_ source.Lister        = (*Source)(nil)
+	_ source.Creator       = (*Source)(nil)
 )
 
 // PathStyleEnv names the environment variable that, set to true or false, overrides
@@ -310,6 +312,82 @@ func (s *s3Stream) Read(p []byte) (int, error) {
 }
 
 func (s *s3Stream) Close() error { return s.body.Close() }
+
+// MaxPut is the largest object Create writes: S3's limit on one PutObject.
+const MaxPut = 5 << 30
+
+// Create returns a writer of the object at url (see source.Creator). The bytes are
+// held in memory and sent as one PutObject on Close, which S3 publishes whole or not
+// at all; it is tried again under source.RetryPolicy's defaults when it fails in a
+// way a retry may cure. Objects are small things such as an index: more than MaxPut
+// bytes fail the write.
+func (s *Source) Create(ctx context.Context, url string) (io.WriteCloser, error) {
+	c, bucket, key, err := s.prepare(url)
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return nil, &source.Error{Op: "create", URL: url, Err: err}
+	}
+	return &s3Writer{ctx: ctx, url: url, c: c, bucket: bucket, key: key}, nil
+}
+
+// s3Writer buffers an object and puts it on Close.
+type s3Writer struct {
+	ctx         context.Context
+	url         string
+	c           *awss3.Client
+	bucket, key string
+	buf         bytes.Buffer
+	err         error // the first failure; every later call returns it
+	closed      bool
+}
+
+func (w *s3Writer) Write(p []byte) (int, error) {
+	switch {
+	case w.err != nil:
+		return 0, w.err
+	case w.closed:
+		return 0, &source.Error{Op: "write", URL: w.url, Err: os.ErrClosed}
+	case w.ctx.Err() != nil:
+		w.err = &source.Error{Op: "write", URL: w.url, Err: w.ctx.Err()}
+		return 0, w.err
+	case int64(w.buf.Len())+int64(len(p)) > MaxPut:
+		w.err = &source.Error{Op: "write", URL: w.url, Err: fmt.Errorf("source: object larger than %d bytes, the most one PutObject takes", int64(MaxPut))}
+		return 0, w.err
+	}
+	return w.buf.Write(p)
+}
+
+// Close puts the object, unless a Write failed or ctx is done.
+func (w *s3Writer) Close() error {
+	if w.closed {
+		return w.err
+	}
+	w.closed = true
+	if w.err != nil {
+		return w.err
+	}
+	data := w.buf.Bytes()
+	err := source.RetryPolicy{}.Do(w.ctx, func(int) error {
+		if err := w.ctx.Err(); err != nil {
+			return err
+		}
+		_, err := w.c.PutObject(w.ctx, &awss3.PutObjectInput{
+			Bucket: &w.bucket, Key: &w.key, Body: bytes.NewReader(data),
+			ContentLength: aws.Int64(int64(len(data))), ContentType: aws.String("application/octet-stream"),
+		})
+		if err != nil {
+			return s3Err(err)
+		}
+		return nil
+	})
+	w.buf = bytes.Buffer{}
+	if err != nil {
+		w.err = &source.Error{Op: "write", URL: w.url, Err: err}
+	}
+	return w.err
+}
 
 // Scheme is the URL scheme this package serves.
 const Scheme = "s3"
