@@ -73,13 +73,10 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 		if !p.NoShuffle {
 			i = rng.IntN(len(open))
 		}
-		var m slotMsg
-		var ok bool
 		t0 := mono()
-		select {
-		case m, ok = <-open[i].ch:
-		case <-ctx.Done():
-			return ctx.Err()
+		m, ok, err := open[i].msgs.pop(ctx)
+		if err != nil {
+			return err
 		}
 		t1 := mono()
 		add(&pl.C.Starve, t1-t0)

@@ -2,6 +2,10 @@ package pipeline
 
 import (
 	"context"
+	"io"
+	"math"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,13 +15,13 @@ import (
 	"github.com/shardload/shardload/source"
 )
 
-// A producer whose sample the mixer took while the producer waited for a full
-// channel, and that is then stopped while it waits for its worker token again, must
-// not recycle that sample: the mixer owns it. (It did, and -race reported the
+// A producer whose sample the mixer took while the producer waited for room on a
+// full queue, and that is then stopped while it waits for its worker token again,
+// must not recycle that sample: the mixer owns it. (It did, and -race reported the
 // producer's put against the mixer's use under repeated mid-epoch Close.)
-// The test plays the mixer: it lets the producer fill its channel, takes the worker
-// token, takes one message so that the producer's blocked send goes through, and
-// stops the loader while the producer waits for the token.
+// The test plays the mixer: it lets the producer fill its queue's bytes, takes the
+// worker token, takes one message and frees its bytes so that the producer's waiting
+// send goes through, and stops the loader while the producer waits for the token.
 func TestProducerStoppedAfterSendKeepsSample(t *testing.T) {
 	spec := shardgen.Spec{Shards: 1, SamplesPerShard: 600, Seed: 3,
 		Fields: []shardgen.Field{{Ext: "bin", Kind: shardgen.Random, MinBytes: 8, MaxBytes: 16}}}
@@ -31,36 +35,36 @@ func TestProducerStoppedAfterSendKeepsSample(t *testing.T) {
 	}
 	l := &Pipeline{p: Params{Sources: source.Default, Shards: []shard.Info{{URL: paths[0], Samples: 600}}, Fields: []decode.Field{f}, Logf: t.Logf}, workers: make(chan struct{}, 1)}
 	l.pool.MaxFree = 1 << 20
-	s := newSlot(shard.Span{URL: paths[0], Take: 600}, 256<<10) // the channel, not the bytes, fills
+	s := newSlot(shard.Span{URL: paths[0], Take: 600}, 64<<10) // a few dozen samples fill it
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
 	go func() { defer close(done); l.produce(ctx, s) }()
 
-	// waitFor polls cond; the deadline only guards against a hang.
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); !cond(); {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting until %s", what)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
-	// The producer blocks on its full channel without its worker token.
-	waitFor("the channel is full and the token free", func() bool { return len(s.ch) == cap(s.ch) && len(l.workers) == 0 })
+	// The producer waits for room without its worker token (it gives the token up
+	// only then, or at the end of its 600 samples).
+	waitFor(t, "the queue is full and the token free", func() bool { return s.msgs.len() > 0 && len(l.workers) == 0 })
+	full := s.msgs.len()
 	l.workers <- struct{}{} // another producer's turn: the token is taken
-	first := <-s.ch         // the mixer takes a sample; the blocked send goes through
-	waitFor("the producer's send went through", func() bool { return len(s.ch) == cap(s.ch) })
+	first, ok, err := s.msgs.pop(ctx)
+	if !ok || err != nil {
+		t.Fatalf("pop: %v, %v", ok, err)
+	}
+	s.q.Release(first.weight) // the mixer takes a sample; the waiting send goes through
+	waitFor(t, "the producer's send went through", func() bool { return s.msgs.len() == full })
 	cancel() // Close, while the producer waits for the token
 	<-done
 
 	got := []slotMsg{first}
-	for m := range s.ch {
+	for {
+		m, ok, _ := s.msgs.pop(context.Background())
+		if !ok {
+			break
+		}
 		got = append(got, m)
 	}
-	if len(got) != cap(s.ch)+1 {
-		t.Fatalf("%d messages, want %d", len(got), cap(s.ch)+1)
+	if len(got) != full+1 {
+		t.Fatalf("%d messages, want %d", len(got), full+1)
 	}
 	for i, m := range got {
 		if m.err != nil {
@@ -72,16 +76,124 @@ func TestProducerStoppedAfterSendKeepsSample(t *testing.T) {
 	}
 }
 
-// A slot's channel holds a message per KiB of its queue (256 to 16384), so that the
-// bytes bound the queue, not the message count; with NoShuffle the queues take the
-// shuffle buffer's bytes, and the budget stays what MemoryBudget counts.
-func TestSlotQueues(t *testing.T) {
+// waitFor polls cond; the deadline only guards against a hang.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A slot's queue is bounded by its bytes, not by a message count: small samples fill
+// it until their weights (buffers, keys and bookkeeping) reach its bytes, far more
+// of them than the 4096 messages the channel of a 4 MiB queue used to hold; large
+// ones fill it by their bytes too, and one larger than the whole queue fits alone.
+// A producer on a full queue waits without its worker token, goes on once the mixer
+// frees a message's bytes, and gives up undelivered when the loader stops.
+func TestSlotQueueBoundedByBytes(t *testing.T) {
 	for _, tc := range []struct {
-		queue int64
-		want  int
-	}{{4 << 20, 4096}, {64 << 10, 256}, {1 << 30, 16384}} {
-		if got := cap(newSlot(shard.Span{}, tc.queue).ch); got != tc.want {
-			t.Errorf("queue of %d bytes: channel of %d messages, want %d", tc.queue, got, tc.want)
+		queue   int64
+		bufCap  int
+		atLeast int // messages a full queue holds at least
+	}{{4 << 20, 16, 8192}, {4 << 20, 64 << 10, 60}, {64 << 10, 1 << 20, 1}} {
+		l := &Pipeline{workers: make(chan struct{}, 1)}
+		s := newSlot(shard.Span{}, tc.queue)
+		ctx, cancel := context.WithCancel(context.Background())
+		p := producer{pl: l, s: s, ctx: ctx}
+		if !p.acquire() {
+			t.Fatal("no worker token")
+		}
+		sample := func() *item {
+			return &item{key: "sample-000000", buf: make([]byte, 8, tc.bufCap), values: make([]decode.Value, 1), refs: 1}
+		}
+		w := s.weight(slotMsg{it: sample()})
+		want := int(tc.queue / w)
+		type result struct{ delivered, goOn bool }
+		stopped := make(chan result, 1)
+		var sent atomic.Int64
+		go func() {
+			for {
+				if d, g := p.send(slotMsg{it: sample()}); !g {
+					stopped <- result{d, g}
+					return
+				}
+				sent.Add(1)
+			}
+		}()
+		waitFor(t, "the queue is full", func() bool { return len(l.workers) == 0 })
+		if got := s.msgs.len(); got != want || got < tc.atLeast {
+			t.Errorf("queue of %d bytes, samples of %d buffer bytes (weight %d): %d messages, want %d (at least %d)", tc.queue, tc.bufCap, w, got, want, tc.atLeast)
+		}
+		m, ok, err := s.msgs.pop(ctx)
+		if !ok || err != nil || m.weight != w {
+			t.Fatalf("pop: %v, %v, weight %d, want %d", ok, err, m.weight, w)
+		}
+		s.q.Release(m.weight)
+		// Past want+1 sends with its token given up, the producer waits for room again.
+		waitFor(t, "the producer's send went through and it waits again", func() bool { return sent.Load() == int64(want)+1 && len(l.workers) == 0 })
+		cancel()
+		if r := <-stopped; r.delivered {
+			t.Errorf("a send stopped while it waited for room reports its sample delivered")
+		}
+		if got := s.msgs.len(); got != want {
+			t.Errorf("%d messages after the stop, want %d", got, want)
+		}
+	}
+	// Notices are charged their message: a shard of bad samples fills the queue too.
+	if w := newSlot(shard.Span{}, 4<<20).weight(slotMsg{skipped: 1, cause: io.ErrUnexpectedEOF}); w <= 0 {
+		t.Errorf("a skip notice weighs %d bytes", w)
+	}
+}
+
+// A slot's fixed cost is small and does not depend on its queue's bytes: a shard of
+// four samples costs the same with a 64 KiB queue as with a 1 GiB one. (Its channel
+// of a message per KiB cost 229 KB at 4 MiB, and makechan was a third of the CPU time
+// on datasets of tiny shards.) With NoShuffle the queues take the shuffle buffer's
+// bytes, and the budget stays what MemoryBudget counts.
+func TestSlotQueues(t *testing.T) {
+	perSlot := func(queue int64) (allocs, bytes float64) {
+		it := &item{key: "k", buf: make([]byte, 8), refs: 1}
+		ctx := context.Background()
+		open := func() {
+			s := newSlot(shard.Span{}, queue)
+			for range 4 {
+				w := s.weight(slotMsg{it: it})
+				if !s.q.TryAcquire(w) {
+					t.Fatal("no room for a sample")
+				}
+				s.msgs.push(slotMsg{it: it, weight: w})
+			}
+			s.msgs.close()
+			for {
+				m, ok, _ := s.msgs.pop(ctx)
+				if !ok {
+					break
+				}
+				s.q.Release(m.weight)
+			}
+		}
+		const runs = 1000
+		allocs = testing.AllocsPerRun(runs, open)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range runs {
+			open()
+		}
+		runtime.ReadMemStats(&after)
+		return allocs, float64(after.TotalAlloc-before.TotalAlloc) / runs
+	}
+	allocs0, bytes0 := perSlot(64 << 10)
+	for _, queue := range []int64{64 << 10, 4 << 20, 64 << 20, 1 << 30} {
+		allocs, bytes := perSlot(queue)
+		t.Logf("queue of %d bytes: %.0f allocations, %.0f bytes per slot", queue, allocs, bytes)
+		if allocs != allocs0 || math.Abs(bytes-bytes0) > 64 {
+			t.Errorf("queue of %d bytes: %.0f allocations of %.0f bytes per slot, but %.0f of %.0f at 64 KiB", queue, allocs, bytes, allocs0, bytes0)
+		}
+		if bytes > 2048 {
+			t.Errorf("queue of %d bytes: %.0f bytes per slot", queue, bytes)
 		}
 	}
 	cfg := Params{QueueBytes: 4 << 20, ShuffleBytes: 64 << 20, OpenShards: 4}

@@ -27,11 +27,11 @@ type item struct {
 
 func (it *item) ref() *item { it.refs++; return it }
 
-// slot is one open span: its producer sends decoded samples on ch, at most q's
+// slot is one open span: its producer queues decoded samples on msgs, at most q's
 // capacity of bytes ahead of the mixer.
 type slot struct {
 	span shard.Span
-	ch   chan slotMsg
+	msgs slotQueue
 	q    *semaphore.Weighted
 	cap  int64
 }
@@ -46,21 +46,35 @@ type slotMsg struct {
 	err     error // fatal
 }
 
+// newSlot returns the slot of span, whose queue holds up to queueBytes. What it
+// allocates does not depend on queueBytes: the queue grows with what it holds.
 func newSlot(span shard.Span, queueBytes int64) *slot {
-	return &slot{span: span, ch: make(chan slotMsg, slotMessages(queueBytes)), q: semaphore.NewWeighted(queueBytes), cap: queueBytes}
+	s := &slot{span: span, q: semaphore.NewWeighted(queueBytes), cap: queueBytes}
+	s.msgs.init()
+	return s
 }
 
-// slotMessages is the capacity of a slot's channel. The queue is bounded by its bytes;
-// the channel must not bound it first when samples are small: one message per KiB of
-// queue, from 256 to 16384. (At 256, 8 KB token samples filled half of a 4 MiB queue,
-// and a --no-shuffle run read the shards after the current one barely ahead.)
-func slotMessages(queueBytes int64) int { return int(min(max(queueBytes>>10, 256), 16384)) }
+// weight is what m holds on its slot's queue, in bytes: the sample's buffer (its whole
+// size class: a pool buffer is never under 4 KiB, however small the sample), its key
+// and its item, and the message itself (twice: the ring may be twice as long as what
+// it holds); at most the queue's capacity, so that any sample fits on its own. The
+// queue has no message count bound, and this is what keeps a queue of tiny samples
+// within its bytes: a byte budget charged only the samples' lengths would let a queue
+// of 40-byte samples hold a hundred thousand 4 KiB buffers. A skip notice or failure
+// is charged its message, so that a shard of bad samples cannot queue without bound.
+func (s *slot) weight(m slotMsg) int64 {
+	w := 2 * int64(unsafe.Sizeof(m))
+	if it := m.it; it != nil {
+		w += int64(cap(it.buf)) + int64(len(it.key)) + int64(unsafe.Sizeof(*it)) + int64(cap(it.values))*int64(unsafe.Sizeof(decode.Value{}))
+	}
+	return min(w, s.cap)
+}
 
 // produce reads one span: fetch, inflate, split, decode. It holds a worker token while
 // it works and gives it up while it waits for room on its queue, so that a full
 // queue never stops the other shards.
 func (pl *Pipeline) produce(ctx context.Context, s *slot) {
-	defer close(s.ch)
+	defer s.msgs.close()
 	defer pl.placeThread()()
 	p := producer{pl: pl, s: s, ctx: ctx}
 	if !p.acquire() {
@@ -321,31 +335,18 @@ func (p *producer) fail(n int, wholeShard bool, err error) bool {
 // the producer must stop.
 func (p *producer) send(m slotMsg) (delivered, goOn bool) {
 	s := p.s
-	if m.it != nil {
-		m.weight = min(m.it.size, s.cap)
-		if !s.q.TryAcquire(m.weight) {
-			p.release()
-			if s.q.Acquire(p.ctx, m.weight) != nil {
-				return false, false
-			}
-			if !p.acquire() {
-				s.q.Release(m.weight)
-				return false, false
-			}
-		}
-	}
-	select {
-	case s.ch <- m:
+	m.weight = s.weight(m)
+	if s.q.TryAcquire(m.weight) {
+		s.msgs.push(m)
 		return true, true
-	default:
 	}
 	p.release()
-	select {
-	case s.ch <- m:
-	case <-p.ctx.Done():
-		s.q.Release(m.weight)
+	if s.q.Acquire(p.ctx, m.weight) != nil {
 		return false, false
 	}
+	// Queued before the token is back: the mixer may take it at once, and a producer
+	// stopped while it waits for the token must leave it to the mixer.
+	s.msgs.push(m)
 	return true, p.acquire()
 }
 
