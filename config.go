@@ -69,6 +69,13 @@ type Config struct {
 	IndexDir string
 	// NoIndexStore neither reads nor writes the index store.
 	NoIndexStore bool
+	// CountFirst plans from exact counts when there is no index: Open reads every
+	// shard the node's index store lacks before the first batch (see Count). By
+	// default such shards' counts are estimated from their sizes (see Shards): the
+	// first batch comes at once, every rank yields the same number of batches, and a
+	// shard with more or fewer samples than estimated makes ranks leave some out or
+	// repeat some.
+	CountFirst bool
 
 	// Fields to decode and collate. Default: every extension of the first sample of
 	// the first shard, each with decode.ParseField's default for it.

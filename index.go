@@ -35,12 +35,42 @@ func Count(ctx context.Context, cfg Config) (infos []shard.Info, err error) {
 	if urls, err = cfg.Sources.Expand(ctx, urls); err != nil {
 		return nil, err
 	}
+	urls = index.Omit(urls)
+	return lookup(cfg).Resolve(ctx, urls)
+}
+
+// Shards returns the shards Open plans an epoch from, without waiting for a count
+// where it need not: exact entries when Config.Index or an index object beside the
+// shards (index.FileName) has them, reading only the shards it lacks; otherwise,
+// unless Config.CountFirst, counts estimated from the objects' sizes
+// (shard.Info.Estimated; see index.Lookup.Quick), with the node's index store's
+// exact entries too when World is 1. Every rank of a job gets the same shards from
+// the same objects.
+func Shards(ctx context.Context, cfg Config) (infos []shard.Info, err error) {
+	defer func() { err = redact.Error(err) }()
+	cfg = cfg.withDefaults()
+	if len(cfg.Shards) > 0 || cfg.CountFirst {
+		return Count(ctx, cfg)
+	}
+	urls, err := shard.ExpandAll(cfg.URLs)
+	if err != nil {
+		return nil, err
+	}
+	if urls, err = cfg.Sources.Expand(ctx, urls); err != nil {
+		return nil, err
+	}
+	urls = index.Omit(urls)
+	return lookup(cfg).Quick(ctx, urls, cfg.World)
+}
+
+// lookup returns the index lookup of cfg (with defaults).
+func lookup(cfg Config) index.Lookup {
 	lk := index.Lookup{Sources: cfg.Sources, Index: cfg.Index, Workers: max(cfg.Workers, 16), Logf: cfg.Logf,
 		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxRatio: cfg.MaxRatio}}
 	if !cfg.NoIndexStore {
 		lk.Store = openStore(cfg.IndexDir, cfg.Logf)
 	}
-	return lk.Resolve(ctx, urls)
+	return lk
 }
 
 // stores holds the index stores opened, by directory.
@@ -68,3 +98,20 @@ func openStore(dir string, logf func(string, ...any)) *index.Store {
 }
 
 var storeWarning sync.Once
+
+// recorder returns what keeps the true entries of estimated shards read whole in the
+// node's index store, or nil.
+func recorder(cfg Config) func(shard.Info) {
+	if cfg.NoIndexStore {
+		return nil
+	}
+	store := openStore(cfg.IndexDir, cfg.Logf)
+	if store == nil {
+		return nil
+	}
+	return func(info shard.Info) {
+		if err := store.Put(info); err != nil {
+			storeWarning.Do(func() { cfg.Logf("shardload: warning: %v (entries are not kept for the next run)", err) })
+		}
+	}
+}

@@ -78,9 +78,10 @@ func TestOffsetsReadEachSampleOnce(t *testing.T) {
 	}
 }
 
-// Two processes on one node, or on two nodes with an index beside the shards, plan
-// the same epoch: the counts from the store and from the index object give the
-// Order of a fresh count.
+// Ranks plan alike wherever their counts come from. Exact counts (a count, the node's
+// store, an index beside the shards) give one Order; without an index, ranks of a job
+// of several estimate their counts from the objects alone, so that a node whose
+// store holds the exact entries plans as one whose store is empty.
 func TestIndexSourcesAgree(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -88,32 +89,133 @@ func TestIndexSourcesAgree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := shardload.Config{URLs: paths, NoIndexStore: true, World: 3, BatchSize: 4}
-	open := func(cfg shardload.Config) shardload.Order {
+	open := func(cfg shardload.Config) (shardload.Order, shard.Plan) {
 		t.Helper()
 		l, err := shardload.Open(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		return l.Order()
+		return l.Order(), l.Plan()
 	}
-	fresh := open(cfg)
-	store := t.TempDir()
-	cfg.NoIndexStore, cfg.IndexDir = false, store
-	first, second := open(cfg), open(cfg)
-	infos, err := shardload.Count(ctx, cfg)
+	base := shardload.Config{URLs: paths, World: 3, BatchSize: 4, Logf: t.Logf}
+	// Without an index: estimates, the same with a full store and an empty one.
+	full, empty := t.TempDir(), t.TempDir()
+	counted := base
+	counted.IndexDir, counted.CountFirst = full, true
+	exact, exactPlan := open(counted)
+	if exactPlan.Estimated {
+		t.Fatal("CountFirst planned from estimates")
+	}
+	est1 := base
+	est1.IndexDir = full
+	est2 := base
+	est2.IndexDir = empty
+	o1, p1 := open(est1)
+	o2, p2 := open(est2)
+	if !p1.Estimated || !p2.Estimated {
+		t.Fatalf("without an index a job of 3 ranks planned from exact counts (%v, %v)", p1.Estimated, p2.Estimated)
+	}
+	if d := o1.Diff(o2); len(d) > 0 {
+		t.Errorf("estimates differ between a node with the store and one without: %v", d)
+	}
+	// Exact counts agree however they were found: the store (a second CountFirst run),
+	// and an index object beside the shards, seen from another node.
+	again, _ := open(counted)
+	infos, err := shardload.Count(ctx, counted)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f, _ := os.Create(dir + "/" + index.FileName)
 	index.Write(f, infos, true)
 	f.Close()
-	cfg.IndexDir = t.TempDir() // another node
-	beside := open(cfg)
-	for name, o := range map[string]shardload.Order{"store, first": first, "store, second": second, "beside": beside} {
-		if d := fresh.Diff(o); len(d) > 0 {
+	beside := base
+	beside.IndexDir = t.TempDir()
+	o3, p3 := open(beside)
+	if p3.Estimated {
+		t.Error("the index beside the shards was not used")
+	}
+	for name, o := range map[string]shardload.Order{"store": again, "beside": o3} {
+		if d := exact.Diff(o); len(d) > 0 {
 			t.Errorf("%s: the order differs in %v", name, d)
+		}
+	}
+}
+
+// Without an index the counts are estimated from the shards' sizes, and still every
+// rank yields the same number of batches, no sample is read twice (repeats are only
+// the padding rows, counted in Stats.Padded), and the samples left out are no more
+// than the estimates were wrong by; a job of one rank reads every sample once.
+func TestEstimatedEpochs(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	paths, err := shardgen.Generate(dir, shardgen.Spec{Shards: 6, Samples: []int{40, 7, 90, 1, 33}, Seed: 4,
+		Fields: []shardgen.Field{{Ext: "bin", Kind: shardgen.Random, MinBytes: 100, MaxBytes: 3000}, {Ext: "cls", Kind: shardgen.Class}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact, err := shardload.Count(ctx, shardload.Config{URLs: paths, NoIndexStore: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total, wrongBy := 0, 0
+	for _, s := range exact {
+		total += s.Samples
+	}
+	for _, world := range []int{1, 2, 3, 8} {
+		base := shardload.Config{URLs: paths, NoIndexStore: true, World: world, BatchSize: 5, Seed: 1, ShuffleBuffer: 20,
+			NoLock: true, Slabs: 2, SlabBytes: 1 << 20, Logf: t.Logf}
+		infos, err := shardload.Shards(ctx, base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wrongBy = 0
+		for i, s := range infos {
+			if !s.Estimated && i > 0 {
+				t.Fatalf("world %d: shard %d not estimated", world, i)
+			}
+			wrongBy += max(s.Samples-exact[i].Samples, exact[i].Samples-s.Samples)
+		}
+		seen := map[string]int{}
+		var batches []int
+		for rank := range world {
+			cfg := base
+			cfg.Rank = rank
+			l, err := shardload.Open(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for b, err := range l.All(ctx) {
+				if err != nil {
+					t.Fatalf("world %d rank %d: %v", world, rank, err)
+				}
+				n++
+				for _, k := range b.Keys()[:b.Rows-b.Padded] {
+					seen[k]++
+				}
+			}
+			if p := l.Plan(); world > 1 && n != p.Batches {
+				t.Errorf("world %d rank %d: %d batches, planned %d", world, rank, n, p.Batches)
+			}
+			l.Close()
+			batches = append(batches, n)
+		}
+		for k, c := range seen {
+			if c > 1 {
+				t.Errorf("world %d: sample %s read %d times", world, k, c)
+			}
+		}
+		omitted := total - len(seen)
+		t.Logf("world %d: estimates off by %d samples in all; %d of %d samples left out; batches per rank %v", world, wrongBy, omitted, total, batches)
+		if slices.Min(batches) != slices.Max(batches) {
+			t.Errorf("world %d: batches per rank %v", world, batches)
+		}
+		if world == 1 && omitted != 0 {
+			t.Errorf("one rank left out %d samples", omitted)
+		}
+		if omitted > wrongBy+world {
+			t.Errorf("world %d: %d samples left out, more than the estimates were wrong by (%d) plus the remainder", world, omitted, wrongBy)
 		}
 	}
 }

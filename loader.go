@@ -75,10 +75,12 @@ func (b *Batch) Transfer() *device.Transfer { return b.b.Transfer }
 
 const keyColumn = "__key__"
 
-// Open plans this rank's epoch and starts the loader: it counts the shards' samples
-// unless cfg.Shards or cfg.Index give them, infers the fields from the first sample
-// unless cfg.Fields names them, allocates the slab ring and starts reading. ctx bounds
-// Open's own work; the loader then runs until the epoch ends or Close.
+// Open plans this rank's epoch and starts the loader: it finds the shards' sample
+// counts (cfg.Shards, else see Shards: an index, or estimates from the objects'
+// sizes; no shard is read in full first unless cfg.CountFirst), infers the fields
+// from the first sample unless cfg.Fields names them, allocates the slab ring and
+// starts reading. ctx bounds Open's own work; the loader then runs until the epoch
+// ends or Close.
 func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	defer func() { err = redact.Error(err) }()
 	if err := cfg.validate(); err != nil {
@@ -86,7 +88,7 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	}
 	cfg = cfg.withDefaults()
 	start := time.Now()
-	infos, err := Count(ctx, cfg)
+	infos, err := Shards(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +119,7 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 		NoShuffle: cfg.NoShuffle, ShuffleBuffer: cfg.ShuffleBuffer, ShuffleBytes: cfg.ShuffleBytes,
 		OpenShards: cfg.OpenShards, Workers: cfg.Workers, QueueBytes: cfg.QueueBytes,
 		BatchSize: cfg.BatchSize, DropLast: cfg.DropLast, CPUs: cfg.CPUs,
+		Stretch: cfg.World == 1 && plan.Estimated, Record: recorder(cfg),
 		Skip: cfg.OnError == Skip,
 		Budget: pipeline.Budget{MaxSamples: maxSamples, MaxShards: maxShards,
 			JobSamples: order.Samples, JobShards: order.Shards, Text: cfg.ErrorBudget.String()},

@@ -82,8 +82,8 @@ func epochKeys(t testing.TB, cfg shardload.Config, want map[string]map[string][]
 		checkBatch(t, b, l.Fields(), want)
 		keys = append(keys, b.Keys()...)
 	}
-	if n != l.Plan().Batches {
-		t.Errorf("%d batches, plan says %d", n, l.Plan().Batches)
+	if p := l.Plan(); n != p.Batches && !(p.Estimated && cfg.World <= 1) {
+		t.Errorf("%d batches, plan says %d", n, p.Batches)
 	}
 	return keys, l.Stats()
 }

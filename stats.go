@@ -8,6 +8,7 @@ type Stats struct {
 	Samples       int64 // samples delivered in batches (not counting padding)
 	Batches       int64
 	Padded        int64 // rows repeating earlier samples to pad a short epoch
+	Trimmed       int64 // samples read past the planned batches and left out (estimated counts)
 	Skipped       int64 // samples left out by the Skip policy
 	SkippedShards int64
 	BytesIn       int64 // bytes read from the sources (compressed, as stored)
@@ -33,7 +34,7 @@ func (l *Loader) Stats() Stats {
 	c := &l.p.C
 	d := func(v int64) time.Duration { return time.Duration(v) }
 	return Stats{
-		Samples: c.Samples.Load(), Batches: c.Batches.Load(), Padded: c.Padded.Load(),
+		Samples: c.Samples.Load(), Batches: c.Batches.Load(), Padded: c.Padded.Load(), Trimmed: c.Trimmed.Load(),
 		Skipped: c.Skipped.Load(), SkippedShards: c.SkippedShards.Load(),
 		BytesIn: c.BytesIn.Load(), BytesInflated: c.BytesInflated.Load(), BytesOut: c.BytesOut.Load(),
 		Workers: l.cfg.Workers, PageLocked: l.p.Locked(),

@@ -38,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"strings"
 
 	"github.com/klauspost/compress/zstd"
@@ -214,3 +215,20 @@ func decodeOffsets(s string, samples int) ([]int64, error) {
 
 // key matches shards to lines: the URL without secrets.
 func key(url string) string { return strings.TrimSpace(redact.URL(url)) }
+
+// Omit returns urls without the index objects among them (FileName, and the
+// temporary files of one being written), as a listing of the shards' directory
+// returns them.
+func Omit(urls []string) []string {
+	out := urls[:0:0]
+	for _, u := range urls {
+		p := u
+		if i := strings.IndexAny(p, "?#"); i >= 0 && (strings.HasPrefix(p, "http://") || strings.HasPrefix(p, "https://")) {
+			p = p[:i]
+		}
+		if base := path.Base(p); base != FileName && !strings.HasPrefix(base, "."+FileName+".tmp-") {
+			out = append(out, u)
+		}
+	}
+	return out
+}

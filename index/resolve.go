@@ -46,18 +46,75 @@ type Lookup struct {
 // directory instead of stat'ing each.
 const statBatch = 16
 
-// Resolve returns the entries of urls (brace-expanded and listed already), in order.
+// Resolve returns the exact entries of urls (brace-expanded and listed already), in
+// order.
 func (lk Lookup) Resolve(ctx context.Context, urls []string) ([]shard.Info, error) {
+	lk = lk.withDefaults()
+	known, from, err := lk.known(ctx, urls)
+	if err != nil {
+		return nil, err
+	}
+	return lk.resolve(ctx, urls, known, from)
+}
+
+// Quick returns entries of urls for planning an epoch at once: exact ones when an
+// index (Index, or the index object beside the shards) is there, reading only the
+// shards it lacks or that changed; otherwise estimated ones (see Estimate), except
+// that a job of one rank (world 1) also takes the exact entries of the Store. The
+// choice between exact and estimated depends on nothing a node keeps for itself, so
+// the ranks of a job on several nodes plan alike.
+func (lk Lookup) Quick(ctx context.Context, urls []string, world int) ([]shard.Info, error) {
+	lk = lk.withDefaults()
+	known, from, err := lk.global(ctx, urls)
+	if err != nil {
+		return nil, err
+	}
+	if from != "" {
+		return lk.resolve(ctx, urls, known, from)
+	}
+	known = nil
+	if world == 1 && lk.Store != nil {
+		known = map[string]shard.Info{}
+		for _, u := range urls {
+			if e, ok := lk.Store.Get(u); ok {
+				known[key(u)] = e
+			}
+		}
+		if len(known) == len(urls) {
+			return lk.resolve(ctx, urls, known, "")
+		}
+	}
+	infos, err := lk.Estimate(ctx, urls, known)
+	if err != nil {
+		return nil, err
+	}
+	n := 0
+	for _, in := range infos {
+		if in.Estimated {
+			n++
+		}
+	}
+	if n > 0 {
+		lk.Logf("shardload: no index for %d of these %d shards: their sample counts are estimated from their sizes, so that the first batch does not wait for a count. Every rank yields the same number of batches; a shard holding more or fewer samples than estimated makes ranks leave some out or repeat some (Stats.Trimmed and Stats.Padded; logged at the epoch's end). For exact epochs write an index once: shardload index --output DIR/ URL...",
+			n, len(infos))
+	}
+	return infos, nil
+}
+
+func (lk Lookup) withDefaults() Lookup {
 	if lk.Workers <= 0 {
 		lk.Workers = 16
 	}
 	if lk.Logf == nil {
 		lk.Logf = func(string, ...any) {}
 	}
-	known, from, err := lk.known(ctx, urls)
-	if err != nil {
-		return nil, err
-	}
+	return lk
+}
+
+// resolve returns the entries of urls from known, reading the shards it lacks or
+// whose object changed. from names where known came from, for the log ("" the
+// store or nothing).
+func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]shard.Info, from string) ([]shard.Info, error) {
 	// The objects' versions, unless every entry is a bare count (an index without
 	// versions is trusted as it is, and costs no request per shard).
 	var check []int
@@ -105,7 +162,7 @@ func (lk Lookup) Resolve(ctx context.Context, urls []string) ([]shard.Info, erro
 	}
 	var mu sync.Mutex
 	done := 0
-	err = lk.each(ctx, len(todo), func(k int) error {
+	err := lk.each(ctx, len(todo), func(k int) error {
 		i := todo[k]
 		info, err := Scan(ctx, lk.Sources, urls[i], objs[i].Version, objs[i].Size, lk.Reader)
 		if err != nil {
@@ -140,6 +197,36 @@ var storeWarning sync.Once
 // known returns the entries the index, the store or the index beside the shards
 // have, by key, and the name of the index they came from ("" for the store).
 func (lk Lookup) known(ctx context.Context, urls []string) (map[string]shard.Info, string, error) {
+	if lk.Index != "" {
+		return lk.global(ctx, urls)
+	}
+	known := map[string]shard.Info{}
+	if lk.Store != nil {
+		for _, u := range urls {
+			if e, ok := lk.Store.Get(u); ok {
+				known[key(u)] = e
+			}
+		}
+		if len(known) == len(urls) {
+			return known, "", nil
+		}
+	}
+	g, from, err := lk.global(ctx, urls)
+	if err != nil {
+		return nil, "", err
+	}
+	for k, e := range g {
+		if _, ok := known[k]; !ok {
+			known[k] = e
+		}
+	}
+	return known, from, nil
+}
+
+// global returns the entries of the index every node sees: Index, or else the index
+// object beside the shards, by key, and its name; no entries and "" when there is
+// none.
+func (lk Lookup) global(ctx context.Context, urls []string) (map[string]shard.Info, string, error) {
 	known := map[string]shard.Info{}
 	if lk.Index != "" {
 		infos, err := lk.read(ctx, lk.Index)
@@ -151,17 +238,7 @@ func (lk Lookup) known(ctx context.Context, urls []string) (map[string]shard.Inf
 		}
 		return known, redact.URL(lk.Index), nil
 	}
-	if lk.Store != nil {
-		for _, u := range urls {
-			if e, ok := lk.Store.Get(u); ok {
-				known[key(u)] = e
-			}
-		}
-		if len(known) == len(urls) {
-			return known, "", nil
-		}
-	}
-	if lk.NoBeside {
+	if lk.NoBeside || len(urls) == 0 {
 		return known, "", nil
 	}
 	dir := dirOf(urls[0])
@@ -185,14 +262,10 @@ func (lk Lookup) known(ctx context.Context, urls []string) (map[string]shard.Inf
 		lk.Logf("shardload: warning: the index beside the shards is not used: %v", err)
 		return known, "", nil
 	}
-	from := ""
 	for _, e := range infos {
-		if _, ok := known[key(e.URL)]; !ok {
-			known[key(e.URL)] = e
-			from = redact.URL(name)
-		}
+		known[key(e.URL)] = e
 	}
-	return known, from, nil
+	return known, redact.URL(name), nil
 }
 
 func (lk Lookup) read(ctx context.Context, url string) ([]shard.Info, error) {

@@ -24,6 +24,7 @@ import (
 
 	sl "github.com/shardload/shardload"
 	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/shardgen"
 	"github.com/shardload/shardload/shard"
 )
@@ -332,13 +333,29 @@ func datasets(t *testing.T) (images, tokens string) {
 	t.Helper()
 	dir := t.TempDir()
 	img := shardgen.Spec{Shards: 5, SamplesPerShard: 23, Fields: shardgen.Presets["default"], Prefix: "img"}
-	if _, err := shardgen.Generate(dir, img); err != nil {
+	imgs, err := shardgen.Generate(dir, img)
+	if err != nil {
 		t.Fatal(err)
 	}
 	tok := shardgen.Spec{Shards: 3, SamplesPerShard: 30, Fields: shardgen.Presets["tokens"], Compression: shard.Zstd, Prefix: "tok"}
-	if _, err := shardgen.Generate(dir, tok); err != nil {
+	toks, err := shardgen.Generate(dir, tok)
+	if err != nil {
 		t.Fatal(err)
 	}
+	// An index beside the shards (both datasets in one): epochs are planned from
+	// exact counts, the same in the server and in the library.
+	infos, err := sl.Count(context.Background(), sl.Config{URLs: append(imgs, toks...), NoIndexStore: true, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(dir, index.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := index.Write(f, infos, true); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
 	return filepath.Join(dir, img.Pattern()), filepath.Join(dir, tok.Pattern())
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/source"
 )
 
@@ -89,6 +90,9 @@ func shardPaths(t *testing.T, pattern string) []string {
 func blockServer(t *testing.T, opts Options) (*Server, *blockSource, []string) {
 	t.Helper()
 	pattern := dataset(t)
+	// No index: the block:/// datasets are counted (their sizes and first samples
+	// read), through the blocking source.
+	os.Remove(filepath.Join(filepath.Dir(pattern), index.FileName))
 	shards := shardPaths(t, pattern)
 	bs := newBlockSource(t)
 	reg := &source.Registry{}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/shardgen"
 )
 
@@ -24,9 +25,24 @@ func dataset(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	spec := shardgen.Spec{Shards: 4, SamplesPerShard: 25, Fields: shardgen.Presets["default"]}
-	if _, err := shardgen.Generate(dir, spec); err != nil {
+	paths, err := shardgen.Generate(dir, spec)
+	if err != nil {
 		t.Fatal(err)
 	}
+	// An index beside the shards: sessions plan from exact counts, as the library
+	// does with the same index.
+	infos, err := shardload.Count(context.Background(), shardload.Config{URLs: paths, NoIndexStore: true, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(dir, index.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := index.Write(f, infos, false); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
 	return filepath.Join(dir, spec.Pattern())
 }
 

@@ -485,19 +485,20 @@ func (s *Server) count(ctx context.Context, cfg shardload.Config) ([]shard.Info,
 	return nil, context.Cause(ctx)
 }
 
-// countKey names the dataset of cfg: its URLs and index.
+// countKey names the dataset of cfg: its URLs and index, and whether a job of one
+// rank asks (it may plan from the node's index store, see shardload.Shards).
 func countKey(cfg shardload.Config) string {
-	return strings.Join(cfg.URLs, "\x00") + "\x00" + cfg.Index
+	return strings.Join(cfg.URLs, "\x00") + "\x00" + cfg.Index + fmt.Sprintf("\x00%v", cfg.World <= 1)
 }
 
-// countSafely is shardload.Count, with a panic made its error.
+// countSafely is shardload.Shards, with a panic made its error.
 func countSafely(ctx context.Context, cfg shardload.Config) (infos []shard.Info, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("serve: internal error (panic) while counting the dataset: %v\n%s", r, debug.Stack())
 		}
 	}()
-	return shardload.Count(ctx, cfg)
+	return shardload.Shards(ctx, cfg)
 }
 
 // keepCount keeps a dataset's counts, dropping the least recently used beyond

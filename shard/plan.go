@@ -20,6 +20,11 @@ type Info struct {
 	// (Sample.Offset): a reader can start at any sample without reading the ones
 	// before it. nil when unknown; otherwise len(Offsets) == Samples.
 	Offsets []int64
+	// Estimated means Samples is an estimate (from the object's size, see
+	// index.Lookup.Estimate): the shard may hold more or fewer samples. A loader then
+	// reads a shard's last span to the shard's end and pads or trims the last batches
+	// to the planned number instead of failing on the difference.
+	Estimated bool
 }
 
 // PlanConfig says which part of an epoch one rank reads. The zero value (with
@@ -58,6 +63,10 @@ type Plan struct {
 	// DroppedInBatch is the number of this rank's samples left out of the last,
 	// partial batch when DropLast is set (the same on every rank).
 	DroppedInBatch int
+	// Estimated means some shard's count is an estimate (Info.Estimated): Samples and
+	// Batches are what the plan expects, and a loader pads or trims its last batches
+	// to Batches (or, for one rank, yields as many as the data makes).
+	Estimated bool
 }
 
 // ErrNoSamples means there are fewer samples than ranks (or than one batch, with
@@ -102,6 +111,9 @@ func NewPlan(shards []Info, cfg PlanConfig) (Plan, error) {
 	}
 	per := total / world
 	p := Plan{Samples: per, Dropped: total - per*world}
+	for _, s := range shards {
+		p.Estimated = p.Estimated || s.Estimated
+	}
 	if per == 0 {
 		return Plan{}, fmt.Errorf("%w: %d samples in %d shards for %d ranks", ErrNoSamples, total, len(shards), world)
 	}

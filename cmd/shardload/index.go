@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"strings"
 	"sync"
 	"time"
@@ -137,7 +136,7 @@ func writeIndex(ctx context.Context, patterns []string, rf *readFlags, o indexOp
 	if urls, err = reg.Expand(ctx, urls); err != nil {
 		return err
 	}
-	urls = withoutIndex(urls)
+	urls = index.Omit(urls)
 	if len(urls) == 0 {
 		return fmt.Errorf("no shards: the URLs name only %s", index.FileName)
 	}
@@ -200,23 +199,6 @@ func writeIndex(ctx context.Context, patterns []string, rf *readFlags, o indexOp
 	fmt.Fprintf(stderr, "shardload index: %d shards (%d with sample offsets), %d samples: %d bytes of index (%s) written to %s in %s\n",
 		len(infos), offsets, samples, cw.n, kind, dest, time.Since(start).Round(time.Millisecond))
 	return nil
-}
-
-// withoutIndex leaves out the index objects a listing found beside the shards, and
-// the temporary files of local ones being written (".shardload.index.tmp-*", left
-// behind only by a process killed while writing).
-func withoutIndex(urls []string) []string {
-	out := urls[:0:0]
-	for _, u := range urls {
-		p := u
-		if i := strings.IndexAny(p, "?#"); i >= 0 && (strings.HasPrefix(p, "http://") || strings.HasPrefix(p, "https://")) {
-			p = p[:i]
-		}
-		if base := path.Base(p); base != index.FileName && !strings.HasPrefix(base, "."+index.FileName+".tmp-") {
-			out = append(out, u)
-		}
-	}
-	return out
 }
 
 type countingWriter struct {

@@ -165,7 +165,9 @@ type batcher struct {
 
 func (b *batcher) add(ctx context.Context, it *item) error {
 	if b.done {
-		// DropLast: samples past the last full batch are left out.
+		// Past the plan's batches: samples beyond estimated counts (or, DropLast,
+		// past the last full batch) are left out.
+		b.pl.C.Trimmed.Add(1)
 		b.pl.put(it)
 		return nil
 	}
@@ -181,6 +183,13 @@ func (b *batcher) add(ctx context.Context, it *item) error {
 // every rank yields the planned number of batches.
 func (b *batcher) finish(ctx context.Context) error {
 	p := b.pl.p
+	defer b.report()
+	if p.Stretch {
+		if len(b.rows) > 0 && (!p.DropLast || len(b.rows) == p.BatchSize) {
+			return b.flush(ctx)
+		}
+		return nil
+	}
 	for b.seq < p.Plan.Batches {
 		want := p.BatchSize
 		if !p.DropLast && b.seq == p.Plan.Batches-1 {
@@ -190,6 +199,9 @@ func (b *batcher) finish(ctx context.Context) error {
 			src := b.last
 			if len(src) == 0 {
 				src = b.rows
+			}
+			if len(src) == 0 && b.pl.estimated() {
+				return fmt.Errorf("shardload: rank %d found none of the samples planned for it: the shards' counts were estimated from their sizes, and its part of the epoch lies past their ends; give the loader an index (shardload index --output DIR/ URL...)", p.Rank)
 			}
 			if len(src) == 0 {
 				return fmt.Errorf("shardload: every sample of rank %d's epoch was skipped", p.Rank)
@@ -245,7 +257,7 @@ func (b *batcher) flush(ctx context.Context) error {
 	pl.C.BytesOut.Add(db.Used)
 	b.padded = 0
 	b.seq++
-	b.done = b.seq >= pl.p.Plan.Batches
+	b.done = b.seq >= pl.p.Plan.Batches && !pl.p.Stretch
 	// The rows of this batch become the padding source; the previous ones go back.
 	for _, it := range b.last {
 		pl.put(it)
@@ -258,6 +270,28 @@ func (b *batcher) flush(ctx context.Context) error {
 		out.Release()
 		return ctx.Err()
 	}
+}
+
+// report says at the end of an epoch planned from estimated counts how far the data
+// was from them.
+func (b *batcher) report() {
+	pl := b.pl
+	if !pl.estimated() {
+		return
+	}
+	c := &pl.C
+	pl.p.Logf("shardload: rank %d: the epoch was planned from estimated sample counts (%d samples in %d batches): %d batches delivered with %d samples, %d of them repeats padding the last batches and %d samples left out past the planned batches",
+		pl.p.Rank, pl.p.Plan.Samples, pl.p.Plan.Batches, c.Batches.Load(), c.Samples.Load()+c.Padded.Load(), c.Padded.Load(), c.Trimmed.Load())
+}
+
+// estimated reports whether any shard's count is an estimate.
+func (pl *Pipeline) estimated() bool {
+	for _, s := range pl.p.Shards {
+		if s.Estimated {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *batcher) free() {

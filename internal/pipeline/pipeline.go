@@ -50,6 +50,14 @@ type Params struct {
 	DropLast      bool
 	CPUs          []int // the CPUs the stages' threads run on; nil: anywhere
 
+	// Stretch lets the epoch's batches follow the data when counts are estimated
+	// (shard.Info.Estimated), for a job of one rank: every sample once, however many
+	// batches that makes. Without it the batcher pads or trims to the plan's batches.
+	Stretch bool
+	// Record, when set, receives the true entry of each estimated shard read from its
+	// start to its end.
+	Record func(shard.Info)
+
 	// Skip leaves bad samples and shards out (the Skip policy) within Budget.
 	Skip   bool
 	Budget Budget
@@ -108,11 +116,11 @@ type msg struct {
 // Counters are the pipeline's counters; times are nanoseconds summed over the
 // goroutines that spend them. Wait and FirstBatch are the caller's to keep.
 type Counters struct {
-	Samples, Batches, Padded, Skipped, SkippedShards atomic.Int64
-	BytesIn, BytesInflated, BytesOut                 atomic.Int64
-	FirstBatch                                       atomic.Int64
-	Fetch, Inflate, Split, Decode, Shuffle, Collate  atomic.Int64
-	Starve, Wait                                     atomic.Int64
+	Samples, Batches, Padded, Trimmed, Skipped, SkippedShards atomic.Int64
+	BytesIn, BytesInflated, BytesOut                          atomic.Int64
+	FirstBatch                                                atomic.Int64
+	Fetch, Inflate, Split, Decode, Shuffle, Collate           atomic.Int64
+	Starve, Wait                                              atomic.Int64
 }
 
 // Batch is one collated batch in a slab of the ring.

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/shard"
 )
@@ -161,16 +162,35 @@ func (p *producer) run() {
 		add(&pl.C.Split, nextTime-fetch-inflate)
 		add(&pl.C.Decode, decodeTime)
 	}()
-	for idx, taken := first, 0; taken < span.Take; idx++ {
+	// A shard whose count is an estimate is read by its last span to its end, however
+	// many samples that is; a span that finds the shard ending early ends there. The
+	// batcher pads or trims to the planned batches. Read from its start to its end,
+	// the shard's true entry is recorded.
+	info := pl.p.Shards[span.Shard]
+	toEnd := info.Estimated && span.Skip+span.Take == info.Samples
+	var rec *index.Recorder
+	if toEnd && span.Skip == 0 && pl.p.Record != nil {
+		rec = index.NewRecorder()
+	}
+	for idx, taken := first, 0; taken < span.Take || toEnd; idx++ {
 		t0 := mono()
 		smp, err := r.Next()
 		t1 := mono()
 		nextTime += t1 - t0
+		if err == io.EOF && info.Estimated {
+			if rec != nil {
+				pl.p.Record(rec.Info(span.URL, r, info.Version, info.Size))
+			}
+			return
+		}
 		if err == io.EOF {
 			err = fmt.Errorf("%w: %s has %d samples, but its count says at least %d (a stale index, or the shard changed since it was counted)", ErrCountMismatch, span.URL, idx, span.Skip+span.Take)
 		}
 		var se *shard.Error
 		sampleOnly := errors.As(err, &se) && se.Skippable()
+		if rec != nil && (err == nil || sampleOnly) {
+			rec.Add(smp, err)
+		}
 		if idx < span.Skip {
 			if err != nil && !sampleOnly {
 				p.fail(span.Take, true, err)
@@ -184,7 +204,7 @@ func (p *producer) run() {
 		taken++
 		if err != nil {
 			if !sampleOnly {
-				p.fail(span.Take-taken+1, true, err)
+				p.fail(max(span.Take-taken+1, 1), true, err)
 				return
 			}
 			if !p.fail(1, false, err) {
@@ -207,7 +227,7 @@ func (p *producer) run() {
 			return
 		}
 	}
-	if end := span.Skip + span.Take; end == pl.p.Shards[span.Shard].Samples {
+	if end := span.Skip + span.Take; end == info.Samples && !info.Estimated {
 		p.checkEnd(r, end)
 	}
 }
