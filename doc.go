@@ -5,7 +5,7 @@
 // # Configuring and opening
 //
 // A Config names the shards (URLs with brace patterns, or Shards with their sample
-// counts, or an Index written by "shardload ls --summary --json"), the fields to decode,
+// counts, or an Index written by "shardload index"), the fields to decode,
 // the batch size, the seed and epoch, the rank and world of a distributed job, and the
 // bounds of the pipeline: shuffle buffer, open shards, workers, queues, slabs, the
 // per-member and per-sample caps (MaxMemberSize, MaxSampleSize) and the decompression
@@ -18,9 +18,14 @@
 //
 // Open plans one rank's epoch and starts the loader. Every rank gets the same number of
 // batches, and the order is a pure function of the shards, seed, epoch, rank, world and
-// shuffle settings (shard.NewPlan). Without Shards or Index, Open first counts every
-// shard's samples; Count does that pass on its own, so that several epochs can be
-// opened from one count. The loader reads several shards at once with a bounded pool of
+// shuffle settings (shard.NewPlan). Open reads no shard to count it: it plans from
+// an index (Config.Index, or one beside the shards: package index) with exact counts
+// and sample offsets, so that a rank starting inside a shard reads from its sample's
+// offset; without an index, from counts estimated from the objects' sizes, which keep
+// every rank's batch count equal and may repeat or leave out as many samples as the
+// estimates are off by (Shards says which; CountFirst and Count count exactly). The
+// node's index store keeps every exact entry found for later runs. The loader reads
+// several shards at once with a bounded pool of
 // workers, interleaves and shuffles their samples, decodes the configured fields
 // (package decode) and collates each batch straight into a slab of a ring (package
 // pinned). Loader.Next (or Loader.All) hands out each Batch, whose columns are views
@@ -64,6 +69,6 @@
 // The stages are usable on their own: package source (the Source interface, a registry
 // by URL scheme, the fetcher, the file backend, and the cloud backends), package shard
 // (brace expansion, the streaming sample reader and its checks on damaged input, the
-// epoch plan, the shuffle buffer), package decode, package pinned, package cache (a
+// epoch plan, the shuffle buffer), package index (the dataset index), package decode, package pinned, package cache (a
 // shard cache on local disk that is itself a Source) and package device.
 package shardload

@@ -3,7 +3,9 @@ package index_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -313,4 +315,42 @@ func FuzzRead(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkIndexSize reports the bytes per sample of an index of 1,000-sample shards:
+// images of 100-120 KB (offsets that vary) and 8 KiB token arrays (offsets that do
+// not), plain and zstd-compressed. Multiply by the samples for a dataset's index.
+func BenchmarkIndexSize(b *testing.B) {
+	for _, kind := range []string{"images", "tokens"} {
+		for _, compress := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/zstd=%v", kind, compress), func(b *testing.B) {
+				rng := rand.New(rand.NewPCG(1, 2))
+				const shards, samples = 100, 1000
+				infos := make([]shard.Info, shards)
+				for i := range infos {
+					offs := make([]int64, samples)
+					var off int64
+					for j := range offs {
+						offs[j] = off
+						size := int64(8<<10 + 128) // .npy: header and 2048 int32
+						if kind == "images" {
+							size = 100_000 + rng.Int64N(20_000)
+						}
+						// two members (data and label): headers and padding to 512
+						off += 512 + (size+511)/512*512 + 512 + 512
+					}
+					infos[i] = shard.Info{URL: fmt.Sprintf("s3://bucket/train/train-%06d.tar", i), Samples: samples,
+						Version: `"d41d8cd98f00b204e9800998ecf8427e"`, Size: off + 1024, Offsets: offs}
+				}
+				var buf bytes.Buffer
+				for range b.N {
+					buf.Reset()
+					if err := index.Write(&buf, infos, compress); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(buf.Len())/(shards*samples), "bytes/sample")
+			})
+		}
+	}
 }

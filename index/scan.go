@@ -29,7 +29,11 @@ func NewRecorder() *Recorder { return &Recorder{exact: true} }
 // Add records one result of Reader.Next: a sample, or an error of one sample alone
 // (shard.Error.Skippable), which holds its place in the count but leaves the
 // shard's offsets unknown.
+// A nil Recorder records nothing.
 func (c *Recorder) Add(s *shard.Sample, err error) {
+	if c == nil {
+		return
+	}
 	c.samples++
 	if err != nil || s == nil {
 		c.exact, c.offsets = false, nil

@@ -116,6 +116,7 @@ type loaderFlags struct {
 	budgetSamples int64
 	budgetShards  int64
 	index         string
+	countFirst    bool
 	maxSample     byteSize
 }
 
@@ -149,6 +150,7 @@ func (lf *loaderFlags) register(fs *pflag.FlagSet, perRank bool) {
 	fs.Float64Var(&lf.errorBudget, "error-budget", shardload.DefaultErrorBudget.Fraction, "fraction of the whole job's samples, or of its shards (all ranks together), that --on-error=skip may leave out before a rank fails (0: none)")
 	fs.Int64Var(&lf.budgetSamples, "error-budget-samples", 0, "samples --on-error=skip may leave out before a rank fails, whatever --error-budget gives")
 	fs.Int64Var(&lf.budgetShards, "error-budget-shards", 0, "shards --on-error=skip may leave out before a rank fails, whatever --error-budget gives")
+	fs.BoolVar(&lf.countFirst, "count-first", false, "without an index, read every shard to count its samples before the first batch (exact epochs) instead of estimating the counts from the shards' sizes")
 	fs.StringVar(&lf.index, "index", "", `index file or URL (from "shardload index"; JSON lines {"url","samples"} from "ls --summary --json" work too); without it the node's index store and an index object `+index.FileName+` beside the shards are used, and only shards none has are counted`)
 	lf.maxSample = shard.DefaultMaxSampleSize
 	fs.Var(&lf.maxSample, "max-sample-size", "largest sample (its members together) held in memory; a larger one is an error of that sample")
@@ -210,7 +212,7 @@ func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config
 		fmt.Fprintf(stderr, strings.TrimSuffix(format, "\n")+"\n", args...)
 	}
 	return shardload.Config{
-		URLs: urls, Index: lf.index, IndexDir: lf.rf.indexDir, NoIndexStore: lf.rf.noIndex || lf.rf.indexDir == "", Fields: fields, BatchSize: lf.batchSize, DropLast: lf.dropLast,
+		URLs: urls, Index: lf.index, IndexDir: lf.rf.indexDir, NoIndexStore: lf.rf.noIndex || lf.rf.indexDir == "", CountFirst: lf.countFirst, Fields: fields, BatchSize: lf.batchSize, DropLast: lf.dropLast,
 		Seed: lf.seed, Epoch: lf.epoch, Rank: lf.rank, World: lf.world,
 		NoShuffle: lf.noShuffle, ShuffleBuffer: lf.shuffleBuffer, ShuffleBytes: int64(lf.shuffleBytes),
 		OpenShards: lf.openShards, Workers: lf.workers, QueueBytes: int64(lf.queueBytes),
@@ -285,7 +287,9 @@ type benchResult struct {
 	BytesOut        int64              `json:"bytes_out"`
 	Seconds         float64            `json:"seconds"`
 	EpochSeconds    []float64          `json:"epoch_seconds"`
-	CountSeconds    float64            `json:"count_seconds"`
+	CountSeconds    float64            `json:"count_seconds"` // finding the shards' counts (an index, estimates or a count)
+	Estimated       bool               `json:"estimated_counts"`
+	ReadBeforeFirst int64              `json:"read_before_first_batch_bytes"` // bytes the process read (files and sockets) before the first batch`
 	SamplesPerSec   float64            `json:"samples_per_sec"`
 	MBPerSec        float64            `json:"mb_per_sec"`
 	MBPerSecDecomp  float64            `json:"mb_per_sec_decompressed"`
@@ -295,6 +299,7 @@ type benchResult struct {
 	WaitFraction    float64            `json:"wait_fraction"`
 	Skipped         int64              `json:"skipped"`
 	Padded          int64              `json:"padded"`
+	Trimmed         int64              `json:"trimmed"`
 	Workers         int                `json:"workers"`
 	Stages          map[string]float64 `json:"stages"`
 	Bottleneck      string             `json:"bottleneck"`
@@ -365,12 +370,16 @@ func mismatch(a, b []byte) int {
 
 func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, step time.Duration, verify bool) (*benchResult, error) {
 	start := time.Now()
-	infos, err := shardload.Count(ctx, cfg)
+	read0 := readBytes()
+	infos, err := shardload.Shards(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	res := &benchResult{CountSeconds: time.Since(start).Seconds(), Stages: map[string]float64{}, StepSeconds: step.Seconds(),
 		MemoryBudget: cfg.MemoryBudget()}
+	for _, s := range infos {
+		res.Estimated = res.Estimated || s.Estimated
+	}
 	cfg.Shards = infos
 	var firstBatch time.Duration
 	var consumed, samples int64     // batches and samples the trainer took
@@ -409,6 +418,7 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 				wait += time.Since(tw)
 			} else {
 				firstBatch = time.Since(start)
+				res.ReadBeforeFirst = readBytes() - read0
 			}
 			if verify {
 				if readBack, err = verifyBatch(ctx, b, readBack); err != nil {
@@ -464,6 +474,7 @@ func (r *benchResult) add(st shardload.Stats) {
 	r.BytesOut += st.BytesOut
 	r.Skipped += st.Skipped
 	r.Padded += st.Padded
+	r.Trimmed += st.Trimmed
 	r.Workers = st.Workers
 	r.SlabsPageLocked = st.PageLocked
 	for k, v := range st.Stages {
@@ -505,7 +516,10 @@ func (r *benchResult) report(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	fmt.Fprintf(bw, "bench: %d samples in %d batches (%d epoch(s)) in %.2fs", r.Samples, r.Batches, r.Epochs, r.Seconds)
 	if r.CountSeconds > 0.005 {
-		fmt.Fprintf(bw, ", after %.2fs counting samples", r.CountSeconds)
+		fmt.Fprintf(bw, ", after %.2fs finding the sample counts", r.CountSeconds)
+	}
+	if r.Estimated {
+		fmt.Fprintf(bw, " (estimated from the shards' sizes: %d rows padded, %d samples trimmed)", r.Padded, r.Trimmed)
 	}
 	if len(r.EpochSeconds) > 1 {
 		fmt.Fprintf(bw, "\n  epochs took")
@@ -515,8 +529,8 @@ func (r *benchResult) report(w io.Writer) error {
 	}
 	fmt.Fprintf(bw, "\n  %.0f samples/s, %.1f MB/s stored, %.1f MB/s decompressed, %.1f MB/s into slabs\n",
 		r.SamplesPerSec, r.MBPerSec, r.MBPerSecDecomp, float64(r.BytesOut)/1e6/r.Seconds)
-	fmt.Fprintf(bw, "  first batch after %.3fs; peak RSS %.0f MB (buffer budget %.0f MB); slabs page-locked: %v\n",
-		r.FirstBatch, float64(r.PeakRSS)/1e6, float64(r.MemoryBudget)/1e6, r.SlabsPageLocked)
+	fmt.Fprintf(bw, "  first batch after %.3fs (%.1f MB read before it); peak RSS %.0f MB (buffer budget %.0f MB); slabs page-locked: %v\n",
+		r.FirstBatch, float64(r.ReadBeforeFirst)/1e6, float64(r.PeakRSS)/1e6, float64(r.MemoryBudget)/1e6, r.SlabsPageLocked)
 	fmt.Fprintf(bw, "  stages (seconds, summed over %d workers):", r.Workers)
 	for _, s := range shardload.StageNames {
 		fmt.Fprintf(bw, " %s %.2f", s, r.Stages[s])
@@ -564,6 +578,22 @@ func peakRSS() int64 {
 				kb, _ := strconv.ParseInt(f[0], 10, 64)
 				return kb << 10
 			}
+		}
+	}
+	return 0
+}
+
+// readBytes returns the bytes the process has read so far, from files and sockets
+// alike (rchar in /proc/self/io), or 0 where that is not known.
+func readBytes() int64 {
+	data, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "rchar:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+			return n
 		}
 	}
 	return 0

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/shard"
 )
 
@@ -69,7 +70,7 @@ func cat(ctx context.Context, args []string, rf *readFlags, stats bool, stdout, 
 		tarBytes += n
 		return err
 	}
-	err := eachShard(ctx, args, rf, shard.Options{Stream: stream}, func(url string, r *shard.Reader) error {
+	err := eachShard(ctx, args, rf, shard.Options{Stream: stream}, func(url string, r *shard.Reader, rec *index.Recorder) error {
 		curURL, firstOfURL = url, true
 		for {
 			s, err := r.Next()
@@ -86,6 +87,7 @@ func cat(ctx context.Context, args []string, rf *readFlags, stats bool, stdout, 
 			if err := out.sampleDone(); err != nil {
 				return err
 			}
+			rec.Add(s, nil)
 			samples++
 			lastKey, lastURL = s.Key, url
 		}

@@ -262,8 +262,11 @@ func (s failingSource) Open(_ context.Context, url string) (io.ReadCloser, error
 }
 
 // eachShard expands the URL patterns and calls fn with a Reader of each shard in turn,
-// made with opts (URL and MaxMemberSize set here).
-func eachShard(ctx context.Context, patterns []string, rf *readFlags, opts shard.Options, fn func(url string, r *shard.Reader) error) error {
+// made with opts (URL and MaxMemberSize set here). fn passes each sample Next returns
+// to rec (nil without an index store): a shard fn reads to its end without an error
+// has its entry kept in the node's index store, so that loaders on this node need not
+// count it.
+func eachShard(ctx context.Context, patterns []string, rf *readFlags, opts shard.Options, fn func(url string, r *shard.Reader, rec *index.Recorder) error) error {
 	if len(patterns) == 0 {
 		return fmt.Errorf("%w: no shard URLs given", errUsage)
 	}
@@ -275,17 +278,23 @@ func eachShard(ctx context.Context, patterns []string, rf *readFlags, opts shard
 	if urls, err = rf.sources().Expand(ctx, urls); err != nil {
 		return err
 	}
+	store := rf.indexStore()
 	// The next shard is opened while this one is read: its request (or the cache's
 	// validation of it) and its first bytes overlap the work on this one.
 	type opened struct {
 		body io.ReadCloser
+		info source.Info // with a store: the object's version, taken before reading it
 		err  error
 	}
 	open := func(url string) <-chan opened {
 		ch := make(chan opened, 1)
 		go func() {
+			var info source.Info
+			if store != nil {
+				info, _ = rf.sources().Stat(ctx, url) // no version: nothing is kept
+			}
 			body, err := rf.sources().Open(ctx, url)
-			ch <- opened{body, err}
+			ch <- opened{body, info, err}
 		}()
 		return ch
 	}
@@ -316,7 +325,16 @@ func eachShard(ctx context.Context, patterns []string, rf *readFlags, opts shard
 		}
 		opts.URL, opts.MaxMemberSize = url, int64(rf.maxMember)
 		r := shard.NewReader(o.body, opts)
-		err := fn(url, r)
+		var rec *index.Recorder
+		if store != nil && o.info.Version != "" {
+			rec = index.NewRecorder()
+		}
+		err := fn(url, r, rec)
+		if err == nil && rec != nil {
+			if perr := store.Put(rec.Info(url, r, o.info.Version, o.info.Size)); perr != nil {
+				storeWarning.Do(func() { fmt.Fprintf(os.Stderr, "shardload: warning: %v (entries are not kept)\n", perr) })
+			}
+		}
 		r.Close()
 		o.body.Close()
 		if err != nil {
@@ -383,4 +401,21 @@ func sortedExts(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// storeWarning says once that the index store cannot be written.
+var storeWarning sync.Once
+
+// indexStore returns the node's index store of the flags, or nil (--no-index-store,
+// or a directory that cannot be made).
+func (rf *readFlags) indexStore() *index.Store {
+	if rf.noIndex || rf.indexDir == "" {
+		return nil
+	}
+	s, err := index.OpenStore(rf.indexDir)
+	if err != nil {
+		storeWarning.Do(func() { fmt.Fprintf(os.Stderr, "shardload: warning: %v (entries are not kept)\n", err) })
+		return nil
+	}
+	return s
 }

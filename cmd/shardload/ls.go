@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/shard"
 )
 
@@ -52,7 +53,7 @@ func ls(ctx context.Context, args []string, rf *readFlags, summary, asJSON bool,
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	var totalSamples, shards int
-	err := eachShard(ctx, args, rf, shard.Options{SizesOnly: true}, func(url string, r *shard.Reader) error {
+	err := eachShard(ctx, args, rf, shard.Options{SizesOnly: true}, func(url string, r *shard.Reader, rec *index.Recorder) error {
 		n, exts := 0, map[string]bool{}
 		if !summary && !asJSON {
 			fmt.Fprintf(w, "%s:\n", url)
@@ -65,6 +66,7 @@ func ls(ctx context.Context, args []string, rf *readFlags, summary, asJSON bool,
 			if err != nil {
 				return err
 			}
+			rec.Add(s, nil)
 			n++
 			switch {
 			case summary:
