@@ -2,7 +2,9 @@ package shardload_test
 
 import (
 	"context"
+	"errors"
 	"os"
+	"strings"
 	"slices"
 	"testing"
 
@@ -216,6 +218,51 @@ func TestEstimatedEpochs(t *testing.T) {
 		}
 		if omitted > wrongBy+world {
 			t.Errorf("world %d: %d samples left out, more than the estimates were wrong by (%d) plus the remainder", world, omitted, wrongBy)
+		}
+	}
+}
+
+// A shard overwritten after its entry was taken fails the loader under either policy
+// (the read is pinned to the entry's version), naming the shard: no rank reads another
+// object with the old counts and offsets.
+func TestStaleEntryFailsLoudly(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	paths, err := shardgen.Generate(dir, shardgen.Spec{Shards: 3, SamplesPerShard: 40, Seed: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, err := shardload.Count(ctx, shardload.Config{URLs: paths, NoIndexStore: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := shardgen.Generate(t.TempDir(), shardgen.Spec{Shards: 3, SamplesPerShard: 40, Seed: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(other[1])
+	os.WriteFile(paths[1], data, 0o644)
+	for _, policy := range []shardload.Policy{shardload.Fail, shardload.Skip} {
+		for _, world := range []int{1, 2} {
+			for rank := range world {
+				l, err := shardload.Open(ctx, shardload.Config{Shards: infos, World: world, Rank: rank, OnError: policy, BatchSize: 8,
+					ErrorBudget: &shardload.Budget{Fraction: 1}, NoLock: true, Slabs: 2, SlabBytes: 1 << 20, Logf: t.Logf})
+				if err != nil {
+					t.Fatal(err)
+				}
+				reads := false
+				for _, s := range l.Plan().Spans {
+					reads = reads || s.URL == paths[1]
+				}
+				err = runToError(ctx, l)
+				l.Close()
+				if !reads {
+					continue
+				}
+				if !errors.Is(err, shardload.ErrCountMismatch) || !strings.Contains(err.Error(), paths[1]) || !strings.Contains(err.Error(), "changed") {
+					t.Errorf("%v, world %d rank %d: %v", policy, world, rank, err)
+				}
+			}
 		}
 	}
 }

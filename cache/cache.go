@@ -281,6 +281,22 @@ func (c *Cache) OpenRange(ctx context.Context, url string, off, length int64) (i
 	return c.openRange(ctx, url, 0, off, length)
 }
 
+// OpenVersion is OpenRange provided the object is still at version (an earlier
+// Info.Version): otherwise it fails with an error wrapping source.ErrChanged. The
+// version is compared with the source's (Stat, which an unreachable source answers
+// with the cached copy's); the open that follows validates the cached copy as Open
+// does.
+func (c *Cache) OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
+	info, err := c.Stat(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	if info.Version != version {
+		return nil, &source.Error{Op: "open", URL: url, Err: fmt.Errorf("%w: version %s, want %s", source.ErrChanged, info.Version, version)}
+	}
+	return c.openRange(ctx, url, 0, off, length)
+}
+
 func (c *Cache) openRange(ctx context.Context, url string, node int, off, length int64) (io.ReadCloser, error) {
 	if off < 0 {
 		return nil, &source.Error{Op: "open", URL: url, Err: fmt.Errorf("cache: negative offset %d", off)}

@@ -27,13 +27,28 @@ type countingFile struct {
 	source.File
 	mu    sync.Mutex
 	opens map[string]int
+	stats int
 }
 
 func (c *countingFile) Open(ctx context.Context, url string) (io.ReadCloser, error) {
 	c.mu.Lock()
 	c.opens[url]++
 	c.mu.Unlock()
-	return c.File.Open(ctx, url)
+	return c.File.Open(ctx, strings.TrimPrefix(url, "remote://"))
+}
+
+func (c *countingFile) Stat(ctx context.Context, url string) (source.Info, error) {
+	c.mu.Lock()
+	c.stats++
+	c.mu.Unlock()
+	info, err := c.File.Stat(ctx, strings.TrimPrefix(url, "remote://"))
+	info.URL = url
+	return info, err
+}
+
+// List lists nothing, so that versions come from Stat, as over HTTP.
+func (c *countingFile) List(context.Context, string, func(source.Info) error) error {
+	return source.ErrNotLister
 }
 
 func (c *countingFile) shardOpens() int {
@@ -205,6 +220,9 @@ func TestResolveStore(t *testing.T) {
 		}
 	}
 
+	if set, ok := store.GetSet(paths); !ok || !reflect.DeepEqual(set, first) {
+		t.Fatalf("the store kept no set of the %d URLs (%v)", len(paths), ok)
+	}
 	reg2, files2 := registry()
 	logs = nil
 	lk.Sources = reg2
@@ -351,6 +369,48 @@ func BenchmarkIndexSize(b *testing.B) {
 				}
 				b.ReportMetric(float64(buf.Len())/(shards*samples), "bytes/sample")
 			})
+		}
+	}
+}
+
+// Beyond CheckUpTo remote shards, entries are trusted without a request per object
+// (the loader reads them pinned to their versions); local files are always checked.
+func TestResolveCheckUpTo(t *testing.T) {
+	ctx := context.Background()
+	paths := gen(t, t.TempDir(), 12, shard.None)
+	remote := make([]string, len(paths))
+	for i, p := range paths {
+		remote[i] = "remote://" + p
+	}
+	store, _ := index.OpenStore(t.TempDir())
+	for _, tc := range []struct {
+		name     string
+		urls     []string
+		upTo     int
+		wantStat int
+	}{
+		{"remote, checked", remote, 100, 12},
+		{"remote, trusted", remote, 5, 0},
+		{"local, checked", paths, 5, 12},
+	} {
+		c := &countingFile{opens: map[string]int{}}
+		reg := &source.Registry{}
+		reg.Register("remote", c)
+		reg.Register("file", c)
+		lk := index.Lookup{Sources: reg, Store: store, CheckUpTo: tc.upTo}
+		if _, err := lk.Resolve(ctx, tc.urls); err != nil { // fills the store
+			t.Fatal(err)
+		}
+		c.stats, c.opens = 0, map[string]int{}
+		got, err := lk.Resolve(ctx, tc.urls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.stats != tc.wantStat || c.shardOpens() != 0 {
+			t.Errorf("%s: %d stats and %d shard opens on the second run, want %d and none", tc.name, c.stats, c.shardOpens(), tc.wantStat)
+		}
+		if got[3].Version == "" || got[3].Samples != len(truth(t, paths[3])) {
+			t.Errorf("%s: entry %+v", tc.name, got[3])
 		}
 	}
 }

@@ -36,6 +36,13 @@ type Lookup struct {
 	Workers int
 	// Reader holds the limits of the shard readers of scans.
 	Reader shard.Options
+	// CheckUpTo is the most shards whose objects are checked against their entries'
+	// versions before planning (a listing, or a Stat each); beyond it entries are
+	// trusted, and a loader reads each shard pinned to its entry's version, so that an
+	// object overwritten since fails its reader (source.ErrChanged) instead of being
+	// counted again. Local files are always checked (a stat each is cheap). Default
+	// 1000: one listing page on S3.
+	CheckUpTo int
 	// Progress, when set, is called after each shard scanned, with the number done
 	// and the number to scan.
 	Progress func(done, total int)
@@ -74,13 +81,7 @@ func (lk Lookup) Quick(ctx context.Context, urls []string, world int) ([]shard.I
 	}
 	known = nil
 	if world == 1 && lk.Store != nil {
-		known = map[string]shard.Info{}
-		for _, u := range urls {
-			if e, ok := lk.Store.Get(u); ok {
-				known[key(u)] = e
-			}
-		}
-		if len(known) == len(urls) {
+		if known = lk.stored(ctx, urls); len(known) == len(urls) {
 			return lk.resolve(ctx, urls, known, "")
 		}
 	}
@@ -105,6 +106,9 @@ func (lk Lookup) withDefaults() Lookup {
 	if lk.Workers <= 0 {
 		lk.Workers = 16
 	}
+	if lk.CheckUpTo <= 0 {
+		lk.CheckUpTo = 1000
+	}
 	if lk.Logf == nil {
 		lk.Logf = func(string, ...any) {}
 	}
@@ -115,18 +119,50 @@ func (lk Lookup) withDefaults() Lookup {
 // whose object changed. from names where known came from, for the log ("" the
 // store or nothing).
 func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]shard.Info, from string) ([]shard.Info, error) {
+	infos, changed, err := lk.resolveEntries(ctx, urls, known, from)
+	if err == nil && lk.Store != nil && (changed || !lk.Store.hasSet(urls)) {
+		// The next lookup of the same URLs on this node reads one file.
+		if err := lk.Store.PutSet(infos); err != nil {
+			storeWarning.Do(func() { lk.Logf("shardload: warning: %v (entries are not kept for the next run)", err) })
+		}
+	}
+	return infos, err
+}
+
+// resolveEntries is resolve; changed says whether the entries differ from what the
+// store kept for these URLs together (none kept, or some read again).
+func (lk Lookup) resolveEntries(ctx context.Context, urls []string, known map[string]shard.Info, from string) ([]shard.Info, bool, error) {
 	// The objects' versions, unless every entry is a bare count (an index without
 	// versions is trusted as it is, and costs no request per shard).
 	var check []int
+	local := true
 	for i, u := range urls {
-		if e, ok := known[key(u)]; !ok || e.Version != "" {
+		e, ok := known[key(u)]
+		if !ok || e.Version != "" {
 			check = append(check, i)
+		}
+		if ok && !isLocal(u) {
+			local = false
+		}
+	}
+	if !local && len(check) > lk.CheckUpTo {
+		// Too many to check first: only the shards without an entry are stat'ed (to
+		// be counted); the others are trusted, and read pinned to their versions.
+		check = check[:0]
+		for i, u := range urls {
+			if _, ok := known[key(u)]; !ok {
+				check = append(check, i)
+			}
 		}
 	}
 	objs := make([]source.Info, len(urls))
+	checked := make([]bool, len(urls))
 	if len(check) > 0 {
 		if err := lk.objects(ctx, urls, check, objs); err != nil {
-			return nil, err
+			return nil, false, err
+		}
+		for _, i := range check {
+			checked[i] = true
 		}
 	}
 	infos := make([]shard.Info, len(urls))
@@ -138,7 +174,7 @@ func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]sh
 		case !ok:
 			missing++
 			todo = append(todo, i)
-		case e.Version != "" && (e.Version != objs[i].Version || (e.Size > 0 && objs[i].Size >= 0 && e.Size != objs[i].Size)):
+		case e.Version != "" && checked[i] && (e.Version != objs[i].Version || (e.Size > 0 && objs[i].Size >= 0 && e.Size != objs[i].Size)):
 			stale++
 			todo = append(todo, i)
 		default:
@@ -150,7 +186,7 @@ func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]sh
 		}
 	}
 	if len(todo) == 0 {
-		return infos, nil
+		return infos, false, nil
 	}
 	if from != "" {
 		lk.Logf("shardload: index %s: %d of %d shards have no entry and %d changed since it was written; reading those %d to count their samples",
@@ -186,9 +222,9 @@ func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]sh
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return infos, nil
+	return infos, true, nil
 }
 
 // storeWarning says once per process that the store cannot be written.
@@ -200,16 +236,9 @@ func (lk Lookup) known(ctx context.Context, urls []string) (map[string]shard.Inf
 	if lk.Index != "" {
 		return lk.global(ctx, urls)
 	}
-	known := map[string]shard.Info{}
-	if lk.Store != nil {
-		for _, u := range urls {
-			if e, ok := lk.Store.Get(u); ok {
-				known[key(u)] = e
-			}
-		}
-		if len(known) == len(urls) {
-			return known, "", nil
-		}
+	known := lk.stored(ctx, urls)
+	if lk.Store != nil && len(known) == len(urls) {
+		return known, "", nil
 	}
 	g, from, err := lk.global(ctx, urls)
 	if err != nil {
@@ -378,4 +407,34 @@ func dirOf(url string) string {
 		}
 	}
 	return u[:strings.LastIndex(u, "/")+1]
+}
+
+// isLocal reports whether url names a local file.
+func isLocal(url string) bool { return source.Scheme(url) == "file" }
+
+// stored returns the Store's entries of urls, by key: those it kept for exactly
+// these URLs together, else each shard's, read Workers at a time.
+func (lk Lookup) stored(ctx context.Context, urls []string) map[string]shard.Info {
+	known := map[string]shard.Info{}
+	if lk.Store == nil {
+		return known
+	}
+	if set, ok := lk.Store.GetSet(urls); ok {
+		for _, e := range set {
+			known[key(e.URL)] = e
+		}
+		return known
+	}
+	entries := make([]shard.Info, len(urls))
+	found := make([]bool, len(urls))
+	lk.each(ctx, len(urls), func(i int) error {
+		entries[i], found[i] = lk.Store.Get(urls[i])
+		return nil
+	})
+	for i, u := range urls {
+		if found[i] {
+			known[key(u)] = entries[i]
+		}
+	}
+	return known
 }

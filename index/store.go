@@ -102,3 +102,72 @@ func (s *Store) Get(url string) (shard.Info, bool) {
 	info.URL = url
 	return info, true
 }
+
+// setPath is the file of the entries of a whole list of URLs.
+func (s *Store) setPath(urls []string) string {
+	h := sha256.New()
+	for _, u := range urls {
+		h.Write([]byte(key(u)))
+		h.Write([]byte{0})
+	}
+	return filepath.Join(s.dir, "sets", hex.EncodeToString(h.Sum(nil)[:16])+".index")
+}
+
+// GetSet returns the entries of exactly urls, in order, as PutSet kept them: one file
+// read for a dataset of any size, where Get reads a file per shard.
+func (s *Store) GetSet(urls []string) ([]shard.Info, bool) {
+	f, err := os.Open(s.setPath(urls))
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	infos, err := Read(f, f.Name())
+	if err != nil || len(infos) != len(urls) {
+		return nil, false
+	}
+	for i, u := range urls {
+		if infos[i].URL != key(u) || infos[i].Version == "" {
+			return nil, false
+		}
+		infos[i].URL = u
+	}
+	return infos, true
+}
+
+// PutSet keeps the entries of a whole list of URLs together (see GetSet); each must
+// have a version.
+func (s *Store) PutSet(infos []shard.Info) error {
+	urls := make([]string, len(infos))
+	for i, in := range infos {
+		if in.Version == "" {
+			return nil
+		}
+		urls[i] = in.URL
+	}
+	p := s.setPath(urls)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return fmt.Errorf("index: store: %w", err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("index: store: %w", err)
+	}
+	err = Write(f, infos, true)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), p)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("index: store: %w", err)
+	}
+	return nil
+}
+
+// hasSet reports whether the store keeps the entries of exactly urls together.
+func (s *Store) hasSet(urls []string) bool {
+	_, err := os.Stat(s.setPath(urls))
+	return err == nil
+}

@@ -85,6 +85,7 @@ type ready struct {
 	Epoch     int         `json:"epoch"`
 	Batches   int         `json:"batches"`
 	Samples   int64       `json:"samples"`
+	Estimated bool        `json:"estimated,omitempty"` // the counts are estimates (no index)
 	Shards    int         `json:"shards"`
 	Order     orderInfo   `json:"order"`
 	Placement placement   `json:"placement"`

@@ -318,7 +318,7 @@ func (ss *session) run() error {
 	plan, order := l.Plan(), l.Order()
 	rd := ready{
 		Type: typeReady, Version: Version, Session: ss.id, Slabs: len(ring.Slabs()), SlabBytes: ring.SlabBytes(),
-		Fields: fieldsOf(l.Fields()), Epoch: cfg.Epoch, Batches: plan.Batches, Samples: int64(plan.Samples), Shards: len(infos),
+		Fields: fieldsOf(l.Fields()), Epoch: cfg.Epoch, Batches: plan.Batches, Samples: int64(plan.Samples), Estimated: plan.Estimated, Shards: len(infos),
 		Order:     orderInfo{Fingerprint: order.Fingerprint(), Settings: order},
 		Placement: ss.place.msg,
 	}

@@ -174,3 +174,18 @@ func (r *Registry) OpenRange(ctx context.Context, url string, off, length int64)
 		io.Closer
 	}{io.LimitReader(body, length), body}, nil
 }
+
+// OpenVersion looks up url's Source and reads length bytes from off of the object at
+// version (an earlier Info.Version), failing with an error wrapping ErrChanged when the
+// object is no longer at it: through the Source's VersionReader when it has one (every
+// built-in backend, and a Fetcher over one), else unpinned, as OpenRange.
+func (r *Registry) OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
+	src, err := r.Lookup(url)
+	if err != nil {
+		return nil, err
+	}
+	if vr, ok := src.(VersionReader); ok && version != "" {
+		return vr.OpenVersion(ctx, url, version, off, length)
+	}
+	return r.OpenRange(ctx, url, off, length)
+}

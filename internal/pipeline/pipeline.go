@@ -22,10 +22,12 @@ import (
 	"github.com/shardload/shardload/shard"
 )
 
-// Opener opens a shard by URL, whole or from an offset (a *source.Registry).
+// Opener opens a shard by URL, whole or from an offset, pinned to a version where it
+// can (a *source.Registry).
 type Opener interface {
 	Open(ctx context.Context, url string) (io.ReadCloser, error)
 	OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error)
+	OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error)
 }
 
 // Params are what the stages need, with every default applied by the caller.

@@ -15,6 +15,7 @@ import (
 	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/source"
 )
 
 // item is one decoded sample owned by the loader: its values' data live in buf.
@@ -134,12 +135,26 @@ func (p *producer) run() {
 	// A span that starts inside a shard whose sample offsets are known starts
 	// reading at its first sample (a ranged read, a seek), not at the shard's start.
 	first := 0
+	info := pl.p.Shards[span.Shard]
+	if offs := info.Offsets; span.Skip > 0 && span.Skip < len(offs) {
+		first, opts.StartOffset = span.Skip, offs[span.Skip]
+	}
+	// A shard whose count came from an index entry is read at the version the entry
+	// was taken from: an object overwritten since fails loudly (source.ErrChanged)
+	// instead of being read with another object's counts and offsets.
 	var body io.ReadCloser
 	var err error
-	if offs := pl.p.Shards[span.Shard].Offsets; span.Skip > 0 && span.Skip < len(offs) {
-		first, opts.StartOffset = span.Skip, offs[span.Skip]
+	switch {
+	case info.Version != "" && !info.Estimated:
+		body, err = pl.p.Sources.OpenVersion(p.ctx, span.URL, info.Version, opts.StartOffset, -1)
+		if errors.Is(err, source.ErrChanged) {
+			// Under either policy: every rank planned from the stale count.
+			p.send(slotMsg{err: fmt.Errorf("%w: %s changed since its sample count was taken (version %s): every rank's plan is wrong; rebuild the index (shardload index): %w", ErrCountMismatch, span.URL, info.Version, err)})
+			return
+		}
+	case opts.StartOffset > 0:
 		body, err = pl.p.Sources.OpenRange(p.ctx, span.URL, opts.StartOffset, -1)
-	} else {
+	default:
 		body, err = pl.p.Sources.Open(p.ctx, span.URL)
 	}
 	if err != nil {
@@ -166,7 +181,6 @@ func (p *producer) run() {
 	// many samples that is; a span that finds the shard ending early ends there. The
 	// batcher pads or trims to the planned batches. Read from its start to its end,
 	// the shard's true entry is recorded.
-	info := pl.p.Shards[span.Shard]
 	toEnd := info.Estimated && span.Skip+span.Take == info.Samples
 	var rec *index.Recorder
 	if toEnd && span.Skip == 0 && pl.p.Record != nil {

@@ -620,6 +620,9 @@ class Client:
         self.session = ready["session"]
         self.fields = ready["fields"]
         self.batches_per_epoch = ready["batches"]
+        # The counts are estimates (no index): a job of one rank may get another
+        # number of batches; every rank of a larger one gets batches_per_epoch.
+        self.counts_estimated = bool(ready.get("estimated", False))
         self.samples_per_epoch = ready["samples"]
         self.current_epoch = ready["epoch"]
         self.order = ready.get("order")
