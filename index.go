@@ -2,6 +2,7 @@ package shardload
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/shardload/shardload/index"
@@ -100,8 +101,10 @@ func openStore(dir string, logf func(string, ...any)) *index.Store {
 var storeWarning sync.Once
 
 // recorder returns what keeps the true entries of estimated shards read whole in the
-// node's index store, or nil.
-func recorder(cfg Config) func(shard.Info) {
+// node's index store, or nil; once every shard of infos has its true entry, the
+// dataset's entries are kept together too (index.Store.PutSet), so that the next run
+// on the node reads one file.
+func recorder(cfg Config, infos []shard.Info) func(shard.Info) {
 	if cfg.NoIndexStore {
 		return nil
 	}
@@ -109,9 +112,35 @@ func recorder(cfg Config) func(shard.Info) {
 	if store == nil {
 		return nil
 	}
+	warn := func(err error) {
+		storeWarning.Do(func() { cfg.Logf("shardload: warning: %v (entries are not kept for the next run)", err) })
+	}
+	var mu sync.Mutex
+	entries := slices.Clone(infos)
+	at := make(map[string]int, len(infos))
+	pending := 0
+	for i, in := range infos {
+		if in.Estimated {
+			at[in.URL] = i
+			pending++
+		}
+	}
 	return func(info shard.Info) {
 		if err := store.Put(info); err != nil {
-			storeWarning.Do(func() { cfg.Logf("shardload: warning: %v (entries are not kept for the next run)", err) })
+			warn(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		i, ok := at[info.URL]
+		if !ok {
+			return
+		}
+		delete(at, info.URL)
+		entries[i] = info
+		if pending--; pending == 0 {
+			if err := store.PutSet(entries); err != nil {
+				warn(err)
+			}
 		}
 	}
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
-	"strings"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/shardload/shardload"

@@ -119,7 +119,7 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 		NoShuffle: cfg.NoShuffle, ShuffleBuffer: cfg.ShuffleBuffer, ShuffleBytes: cfg.ShuffleBytes,
 		OpenShards: cfg.OpenShards, Workers: cfg.Workers, QueueBytes: cfg.QueueBytes,
 		BatchSize: cfg.BatchSize, DropLast: cfg.DropLast, CPUs: cfg.CPUs,
-		Stretch: cfg.World == 1 && plan.Estimated, Record: recorder(cfg),
+		Stretch: cfg.World == 1 && plan.Estimated, Record: recorder(cfg, infos),
 		Skip: cfg.OnError == Skip,
 		Budget: pipeline.Budget{MaxSamples: maxSamples, MaxShards: maxShards,
 			JobSamples: order.Samples, JobShards: order.Shards, Text: cfg.ErrorBudget.String()},

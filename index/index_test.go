@@ -414,3 +414,33 @@ func TestResolveCheckUpTo(t *testing.T) {
 		}
 	}
 }
+
+// Listings are split by name prefixes so that each covers about a page of names.
+func TestListPrefixes(t *testing.T) {
+	var names []string
+	for i := range 10000 {
+		names = append(names, fmt.Sprintf("train-%06d.tar", i))
+	}
+	got := index.ListPrefixes(names, 1000)
+	if len(got) != 10 || got[0] != "train-000" || got[9] != "train-009" {
+		t.Errorf("10,000 names: %v", got)
+	}
+	if got := index.ListPrefixes(names[:500], 1000); len(got) != 1 || got[0] != "train-000" {
+		t.Errorf("500 names: %v", got)
+	}
+	if got := index.ListPrefixes([]string{"a", "ab", "abc"}, 1); len(got) != 3 {
+		t.Errorf("nested names: %v", got)
+	}
+	// Every name is under one of the prefixes.
+	odd := []string{"x1", "x2", "y", "x10", "zz9", "zz10"}
+	ps := index.ListPrefixes(odd, 2)
+	for _, n := range odd {
+		covered := false
+		for _, p := range ps {
+			covered = covered || strings.HasPrefix(n, p)
+		}
+		if !covered {
+			t.Errorf("%s not under %v", n, ps)
+		}
+	}
+}

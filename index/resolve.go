@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 
@@ -330,19 +331,33 @@ func (lk Lookup) objects(ctx context.Context, urls []string, which []int, objs [
 			continue
 		}
 		want := make(map[string]int, len(idx))
+		names := make([]string, 0, len(idx))
 		for _, i := range idx {
 			want[urls[i]] = i
+			names = append(names, urls[i][len(dir):])
 		}
-		err = l.List(ctx, dir, func(info source.Info) error {
-			if i, ok := want[info.URL]; ok {
-				objs[i], found[i] = info, true
+		// Listings of narrower prefixes, in parallel: a listing's pages come one
+		// after the other, a thousand keys each.
+		prefixes := listPrefixes(names, listPage)
+		var mu sync.Mutex
+		err = lk.each(ctx, len(prefixes), func(k int) error {
+			err := l.List(ctx, dir+prefixes[k], func(info source.Info) error {
+				if i, ok := want[info.URL]; ok {
+					mu.Lock()
+					objs[i], found[i] = info, true
+					mu.Unlock()
+				}
+				return nil
+			})
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
+			_ = err // any other failure: the objects not found are stat'ed below
 			return nil
 		})
-		if err != nil && ctx.Err() != nil {
-			return ctx.Err()
+		if err != nil {
+			return err
 		}
-		// Any other failure: the objects not found are stat'ed below.
 	}
 	var todo []int
 	for _, i := range which {
@@ -425,6 +440,21 @@ func (lk Lookup) stored(ctx context.Context, urls []string) map[string]shard.Inf
 		}
 		return known
 	}
+	// A store that has none of the first shards is taken to have none: a look for
+	// each of many shards costs a file system call each.
+	const probe = 16
+	if len(urls) > 4*probe {
+		hit := false
+		for _, u := range urls[:probe] {
+			if _, ok := lk.Store.Get(u); ok {
+				hit = true
+				break
+			}
+		}
+		if !hit {
+			return known
+		}
+	}
 	entries := make([]shard.Info, len(urls))
 	found := make([]bool, len(urls))
 	lk.each(ctx, len(urls), func(i int) error {
@@ -437,4 +467,46 @@ func (lk Lookup) stored(ctx context.Context, urls []string) map[string]shard.Inf
 		}
 	}
 	return known
+}
+
+// listPage is the number of keys a listing returns per page on S3 and GCS.
+const listPage = 1000
+
+// listPrefixes returns prefixes that together cover names (the objects' names in one
+// directory), each the start of at most about limit of them where names allow: the
+// shortest common start of all names, lengthened until no prefix covers more than
+// limit. Names of a brace pattern ("train-000000".."train-009999") give one prefix per
+// thousand.
+func listPrefixes(names []string, limit int) []string {
+	if len(names) == 0 {
+		return nil
+	}
+	sorted := slices.Clone(names)
+	slices.Sort(sorted)
+	lcp := sorted[0]
+	for _, n := range sorted[1:] {
+		for !strings.HasPrefix(n, lcp) {
+			lcp = lcp[:len(lcp)-1]
+		}
+	}
+	longest := 0
+	for _, n := range sorted {
+		longest = max(longest, len(n))
+	}
+	for l := len(lcp); ; l++ {
+		var out []string
+		count, most := 0, 0
+		for i, n := range sorted {
+			p := n[:min(l, len(n))]
+			if i == 0 || p != out[len(out)-1] {
+				out = append(out, p)
+				count = 0
+			}
+			count++
+			most = max(most, count)
+		}
+		if most <= limit || l >= longest {
+			return out
+		}
+	}
 }

@@ -13,6 +13,8 @@
 #   scripts/bench-index.sh [RUNS] [SMALL_SHARDS]     (defaults: 3, 10000)
 #
 # Prints one line per case with the medians; raw JSON under .demo/bench-index/.
+# BENCH_REUSE=1 reuses the datasets and the MinIO data of the previous run (the
+# upload of 10,000 objects takes a minute or two).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -22,16 +24,25 @@ small=${2:-10000}
 go build -o bin/shardload ./cmd/shardload
 sl=$PWD/bin/shardload
 work=$PWD/.demo/bench-index
-rm -rf "$work"
-mkdir -p "$work"
-
-"$sl" gen --shards "$small" --samples 4 "$work/small" > /dev/null
-"$sl" gen --shards 32 --samples 300 --preset images "$work/images" > /dev/null
+reuse=
+if [[ ${BENCH_REUSE:-} == 1 && -f $work/creds && -d $work/minio ]]; then
+	reuse=1
+	read -r BENCH_MINIO_USER BENCH_MINIO_SECRET < "$work/creds"
+	export BENCH_MINIO_USER BENCH_MINIO_SECRET
+	rm -rf "$work"/*.json "$work"/*.log "$work"/store-*
+else
+	rm -rf "$work"
+	mkdir -p "$work"
+	"$sl" gen --shards "$small" --samples 4 "$work/small" > /dev/null
+	"$sl" gen --shards 32 --samples 300 --preset images "$work/images" > /dev/null
+fi
 
 trap stop_minio EXIT
 start_minio "$work"
-s3curl -X PUT "$AWS_ENDPOINT_URL/bench" > /dev/null
+echo "$AWS_ACCESS_KEY_ID $AWS_SECRET_ACCESS_KEY" > "$work/creds"
+[[ -n $reuse ]] || s3curl -X PUT "$AWS_ENDPOINT_URL/bench" > /dev/null
 for name in small images; do
+	[[ -z $reuse ]] || continue
 	t0=$(date +%s.%N)
 	find "$work/$name" -maxdepth 1 -name 'train-*.tar' | sort |
 		xargs -P 8 -I{} sh -c 'curl -fsS -m 600 --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
@@ -65,7 +76,7 @@ field() {
 for name in small images; do
 	bytes=$(cat "$work/$name"/train-*.tar | wc -c)
 	for i in $(seq "$runs"); do
-		rm -rf "$work/store-a" "$work/store-c" "$work/store-w2"
+		rm -rf "$work/store-a" "$work/store-c" "$work/store-c2" "$work/store-w2"
 		s3curl -X DELETE "$AWS_ENDPOINT_URL/bench/$name/shardload.index" > /dev/null || true
 		# (a) reads its whole epoch, which fills the store that (b) plans from; the
 		# other cases stop after 30 batches (the first batch is what they measure).
@@ -75,9 +86,12 @@ for name in small images; do
 		run "$name" w2 "$i" "$work/store-w2" --world 2 --rank 0 --batches 30
 		SHARDLOAD_INDEX_DIR=$work/store-idx-$i "$sl" index --output "s3://bench/$name/" "${PATTERN[$name]}" 2> "$work/$name-index-$i.log"
 		run "$name" c "$i" "$work/store-c" --batches 30
+		# (c) with smaller fetch parts: what the four open shards read ahead of the
+		# first batch is mostly their first 8 MiB parts.
+		run "$name" c2 "$i" "$work/store-c2" --batches 30 --fetch-part-size 2MiB
 	done
 	echo "== $name: $(ls "$work/$name"/train-*.tar | wc -l) shards, $((bytes / 1000000)) MB; medians of $runs"
-	for case in a0 a b w2 c; do
+	for case in a0 a b w2 c c2; do
 		fb=$(field "$name" "$case" first_batch_seconds)
 		rd=$(field "$name" "$case" read_before_first_batch_bytes)
 		cs=$(field "$name" "$case" count_seconds)

@@ -26,7 +26,9 @@ start_minio() {
 	minio=${SHARDLOAD_MINIO_BIN:-$(bash scripts/tools.sh path minio)}
 	port=$(free_port)
 	console=$(free_port)
-	export AWS_ACCESS_KEY_ID=bench-$RANDOM$RANDOM AWS_SECRET_ACCESS_KEY=bench-secret-$RANDOM$RANDOM$RANDOM
+	# Fresh credentials, unless the caller set BENCH_MINIO_USER and BENCH_MINIO_SECRET
+	# (to reopen a data directory an earlier run filled).
+	export AWS_ACCESS_KEY_ID=${BENCH_MINIO_USER:-bench-$RANDOM$RANDOM} AWS_SECRET_ACCESS_KEY=${BENCH_MINIO_SECRET:-bench-secret-$RANDOM$RANDOM$RANDOM}
 	export AWS_REGION=us-east-1 AWS_ENDPOINT_URL=http://127.0.0.1:$port AWS_EC2_METADATA_DISABLED=true
 	MINIO_ROOT_USER=$AWS_ACCESS_KEY_ID MINIO_ROOT_PASSWORD=$AWS_SECRET_ACCESS_KEY MINIO_BROWSER=off MINIO_UPDATE=off \
 		"$minio" server --address "127.0.0.1:$port" --console-address "127.0.0.1:$console" "$dir/minio" > "$dir/minio.log" 2>&1 &

@@ -501,11 +501,11 @@ func (r *benchResult) bottleneck() string {
 	}
 	sort.SliceStable(loads, func(i, j int) bool { return loads[i].share > loads[j].share })
 	top := loads[0]
-	who := fmt.Sprintf("%d workers", r.Workers)
+	who := fmt.Sprintf("%d workers'", r.Workers)
 	if top.stage == "shuffle" || top.stage == "collate" {
-		who = "the mixer"
+		who = "the mixer's"
 	}
-	msg := fmt.Sprintf("%s: %.0f%% of %s' time", top.stage, 100*top.share, who)
+	msg := fmt.Sprintf("%s: %.0f%% of %s time", top.stage, 100*top.share, who)
 	if r.StepSeconds > 0 {
 		msg = fmt.Sprintf("loader-bound, the trainer waited %.0f%% of its time; busiest stage %s", 100*r.WaitFraction, msg)
 	}

@@ -242,6 +242,9 @@ func (p *progressLine) update(done, total int) {
 }
 
 func (p *progressLine) logf(format string, args ...any) {
+	if strings.HasPrefix(format, "shardload: no index for these") {
+		return // the lookup's advice to write an index, while one is being written
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.open {

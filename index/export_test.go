@@ -1,0 +1,4 @@
+package index
+
+// ListPrefixes is listPrefixes, for tests.
+var ListPrefixes = listPrefixes
