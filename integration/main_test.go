@@ -54,6 +54,9 @@ func shardload(t *testing.T, dir string, env []string, args ...string) result {
 		}
 	}
 	cmd.Env = append(cmd.Env, "AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null")
+	// A node's index store of its own, unless the test names one: runs do not see
+	// each other's entries, nor the user's.
+	cmd.Env = append(cmd.Env, "SHARDLOAD_INDEX_DIR="+t.TempDir())
 	cmd.Env = append(cmd.Env, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

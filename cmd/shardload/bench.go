@@ -289,6 +289,7 @@ type benchResult struct {
 	EpochSeconds    []float64          `json:"epoch_seconds"`
 	CountSeconds    float64            `json:"count_seconds"` // finding the shards' counts (an index, estimates or a count)
 	Estimated       bool               `json:"estimated_counts"`
+	Order           string             `json:"order_fingerprint"`             // the first epoch's Order, the same on every rank of a job
 	ReadBeforeFirst int64              `json:"read_before_first_batch_bytes"` // bytes the process read (files and sockets) before the first batch`
 	SamplesPerSec   float64            `json:"samples_per_sec"`
 	MBPerSec        float64            `json:"mb_per_sec"`
@@ -394,6 +395,9 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 			return nil, err
 		}
 		res.Epochs++
+		if res.Order == "" {
+			res.Order = l.Order().Fingerprint()
+		}
 		for {
 			t0 := time.Now()
 			b, err := l.Next(ctx)
