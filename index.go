@@ -2,7 +2,6 @@ package shardload
 
 import (
 	"context"
-	"slices"
 	"sync"
 
 	"github.com/shardload/shardload/index"
@@ -74,73 +73,26 @@ func lookup(cfg Config) index.Lookup {
 	return lk
 }
 
-// stores holds the index stores opened, by directory.
-var stores sync.Map // string -> *index.Store
-
-// openStore opens the index store in dir (index.DefaultStoreDir when ""), or says
-// once why it cannot and returns nil.
-func openStore(dir string, logf func(string, ...any)) *index.Store {
-	if dir == "" {
-		dir = index.DefaultStoreDir()
-	}
-	if dir == "" {
-		return nil
-	}
-	if s, ok := stores.Load(dir); ok {
-		return s.(*index.Store)
-	}
-	s, err := index.OpenStore(dir)
-	if err != nil {
-		storeWarning.Do(func() { logf("shardload: warning: %v (shards are counted on every run)", err) })
-		return nil
-	}
-	stores.Store(dir, s)
-	return s
-}
-
-var storeWarning sync.Once
-
 // recorder returns what keeps the true entries of estimated shards read whole in the
-// node's index store, or nil; once every shard of infos has its true entry, the
-// dataset's entries are kept together too (index.Store.PutSet), so that the next run
-// on the node reads one file.
+// node's index store (see index.Store.Keep), or nil.
 func recorder(cfg Config, infos []shard.Info) func(shard.Info) {
 	if cfg.NoIndexStore {
 		return nil
 	}
-	store := openStore(cfg.IndexDir, cfg.Logf)
-	if store == nil {
-		return nil
+	if store := openStore(cfg.IndexDir, cfg.Logf); store != nil {
+		return store.Keep(infos, cfg.Logf)
 	}
-	warn := func(err error) {
-		storeWarning.Do(func() { cfg.Logf("shardload: warning: %v (entries are not kept for the next run)", err) })
-	}
-	var mu sync.Mutex
-	entries := slices.Clone(infos)
-	at := make(map[string]int, len(infos))
-	pending := 0
-	for i, in := range infos {
-		if in.Estimated {
-			at[in.URL] = i
-			pending++
-		}
-	}
-	return func(info shard.Info) {
-		if err := store.Put(info); err != nil {
-			warn(err)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		i, ok := at[info.URL]
-		if !ok {
-			return
-		}
-		delete(at, info.URL)
-		entries[i] = info
-		if pending--; pending == 0 {
-			if err := store.PutSet(entries); err != nil {
-				warn(err)
-			}
-		}
-	}
+	return nil
 }
+
+// openStore opens the index store in dir (index.DefaultStoreDir when ""), or says
+// once why it cannot and returns nil.
+func openStore(dir string, logf func(string, ...any)) *index.Store {
+	s, err := index.Shared(dir)
+	if err != nil {
+		storeWarning.Do(func() { logf("shardload: warning: %v (shards are counted on every run)", err) })
+	}
+	return s
+}
+
+var storeWarning sync.Once

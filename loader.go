@@ -2,8 +2,6 @@ package shardload
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"iter"
 	"slices"
@@ -101,7 +99,8 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	}
 	fields := cfg.Fields
 	if len(fields) == 0 {
-		if fields, err = inferFields(ctx, cfg, infos); err != nil {
+		opts := shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxRatio: cfg.MaxRatio}
+		if fields, err = pipeline.InferFields(ctx, cfg.Sources, infos, opts); err != nil {
 			return nil, err
 		}
 	}
@@ -131,44 +130,12 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	return l, nil
 }
 
-// inferFields reads the first sample of the first shard that has one.
-func inferFields(ctx context.Context, cfg Config, infos []shard.Info) ([]decode.Field, error) {
-	for _, info := range infos {
-		if info.Samples == 0 {
-			continue
-		}
-		body, err := cfg.Sources.Open(ctx, info.URL)
-		if err != nil {
-			return nil, err
-		}
-		r := shard.NewReader(body, shard.Options{URL: info.URL, SizesOnly: true, MaxMemberSize: cfg.MaxMemberSize, MaxRatio: cfg.MaxRatio})
-		s, err := r.Next()
-		var fields []decode.Field
-		if err == nil {
-			for _, f := range s.Fields {
-				fd, perr := decode.ParseField(f.Ext)
-				if perr != nil {
-					err = perr
-					break
-				}
-				fields = append(fields, fd)
-			}
-		}
-		r.Close()
-		body.Close()
-		if err != nil {
-			return nil, fmt.Errorf("shardload: inferring fields from %s: %w", info.URL, err)
-		}
-		return fields, nil
-	}
-	return nil, ErrEmpty
-}
 
 // lockWarning says once per process that slabs cannot be page-locked.
 var lockWarning sync.Once
 
 // ErrEmpty means the shards hold no samples.
-var ErrEmpty = errors.New("shardload: no samples in the shards")
+var ErrEmpty = pipeline.ErrNoSample
 
 // Plan returns what this rank reads this epoch.
 func (l *Loader) Plan() shard.Plan { return l.plan }

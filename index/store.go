@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 
 	"github.com/shardload/shardload/shard"
 )
@@ -170,4 +172,66 @@ func (s *Store) PutSet(infos []shard.Info) error {
 func (s *Store) hasSet(urls []string) bool {
 	_, err := os.Stat(s.setPath(urls))
 	return err == nil
+}
+
+// shared holds the stores Shared opened, by directory.
+var shared sync.Map // string -> *Store
+
+// Shared returns the store in dir (DefaultStoreDir when ""), opened once per process;
+// nil and no error when there is no directory to use.
+func Shared(dir string) (*Store, error) {
+	if dir == "" {
+		dir = DefaultStoreDir()
+	}
+	if dir == "" {
+		return nil, nil
+	}
+	if s, ok := shared.Load(dir); ok {
+		return s.(*Store), nil
+	}
+	s, err := OpenStore(dir)
+	if err != nil {
+		return nil, err
+	}
+	shared.Store(dir, s)
+	return s, nil
+}
+
+// Keep returns what a loader calls with the true entry of each shard of infos whose
+// count was estimated, once it read the shard whole: it keeps the entry (Put) and,
+// once every estimated shard has its entry, the dataset's entries together (PutSet),
+// so that the next run on the node reads one file. A failure to write is said once
+// through logf.
+func (s *Store) Keep(infos []shard.Info, logf func(string, ...any)) func(shard.Info) {
+	var once sync.Once
+	warn := func(err error) {
+		once.Do(func() { logf("shardload: warning: %v (entries are not kept for the next run)", err) })
+	}
+	var mu sync.Mutex
+	entries := slices.Clone(infos)
+	at := make(map[string]int, len(infos))
+	for i, in := range infos {
+		if in.Estimated {
+			at[in.URL] = i
+		}
+	}
+	pending := len(at)
+	return func(info shard.Info) {
+		if err := s.Put(info); err != nil {
+			warn(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		i, ok := at[info.URL]
+		if !ok {
+			return
+		}
+		delete(at, info.URL)
+		entries[i] = info
+		if pending--; pending == 0 {
+			if err := s.PutSet(entries); err != nil {
+				warn(err)
+			}
+		}
+	}
 }

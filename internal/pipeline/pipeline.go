@@ -10,6 +10,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -252,4 +253,42 @@ func (pl *Pipeline) Locked() bool {
 	default:
 		return false
 	}
+}
+
+// ErrNoSample means InferFields found no shard with a sample.
+var ErrNoSample = errors.New("shardload: no samples in the shards")
+
+// InferFields returns the fields of the first sample of the first shard that has one,
+// each with the decoder its extension suggests (decode.ParseField).
+func InferFields(ctx context.Context, src Opener, infos []shard.Info, opts shard.Options) ([]decode.Field, error) {
+	for _, info := range infos {
+		if info.Samples == 0 {
+			continue
+		}
+		body, err := src.Open(ctx, info.URL)
+		if err != nil {
+			return nil, err
+		}
+		opts.URL, opts.SizesOnly = info.URL, true
+		r := shard.NewReader(body, opts)
+		s, err := r.Next()
+		var fields []decode.Field
+		if err == nil {
+			for _, f := range s.Fields {
+				fd, perr := decode.ParseField(f.Ext)
+				if perr != nil {
+					err = perr
+					break
+				}
+				fields = append(fields, fd)
+			}
+		}
+		r.Close()
+		body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("shardload: inferring fields from %s: %w", info.URL, err)
+		}
+		return fields, nil
+	}
+	return nil, ErrNoSample
 }
