@@ -121,7 +121,9 @@ func (lk Lookup) withDefaults() Lookup {
 // store or nothing).
 func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]shard.Info, from string) ([]shard.Info, error) {
 	infos, changed, err := lk.resolveEntries(ctx, urls, known, from)
-	if err == nil && lk.Store != nil && (changed || !lk.Store.hasSet(urls)) {
+	// Entries from an index every node sees are found there again; those found
+	// shard by shard in the store, or read now, are kept together for next time.
+	if err == nil && lk.Store != nil && (changed || from == "" && !lk.Store.hasSet(urls)) {
 		// The next lookup of the same URLs on this node reads one file.
 		if err := lk.Store.PutSet(infos); err != nil {
 			storeWarning.Do(func() { lk.Logf("shardload: warning: %v (entries are not kept for the next run)", err) })
