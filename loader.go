@@ -130,7 +130,6 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	return l, nil
 }
 
-
 // lockWarning says once per process that slabs cannot be page-locked.
 var lockWarning sync.Once
 
