@@ -600,3 +600,43 @@ func TestClientProtocol(t *testing.T) {
 		t.Errorf("cases %v, want %v", cases, want)
 	}
 }
+
+// TestClientCountsEstimated: a server whose dataset has no index tells the client its
+// counts are estimates, and a job of one rank still gets every sample once; with the
+// index beside the shards the counts are exact.
+func TestClientCountsEstimated(t *testing.T) {
+	py := python(t)
+	images, _ := datasets(t)
+	// The same shards without the index.
+	bare := t.TempDir()
+	shards, _ := filepath.Glob(filepath.Join(filepath.Dir(images), "img-*.tar"))
+	for _, p := range shards {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(bare, filepath.Base(p)), data, 0o644)
+	}
+	for _, tc := range []struct {
+		name      string
+		pattern   string
+		estimated bool
+	}{
+		{"index", images, false},
+		{"no index", filepath.Join(bare, filepath.Base(images)), true},
+	} {
+		srv := startServer(t, "", "--no-index-store", tc.pattern)
+		lines := clientCheck(t, py, nil, "counts", srv.socket)
+		var ready struct {
+			Estimated bool
+			Batches   int
+		}
+		var got struct{ Got, Distinct int }
+		field(t, lines[0], "estimated", &ready.Estimated)
+		field(t, lines[1], "got", &got.Got)
+		field(t, lines[1], "distinct", &got.Distinct)
+		if ready.Estimated != tc.estimated || got.Got != 115 || got.Distinct != 115 {
+			t.Errorf("%s: estimated %v, %d samples (%d distinct); want %v and the 115 samples once each", tc.name, ready.Estimated, got.Got, got.Distinct, tc.estimated)
+		}
+	}
+}

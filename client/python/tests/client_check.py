@@ -147,6 +147,17 @@ def workers(sock):
     ds.close()
 
 
+def counts(sock):
+    """Whether the server's counts are estimates, and what one epoch holds."""
+    c = shardload.Client(sock, batch_size=BATCH, fields=FIELDS, seed=SEED)
+    emit(estimated=c.counts_estimated, batches=c.batches_per_epoch)
+    keys = []
+    for b in c:
+        keys.extend(b.keys)
+    emit(got=len(keys), distinct=len(set(keys)))
+    c.close()
+
+
 # -- break --
 
 def batch_keys(batches):
@@ -580,6 +591,8 @@ def main():
         keep(*args)
     elif mode == "workers":
         workers(*args)
+    elif mode == "counts":
+        counts(*args)
     elif mode == "break":
         break_client(*args)
         break_dataset(*args)
