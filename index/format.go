@@ -223,11 +223,7 @@ func key(url string) string { return strings.TrimSpace(redact.URL(url)) }
 func Omit(urls []string) []string {
 	out := urls[:0:0]
 	for _, u := range urls {
-		p := u
-		if i := strings.IndexAny(p, "?#"); i >= 0 && (strings.HasPrefix(p, "http://") || strings.HasPrefix(p, "https://")) {
-			p = p[:i]
-		}
-		if base := path.Base(p); base != FileName && !strings.HasPrefix(base, "."+FileName+".tmp-") {
+		if base := path.Base(pathOf(u)); base != FileName && !strings.HasPrefix(base, "."+FileName+".tmp-") {
 			out = append(out, u)
 		}
 	}

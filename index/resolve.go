@@ -417,13 +417,19 @@ func firstErr(errs []error) error {
 
 // dirOf returns url up to its last "/" (the query of an http(s) URL aside), or "".
 func dirOf(url string) string {
-	u := url
-	if strings.HasPrefix(u, "http://") || strings.HasPrefix(u, "https://") {
-		if i := strings.IndexAny(u, "?#"); i >= 0 {
-			u = u[:i]
+	u := pathOf(url)
+	return u[:strings.LastIndex(u, "/")+1]
+}
+
+// pathOf returns url without the query and fragment of an http(s) URL (a presigned
+// URL's signature), which are not part of its path.
+func pathOf(url string) string {
+	if strings.HasPrefix(url, "http://") || strings.HasPrefix(url, "https://") {
+		if i := strings.IndexAny(url, "?#"); i >= 0 {
+			return url[:i]
 		}
 	}
-	return u[:strings.LastIndex(u, "/")+1]
+	return url
 }
 
 // isLocal reports whether url names a local file.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -63,19 +64,27 @@ func (s *Store) Put(info shard.Info) error {
 	if info.Version == "" {
 		return nil
 	}
-	p := s.path(info.URL)
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return fmt.Errorf("index: store: %w", err)
-	}
 	b, err := json.Marshal(lineOf(info))
 	if err != nil {
 		return err
+	}
+	return replace(s.path(info.URL), func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	})
+}
+
+// replace writes the file at p (its directory made if need be) through a temporary
+// file renamed into place: a reader sees the old file or the whole new one.
+func replace(p string, write func(io.Writer) error) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return fmt.Errorf("index: store: %w", err)
 	}
 	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-*")
 	if err != nil {
 		return fmt.Errorf("index: store: %w", err)
 	}
-	_, err = f.Write(append(b, '\n'))
+	err = write(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -146,26 +155,7 @@ func (s *Store) PutSet(infos []shard.Info) error {
 		}
 		urls[i] = in.URL
 	}
-	p := s.setPath(urls)
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return fmt.Errorf("index: store: %w", err)
-	}
-	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("index: store: %w", err)
-	}
-	err = Write(f, infos, true)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), p)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("index: store: %w", err)
-	}
-	return nil
+	return replace(s.setPath(urls), func(w io.Writer) error { return Write(w, infos, true) })
 }
 
 // hasSet reports whether the store keeps the entries of exactly urls together.

@@ -1,6 +1,7 @@
 package source_test
 
 import (
+	"os"
 	"testing"
 
 	"github.com/shardload/shardload/source"
@@ -22,4 +23,13 @@ func TestConformanceCustom(t *testing.T) {
 	m := memSource{}
 	sourcetest.Put(func(name string, data []byte) { m["mem://shards/"+name] = string(data) })
 	sourcetest.Run(t, sourcetest.Backend{Src: m, Base: "mem://shards/", NoVersion: true})
+}
+
+// TestFileCreator runs the Creator checks against File.
+func TestFileCreator(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(dir+"/train", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sourcetest.RunCreator(t, sourcetest.Writable{Src: &source.File{}, URL: func(name string) string { return "file://" + dir + "/" + name }})
 }

@@ -412,7 +412,7 @@ func (rf *readFlags) indexStore() *index.Store {
 	if rf.noIndex || rf.indexDir == "" {
 		return nil
 	}
-	s, err := index.OpenStore(rf.indexDir)
+	s, err := index.Shared(rf.indexDir)
 	if err != nil {
 		storeWarning.Do(func() { fmt.Fprintf(os.Stderr, "shardload: warning: %v (entries are not kept)\n", err) })
 		return nil

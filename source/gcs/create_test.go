@@ -2,7 +2,6 @@ package gcs
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"testing"
 
@@ -11,123 +10,35 @@ import (
 	"github.com/shardload/shardload/source/sourcetest"
 )
 
-// put writes chunks to url through c and closes the writer.
-func put(t *testing.T, c source.Creator, ctx context.Context, url string, chunks ...[]byte) error {
-	t.Helper()
-	w, err := c.Create(ctx, url)
-	if err != nil {
-		return err
-	}
-	for _, p := range chunks {
-		if _, err := w.Write(p); err != nil {
-			w.Close()
-			return err
-		}
-	}
-	return w.Close()
-}
-
 // TestGCSCreateFake writes objects to fake-gcs-server and reads them back.
 func TestGCSCreateFake(t *testing.T) {
 	srv := testenv.FakeGCS(t)
 	srv.SetEnv(t)
 	srv.CreateBucket(t, "out")
 	s := &Source{} // it must find the emulator through STORAGE_EMULATOR_HOST
-	// More than the writer's 16 MiB chunk: a resumable upload of two chunks.
-	data := sourcetest.Data(17<<20 + 5)
 	url := "gs://out/train/shardload.index"
-
-	readBack := func(t *testing.T, want []byte) {
-		t.Helper()
-		info, err := s.Stat(t.Context(), url)
-		if err != nil || info.Size != int64(len(want)) || info.Version == "" {
-			t.Fatalf("Stat = %+v, %v; want %d bytes and a version", info, err, len(want))
-		}
-		rc, err := s.Open(t.Context(), url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, err := sourcetest.ReadAll(t, rc); err != nil || !bytes.Equal(got, want) {
-			t.Errorf("read back %d bytes, %v; want the %d written", len(got), err, len(want))
-		}
-	}
-
-	if err := put(t, s, t.Context(), url, data[:1000], data[1000:]); err != nil {
-		t.Fatal(err)
-	}
-	readBack(t, data)
-
-	t.Run("overwrite", func(t *testing.T) {
-		data = sourcetest.Data(1234)
-		if err := put(t, s, t.Context(), url, data); err != nil {
-			t.Fatal(err)
-		}
-		readBack(t, data)
-	})
-
-	t.Run("canceled keeps the previous object", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(t.Context())
-		w, err := s.Create(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.Write([]byte("half an index")); err != nil {
-			t.Fatal(err)
-		}
-		cancel()
-		if err := w.Close(); !errors.Is(err, context.Canceled) {
-			t.Errorf("Close after cancel = %v; want context.Canceled", err)
-		}
-		readBack(t, data)
-	})
-
-	t.Run("canceled writes nothing", func(t *testing.T) {
-		for name, chunk := range map[string][]byte{"nothing written": nil, "small": []byte("x"), "past a chunk": sourcetest.Data(17 << 20)} {
-			t.Run(name, func(t *testing.T) {
-				fresh := "gs://out/never-" + name
-				ctx, cancel := context.WithCancel(t.Context())
-				w, err := s.Create(ctx, fresh)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if chunk != nil {
-					if _, err := w.Write(chunk); err != nil {
-						t.Fatal(err)
-					}
-				}
-				cancel()
-				if err := w.Close(); !errors.Is(err, context.Canceled) {
-					t.Errorf("Close after cancel = %v; want context.Canceled", err)
-				}
-				if _, err := s.Stat(t.Context(), fresh); !errors.Is(err, source.ErrNotFound) {
-					t.Errorf("Stat = %v; want no object", err)
-				}
-			})
-		}
-	})
-
-	t.Run("empty", func(t *testing.T) {
-		if err := put(t, s, t.Context(), "gs://out/empty"); err != nil {
-			t.Fatal(err)
-		}
-		if info, err := s.Stat(t.Context(), "gs://out/empty"); err != nil || info.Size != 0 {
-			t.Errorf("Stat = %+v, %v", info, err)
-		}
-	})
+	// Size: more than the writer's 16 MiB chunk, a resumable upload of two chunks.
+	sourcetest.RunCreator(t, sourcetest.Writable{Src: s, URL: func(name string) string { return "gs://out/" + name }, Size: 17<<20 + 5})
 
 	t.Run("through a registry", func(t *testing.T) {
 		// Behind a Fetcher, as Register puts it: Registry.Create unwraps it.
 		var r source.Registry
 		Register(&r, source.FetchOptions{})
-		data = []byte("via the registry")
-		if err := put(t, &r, t.Context(), url, data); err != nil {
+		data := []byte("via the registry")
+		if err := sourcetest.Write(t.Context(), &r, url, data); err != nil {
 			t.Fatal(err)
 		}
-		readBack(t, data)
+		rc, err := s.Open(t.Context(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := sourcetest.ReadAll(t, rc); err != nil || !bytes.Equal(got, data) {
+			t.Errorf("read back %q, %v; want %q", got, err, data)
+		}
 	})
 
 	t.Run("no bucket", func(t *testing.T) {
-		err := put(t, &Source{Client: srv.Client}, t.Context(), "gs://no-such-bucket/x", []byte("x"))
+		err := sourcetest.Write(t.Context(), &Source{Client: srv.Client}, "gs://no-such-bucket/x", []byte("x"))
 		var se *source.Error
 		if !errors.Is(err, source.ErrNotFound) || !errors.As(err, &se) || se.Op != "write" {
 			t.Errorf("write to a missing bucket = %v; want a write *source.Error wrapping ErrNotFound", err)
