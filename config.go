@@ -85,31 +85,48 @@ type Config struct {
 	// DropLast drops the last batch of an epoch when it is not full.
 	DropLast bool
 
-	// Seed and Epoch seed the shard order and the shuffle: the order of samples a
-	// rank sees is a pure function of (shards, Seed, Epoch, Rank, World, the shuffle
-	// settings).
+	// Seed and Epoch seed the order of the epoch's samples: a pure function of (the
+	// shards and their counts, Seed, Epoch, the shuffle settings), which World does
+	// not change (see shard.Order); each rank reads a contiguous part of it.
 	Seed  uint64
 	Epoch int
 	// Rank in [0, World) and World, the number of ranks of a distributed job. Every
 	// rank gets the same number of batches (see shard.NewPlan). Default 0 of 1.
 	Rank, World int
+	// Resume, when set, continues an epoch from a State that Loader.State returned,
+	// in a job of this World (the same or another): the loader reads none of what
+	// was consumed before. Its Epoch is the epoch read (Config.Epoch must be 0 or the
+	// same); the dataset, Seed and shuffle settings must be those the state was saved
+	// under (ErrResume otherwise). BatchSize may differ.
+	Resume *State
 
-	// NoShuffle reads shards and samples in order. The shuffle buffer's bytes then go
+	// NoShuffle reads shards and samples in order. The shuffle window's bytes then go
 	// to the open shards' queues (ShuffleBytes/OpenShards more each), so that the
 	// shards after the one being consumed are read and decoded ahead.
 	NoShuffle bool
-	// ShuffleBuffer is the number of samples the shuffle buffer holds. Default 1000.
+	// ShuffleBuffer is the most samples in a shuffle window: the order permutes
+	// windows of this many samples, drawn from OpenShards regions of the shuffled
+	// shard list (shard.Order). Default 1000.
 	ShuffleBuffer int
-	// ShuffleBytes caps the bytes the shuffle buffer holds. Default 64 MiB: a larger
-	// window shuffles better but costs cache misses on every sample (see BENCHMARKS.md).
+	// ShuffleBytes caps the shuffle window's bytes: the window holds fewer samples
+	// than ShuffleBuffer when ShuffleBytes over the dataset's mean stored sample size
+	// (from the shards' sizes) is less. Default 64 MiB: a larger window shuffles
+	// better but costs cache misses on every sample (see BENCHMARKS.md).
 	ShuffleBytes int64
-	// OpenShards is the number of shards read at once and interleaved. Default 4.
+	// OpenShards is the number of lanes the shuffled order interleaves, and the
+	// number of shards read at once. Default 4.
 	OpenShards int
 	// Workers is the number of shards being fetched, inflated, split and decoded at
 	// the same moment. Default GOMAXPROCS, at most OpenShards.
 	Workers int
 	// QueueBytes caps the decoded samples waiting per open shard. Default 4 MiB.
 	QueueBytes int64
+	// ReadGap: the samples a rank wants of a window it shares with another rank (or
+	// of a resumed window) are read with one request per run of them, and two runs of
+	// one shard are read in one request, dropping the samples between them, when
+	// these take at most ReadGap bytes. Default 64 KiB (shard.DefaultGapBytes);
+	// negative: one request per run, reading no sample the rank does not yield.
+	ReadGap int64
 	// MaxMemberSize caps one tar member in memory. Default 256 MiB.
 	MaxMemberSize int64
 	// MaxSampleSize caps one sample's members together in memory. Default 1 GiB

@@ -14,11 +14,12 @@ import (
 	"github.com/shardload/shardload/shard"
 )
 
-// With sample offsets a rank whose part starts inside a shard reads from its first
-// sample: every rank yields exactly the samples it yields without offsets, in the same
-// order, and the ranks together read the dataset about once (at world 64 over 4
-// shards of 1,000 samples, without offsets, each rank reads its shard up to its part:
-// many times the dataset).
+// With sample offsets a rank reads only the samples it yields (ReadGap -1: not even
+// those between two of its samples in a window it shares with another rank): every
+// rank yields exactly the samples it yields without offsets, in the same order, and
+// the ranks together read the dataset once (at world 64 over 4 shards of 1,000
+// samples, without offsets, each rank reads its shards from their starts up to its
+// samples: many times the dataset).
 func TestOffsetsReadEachSampleOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("reads 4,000 samples 2 x 76 times")
@@ -50,7 +51,7 @@ func TestOffsetsReadEachSampleOnce(t *testing.T) {
 		for rank := range world {
 			run := func(shards []shard.Info) ([]string, int64) {
 				l, err := shardload.Open(ctx, shardload.Config{Shards: shards, Rank: rank, World: world, BatchSize: 16, Seed: 3,
-					NoLock: true, Slabs: 2, SlabBytes: 1 << 20})
+					NoLock: true, Slabs: 2, SlabBytes: 1 << 20, ReadGap: -1})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -2,10 +2,13 @@ package shardload
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"iter"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardload/shardload/decode"
@@ -27,6 +30,8 @@ type Loader struct {
 	dev    *device.Stage
 	p      *pipeline.Pipeline
 	start  time.Time
+	resume State        // the state the loader started from
+	taken  atomic.Int64 // batches Next has returned
 }
 
 // Batch is one batch in a pinned slab. Its columns are views into Data(); they stay
@@ -90,11 +95,20 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	if err != nil {
 		return nil, err
 	}
+	order := orderOf(cfg, infos)
+	resume, runs, err := resumeFrom(cfg, order)
+	if err != nil {
+		return nil, err
+	}
 	plan, err := shard.NewPlan(infos, shard.PlanConfig{
-		Seed: cfg.Seed, Epoch: cfg.Epoch, Rank: cfg.Rank, World: cfg.World,
-		Shuffle: !cfg.NoShuffle, BatchSize: cfg.BatchSize, DropLast: cfg.DropLast,
+		Seed: cfg.Seed, Epoch: order.Epoch, Rank: cfg.Rank, World: cfg.World,
+		Shuffle: !cfg.NoShuffle, Lanes: order.Lanes, Window: order.Window, Runs: runs,
+		BatchSize: cfg.BatchSize, DropLast: cfg.DropLast, GapBytes: cfg.ReadGap,
 	})
 	if err != nil {
+		if errors.Is(err, shard.ErrBadRuns) {
+			err = fmt.Errorf("%w: %w", ErrResume, err)
+		}
 		return nil, err
 	}
 	fields := cfg.Fields
@@ -108,14 +122,13 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	if err != nil {
 		return nil, err
 	}
-	order := orderOf(cfg, infos)
 	maxSamples, maxShards := cfg.ErrorBudget.limits(order.Samples, int64(order.Shards))
-	l = &Loader{cfg: cfg, plan: plan, order: order, fields: fields, dev: dev, start: start}
+	l = &Loader{cfg: cfg, plan: plan, order: order, fields: fields, dev: dev, start: start, resume: resume}
 	l.p = pipeline.Start(ctx, pipeline.Params{
 		Sources: cfg.Sources, Plan: plan, Shards: infos, Fields: fields,
 		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxSampleSize: cfg.MaxSampleSize, MaxRatio: cfg.MaxRatio},
-		Seed:   cfg.Seed, Epoch: cfg.Epoch, Rank: cfg.Rank,
-		NoShuffle: cfg.NoShuffle, ShuffleBuffer: cfg.ShuffleBuffer, ShuffleBytes: cfg.ShuffleBytes,
+		Rank:      cfg.Rank, FirstSeq: resume.Batches,
+		NoShuffle: cfg.NoShuffle, ShuffleBytes: cfg.ShuffleBytes,
 		OpenShards: cfg.OpenShards, Workers: cfg.Workers, QueueBytes: cfg.QueueBytes,
 		BatchSize: cfg.BatchSize, DropLast: cfg.DropLast, CPUs: cfg.CPUs,
 		Stretch: cfg.World == 1 && plan.Estimated, Record: recorder(cfg, infos),
@@ -128,6 +141,31 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 		Queue: cfg.Slabs, Device: dev, Logf: cfg.Logf,
 	})
 	return l, nil
+}
+
+// resumeFrom returns the state the loader starts from (cfg.Resume's, or the
+// epoch's start) and its runs, checking that it fits the order.
+func resumeFrom(cfg Config, order Order) (State, []shard.Run, error) {
+	start := State{Epoch: order.Epoch, Order: order.resumeKey(), Samples: order.Samples}
+	r := cfg.Resume
+	if r == nil {
+		return start, nil, nil
+	}
+	if cfg.Epoch != 0 && cfg.Epoch != r.Epoch {
+		return State{}, nil, fmt.Errorf("%w: the state is in epoch %d, the loader was asked for epoch %d", ErrResume, r.Epoch, cfg.Epoch)
+	}
+	if r.Order != start.Order || r.Samples != order.Samples {
+		return State{}, nil, fmt.Errorf("%w: it was saved under another order (state %s with %d samples, this loader %s with %d): the shards, their counts, the seed or the shuffle settings differ",
+			ErrResume, r.Order, r.Samples, start.Order, order.Samples)
+	}
+	if r.Batches < 0 {
+		return State{}, nil, fmt.Errorf("%w: %d batches", ErrResume, r.Batches)
+	}
+	runs, err := ParseRuns(r.Runs)
+	if err != nil {
+		return State{}, nil, err
+	}
+	return *r, runs, nil
 }
 
 // lockWarning says once per process that slabs cannot be page-locked.
@@ -155,7 +193,7 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	if err != nil {
 		return nil, err
 	}
-	if b.Seq == 0 {
+	if l.taken.Add(1) == 1 {
 		l.p.C.FirstBatch.Store(int64(time.Since(l.start)))
 	}
 	return &Batch{Batch: b.Batch, Seq: b.Seq, Padded: b.Padded, b: b}, nil

@@ -18,7 +18,7 @@ import (
 // ranks, and name the differing settings with Diff.
 //
 // Settings that do not change the order under the loader's configuration are zero:
-// the shuffle buffer, its bytes and the open shards count when NoShuffle is set.
+// the lanes and the window when NoShuffle is set.
 type Order struct {
 	// Dataset is a digest of the shards' URLs and sample counts, in the order given.
 	Dataset string `json:"dataset"`
@@ -32,10 +32,14 @@ type Order struct {
 	BatchSize int    `json:"batch_size"`
 	DropLast  bool   `json:"drop_last"`
 
-	Shuffle       bool  `json:"shuffle"`
-	OpenShards    int   `json:"open_shards"`
-	ShuffleBuffer int   `json:"shuffle_buffer"`
-	ShuffleBytes  int64 `json:"shuffle_bytes"`
+	Shuffle bool `json:"shuffle"`
+	// Lanes and Window are the order's (shard.OrderConfig): OpenShards, and
+	// ShuffleBuffer or fewer samples, as ShuffleBytes holds at the dataset's mean
+	// sample size (see Config.ShuffleBytes).
+	Lanes  int `json:"lanes"`
+	Window int `json:"window"`
+	// Runs are the earlier runs of the epoch when the loader resumes it (State.Runs).
+	Runs string `json:"runs"`
 }
 
 // orderOf returns the Order of cfg (with defaults applied) over shards.
@@ -57,9 +61,38 @@ func orderOf(cfg Config, shards []shard.Info) Order {
 		Shuffle: !cfg.NoShuffle,
 	}
 	if o.Shuffle {
-		o.OpenShards, o.ShuffleBuffer, o.ShuffleBytes = cfg.OpenShards, cfg.ShuffleBuffer, cfg.ShuffleBytes
+		o.Lanes, o.Window = cfg.OpenShards, window(cfg, shards)
+	}
+	if cfg.Resume != nil {
+		o.Epoch, o.Runs = cfg.Resume.Epoch, cfg.Resume.Runs
 	}
 	return o
+}
+
+// window returns the order's window: half of ShuffleBuffer samples, or of as many as
+// ShuffleBytes holds at the mean stored size of the samples of the shards whose sizes
+// are known, if fewer (at least 1): the loader holds two windows, the one it yields
+// and the next. It depends on the shard list alone, so every rank computes the same.
+func window(cfg Config, shards []shard.Info) int {
+	var bytes, samples int64
+	for _, s := range shards {
+		if s.Size > 0 {
+			bytes += s.Size
+			samples += int64(s.Samples)
+		}
+	}
+	w := int64(cfg.ShuffleBuffer)
+	if bytes > 0 && samples > 0 {
+		w = min(w, max(1, cfg.ShuffleBytes/max(1, bytes/samples)))
+	}
+	return int(max(1, w/2))
+}
+
+// resumeKey is State.Order: the fingerprint of what the epoch's order depends on
+// (not the world, the batching or the runs).
+func (o Order) resumeKey() string {
+	o.World, o.BatchSize, o.DropLast, o.Runs = 0, 0, false, ""
+	return o.Fingerprint()
 }
 
 // Fingerprint returns 16 hex digits that differ between Orders that differ (a digest

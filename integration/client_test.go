@@ -509,8 +509,8 @@ func TestClientOrderAcrossRanks(t *testing.T) {
 			}
 			b, _ := json.Marshal(l)
 			json.Unmarshal(b, &mismatch)
-			if mismatch.Error != "OrderMismatch" || !strings.Contains(mismatch.Message, "open_shards") {
-				t.Errorf("rank %d with servers of different --open-shards (%s): %+v; want OrderMismatch naming open_shards", rank, mismatch.What, mismatch)
+			if mismatch.Error != "OrderMismatch" || !strings.Contains(mismatch.Message, "lanes") {
+				t.Errorf("rank %d with servers of different --open-shards (%s): %+v; want OrderMismatch naming lanes", rank, mismatch.What, mismatch)
 			} else {
 				t.Logf("rank %d (%s): %s", rank, mismatch.What, mismatch.Message)
 			}

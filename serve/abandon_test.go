@@ -150,7 +150,7 @@ func TestReadyOrder(t *testing.T) {
 		fps = append(fps, cl.ready.Order.Fingerprint)
 		o := cl.ready.Order.Settings
 		if o.Shards != 4 || o.Samples != 100 || o.Seed != 9 || o.Epoch != 3 || o.World != 2 || o.BatchSize != 8 ||
-			!o.DropLast || !o.Shuffle || o.ShuffleBuffer != 30 {
+			!o.DropLast || !o.Shuffle || o.Window != 15 {
 			t.Errorf("rank %d: order %+v", rank, o)
 		}
 		if o.Fingerprint() != cl.ready.Order.Fingerprint {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"sort"
 )
 
 // Info is a shard and the number of samples it holds.
@@ -30,19 +32,31 @@ type Info struct {
 // PlanConfig says which part of an epoch one rank reads. The zero value (with
 // BatchSize set) is a single rank reading every shard in order.
 type PlanConfig struct {
-	Seed  uint64 // with Epoch, seeds the shard order
+	Seed  uint64 // with Epoch, seeds the order (see Order)
 	Epoch int
 	// Rank is this process's rank in [0, World); World is the number of ranks
 	// (default 1).
 	Rank, World int
-	// Shuffle shuffles the shard order per (Seed, Epoch). Off, shards are read in the
-	// order given.
+	// Shuffle, Lanes and Window are the order's settings (OrderConfig).
 	Shuffle bool
+	Lanes   int
+	Window  int
+	// Runs are the epoch's earlier runs, when this one resumes it (see Remaining):
+	// the plan covers only what they left unread.
+	Runs []Run
 	// BatchSize is the number of samples per batch (required).
 	BatchSize int
 	// DropLast drops a last batch with fewer than BatchSize samples.
 	DropLast bool
+	// GapBytes: two wanted runs of samples of one shard are read as one span,
+	// dropping the samples between them, when these take at most GapBytes (and
+	// always when the shard's sample offsets are unknown): one request instead of
+	// two, for more bytes. Default 64 KiB; negative: never.
+	GapBytes int64
 }
+
+// DefaultGapBytes is PlanConfig.GapBytes's default.
+const DefaultGapBytes = 64 << 10
 
 // Span is a run of consecutive samples of one shard: samples [Skip, Skip+Take).
 type Span struct {
@@ -54,11 +68,18 @@ type Span struct {
 
 // Plan is what one rank reads in one epoch, in order.
 type Plan struct {
+	// Spans are the runs of samples the rank reads, in the order it first needs
+	// them; Windows say which of their samples go where, window by window, in the
+	// order the rank yields them.
 	Spans   []Span
-	Samples int // samples this rank yields: the sum of the spans' Take
+	Windows []Window
+	// Ranges are the positions of the epoch's order the rank yields, in order.
+	Ranges  []Range
+	Samples int // samples this rank yields (positions of the order, before DropLast)
 	Batches int // batches this rank yields; the same on every rank
-	// Dropped is the number of samples of the epoch that no rank reads: the remainder
-	// of the total divided by World (fewer than World samples).
+	// Dropped is the number of samples of the epoch (of what earlier runs left, when
+	// resuming) that no rank reads: the remainder of the total divided by World
+	// (fewer than World samples).
 	Dropped int
 	// DroppedInBatch is the number of this rank's samples left out of the last,
 	// partial batch when DropLast is set (the same on every rank).
@@ -67,6 +88,8 @@ type Plan struct {
 	// Batches are what the plan expects, and a loader pads or trims its last batches
 	// to Batches (or, for one rank, yields as many as the data makes).
 	Estimated bool
+
+	order *Order
 }
 
 // ErrNoSamples means there are fewer samples than ranks (or than one batch, with
@@ -75,17 +98,18 @@ var ErrNoSamples = errors.New("shard: not enough samples for the ranks")
 
 // NewPlan returns rank cfg.Rank's part of epoch cfg.Epoch.
 //
-// The epoch is the concatenation of all shards' samples, in an order shuffled per
-// (Seed, Epoch) when Shuffle is set. It is cut into World contiguous slices of
-// floor(total/World) samples each, one per rank, so that every rank yields the same
-// number of samples and batches and none runs out early and hangs a distributed job.
-// The total%World samples at the end of the epoch's order are read by no rank in
-// that epoch (Plan.Dropped; fewer than World, and different samples each epoch when
-// shuffling). Every other sample is read by exactly one rank. A rank reads whole
-// shards except at most one at each end of its slice, whose leading or trailing
-// samples belong to the neighbouring rank.
+// The epoch's samples are in the order NewOrder gives, which does not depend on the
+// world size. What the runs before this one left (all of it, without Runs) is cut
+// into World contiguous slices of floor(total/World) samples each, one per rank, so
+// that every rank yields the same number of samples and batches and none runs out
+// early and hangs a distributed job. The total%World samples at the end are read by
+// no rank in that epoch (Plan.Dropped; fewer than World, and different samples each
+// epoch when shuffling). Every other sample is read by exactly one rank. A rank
+// reads the windows of its slice; only the first and the last can be partial, and of
+// those it reads only the samples it yields (and short gaps between them).
 //
-// The plan is a pure function of (shards, cfg).
+// The plan is a pure function of (shards, cfg). A plan that resumes an epoch whose
+// runs left fewer samples than World has no batches.
 func NewPlan(shards []Info, cfg PlanConfig) (Plan, error) {
 	world := max(cfg.World, 1)
 	if cfg.Rank < 0 || cfg.Rank >= world {
@@ -94,51 +118,178 @@ func NewPlan(shards []Info, cfg PlanConfig) (Plan, error) {
 	if cfg.BatchSize <= 0 {
 		return Plan{}, fmt.Errorf("shard: batch size %d, want > 0", cfg.BatchSize)
 	}
-	order := make([]int, len(shards))
-	total := 0
-	for i, s := range shards {
-		if s.Samples < 0 {
-			return Plan{}, fmt.Errorf("shard: %s has %d samples", s.URL, s.Samples)
-		}
-		if total > math.MaxInt-s.Samples {
-			return Plan{}, fmt.Errorf("shard: the sample counts of the shards overflow at %s (%d samples): a broken index?", s.URL, s.Samples)
-		}
-		order[i] = i
-		total += s.Samples
+	if cfg.GapBytes == 0 {
+		cfg.GapBytes = DefaultGapBytes
 	}
-	if cfg.Shuffle {
-		EpochRand(cfg.Seed, cfg.Epoch, 0).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	o, err := NewOrder(shards, OrderConfig{Seed: cfg.Seed, Epoch: cfg.Epoch, Shuffle: cfg.Shuffle, Lanes: cfg.Lanes, Window: cfg.Window})
+	if err != nil {
+		return Plan{}, err
 	}
-	per := total / world
-	p := Plan{Samples: per, Dropped: total - per*world}
+	rest, err := Remaining(o.Len(), cfg.Runs)
+	if err != nil {
+		return Plan{}, fmt.Errorf("%w: %w", ErrBadRuns, err)
+	}
+	total := rangesLen(rest)
+	per := total / int64(world)
+	if per > math.MaxInt32*int64(cfg.BatchSize) {
+		return Plan{}, fmt.Errorf("shard: %d samples per rank is too many", per)
+	}
+	p := Plan{Samples: int(per), Dropped: int(total - per*int64(world)), order: o}
 	for _, s := range shards {
 		p.Estimated = p.Estimated || s.Estimated
 	}
-	if per == 0 {
+	if per == 0 && len(cfg.Runs) == 0 {
 		return Plan{}, fmt.Errorf("%w: %d samples in %d shards for %d ranks", ErrNoSamples, total, len(shards), world)
 	}
-	p.Batches = (per + cfg.BatchSize - 1) / cfg.BatchSize
+	p.Batches = (p.Samples + cfg.BatchSize - 1) / cfg.BatchSize
+	take := per
 	if cfg.DropLast {
-		p.Batches = per / cfg.BatchSize
-		p.DroppedInBatch = per % cfg.BatchSize
-		if p.Batches == 0 {
+		p.Batches = p.Samples / cfg.BatchSize
+		p.DroppedInBatch = p.Samples % cfg.BatchSize
+		take = int64(p.Batches) * int64(cfg.BatchSize)
+		if p.Batches == 0 && len(cfg.Runs) == 0 {
 			return Plan{}, fmt.Errorf("%w: %d samples per rank, fewer than one batch of %d", ErrNoSamples, per, cfg.BatchSize)
 		}
 	}
-	lo, hi := cfg.Rank*per, (cfg.Rank+1)*per
-	at := 0 // index in the epoch's order of the current shard's first sample
-	for _, i := range order {
-		n := shards[i].Samples
-		start, end := max(lo, at), min(hi, at+n)
-		if start < end {
-			p.Spans = append(p.Spans, Span{URL: shards[i].URL, Shard: i, Skip: start - at, Take: end - start})
-		}
-		at += n
-		if at >= hi {
-			break
-		}
+	lo := int64(cfg.Rank) * per
+	p.Ranges = sub(rest, lo, lo+take)
+	b := planBuilder{p: &p, o: o, shards: shards, gap: cfg.GapBytes, last: make([]int, len(o.lanes))}
+	for i := range b.last {
+		b.last[i] = -1
+	}
+	for _, r := range p.Ranges {
+		b.addRange(r)
 	}
 	return p, nil
+}
+
+// Order returns the epoch's order the plan reads from.
+func (p *Plan) Order() *Order { return p.order }
+
+// Emit returns, for each position the rank yields of window w, in order, the index of
+// its sample among the window's held items (the order in which w.Feeds fill them).
+func (p *Plan) Emit(w *Window) []int32 {
+	out := make([]int32, 0, w.To-w.From)
+	perm := p.order.Perm(w.Index, int(w.Size))
+	if perm == nil {
+		for i := range w.To - w.From {
+			out = append(out, i)
+		}
+		return out
+	}
+	if w.Full() {
+		return perm
+	}
+	held := slices.Clone(perm[w.From:w.To])
+	slices.Sort(held)
+	for _, q := range perm[w.From:w.To] {
+		i, _ := slices.BinarySearch(held, q)
+		out = append(out, int32(i))
+	}
+	return out
+}
+
+// planBuilder turns a rank's ranges into windows, spans and feeds.
+type planBuilder struct {
+	p      *Plan
+	o      *Order
+	shards []Info
+	gap    int64
+	last   []int // per lane, the index of its last span; -1 before the first
+}
+
+func (b *planBuilder) addRange(r Range) {
+	o := b.o
+	for n := r.Start; n < r.End; {
+		j, start, end := o.window(n)
+		w := Window{Index: j, From: int32(n - start), To: int32(min(r.End, end) - start), Size: int32(end - start)}
+		n = min(r.End, end)
+		// The held items, in increasing item order: lane by lane, each a run of S
+		// positions (whole for a full window, else the wanted items only).
+		x0, x1 := o.cut(j), o.cut(j+1)
+		var q0 int32
+		var want []int32
+		if !w.Full() {
+			if perm := o.Perm(j, int(w.Size)); perm != nil {
+				want = slices.Clone(perm[w.From:w.To])
+				slices.Sort(want)
+			} else {
+				for q := w.From; q < w.To; q++ {
+					want = append(want, q)
+				}
+			}
+		}
+		for l := range o.lanes {
+			p0, p1 := o.progress(l, x0), o.progress(l, x1)
+			base := o.lanes[l].start + p0
+			q1 := q0 + int32(p1-p0)
+			if w.Full() {
+				b.addRun(&w, l, base, base+p1-p0)
+			} else {
+				// The wanted items of this lane, as runs of consecutive positions.
+				lo, _ := slices.BinarySearch(want, q0)
+				hi, _ := slices.BinarySearch(want, q1)
+				for i := lo; i < hi; {
+					k := i + 1
+					for k < hi && want[k] == want[k-1]+1 {
+						k++
+					}
+					s := base + int64(want[i]-q0)
+					b.addRun(&w, l, s, s+int64(k-i))
+					i = k
+				}
+			}
+			q0 = q1
+		}
+		b.p.Windows = append(b.p.Windows, w)
+	}
+}
+
+// addRun adds S positions [s, e) of lane l to window w's held items.
+func (b *planBuilder) addRun(w *Window, l int, s, e int64) {
+	o := b.o
+	for s < e {
+		i := sort.Search(len(o.perm), func(i int) bool { return o.starts[i+1] > s })
+		si := o.perm[i]
+		skip := int(s - o.starts[i])
+		take := int(min(e, o.starts[i+1]) - s)
+		b.addPiece(w, l, si, skip, take)
+		s += int64(take)
+	}
+}
+
+// addPiece adds samples [skip, skip+take) of shard si, read in lane l, to window w.
+func (b *planBuilder) addPiece(w *Window, l, si, skip, take int) {
+	p := b.p
+	if k := b.last[l]; k >= 0 && p.Spans[k].Shard == si {
+		sp := &p.Spans[k]
+		end := sp.Skip + sp.Take
+		if skip >= end && (skip == end || b.cheapGap(si, end, skip)) {
+			if skip > end {
+				w.Feeds = append(w.Feeds, Feed{Span: k, Slot: -1, Count: int32(skip - end)})
+			}
+			sp.Take += skip - end + take
+			w.Feeds = append(w.Feeds, Feed{Span: k, Slot: w.Held, Count: int32(take)})
+			w.Held += int32(take)
+			return
+		}
+	}
+	info := b.shards[si]
+	p.Spans = append(p.Spans, Span{URL: info.URL, Shard: si, Skip: skip, Take: take})
+	b.last[l] = len(p.Spans) - 1
+	w.Feeds = append(w.Feeds, Feed{Span: len(p.Spans) - 1, Slot: w.Held, Count: int32(take)})
+	w.Held += int32(take)
+}
+
+// cheapGap reports whether reading samples [from, to) of shard si to drop them costs
+// less than a new read: they take at most the gap bytes, or the shard cannot be
+// entered at a sample (its offsets are unknown) anyway.
+func (b *planBuilder) cheapGap(si, from, to int) bool {
+	offs := b.shards[si].Offsets
+	if len(offs) <= to {
+		return true
+	}
+	return b.gap >= 0 && offs[to]-offs[from] <= b.gap
 }
 
 // EpochRand returns the random source for one purpose (stream) of one epoch: a pure

@@ -136,6 +136,10 @@ type Options struct {
 	// whole shard. A compressed stream with a StartOffset is an error
 	// (ErrUnsupportedCompression): it can only be entered at its start.
 	StartOffset int64
+	// EndOffset, when above zero, is where the stream given to the reader ends: a
+	// sample's offset (the next one's start), so that a reader of a ranged read of
+	// some samples ends there with io.EOF instead of ErrTruncated.
+	EndOffset int64
 	// Timing records the time spent reading the source and inflating, for Times.
 	Timing bool
 	// Buffers, if set, supplies the memory each sample's data is read into, and the
@@ -669,6 +673,10 @@ func (r *Reader) nextHeader() (*tarHeader, int64, error) {
 			// Not an end: the source or the decompressor failed where a header
 			// would start. Their error says what happened (errAt).
 			err = io.ErrUnexpectedEOF
+		case r.tarIn.n < off+blockSize && r.opts.EndOffset > 0 && off == r.opts.EndOffset:
+			// The end of a ranged read, at a sample boundary.
+			r.err = io.EOF
+			return nil, off, io.EOF
 		case r.tarIn.n < off+blockSize:
 			// The tar reader reports a clean end both after the end-of-archive
 			// marker and when the stream simply stops at a header boundary. Only

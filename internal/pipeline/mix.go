@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,9 +16,10 @@ import (
 	"github.com/shardload/shardload/shard"
 )
 
-// run is the mixing goroutine: it opens up to OpenShards spans in plan order, takes
-// samples from them in a seeded order, passes them through the shuffle buffer and
-// collates batches.
+// run is the mixing goroutine: it opens up to OpenShards of the plan's spans at a
+// time, in the order the windows need them, puts each sample the producers decode
+// at its place in its window, yields each window's samples in the order's
+// permutation as they become available, and collates batches.
 func (pl *Pipeline) run(ctx context.Context) {
 	defer pl.wg.Done()
 	defer close(pl.out)
@@ -40,77 +43,299 @@ func (pl *Pipeline) mixSafely(ctx context.Context) (err error) {
 	return pl.mix(ctx)
 }
 
+// missing stands in the windows and batches for a sample the Skip policy left out
+// (or, with estimated counts, one a shard did not have): its row is padded.
+var missing = &item{}
+
+// window is a window of the plan being filled and yielded.
+type window struct {
+	w      *shard.Window
+	held   []*item // nil until placed; missing when left out
+	emit   []int32 // held index of each position yielded, in order
+	next   int     // positions yielded
+	feeds  int     // feeds not yet done
+	extras map[int][]*item // per span, samples past an estimated shard's end (yielded after the rest, in span order)
+	extra  int     // feeds that end an estimated shard and wait for its end
+}
+
+// mixSlot is an open span and where its samples go.
+type mixSlot struct {
+	*slot
+	feeds   []feedRef // the span's feeds, in order
+	cur     int       // the feed being filled
+	left    int32     // samples the current feed still takes
+	missing int       // positions a skip notice left out, still to apply
+	toEnd   bool      // an estimated shard read to its end: samples past its feeds are extras
+	closed  bool
+	index   int // the span's index in the plan
+}
+
+type feedRef struct {
+	win  int // index in the plan's windows
+	feed shard.Feed
+}
+
 func (pl *Pipeline) mix(ctx context.Context) error {
 	p := pl.p
+	plan := &p.Plan
 	ctx, stopProducers := context.WithCancel(ctx)
 	var producers sync.WaitGroup
 	defer func() { stopProducers(); producers.Wait() }()
 
-	rng := shard.EpochRand(p.Seed, p.Epoch, 1+uint64(p.Rank))
-	shuffleItems := p.ShuffleBuffer
-	if p.NoShuffle {
-		shuffleItems = 1
-	}
-	shuf := shard.NewShuffler[*item](rng, shuffleItems, p.ShuffleBytes)
-	bat := &batcher{pl: pl, rows: make([]*item, 0, p.BatchSize)}
+	bat := &batcher{pl: pl, rows: make([]*item, 0, p.BatchSize), seq: p.FirstSeq}
 	defer bat.free()
 
-	var open []*slot
-	next := 0
-	queueBytes := slotQueueBytes(p)
-	for {
-		for len(open) < p.OpenShards && next < len(p.Plan.Spans) {
-			s := newSlot(p.Plan.Spans[next], queueBytes)
-			next++
-			open = append(open, s)
-			producers.Add(1)
-			go func() { defer producers.Done(); pl.produce(ctx, s) }()
+	feedsOf := make([][]feedRef, len(plan.Spans))
+	for wi := range plan.Windows {
+		for _, f := range plan.Windows[wi].Feeds {
+			feedsOf[f.Span] = append(feedsOf[f.Span], feedRef{wi, f})
 		}
-		if len(open) == 0 {
+	}
+	wake := make(chan struct{}, 1)
+	queueBytes := slotQueueBytes(p)
+	var open []*mixSlot
+	nextSpan := 0
+	// Two windows are filled at once: the one being yielded and the next, so that the
+	// shards keep being read while the first waits for its last samples.
+	const ahead = 2
+	var wins []*window
+	nextWin := 0
+	defer func() {
+		for _, w := range wins {
+			w.free(pl)
+		}
+	}()
+	for {
+		for len(wins) < ahead && nextWin < len(plan.Windows) {
+			wins = append(wins, pl.newWindow(nextWin))
+			nextWin++
+		}
+		if len(wins) == 0 && len(open) == 0 {
 			break
 		}
-		i := 0
-		if !p.NoShuffle {
-			i = rng.IntN(len(open))
+		for len(open) < p.OpenShards && nextSpan < len(plan.Spans) {
+			sp := plan.Spans[nextSpan]
+			info := p.Shards[sp.Shard]
+			s := &mixSlot{slot: newSlot(sp, queueBytes, wake), feeds: feedsOf[nextSpan], index: nextSpan,
+				toEnd: info.Estimated && sp.Skip+sp.Take == info.Samples}
+			s.left = s.feeds[0].feed.Count
+			nextSpan++
+			open = append(open, s)
+			producers.Add(1)
+			go func() { defer producers.Done(); pl.produce(ctx, s.slot) }()
 		}
 		t0 := mono()
-		m, ok, err := open[i].msgs.pop(ctx)
-		if err != nil {
-			return err
+		progress := false
+		for i := 0; i < len(open); i++ {
+			s := open[i]
+			moved, err := pl.pull(ctx, s, wins, nextWin-len(wins))
+			if err != nil {
+				return err
+			}
+			progress = progress || moved
+			if s.closed && s.cur == len(s.feeds) {
+				open = slices.Delete(open, i, i+1)
+				i--
+				progress = true
+			}
 		}
 		t1 := mono()
-		add(&pl.C.Starve, t1-t0)
-		if !ok {
-			open = slices.Delete(open, i, i+1)
-			continue
-		}
-		open[i].q.Release(m.weight)
-		if m.err != nil {
-			return m.err
-		}
-		if m.cause != nil {
-			if err := pl.noteSkip(m); err != nil {
-				return err
+		// Yield what the first window has ready, and move on when it is done.
+		for len(wins) > 0 {
+			w := wins[0]
+			for w.next < len(w.emit) {
+				it := w.held[w.emit[w.next]]
+				if it == nil {
+					break
+				}
+				w.held[w.emit[w.next]] = nil
+				w.next++
+				progress = true
+				if err := bat.add(ctx, it); err != nil {
+					return err
+				}
 			}
-			continue
-		}
-		t0 = t1
-		shuf.Push(m.it, m.it.size)
-		for shuf.Full() {
-			add(&pl.C.Shuffle, mono()-t0)
-			if err := bat.add(ctx, shuf.Pop()); err != nil {
-				return err
+			if w.next < len(w.emit) || w.feeds > 0 || w.extra > 0 {
+				break
 			}
-			t0 = mono()
+			if w.w.To == w.w.Size {
+				// Samples past an estimated shard's end go to the rank that yields the
+				// window's end.
+				for _, sp := range slices.Sorted(maps.Keys(w.extras)) {
+					for _, it := range w.extras[sp] {
+						if err := bat.add(ctx, it); err != nil {
+							return err
+						}
+					}
+					delete(w.extras, sp)
+				}
+			}
+			w.free(pl)
+			wins = wins[1:]
+			progress = true
 		}
-		add(&pl.C.Shuffle, mono()-t0)
-	}
-	for shuf.Len() > 0 {
-		if err := bat.add(ctx, shuf.Pop()); err != nil {
-			return err
+		add(&pl.C.Shuffle, mono()-t1)
+		if !progress {
+			select {
+			case <-wake:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			add(&pl.C.Starve, mono()-t0)
 		}
 	}
 	return bat.finish(ctx)
+}
+
+// newWindow returns window wi of the plan, ready to fill.
+func (pl *Pipeline) newWindow(wi int) *window {
+	sw := &pl.p.Plan.Windows[wi]
+	w := &window{w: sw, held: make([]*item, sw.Held), emit: pl.p.Plan.Emit(sw), feeds: len(sw.Feeds)}
+	for _, f := range sw.Feeds {
+		if f.Count == 0 {
+			w.feeds--
+		}
+	}
+	return w
+}
+
+// free recycles the samples a window still holds (when the loader stops early).
+func (w *window) free(pl *Pipeline) {
+	for i, it := range w.held {
+		if it != nil && it != missing {
+			pl.put(it)
+		}
+		w.held[i] = nil
+	}
+	for sp, its := range w.extras {
+		for _, it := range its {
+			pl.put(it)
+		}
+		delete(w.extras, sp)
+	}
+}
+
+// pull takes the messages of slot s that belong to the windows being filled (wins,
+// the first of which is the plan's window first) and puts their samples in place.
+// It reports whether it took any.
+func (pl *Pipeline) pull(ctx context.Context, s *mixSlot, wins []*window, first int) (bool, error) {
+	moved := false
+	for {
+		// Apply positions left out by a skip notice before taking more messages.
+		for s.missing > 0 && s.cur < len(s.feeds) {
+			w := s.window(wins, first)
+			if w == nil {
+				return moved, nil
+			}
+			s.place(w, missing, pl)
+			s.missing--
+			moved = true
+		}
+		var w *window
+		if s.cur < len(s.feeds) {
+			if w = s.window(wins, first); w == nil {
+				return moved, nil // its next samples belong to a later window
+			}
+		}
+		m, ok, closed := s.msgs.tryPop()
+		if !ok {
+			if closed && !s.closed {
+				s.closed = true
+				moved = true
+				if err := s.end(ctx, wins, first, pl); err != nil {
+					return moved, err
+				}
+			}
+			return moved, nil
+		}
+		moved = true
+		s.q.Release(m.weight)
+		switch {
+		case m.err != nil:
+			return moved, m.err
+		case m.cause != nil:
+			if err := pl.noteSkip(m); err != nil {
+				return moved, err
+			}
+			s.missing += m.skipped
+		case w == nil:
+			// Past the span's feeds: an estimated shard's extra samples, for the
+			// window of its last feed.
+			last := s.feeds[len(s.feeds)-1]
+			if lw := windowAt(wins, first, last.win); lw != nil && s.toEnd {
+				if lw.extras == nil {
+					lw.extras = map[int][]*item{}
+				}
+				lw.extras[s.index] = append(lw.extras[s.index], m.it)
+			} else {
+				pl.put(m.it)
+			}
+		default:
+			s.place(w, m.it, pl)
+		}
+	}
+}
+
+// window returns the window of s's current feed when it is being filled, else nil.
+func (s *mixSlot) window(wins []*window, first int) *window {
+	return windowAt(wins, first, s.feeds[s.cur].win)
+}
+
+func windowAt(wins []*window, first, wi int) *window {
+	if i := wi - first; i >= 0 && i < len(wins) {
+		return wins[i]
+	}
+	return nil
+}
+
+// place puts it at the next position of s's current feed in w, or drops it when the
+// feed drops its samples.
+func (s *mixSlot) place(w *window, it *item, pl *Pipeline) {
+	f := s.feeds[s.cur].feed
+	if f.Slot >= 0 {
+		w.held[f.Slot+f.Count-s.left] = it
+	} else if it != missing {
+		pl.put(it)
+	}
+	s.left--
+	for s.left == 0 {
+		last := s.cur == len(s.feeds)-1
+		if last && s.toEnd && !s.closed {
+			w.extra++ // the window waits for the shard's end
+		}
+		w.feeds--
+		s.cur++
+		if s.cur == len(s.feeds) {
+			return
+		}
+		s.left = s.feeds[s.cur].feed.Count
+		if s.feeds[s.cur].win != s.feeds[s.cur-1].win {
+			return
+		}
+	}
+}
+
+// end handles the end of s's messages: the feeds still open get nothing more. With
+// estimated counts that is a shard shorter than its estimate (the positions are
+// left out); with exact counts the producer has said why (an error) unless the
+// loader is stopping.
+func (s *mixSlot) end(ctx context.Context, wins []*window, first int, pl *Pipeline) error {
+	if s.cur == len(s.feeds) {
+		if s.toEnd {
+			if w := windowAt(wins, first, s.feeds[len(s.feeds)-1].win); w != nil {
+				w.extra-- // the shard's end has come
+			}
+		}
+		return nil
+	}
+	if !pl.p.Plan.Estimated {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return fmt.Errorf("shardload: internal error: the reader of %s stopped %d samples before its span's end", s.span.URL, s.left)
+	}
+	s.missing = math.MaxInt // the rest of the feeds, as their windows come
+	return nil
 }
 
 // slotQueueBytes is the queue of each open shard: QueueBytes, and with NoShuffle also
@@ -150,13 +375,18 @@ func (pl *Pipeline) noteSkip(m slotMsg) error {
 	return nil
 }
 
-// batcher collects samples into batches and collates them into slabs.
+// batcher collects samples into batches and collates them into slabs. With exact
+// counts, row i of batch k is position k*BatchSize+i of the rank's part of the
+// order, and a sample left out (missing) is padded by repeating another of the
+// batch (or of the batch before); with estimated counts the batches take the
+// samples as they come, and the last ones are padded or trimmed to the plan.
 type batcher struct {
 	pl      *Pipeline
 	rows    []*item
 	last    []*item // the previous batch's samples, kept to pad a short epoch
-	seq     int
-	done    bool // all of the plan's batches are out
+	seq     int     // the next batch's Seq
+	n       int     // batches out
+	done    bool    // all of the plan's batches are out
 	keys    []string
 	values  [][]decode.Value
 	padded  int // rows of the batch being built that repeat earlier samples
@@ -164,12 +394,16 @@ type batcher struct {
 }
 
 func (b *batcher) add(ctx context.Context, it *item) error {
-	if b.done {
-		// Past the plan's batches: samples beyond estimated counts (or, DropLast,
-		// past the last full batch) are left out.
-		b.pl.C.Trimmed.Add(1)
-		b.pl.put(it)
-		return nil
+	if b.pl.p.Plan.Estimated {
+		if it == missing {
+			return nil
+		}
+		if b.done {
+			// Past the plan's batches: samples beyond estimated counts are left out.
+			b.pl.C.Trimmed.Add(1)
+			b.pl.put(it)
+			return nil
+		}
 	}
 	b.rows = append(b.rows, it)
 	if len(b.rows) == b.pl.p.BatchSize {
@@ -178,11 +412,22 @@ func (b *batcher) add(ctx context.Context, it *item) error {
 	return nil
 }
 
-// finish emits the epoch's last batches: the partial one (unless DropLast) and, when
-// skipped samples left the epoch short, batches padded with repeated samples so that
-// every rank yields the planned number of batches.
+// finish emits the epoch's last batches: the partial one (unless DropLast) and, with
+// estimated counts, batches padded with repeated samples so that every rank yields
+// the planned number of batches.
 func (b *batcher) finish(ctx context.Context) error {
 	p := b.pl.p
+	if !p.Plan.Estimated {
+		if len(b.rows) > 0 {
+			if err := b.flush(ctx); err != nil {
+				return err
+			}
+		}
+		if b.n != p.Plan.Batches {
+			return fmt.Errorf("shardload: internal error: rank %d yielded %d batches of the %d planned", p.Rank, b.n, p.Plan.Batches)
+		}
+		return nil
+	}
 	defer b.report()
 	if p.Stretch {
 		if len(b.rows) > 0 && (!p.DropLast || len(b.rows) == p.BatchSize) {
@@ -190,21 +435,18 @@ func (b *batcher) finish(ctx context.Context) error {
 		}
 		return nil
 	}
-	for b.seq < p.Plan.Batches {
+	for b.n < p.Plan.Batches {
 		want := p.BatchSize
-		if !p.DropLast && b.seq == p.Plan.Batches-1 {
-			want = p.Plan.Samples - b.seq*p.BatchSize
+		if !p.DropLast && b.n == p.Plan.Batches-1 {
+			want = p.Plan.Samples - b.n*p.BatchSize
 		}
 		if len(b.rows) < want {
 			src := b.last
 			if len(src) == 0 {
 				src = b.rows
 			}
-			if len(src) == 0 && b.pl.estimated() {
-				return fmt.Errorf("shardload: rank %d found none of the samples planned for it: the shards' counts were estimated from their sizes, and its part of the epoch lies past their ends; give the loader an index (shardload index --output DIR/ URL...)", p.Rank)
-			}
 			if len(src) == 0 {
-				return fmt.Errorf("shardload: every sample of rank %d's epoch was skipped", p.Rank)
+				return fmt.Errorf("shardload: rank %d found none of the samples planned for it: the shards' counts were estimated from their sizes, and its part of the epoch lies past their ends; give the loader an index (shardload index --output DIR/ URL...)", p.Rank)
 			}
 			for len(b.rows) < want {
 				b.rows = append(b.rows, src[b.padFrom%len(src)].ref())
@@ -219,8 +461,39 @@ func (b *batcher) finish(ctx context.Context) error {
 	return nil
 }
 
+// pad replaces the rows left out with repeats of the batch's other rows, or of the
+// batch before's when none is left.
+func (b *batcher) pad() error {
+	var good []*item
+	for _, it := range b.rows {
+		if it != missing {
+			good = append(good, it)
+		}
+	}
+	if len(good) == len(b.rows) {
+		return nil
+	}
+	if len(good) == 0 {
+		good = b.last
+	}
+	if len(good) == 0 {
+		return fmt.Errorf("shardload: every sample of rank %d's batch %d was left out, and no batch before it has samples to pad it with", b.pl.p.Rank, b.seq)
+	}
+	for i, it := range b.rows {
+		if it == missing {
+			b.rows[i] = good[b.padFrom%len(good)].ref()
+			b.padFrom++
+			b.padded++
+		}
+	}
+	return nil
+}
+
 func (b *batcher) flush(ctx context.Context) error {
 	pl := b.pl
+	if err := b.pad(); err != nil {
+		return err
+	}
 	select {
 	case <-pl.ringReady:
 	case <-ctx.Done():
@@ -257,7 +530,8 @@ func (b *batcher) flush(ctx context.Context) error {
 	pl.C.BytesOut.Add(db.Used)
 	b.padded = 0
 	b.seq++
-	b.done = b.seq >= pl.p.Plan.Batches && !pl.p.Stretch
+	b.n++
+	b.done = b.n >= pl.p.Plan.Batches && !pl.p.Stretch
 	// The rows of this batch become the padding source; the previous ones go back.
 	for _, it := range b.last {
 		pl.put(it)
@@ -285,18 +559,13 @@ func (b *batcher) report() {
 }
 
 // estimated reports whether any shard's count is an estimate.
-func (pl *Pipeline) estimated() bool {
-	for _, s := range pl.p.Shards {
-		if s.Estimated {
-			return true
-		}
-	}
-	return false
-}
+func (pl *Pipeline) estimated() bool { return pl.p.Plan.Estimated }
 
 func (b *batcher) free() {
 	for _, it := range b.rows {
-		b.pl.put(it)
+		if it != missing {
+			b.pl.put(it)
+		}
 	}
 	for _, it := range b.last {
 		b.pl.put(it)

@@ -41,12 +41,13 @@ type Params struct {
 	// MaxRatio); the pipeline sets URL, Timing and Buffers.
 	Reader shard.Options
 
-	Seed          uint64
-	Epoch, Rank   int
-	NoShuffle     bool
-	ShuffleBuffer int
-	ShuffleBytes  int64
-	OpenShards    int
+	Rank int
+	// FirstSeq is the Seq of the first batch (the batches a resumed epoch's rank
+	// took before).
+	FirstSeq     int
+	NoShuffle    bool
+	ShuffleBytes int64 // the shuffle windows' budget (with NoShuffle, the queues')
+	OpenShards   int
 	Workers       int
 	QueueBytes    int64
 	BatchSize     int

@@ -48,11 +48,12 @@ type slotMsg struct {
 	err     error // fatal
 }
 
-// newSlot returns the slot of span, whose queue holds up to queueBytes. What it
-// allocates does not depend on queueBytes: the queue grows with what it holds.
-func newSlot(span shard.Span, queueBytes int64) *slot {
+// newSlot returns the slot of span, whose queue holds up to queueBytes and signals
+// ready (its own channel when nil). What it allocates does not depend on queueBytes:
+// the queue grows with what it holds.
+func newSlot(span shard.Span, queueBytes int64, ready chan struct{}) *slot {
 	s := &slot{span: span, q: semaphore.NewWeighted(queueBytes), cap: queueBytes}
-	s.msgs.init()
+	s.msgs.init(ready)
 	return s
 }
 
@@ -136,8 +137,15 @@ func (p *producer) run() {
 	// reading at its first sample (a ranged read, a seek), not at the shard's start.
 	first := 0
 	info := pl.p.Shards[span.Shard]
+	length := int64(-1)
 	if offs := info.Offsets; span.Skip > 0 && span.Skip < len(offs) {
 		first, opts.StartOffset = span.Skip, offs[span.Skip]
+	}
+	if offs := info.Offsets; first == span.Skip && span.Skip+span.Take < len(offs) {
+		// A span that ends before the shard's end, entered at its first sample: read
+		// its bytes only.
+		opts.EndOffset = offs[span.Skip+span.Take]
+		length = opts.EndOffset - opts.StartOffset
 	}
 	// A shard whose count came from an index entry is read at the version the entry
 	// was taken from: an object overwritten since fails loudly (source.ErrChanged)
@@ -146,14 +154,14 @@ func (p *producer) run() {
 	var err error
 	switch {
 	case info.Version != "" && !info.Estimated:
-		body, err = pl.p.Sources.OpenVersion(p.ctx, span.URL, info.Version, opts.StartOffset, -1)
+		body, err = pl.p.Sources.OpenVersion(p.ctx, span.URL, info.Version, opts.StartOffset, length)
 		if errors.Is(err, source.ErrChanged) {
 			// Under either policy: every rank planned from the stale count.
 			p.send(slotMsg{err: fmt.Errorf("%w: %s changed since its sample count was taken (version %s): every rank's plan is wrong; rebuild the index (shardload index): %w", ErrCountMismatch, span.URL, info.Version, err)})
 			return
 		}
-	case opts.StartOffset > 0:
-		body, err = pl.p.Sources.OpenRange(p.ctx, span.URL, opts.StartOffset, -1)
+	case opts.StartOffset > 0 || length >= 0:
+		body, err = pl.p.Sources.OpenRange(p.ctx, span.URL, opts.StartOffset, length)
 	default:
 		body, err = pl.p.Sources.Open(p.ctx, span.URL)
 	}

@@ -26,7 +26,15 @@ type slotQueue struct {
 // minQueueRing is the ring's first capacity: a small shard's samples, without growing.
 const minQueueRing = 8
 
-func (q *slotQueue) init() { q.ready = make(chan struct{}, 1) }
+// init readies q to signal ready (a channel of capacity 1, which several queues may
+// share: their consumer then looks at each after a signal), or a channel of its own
+// when ready is nil.
+func (q *slotQueue) init(ready chan struct{}) {
+	if ready == nil {
+		ready = make(chan struct{}, 1)
+	}
+	q.ready = ready
+}
 
 // push queues m; it never blocks.
 func (q *slotQueue) push(m slotMsg) {

@@ -11,7 +11,7 @@ import (
 // its end only once it is empty, and a pop on a stopped loader takes nothing.
 func TestSlotQueueOrder(t *testing.T) {
 	var q slotQueue
-	q.init()
+	q.init(nil)
 	ctx := context.Background()
 	next, want := 0, 0
 	// Interleave pushes and pops so that the head wraps while the ring grows.
@@ -54,7 +54,7 @@ func TestSlotQueueOrder(t *testing.T) {
 // a producer on another goroutine (run with -race).
 func TestSlotQueueWakes(t *testing.T) {
 	var q slotQueue
-	q.init()
+	q.init(nil)
 	const n = 20000
 	go func() {
 		for i := range n {

@@ -1,0 +1,90 @@
+package shardload
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/shardload/shardload/shard"
+)
+
+// State is a rank's position in an epoch: what Loader.State returns after any batch,
+// and what Config.Resume starts a loader from. It is a few dozen bytes of ints and
+// strings (JSON below), the same on every rank of a job at the same step, so a job
+// may keep any rank's.
+//
+// The epoch's order does not depend on the world size (see shard.Order), so a state
+// restores in a job of any size: the ranks of the new job split what the old one
+// left unread between them, and across the new ranks every sample the old job had
+// not consumed is read exactly once (but for fewer than World samples left to no
+// rank, as in any epoch). With the same world size, each rank yields exactly the
+// batches it would have yielded had the job not stopped.
+type State struct {
+	// Epoch is the epoch the state is in.
+	Epoch int `json:"epoch"`
+	// Order is a fingerprint of what the epoch's order depends on: the dataset (its
+	// shards and their counts), the seed, the epoch and the shuffle settings.
+	// Resuming under another order is an error.
+	Order string `json:"order"`
+	// Samples is the number of samples of the epoch.
+	Samples int64 `json:"samples"`
+	// Runs are the runs of the epoch so far, as "WORLDxCONSUMED" separated by
+	// commas: the world size of each run and the samples each of its ranks consumed
+	// (shard.Run). Empty at the start of an epoch.
+	Runs string `json:"runs"`
+	// Batches is the number of batches each rank has taken in the epoch so far: the
+	// Seq of the next batch.
+	Batches int `json:"batches"`
+}
+
+// ErrResume means a State cannot resume the loader: it was saved under another
+// order, or it does not fit the epoch.
+var ErrResume = errors.New("shardload: cannot resume from this state")
+
+// FormatRuns returns runs in State.Runs's form.
+func FormatRuns(runs []shard.Run) string {
+	var b strings.Builder
+	for i, r := range runs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%dx%d", r.World, r.Consumed)
+	}
+	return b.String()
+}
+
+// ParseRuns parses State.Runs.
+func ParseRuns(s string) ([]shard.Run, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var runs []shard.Run
+	for part := range strings.SplitSeq(s, ",") {
+		w, c, ok := strings.Cut(part, "x")
+		world, err1 := strconv.Atoi(w)
+		consumed, err2 := strconv.ParseInt(c, 10, 64)
+		if !ok || err1 != nil || err2 != nil || world < 1 || consumed < 0 {
+			return nil, fmt.Errorf("%w: runs %q: %q is not WORLDxCONSUMED", ErrResume, s, part)
+		}
+		runs = append(runs, shard.Run{World: world, Consumed: consumed})
+	}
+	return runs, nil
+}
+
+// State returns the rank's position after the batches Next has returned so far. Save
+// it with the trainer's checkpoint (after the optimizer step that used the last
+// batch) and pass it as Config.Resume to continue from there.
+func (l *Loader) State() State {
+	s := l.resume
+	k := int(l.taken.Load())
+	if k > 0 {
+		consumed := min(int64(k)*int64(l.cfg.BatchSize), int64(l.plan.Samples))
+		if s.Runs != "" {
+			s.Runs += ","
+		}
+		s.Runs += fmt.Sprintf("%dx%d", max(l.cfg.World, 1), consumed)
+	}
+	s.Batches += k
+	return s
+}
