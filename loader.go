@@ -154,6 +154,10 @@ func resumeFrom(cfg Config, order Order) (State, []shard.Run, error) {
 	if cfg.Epoch != 0 && cfg.Epoch != r.Epoch {
 		return State{}, nil, fmt.Errorf("%w: the state is in epoch %d, the loader was asked for epoch %d", ErrResume, r.Epoch, cfg.Epoch)
 	}
+	if r.Order == "" && r.Runs == "" {
+		start.Batches = max(r.Batches, 0)
+		return start, nil, nil // the start of the epoch
+	}
 	if r.Order != start.Order || r.Samples != order.Samples {
 		return State{}, nil, fmt.Errorf("%w: it was saved under another order (state %s with %d samples, this loader %s with %d): the shards, their counts, the seed or the shuffle settings differ",
 			ErrResume, r.Order, r.Samples, start.Order, order.Samples)

@@ -88,10 +88,10 @@ func window(cfg Config, shards []shard.Info) int {
 	return int(max(1, w/2))
 }
 
-// resumeKey is State.Order: the fingerprint of what the epoch's order depends on
-// (not the world, the batching or the runs).
+// resumeKey is State.Order: the fingerprint of what the order of the dataset's
+// epochs depends on besides the epoch (not the world, the batching or the runs).
 func (o Order) resumeKey() string {
-	o.World, o.BatchSize, o.DropLast, o.Runs = 0, 0, false, ""
+	o.Epoch, o.World, o.BatchSize, o.DropLast, o.Runs = 0, 0, 0, false, ""
 	return o.Fingerprint()
 }
 

@@ -23,9 +23,10 @@ import (
 type State struct {
 	// Epoch is the epoch the state is in.
 	Epoch int `json:"epoch"`
-	// Order is a fingerprint of what the epoch's order depends on: the dataset (its
-	// shards and their counts), the seed, the epoch and the shuffle settings.
-	// Resuming under another order is an error.
+	// Order is a fingerprint of what the order of the dataset's epochs depends on
+	// besides the epoch: the dataset (its shards and their counts), the seed and the
+	// shuffle settings. Resuming under another order is an error. A state with no
+	// Order and no Runs is the start of its Epoch, under any order.
 	Order string `json:"order"`
 	// Samples is the number of samples of the epoch.
 	Samples int64 `json:"samples"`
@@ -35,7 +36,16 @@ type State struct {
 	Runs string `json:"runs"`
 	// Batches is the number of batches each rank has taken in the epoch so far: the
 	// Seq of the next batch.
+	//
+	// The state after an epoch's last batch resumes to an epoch with no batches left;
+	// the next epoch starts from State{Epoch: Epoch + 1, Order: Order, Samples: Samples}
+	// (NextEpoch).
 	Batches int `json:"batches"`
+}
+
+// NextEpoch returns the state at the start of the epoch after s's.
+func (s State) NextEpoch() State {
+	return State{Epoch: s.Epoch + 1, Order: s.Order, Samples: s.Samples}
 }
 
 // ErrResume means a State cannot resume the loader: it was saved under another
