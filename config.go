@@ -104,22 +104,23 @@ type Config struct {
 	// to the open shards' queues (ShuffleBytes/OpenShards more each), so that the
 	// shards after the one being consumed are read and decoded ahead.
 	NoShuffle bool
-	// ShuffleBuffer is the most samples in a shuffle window: the order permutes
-	// windows of this many samples, drawn from OpenShards regions of the shuffled
-	// shard list (shard.Order). Default 1000.
+	// ShuffleBuffer is the most samples the shuffle holds: the order permutes
+	// windows of half as many samples, each drawn from OpenShards regions of the
+	// shuffled shard list (shard.Order), and the loader holds two (the one it
+	// yields and the next). Default 1000.
 	ShuffleBuffer int
-	// ShuffleBytes caps the shuffle window's bytes: the window holds fewer samples
-	// than ShuffleBuffer when ShuffleBytes over the dataset's mean stored sample size
-	// (from the shards' sizes) is less. Default 64 MiB: a larger window shuffles
+	// ShuffleBytes caps the bytes the shuffle holds: the windows hold fewer samples
+	// when ShuffleBytes over the dataset's mean stored sample size (from the shards'
+	// sizes) is less than ShuffleBuffer. Default 64 MiB: a larger window shuffles
 	// better but costs cache misses on every sample (see BENCHMARKS.md).
 	ShuffleBytes int64
 	// OpenShards is the number of lanes the shuffled order interleaves, and the
-	// number of shards read at once. Default 4.
+	// number of shards read at once. Default 8.
 	OpenShards int
 	// Workers is the number of shards being fetched, inflated, split and decoded at
 	// the same moment. Default GOMAXPROCS, at most OpenShards.
 	Workers int
-	// QueueBytes caps the decoded samples waiting per open shard. Default 4 MiB.
+	// QueueBytes caps the decoded samples waiting per open shard. Default 2 MiB.
 	QueueBytes int64
 	// ReadGap: the samples a rank wants of a window it shares with another rank (or
 	// of a resumed window) are read with one request per run of them, and two runs of
@@ -226,8 +227,8 @@ const (
 	DefaultBatchSize     = 32
 	DefaultShuffleBuffer = 1000
 	DefaultShuffleBytes  = 64 << 20
-	DefaultOpenShards    = 4
-	DefaultQueueBytes    = 4 << 20
+	DefaultOpenShards    = 8
+	DefaultQueueBytes    = 2 << 20
 	DefaultSlabs         = pinned.DefaultSlabs
 	DefaultSlabBytes     = pinned.DefaultSlabBytes
 )

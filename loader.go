@@ -86,31 +86,12 @@ const keyColumn = "__key__"
 // ends or Close.
 func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	defer func() { err = redact.Error(err) }()
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	cfg = cfg.withDefaults()
 	start := time.Now()
-	infos, err := Shards(ctx, cfg)
+	pl, err := planOf(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	order := orderOf(cfg, infos)
-	resume, runs, err := resumeFrom(cfg, order)
-	if err != nil {
-		return nil, err
-	}
-	plan, err := shard.NewPlan(infos, shard.PlanConfig{
-		Seed: cfg.Seed, Epoch: order.Epoch, Rank: cfg.Rank, World: cfg.World,
-		Shuffle: !cfg.NoShuffle, Lanes: order.Lanes, Window: order.Window, Runs: runs,
-		BatchSize: cfg.BatchSize, DropLast: cfg.DropLast, GapBytes: cfg.ReadGap,
-	})
-	if err != nil {
-		if errors.Is(err, shard.ErrBadRuns) {
-			err = fmt.Errorf("%w: %w", ErrResume, err)
-		}
-		return nil, err
-	}
+	cfg, infos, order, resume, plan := pl.cfg, pl.infos, pl.order, pl.resume, pl.plan
 	fields := cfg.Fields
 	if len(fields) == 0 {
 		opts := shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxRatio: cfg.MaxRatio}
@@ -141,6 +122,19 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 		Queue: cfg.Slabs, Device: dev, Logf: cfg.Logf,
 	})
 	return l, nil
+}
+
+// newPlan returns cfg's rank's plan under order, after runs.
+func newPlan(infos []shard.Info, cfg Config, order Order, runs []shard.Run) (shard.Plan, error) {
+	plan, err := shard.NewPlan(infos, shard.PlanConfig{
+		Seed: cfg.Seed, Epoch: order.Epoch, Rank: cfg.Rank, World: cfg.World,
+		Shuffle: !cfg.NoShuffle, Lanes: order.Lanes, Window: order.Window, Runs: runs,
+		BatchSize: cfg.BatchSize, DropLast: cfg.DropLast, GapBytes: cfg.ReadGap,
+	})
+	if errors.Is(err, shard.ErrBadRuns) {
+		err = fmt.Errorf("%w: %w", ErrResume, err)
+	}
+	return plan, err
 }
 
 // resumeFrom returns the state the loader starts from (cfg.Resume's, or the

@@ -1,6 +1,7 @@
 package shardload
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -97,4 +98,56 @@ func (l *Loader) State() State {
 	}
 	s.Batches += k
 	return s
+}
+
+// StateAt returns the state of rank cfg.Rank after it has taken batches batches of
+// epoch cfg.Epoch (or of cfg.Resume's remainder) without reading any data: for a
+// trainer whose checkpoint has a step count but no loader state, and for measuring
+// restores. It plans from the shards' counts as Open does (cfg.Shards, else an index
+// or estimates, see Shards).
+func StateAt(ctx context.Context, cfg Config, batches int) (State, error) {
+	pl, err := planOf(ctx, cfg)
+	if err != nil {
+		return State{}, err
+	}
+	if batches < 0 || batches > pl.plan.Batches {
+		return State{}, fmt.Errorf("shardload: StateAt: %d batches, the rank's epoch has %d", batches, pl.plan.Batches)
+	}
+	l := Loader{cfg: pl.cfg, plan: pl.plan, resume: pl.resume}
+	l.taken.Store(int64(batches))
+	return l.State(), nil
+}
+
+// PlanOf returns what Open would plan for cfg's rank (Loader.Plan), reading no
+// shard: it finds the counts as Open does (see Shards).
+func PlanOf(ctx context.Context, cfg Config) (shard.Plan, error) {
+	pl, err := planOf(ctx, cfg)
+	return pl.plan, err
+}
+
+type planned struct {
+	cfg    Config
+	infos  []shard.Info
+	order  Order
+	resume State
+	plan   shard.Plan
+}
+
+// planOf plans cfg's rank's epoch: the shards' counts, the order, the state it
+// starts from and the plan.
+func planOf(ctx context.Context, cfg Config) (p planned, err error) {
+	if err := cfg.validate(); err != nil {
+		return p, err
+	}
+	p.cfg = cfg.withDefaults()
+	if p.infos, err = Shards(ctx, p.cfg); err != nil {
+		return p, err
+	}
+	p.order = orderOf(p.cfg, p.infos)
+	var runs []shard.Run
+	if p.resume, runs, err = resumeFrom(p.cfg, p.order); err != nil {
+		return p, err
+	}
+	p.plan, err = newPlan(p.infos, p.cfg, p.order, runs)
+	return p, err
 }

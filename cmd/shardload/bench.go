@@ -46,6 +46,7 @@ would wait for data: the share of its time spent waiting after its first batch
 		asJSON := fs.Bool("json", false, "print one JSON object instead of the report")
 		cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (for go tool pprof)")
 		verify := fs.Bool("verify", false, "read every batch back from the device and compare it with its slab (slow; fails on a difference)")
+		resumeAt := fs.Float64("resume-at", 0, "start the first epoch from the state after this fraction of its batches (0.5: half), as a trainer restarted from a checkpoint does: measures the restore (first_batch_seconds, read_before_first_batch_bytes)")
 		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if len(args) == 0 {
 				return fmt.Errorf("%w: no shard URLs given", errUsage)
@@ -57,6 +58,8 @@ would wait for data: the share of its time spent waiting after its first batch
 				return fmt.Errorf("%w: --batches %d: want 0 (the whole epochs) or more", errUsage, *batches)
 			case *step < 0:
 				return fmt.Errorf("%w: --step-time %v: want 0 (no trainer) or more", errUsage, *step)
+			case !(*resumeAt >= 0 && *resumeAt < 1):
+				return fmt.Errorf("%w: --resume-at %g: want a fraction in [0, 1)", errUsage, *resumeAt)
 			}
 			cfg, err := lf.config(args, stderr)
 			if err != nil {
@@ -77,7 +80,7 @@ would wait for data: the share of its time spent waiting after its first batch
 				}
 				defer pprof.StopCPUProfile()
 			}
-			res, err := bench(ctx, cfg, *epochs, *batches, *step, *verify)
+			res, err := bench(ctx, cfg, *epochs, *batches, *step, *verify, *resumeAt)
 			if err != nil {
 				return err
 			}
@@ -118,6 +121,7 @@ type loaderFlags struct {
 	index         string
 	countFirst    bool
 	maxSample     byteSize
+	readGap       byteSize
 }
 
 // register registers the pipeline's flags; with perRank, also those a trainer's
@@ -136,11 +140,13 @@ func (lf *loaderFlags) register(fs *pflag.FlagSet, perRank bool) {
 		fs.IntVar(&lf.world, "world", 1, "number of ranks; each gets the same number of batches")
 	}
 	fs.BoolVar(&lf.noShuffle, "no-shuffle", false, "read shards and samples in order (--shuffle-bytes then goes to the open shards' queues, to decode the next shards ahead)")
-	fs.IntVar(&lf.shuffleBuffer, "shuffle-buffer", shardload.DefaultShuffleBuffer, "samples in the shuffle buffer")
+	fs.IntVar(&lf.shuffleBuffer, "shuffle-buffer", shardload.DefaultShuffleBuffer, "samples the shuffle holds: the order permutes windows of half as many, from --open-shards regions of the shuffled shards, and the loader holds two")
 	lf.shuffleBytes = shardload.DefaultShuffleBytes
-	fs.Var(&lf.shuffleBytes, "shuffle-bytes", "bytes the shuffle buffer may hold")
-	fs.IntVar(&lf.openShards, "open-shards", shardload.DefaultOpenShards, "shards read at once and interleaved")
+	fs.Var(&lf.shuffleBytes, "shuffle-bytes", "bytes the shuffle may hold: fewer samples per window when the dataset's mean sample size calls for it")
+	fs.IntVar(&lf.openShards, "open-shards", shardload.DefaultOpenShards, "lanes of the shuffled shard list read side by side and mixed in each window: shards read at once")
 	fs.IntVar(&lf.workers, "workers", 0, "shards fetched, inflated and decoded at the same moment (default: CPU count, at most --open-shards)")
+	lf.readGap = shard.DefaultGapBytes
+	fs.Var(&lf.readGap, "read-gap", "a rank reads the samples it wants of a window it shares with another rank (or of a resumed window) with one request per run of them, and two runs of a shard with one request when the samples between them take at most this much (0: one request per run)")
 	lf.queueBytes = shardload.DefaultQueueBytes
 	fs.Var(&lf.queueBytes, "queue-bytes", "decoded bytes waiting per open shard")
 	fs.IntVar(&lf.slabs, "slabs", shardload.DefaultSlabs, "pinned batch slabs in the ring (batches ready or in use at once)")
@@ -217,9 +223,17 @@ func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config
 		NoShuffle: lf.noShuffle, ShuffleBuffer: lf.shuffleBuffer, ShuffleBytes: int64(lf.shuffleBytes),
 		OpenShards: lf.openShards, Workers: lf.workers, QueueBytes: int64(lf.queueBytes),
 		MaxMemberSize: int64(lf.rf.maxMember), MaxSampleSize: int64(lf.maxSample), Slabs: lf.slabs, SlabBytes: int64(lf.slabBytes),
-		OnError: policy, Logf: logf, Sources: lf.rf.sources(),
+		OnError: policy, Logf: logf, Sources: lf.rf.sources(), ReadGap: readGap(int64(lf.readGap)),
 		ErrorBudget: &shardload.Budget{Fraction: lf.errorBudget, Samples: lf.budgetSamples, Shards: lf.budgetShards},
 	}, nil
+}
+
+// readGap is Config.ReadGap for a --read-gap: 0 means never (Config's negative).
+func readGap(n int64) int64 {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // deviceFlags choose bench's device-copy stage and where its loader runs.
@@ -289,6 +303,7 @@ type benchResult struct {
 	EpochSeconds    []float64          `json:"epoch_seconds"`
 	CountSeconds    float64            `json:"count_seconds"` // finding the shards' counts (an index, estimates or a count)
 	Estimated       bool               `json:"estimated_counts"`
+	ResumedAfter    int                `json:"resumed_after_batches,omitempty"` // --resume-at: the batches the state had consumed
 	Order           string             `json:"order_fingerprint"`             // the first epoch's Order, the same on every rank of a job
 	ReadBeforeFirst int64              `json:"read_before_first_batch_bytes"` // bytes the process read (files and sockets) before the first batch`
 	SamplesPerSec   float64            `json:"samples_per_sec"`
@@ -369,7 +384,7 @@ func mismatch(a, b []byte) int {
 	return min(len(a), len(b))
 }
 
-func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, step time.Duration, verify bool) (*benchResult, error) {
+func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, step time.Duration, verify bool, resumeAt float64) (*benchResult, error) {
 	start := time.Now()
 	read0 := readBytes()
 	infos, err := shardload.Shards(ctx, cfg)
@@ -382,6 +397,21 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 		res.Estimated = res.Estimated || s.Estimated
 	}
 	cfg.Shards = infos
+	var resume *shardload.State
+	if resumeAt > 0 {
+		// The state a trainer restarted at that point would have saved: computed
+		// from the plan, as the checkpoint holds it.
+		plan, err := shardload.PlanOf(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		st, err := shardload.StateAt(ctx, cfg, int(resumeAt*float64(plan.Batches)))
+		if err != nil {
+			return nil, err
+		}
+		resume = &st
+		res.ResumedAfter = st.Batches
+	}
 	var firstBatch time.Duration
 	var consumed, samples int64     // batches and samples the trainer took
 	var trainer, wait time.Duration // the simulated trainer: computing, and waiting after its first batch
@@ -390,6 +420,9 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 	for e := 0; e < max(epochs, 1); e++ {
 		ecfg := cfg
 		ecfg.Epoch = cfg.Epoch + e
+		if e == 0 {
+			ecfg.Resume = resume
+		}
 		l, err := shardload.Open(ctx, ecfg)
 		if err != nil {
 			return nil, err
