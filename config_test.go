@@ -156,7 +156,7 @@ func TestOrderFingerprint(t *testing.T) {
 		return l.Order()
 	}
 	base := order(func(c *shardload.Config) {})
-	if base.Samples != 46 || base.Shards != 4 || base.World != 2 || !base.Shuffle || base.Lanes != 4 || len(base.Fingerprint()) != 16 {
+	if base.Samples != 46 || base.Shards != 4 || base.World != 2 || !base.Shuffle || base.Lanes != 8 || len(base.Fingerprint()) != 16 {
 		t.Errorf("order %+v, fingerprint %q", base, base.Fingerprint())
 	}
 	if o := order(func(c *shardload.Config) { c.Rank = 1; c.Workers = 1; c.QueueBytes = 1 << 20 }); o != base || o.Fingerprint() != base.Fingerprint() {
@@ -166,7 +166,7 @@ func TestOrderFingerprint(t *testing.T) {
 		set  func(*shardload.Config)
 		want []string
 	}{
-		{func(c *shardload.Config) { c.OpenShards = 8 }, []string{"lanes"}},
+		{func(c *shardload.Config) { c.OpenShards = 2 }, []string{"lanes"}},
 		{func(c *shardload.Config) { c.ShuffleBuffer = 10 }, []string{"window"}},
 		{func(c *shardload.Config) { c.NoShuffle = true }, []string{"shuffle", "lanes", "window"}},
 		{func(c *shardload.Config) { c.Seed = 9; c.BatchSize = 8 }, []string{"seed", "batch_size"}},

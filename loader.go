@@ -108,7 +108,7 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	l.p = pipeline.Start(ctx, pipeline.Params{
 		Sources: cfg.Sources, Plan: plan, Shards: infos, Fields: fields,
 		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxSampleSize: cfg.MaxSampleSize, MaxRatio: cfg.MaxRatio},
-		Rank:      cfg.Rank, FirstSeq: resume.Batches,
+		Rank:   cfg.Rank, FirstSeq: resume.Batches,
 		NoShuffle: cfg.NoShuffle, ShuffleBytes: cfg.ShuffleBytes,
 		OpenShards: cfg.OpenShards, Workers: cfg.Workers, QueueBytes: cfg.QueueBytes,
 		BatchSize: cfg.BatchSize, DropLast: cfg.DropLast, CPUs: cfg.CPUs,

@@ -304,8 +304,8 @@ type benchResult struct {
 	CountSeconds    float64            `json:"count_seconds"` // finding the shards' counts (an index, estimates or a count)
 	Estimated       bool               `json:"estimated_counts"`
 	ResumedAfter    int                `json:"resumed_after_batches,omitempty"` // --resume-at: the batches the state had consumed
-	Order           string             `json:"order_fingerprint"`             // the first epoch's Order, the same on every rank of a job
-	ReadBeforeFirst int64              `json:"read_before_first_batch_bytes"` // bytes the process read (files and sockets) before the first batch`
+	Order           string             `json:"order_fingerprint"`               // the first epoch's Order, the same on every rank of a job
+	ReadBeforeFirst int64              `json:"read_before_first_batch_bytes"`   // bytes the process read (files and sockets) before the first batch`
 	SamplesPerSec   float64            `json:"samples_per_sec"`
 	MBPerSec        float64            `json:"mb_per_sec"`
 	MBPerSecDecomp  float64            `json:"mb_per_sec_decompressed"`

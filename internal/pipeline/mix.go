@@ -50,12 +50,12 @@ var missing = &item{}
 // window is a window of the plan being filled and yielded.
 type window struct {
 	w      *shard.Window
-	held   []*item // nil until placed; missing when left out
-	emit   []int32 // held index of each position yielded, in order
-	next   int     // positions yielded
-	feeds  int     // feeds not yet done
+	held   []*item         // nil until placed; missing when left out
+	emit   []int32         // held index of each position yielded, in order
+	next   int             // positions yielded
+	feeds  int             // feeds not yet done
 	extras map[int][]*item // per span, samples past an estimated shard's end (yielded after the rest, in span order)
-	extra  int     // feeds that end an estimated shard and wait for its end
+	extra  int             // feeds that end an estimated shard and wait for its end
 }
 
 // mixSlot is an open span and where its samples go.

@@ -48,11 +48,11 @@ type Params struct {
 	NoShuffle    bool
 	ShuffleBytes int64 // the shuffle windows' budget (with NoShuffle, the queues')
 	OpenShards   int
-	Workers       int
-	QueueBytes    int64
-	BatchSize     int
-	DropLast      bool
-	CPUs          []int // the CPUs the stages' threads run on; nil: anywhere
+	Workers      int
+	QueueBytes   int64
+	BatchSize    int
+	DropLast     bool
+	CPUs         []int // the CPUs the stages' threads run on; nil: anywhere
 
 	// Stretch lets the epoch's batches follow the data when counts are estimated
 	// (shard.Info.Estimated), for a job of one rank: every sample once, however many
