@@ -51,12 +51,12 @@ type PlanConfig struct {
 	// GapBytes: two wanted runs of samples of one shard are read as one span,
 	// dropping the samples between them, when these take at most GapBytes (and
 	// always when the shard's sample offsets are unknown): one request instead of
-	// two, for more bytes. Default 64 KiB; negative: never.
+	// two, for more bytes. Default 1 MiB; negative: never.
 	GapBytes int64
 }
 
 // DefaultGapBytes is PlanConfig.GapBytes's default.
-const DefaultGapBytes = 64 << 10
+const DefaultGapBytes = 1 << 20
 
 // Span is a run of consecutive samples of one shard: samples [Skip, Skip+Take).
 type Span struct {
@@ -153,7 +153,7 @@ func NewPlan(shards []Info, cfg PlanConfig) (Plan, error) {
 	}
 	lo := int64(cfg.Rank) * per
 	p.Ranges = sub(rest, lo, lo+take)
-	b := planBuilder{p: &p, o: o, shards: shards, gap: cfg.GapBytes, last: make([]int, len(o.lanes))}
+	b := planBuilder{p: &p, o: o, shards: shards, gap: cfg.GapBytes, last: make([]int, len(o.lanes)), partial: make([]bool, len(o.lanes))}
 	for i := range b.last {
 		b.last[i] = -1
 	}
@@ -196,6 +196,11 @@ type planBuilder struct {
 	shards []Info
 	gap    int64
 	last   []int // per lane, the index of its last span; -1 before the first
+	// partial: per lane, whether its last span ends in a window the rank yields
+	// only part of. A full window's samples start a span of their own after one:
+	// the partial window (a resumed rank's first) then has spans of known lengths,
+	// not one that reads on to its shard's end before the first batch is out.
+	partial []bool
 }
 
 func (b *planBuilder) addRange(r Range) {
@@ -261,7 +266,8 @@ func (b *planBuilder) addRun(w *Window, l int, s, e int64) {
 // addPiece adds samples [skip, skip+take) of shard si, read in lane l, to window w.
 func (b *planBuilder) addPiece(w *Window, l, si, skip, take int) {
 	p := b.p
-	if k := b.last[l]; k >= 0 && p.Spans[k].Shard == si {
+	defer func() { b.partial[l] = !w.Full() }()
+	if k := b.last[l]; k >= 0 && p.Spans[k].Shard == si && !(w.Full() && b.partial[l]) {
 		sp := &p.Spans[k]
 		end := sp.Skip + sp.Take
 		if skip >= end && (skip == end || b.cheapGap(si, end, skip)) {

@@ -304,6 +304,7 @@ type benchResult struct {
 	CountSeconds    float64            `json:"count_seconds"` // finding the shards' counts (an index, estimates or a count)
 	Estimated       bool               `json:"estimated_counts"`
 	ResumedAfter    int                `json:"resumed_after_batches,omitempty"` // --resume-at: the batches the state had consumed
+	PlanBatches     int                `json:"plan_batches"`                    // the batches the first epoch's plan holds for the rank (after ResumedAfter)
 	Order           string             `json:"order_fingerprint"`               // the first epoch's Order, the same on every rank of a job
 	ReadBeforeFirst int64              `json:"read_before_first_batch_bytes"`   // bytes the process read (files and sockets) before the first batch`
 	SamplesPerSec   float64            `json:"samples_per_sec"`
@@ -428,6 +429,9 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 			return nil, err
 		}
 		res.Epochs++
+		if e == 0 {
+			res.PlanBatches = l.Plan().Batches
+		}
 		if res.Order == "" {
 			res.Order = l.Order().Fingerprint()
 		}

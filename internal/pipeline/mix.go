@@ -114,6 +114,12 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 			break
 		}
 		for len(open) < p.OpenShards && nextSpan < len(plan.Spans) {
+			if bat.n == 0 && len(wins) > 0 && feedsOf[nextSpan][0].win > nextWin-len(wins) {
+				// Until the first batch is out, only what the first window needs is
+				// read: a fresh or resumed rank's first batch does not share the
+				// source with reads ahead.
+				break
+			}
 			sp := plan.Spans[nextSpan]
 			info := p.Shards[sp.Shard]
 			s := &mixSlot{slot: newSlot(sp, queueBytes, wake), feeds: feedsOf[nextSpan], index: nextSpan,
