@@ -125,8 +125,9 @@ type Config struct {
 	// ReadGap: the samples a rank wants of a window it shares with another rank (or
 	// of a resumed window) are read with one request per run of them, and two runs of
 	// one shard are read in one request, dropping the samples between them, when
-	// these take at most ReadGap bytes. Default 1 MiB (shard.DefaultGapBytes): a request to an object store costs about as much time as reading that much;
-	// negative: one request per run, reading no sample the rank does not yield.
+	// these take at most ReadGap bytes. Default 1 MiB (shard.DefaultGapBytes): a
+	// request to an object store costs about the time of reading that much. Negative:
+	// one request per run, reading no sample the rank does not yield.
 	ReadGap int64
 	// MaxMemberSize caps one tar member in memory. Default 256 MiB.
 	MaxMemberSize int64
