@@ -1,6 +1,6 @@
 // Package shard turns WebDataset tar shards into samples and plans who reads which of
-// them: brace expansion of shard URLs, the streaming sample reader, the epoch plan with
-// its split across ranks, and the shuffle buffer. It reads from an io.Reader and knows
+// them: brace expansion of shard URLs, the streaming sample reader, the epoch order,
+// and the plan of one rank's part of it. It reads from an io.Reader and knows
 // nothing of where the bytes come from (package source) or what the fields mean
 // (package decode).
 //
@@ -59,22 +59,22 @@
 //     ErrDuplicateExtension. MaxSampleSize does not apply to data that is not held
 //     (SizesOnly, Stream); MaxMemberSize does.
 //
-// # The epoch plan
+// # The epoch order and plan
 //
-// NewPlan gives one rank's part of one epoch as a Plan of Spans (runs of consecutive
-// samples of a shard). The epoch is all shards' samples in an order shuffled per
-// (Seed, Epoch), cut into World contiguous slices of floor(total/World) samples, so
-// every rank yields the same number of samples and batches and none runs out early and
-// hangs a distributed job; the total%World samples left over are read by no rank that
-// epoch (Plan.Dropped). ErrNoSamples means a rank would get nothing to read: fewer
-// samples than ranks, or, with DropLast, fewer than one batch per rank. The plan, like
-// EpochRand's random sources, is a pure function of its inputs.
+// NewOrder defines an epoch's order from the shards' counts, the seed, the epoch and
+// the shuffle settings alone (not the world size, timing or data): the shards
+// shuffled per (Seed, Epoch), cut into Lanes regions, and windows that take from every
+// lane in proportion and permute their samples uniformly. The position of any sample
+// is computed without reading data (Order.At).
 //
-// # The shuffle buffer
-//
-// A Shuffler is a seeded shuffle buffer bounded by a number of items and a number of
-// bytes: once full, each item in lets a randomly chosen one out. It starts letting
-// items out after ShuffleInitial items and grows to its size, so the first batch does
-// not wait for the whole buffer to fill. Its order out is a pure function of the order
-// in, the sizes, the limits and the random source.
+// NewPlan gives one rank's part of one epoch: the order (what earlier runs left of
+// it, when resuming: Remaining) cut into World contiguous slices of floor(total/World)
+// samples, so every rank yields the same number of samples and batches and none runs
+// out early and hangs a distributed job; the total%World samples left over are read
+// by no rank that epoch (Plan.Dropped). A Plan lists the Spans (runs of consecutive
+// samples of a shard) the rank reads, and its Windows say where each span's samples
+// go and in which order the rank yields them. ErrNoSamples means a rank would get
+// nothing to read: fewer samples than ranks, or, with DropLast, fewer than one batch
+// per rank. The order and the plan, like EpochRand's random sources, are pure
+// functions of their inputs.
 package shard

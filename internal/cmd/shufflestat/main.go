@@ -22,7 +22,7 @@
 //     shard.EpochRand(seed, epoch, 0), -open of them open at once (the next opened
 //     when one ends), the shard giving the next sample picked with
 //     rng.IntN(len(open)), each sample pushed into a shuffle buffer of -buffer items
-//     (filling from 100, shard.ShuffleInitial, growing by one per item out) and
+//     (filling from 100, the old ShuffleInitial, growing by one per item out) and
 //     -shuffle-bytes bytes, a random item out whenever it is full, drained at the
 //     end; rng is shard.EpochRand(seed, epoch, 1), shared by the picks and the
 //     buffer.

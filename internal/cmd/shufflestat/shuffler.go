@@ -2,9 +2,9 @@ package main
 
 import "math/rand/v2"
 
-// shuffler is the shuffle buffer of the old mixer (shard.Shuffler as the mixer used
+// shuffler is the shuffle buffer of the old mixer (shard.Shuffler, since removed, as the mixer used
 // it), on entries: full at maxItems items or maxBytes bytes, whichever comes first;
-// the item limit starts at shard.ShuffleInitial and grows by one per item out of a
+// the item limit starts at ShuffleInitial (100) and grows by one per item out of a
 // full buffer, up to maxItems.
 type shuffler struct {
 	rng      *rand.Rand
@@ -16,7 +16,7 @@ type shuffler struct {
 	maxBytes int64
 }
 
-// shuffleInitial is shard.ShuffleInitial at the old mixer's commit.
+// shuffleInitial was shard.ShuffleInitial.
 const shuffleInitial = 100
 
 func newShuffler(rng *rand.Rand, maxItems int, maxBytes int64) *shuffler {
