@@ -2,10 +2,10 @@ package main
 
 import "math/rand/v2"
 
-// shuffler is the shuffle buffer of the old mixer (shard.Shuffler, since removed, as the mixer used
-// it), on entries: full at maxItems items or maxBytes bytes, whichever comes first;
-// the item limit starts at ShuffleInitial (100) and grows by one per item out of a
-// full buffer, up to maxItems.
+// shuffler is the shuffle buffer of the old mixer (shard.Shuffler, since removed, as
+// the mixer used it), on entries: full at maxItems items or maxBytes bytes,
+// whichever comes first; the item limit starts at ShuffleInitial (100) and grows by
+// one per item out of a full buffer, up to maxItems.
 type shuffler struct {
 	rng      *rand.Rand
 	items    []entry
