@@ -15,7 +15,7 @@
 //
 // Both orders are one rank's (world 1) of the same seed and epoch:
 //
-//   - new: shard.NewOrder with Lanes = -open and Window = half of the samples the
+//   - new: shard.NewOrder with Lanes = -lanes and Window = half of the samples the
 //     buffer holds (min(-buffer, -shuffle-bytes / -bytes)), as the loader sets them;
 //     the loader holds two windows.
 //   - old: the mixer before shard.Order: the shards shuffled by the same
@@ -83,7 +83,8 @@ var presets = []dataset{
 type params struct {
 	seed         uint64
 	epoch        int
-	open         int   // OpenShards: the old mixer's open shards, the new order's lanes
+	open         int   // OpenShards of the old mixer
+	lanes        int   // OpenShards of the new order: its lanes
 	buffer       int   // ShuffleBuffer
 	shuffleBytes int64 // ShuffleBytes
 	batch        int
@@ -109,13 +110,14 @@ func main() {
 	nBytes := flag.Int64("bytes", 0, "bytes per sample of a custom dataset")
 	flag.Uint64Var(&p.seed, "seed", 0, "seed of the epoch's order")
 	flag.IntVar(&p.epoch, "epoch", 0, "epoch")
-	flag.IntVar(&p.open, "open", 4, "open shards (OpenShards): the old mixer's open shards, the new order's lanes")
+	flag.IntVar(&p.open, "open", 4, "the old mixer's open shards (OpenShards; its default was 4)")
+	flag.IntVar(&p.lanes, "lanes", 8, "the new order's lanes (OpenShards; its default is 8, with queues half as deep, so the two defaults hold the same memory)")
 	flag.IntVar(&p.buffer, "buffer", 1000, "shuffle buffer samples (ShuffleBuffer)")
 	flag.Int64Var(&p.shuffleBytes, "shuffle-bytes", 64<<20, "shuffle buffer bytes (ShuffleBytes)")
 	flag.IntVar(&p.batch, "batch", 32, "batch size, for the distinct shards per batch")
 	flag.IntVar(&p.block, "block", 1000, "outputs per block, for the distinct shards per block")
 	flag.Parse()
-	if flag.NArg() != 0 || p.open < 1 || p.buffer < 1 || p.batch < 1 || p.block < 1 {
+	if flag.NArg() != 0 || p.open < 1 || p.lanes < 1 || p.buffer < 1 || p.batch < 1 || p.block < 1 {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -215,7 +217,7 @@ func window(p params, bytesPerSample int64) int {
 // newOrder returns the order of shard.NewOrder under the loader's settings.
 func newOrder(infos []shard.Info, bytesPerSample int64, p params) (order, error) {
 	win := window(p, bytesPerSample)
-	cfg := shard.OrderConfig{Seed: p.seed, Epoch: p.epoch, Shuffle: true, Lanes: p.open, Window: win}
+	cfg := shard.OrderConfig{Seed: p.seed, Epoch: p.epoch, Shuffle: true, Lanes: p.lanes, Window: win}
 	o, err := shard.NewOrder(infos, cfg)
 	if err != nil {
 		return order{}, err
@@ -230,7 +232,7 @@ func newOrder(infos []shard.Info, bytesPerSample int64, p params) (order, error)
 	}
 	before, _ := windows(ref)
 	pos := positions(infos, before)
-	r := order{out: out, stage: make([]int, len(out)), note: fmt.Sprintf("new (lanes %d, window %d)", p.open, win)}
+	r := order{out: out, stage: make([]int, len(out)), note: fmt.Sprintf("new (lanes %d, window %d)", p.lanes, win)}
 	for n, s := range out {
 		r.stage[n] = pos[s.shard][s.index]
 	}

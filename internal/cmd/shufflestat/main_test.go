@@ -55,7 +55,7 @@ func TestOldWithoutBufferIsS(t *testing.T) {
 
 func TestNewWithoutWindowIsS(t *testing.T) {
 	p := defaults()
-	p.open, p.buffer = 1, 2 // one lane, window 1
+	p.lanes, p.buffer = 1, 2 // one lane, window 1
 	infos := uneven()
 	perm := shardPerm(len(infos), p.seed, p.epoch)
 	o, err := newOrder(infos, 1000, p)
@@ -95,7 +95,7 @@ func TestOrdersArePermutations(t *testing.T) {
 			t.Fatalf("%s: %d samples, want %d", o.note, len(o.out), len(sequence(infos, perm)))
 		}
 	}
-	so, err := shard.NewOrder(infos, shard.OrderConfig{Seed: p.seed, Epoch: p.epoch, Shuffle: true, Lanes: p.open, Window: window(p, 110_000)})
+	so, err := shard.NewOrder(infos, shard.OrderConfig{Seed: p.seed, Epoch: p.epoch, Shuffle: true, Lanes: p.lanes, Window: window(p, 110_000)})
 	if err != nil {
 		t.Fatal(err)
 	}
