@@ -50,9 +50,13 @@ type Order struct {
 	starts []int64 // starts[i]: position in S of shard perm[i]'s first sample; len(perm)+1
 	lanes  []lane
 	total  int64
+	size   int   // samples per window after the warm-up: Window, or flatWindow
 	warm   int   // warm-up windows
 	warmX  int64 // nominal cut after the warm-up windows
 }
+
+// flatWindow is the size of the windows of an order that permutes nothing.
+const flatWindow = 4096
 
 // lane is a region of S: n samples from start.
 type lane struct{ start, n int64 }
@@ -67,7 +71,12 @@ func NewOrder(shards []Info, cfg OrderConfig) (*Order, error) {
 	}
 	cfg.Lanes = max(cfg.Lanes, 1)
 	cfg.Window = max(cfg.Window, 1)
-	o := &Order{cfg: cfg, shards: shards, perm: make([]int, len(shards)), starts: make([]int64, len(shards)+1)}
+	o := &Order{cfg: cfg, shards: shards, perm: make([]int, len(shards)), starts: make([]int64, len(shards)+1), size: cfg.Window}
+	if cfg.Window <= 1 {
+		// Nothing is permuted: windows only cut the order into pieces, which a
+		// reader yields as they come.
+		o.size = flatWindow
+	}
 	for i, s := range shards {
 		if s.Samples < 0 {
 			return nil, fmt.Errorf("shard: %s has %d samples", s.URL, s.Samples)
@@ -98,7 +107,7 @@ func NewOrder(shards []Info, cfg OrderConfig) (*Order, error) {
 	for l := range cfg.Lanes {
 		o.lanes = append(o.lanes, lane{start: bounds[l], n: bounds[l+1] - bounds[l]})
 	}
-	for s := int64(warmFirst); s < int64(cfg.Window) && o.warmX < o.total; s *= 2 {
+	for s := int64(warmFirst); cfg.Window > 1 && s < int64(cfg.Window) && o.warmX < o.total; s *= 2 {
 		o.warm++
 		o.warmX += s
 	}
@@ -132,7 +141,7 @@ func (o *Order) Windows() int64 {
 			}
 		}
 	}
-	w := int64(o.cfg.Window)
+	w := int64(o.size)
 	return int64(o.warm) + (o.total-o.warmX+w-1)/w
 }
 
@@ -142,7 +151,7 @@ func (o *Order) cut(j int64) int64 {
 	if j <= int64(o.warm) {
 		x = warmFirst * ((int64(1) << j) - 1)
 	} else {
-		w := int64(o.cfg.Window)
+		w := int64(o.size)
 		if j-int64(o.warm) > (o.total-o.warmX)/w+1 {
 			return o.total
 		}

@@ -44,8 +44,13 @@ func (pl *Pipeline) mixSafely(ctx context.Context) (err error) {
 }
 
 // missing stands in the windows and batches for a sample the Skip policy left out
-// (or, with estimated counts, one a shard did not have): its row is padded.
+// (or, with estimated counts, one a shard did not have): its row is padded. The first
+// position of a skip notice holds a note instead (an item with skip set), so that
+// skips are logged and counted in the order's order, whatever the timing.
 var missing = &item{}
+
+// isMissing reports whether it stands for a left-out sample.
+func isMissing(it *item) bool { return it == missing || it.skip != nil }
 
 // window is a window of the plan being filled and yielded.
 type window struct {
@@ -56,6 +61,10 @@ type window struct {
 	feeds  int             // feeds not yet done
 	extras map[int][]*item // per span, samples past an estimated shard's end (yielded after the rest, in span order)
 	extra  int             // feeds that end an estimated shard and wait for its end
+	// after maps, in a window that permutes nothing, the held index of an estimated
+	// shard's last planned sample to its span: the shard's extra samples are yielded
+	// right after it, in order.
+	after map[int32]int
 }
 
 // mixSlot is an open span and where its samples go.
@@ -65,9 +74,11 @@ type mixSlot struct {
 	cur     int       // the feed being filled
 	left    int32     // samples the current feed still takes
 	missing int       // positions a skip notice left out, still to apply
+	note    *item     // the skip notice whose positions are being applied, for the first
 	toEnd   bool      // an estimated shard read to its end: samples past its feeds are extras
 	closed  bool
-	index   int // the span's index in the plan
+	index   int   // the span's index in the plan
+	err     error // the producer's failure: the loader fails when the order reaches it
 }
 
 type feedRef struct {
@@ -94,6 +105,8 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 	wake := make(chan struct{}, 1)
 	queueBytes := slotQueueBytes(p)
 	var open []*mixSlot
+	bySpan := map[int]*mixSlot{}                // the open slots, by span
+	spanClosed := make([]bool, len(plan.Spans)) // spans whose messages have all been taken
 	nextSpan := 0
 	// Two windows are filled at once: the one being yielded and the next, so that the
 	// shards keep being read while the first waits for its last samples.
@@ -107,7 +120,7 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 	}()
 	for {
 		for len(wins) < ahead && nextWin < len(plan.Windows) {
-			wins = append(wins, pl.newWindow(nextWin))
+			wins = append(wins, pl.newWindow(nextWin, feedsOf))
 			nextWin++
 		}
 		if len(wins) == 0 && len(open) == 0 {
@@ -127,6 +140,7 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 			s.left = s.feeds[0].feed.Count
 			nextSpan++
 			open = append(open, s)
+			bySpan[s.index] = s
 			producers.Add(1)
 			go func() { defer producers.Done(); pl.produce(ctx, s.slot) }()
 		}
@@ -139,8 +153,10 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 				return err
 			}
 			progress = progress || moved
-			if s.closed && s.cur == len(s.feeds) {
+			if s.closed && s.cur == len(s.feeds) && s.err == nil {
 				open = slices.Delete(open, i, i+1)
+				delete(bySpan, s.index)
+				spanClosed[s.index] = true
 				i--
 				progress = true
 			}
@@ -149,20 +165,25 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 		// Yield what the first window has ready, and move on when it is done.
 		for len(wins) > 0 {
 			w := wins[0]
-			for w.next < len(w.emit) {
-				it := w.held[w.emit[w.next]]
-				if it == nil {
-					break
-				}
-				w.held[w.emit[w.next]] = nil
-				w.next++
-				progress = true
-				if err := bat.add(ctx, it); err != nil {
-					return err
-				}
+			moved, err := pl.yield(ctx, w, bat, bySpan, spanClosed)
+			progress = progress || moved
+			if err != nil {
+				return err
 			}
 			if w.next < len(w.emit) || w.feeds > 0 || w.extra > 0 {
+				// Blocked: on a span that failed, the loader fails here, at the
+				// first position the failure leaves empty.
+				if err := w.failure(bySpan); err != nil {
+					return err
+				}
 				break
+			}
+			// Done. A span that failed after its last sample of this window (a
+			// shard with more samples than counted, a bad trailer) fails it now.
+			for _, f := range w.w.Feeds {
+				if s := bySpan[f.Span]; s != nil && s.err != nil && s.cur == len(s.feeds) {
+					return s.err
+				}
 			}
 			if w.w.To == w.w.Size {
 				// Samples past an estimated shard's end go to the rank that yields the
@@ -194,21 +215,99 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 }
 
 // newWindow returns window wi of the plan, ready to fill.
-func (pl *Pipeline) newWindow(wi int) *window {
-	sw := &pl.p.Plan.Windows[wi]
-	w := &window{w: sw, held: make([]*item, sw.Held), emit: pl.p.Plan.Emit(sw), feeds: len(sw.Feeds)}
-	for _, f := range sw.Feeds {
-		if f.Count == 0 {
-			w.feeds--
+func (pl *Pipeline) newWindow(wi int, feedsOf [][]feedRef) *window {
+	plan := &pl.p.Plan
+	sw := &plan.Windows[wi]
+	w := &window{w: sw, held: make([]*item, sw.Held), emit: plan.Emit(sw), feeds: len(sw.Feeds)}
+	if plan.Estimated && plan.Order().Perm(sw.Index, int(sw.Size)) == nil {
+		for _, f := range sw.Feeds {
+			sp := plan.Spans[f.Span]
+			info := pl.p.Shards[sp.Shard]
+			fs := feedsOf[f.Span]
+			if f.Slot >= 0 && info.Estimated && sp.Skip+sp.Take == info.Samples && fs[len(fs)-1].win == wi && fs[len(fs)-1].feed == f {
+				if w.after == nil {
+					w.after = map[int32]int{}
+				}
+				w.after[f.Slot+f.Count-1] = f.Span
+			}
 		}
 	}
 	return w
 }
 
+// yield hands the window's samples to the batcher in the order's order, as far as
+// they are there, and reports whether it handed any.
+func (pl *Pipeline) yield(ctx context.Context, w *window, bat *batcher, bySpan map[int]*mixSlot, spanClosed []bool) (bool, error) {
+	moved := false
+	for w.next < len(w.emit) {
+		if w.next > 0 && w.after != nil {
+			// After an estimated shard's last planned sample come the samples past
+			// it, once its reader has ended.
+			if sp, ok := w.after[w.emit[w.next-1]]; ok {
+				if !spanClosed[sp] && (bySpan[sp] == nil || !bySpan[sp].closed) {
+					return moved, nil
+				}
+				if w.w.To == w.w.Size {
+					for _, it := range w.extras[sp] {
+						if err := bat.add(ctx, it); err != nil {
+							return moved, err
+						}
+					}
+					delete(w.extras, sp)
+				}
+				delete(w.after, w.emit[w.next-1])
+			}
+		}
+		h := w.emit[w.next]
+		it := w.held[h]
+		if it == nil {
+			return moved, nil
+		}
+		w.held[h] = nil
+		w.next++
+		moved = true
+		if it.skip != nil {
+			err := pl.noteSkip(*it.skip)
+			it = missing
+			if err != nil {
+				return moved, err
+			}
+		}
+		if err := bat.add(ctx, it); err != nil {
+			return moved, err
+		}
+	}
+	return moved, nil
+}
+
+// failure returns the error of a failed span that the window waits for: the one that
+// was to fill the next position to yield, else any of the window's.
+func (w *window) failure(bySpan map[int]*mixSlot) error {
+	if w.next < len(w.emit) {
+		h := w.emit[w.next]
+		for _, f := range w.w.Feeds {
+			if f.Slot >= 0 && h >= f.Slot && h < f.Slot+f.Count {
+				if s := bySpan[f.Span]; s != nil && s.err != nil {
+					return s.err
+				}
+				return nil
+			}
+		}
+	}
+	if w.next == len(w.emit) {
+		for _, f := range w.w.Feeds {
+			if s := bySpan[f.Span]; s != nil && s.err != nil {
+				return s.err
+			}
+		}
+	}
+	return nil
+}
+
 // free recycles the samples a window still holds (when the loader stops early).
 func (w *window) free(pl *Pipeline) {
 	for i, it := range w.held {
-		if it != nil && it != missing {
+		if it != nil && !isMissing(it) {
 			pl.put(it)
 		}
 		w.held[i] = nil
@@ -233,9 +332,16 @@ func (pl *Pipeline) pull(ctx context.Context, s *mixSlot, wins []*window, first 
 			if w == nil {
 				return moved, nil
 			}
-			s.place(w, missing, pl)
+			it := missing
+			if s.note != nil {
+				it, s.note = s.note, nil
+			}
+			s.place(w, it, pl)
 			s.missing--
 			moved = true
+		}
+		if s.err != nil {
+			return moved, nil // taken when the order reaches it
 		}
 		var w *window
 		if s.cur < len(s.feeds) {
@@ -258,12 +364,18 @@ func (pl *Pipeline) pull(ctx context.Context, s *mixSlot, wins []*window, first 
 		s.q.Release(m.weight)
 		switch {
 		case m.err != nil:
-			return moved, m.err
+			s.err = m.err
+			return moved, nil
 		case m.cause != nil:
-			if err := pl.noteSkip(m); err != nil {
-				return moved, err
+			if m.skipped == 0 || s.cur == len(s.feeds) {
+				// No position to note it at (a shard's bad end after its samples).
+				if err := pl.noteSkip(m); err != nil {
+					return moved, err
+				}
+				continue
 			}
 			s.missing += m.skipped
+			s.note = &item{skip: &m}
 		case w == nil:
 			// Past the span's feeds: an estimated shard's extra samples, for the
 			// window of its last feed.
@@ -300,7 +412,7 @@ func (s *mixSlot) place(w *window, it *item, pl *Pipeline) {
 	f := s.feeds[s.cur].feed
 	if f.Slot >= 0 {
 		w.held[f.Slot+f.Count-s.left] = it
-	} else if it != missing {
+	} else if !isMissing(it) {
 		pl.put(it)
 	}
 	s.left--

@@ -24,7 +24,8 @@ type item struct {
 	values []decode.Value
 	buf    []byte
 	size   int64
-	refs   int // batches still to collate it (more than one when it pads an epoch)
+	refs   int      // batches still to collate it (more than one when it pads an epoch)
+	skip   *slotMsg // a skip notice standing at the first position it left out (see missing)
 }
 
 func (it *item) ref() *item { it.refs++; return it }
