@@ -500,3 +500,44 @@ func TestLoaderFieldsInPlaceAndDecoded(t *testing.T) {
 		})
 	}
 }
+
+// TestSkipDeterministic: under the Skip policy the batches, the padding and the log
+// lines are the same whatever the number of workers: skips are taken in the order's
+// order, not as the producers' timing has them.
+func TestSkipDeterministic(t *testing.T) {
+	paths := badDataset(t)
+	fields := []decode.Field{mustField(t, "bin"), mustField(t, "cls")}
+	infos := []shard.Info{{URL: paths[0], Samples: 10}, {URL: paths[1], Samples: 10}, {URL: paths[2], Samples: 10}}
+	run := func(workers int) ([]string, []string) {
+		var logs []string
+		var mu sync.Mutex
+		cfg := shardload.Config{Shards: infos, Fields: fields, BatchSize: 4, Seed: 4, Workers: workers, OpenShards: 3, ShuffleBuffer: 24,
+			OnError: shardload.Skip, ErrorBudget: &shardload.Budget{Fraction: 0.5},
+			Logf: func(f string, a ...any) { mu.Lock(); logs = append(logs, fmt.Sprintf(f, a...)); mu.Unlock() }}
+		l, err := shardload.Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		var keys []string
+		for b, err := range l.All(context.Background()) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, fmt.Sprintf("%d:%v", b.Padded, b.Keys()))
+		}
+		return keys, logs
+	}
+	keys, logs := run(1)
+	if len(logs) == 0 {
+		t.Fatal("no skips logged")
+	}
+	for _, workers := range []int{2, 3} {
+		for range 3 {
+			k, lg := run(workers)
+			if !slices.Equal(k, keys) || !slices.Equal(lg, logs) {
+				t.Fatalf("workers %d: batches %v, logs %q; workers 1: %v, %q", workers, k, lg, keys, logs)
+			}
+		}
+	}
+}
