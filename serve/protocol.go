@@ -9,9 +9,14 @@ import (
 	"github.com/shardload/shardload/decode"
 )
 
-// Version is the protocol version this server speaks (docs/protocol.md). A client
-// that says another version in its hello is refused with a message naming both.
-const Version = 2
+// Version is the newest protocol version this server speaks (docs/protocol.md). A
+// client that says a version outside [MinVersion, Version] in its hello is refused
+// with a message naming the versions.
+const Version = 3
+
+// MinVersion is the oldest protocol version this server accepts. A session of
+// version 2 behaves as the server of version 2 did: its messages carry no states.
+const MinVersion = 2
 
 // MaxMessage is the largest message either side may send, in bytes.
 const MaxMessage = 64 << 10
@@ -33,12 +38,16 @@ const (
 
 // Error codes of an error message.
 const (
-	CodeVersion    = "version"     // the client speaks another protocol version
+	CodeVersion    = "version"     // the client speaks a protocol version the server does not
 	CodeDenied     = "denied"      // the peer's uid, or a URL it asked for, is not allowed
 	CodeBadRequest = "bad_request" // a malformed or out-of-order message, or bad settings
 	CodeBusy       = "busy"        // the server serves its maximum of sessions
 	CodePipeline   = "pipeline"    // the pipeline failed: the text says what and where
 	CodeShutdown   = "shutdown"    // the server is stopping
+	// CodeResume: the hello's or an epoch message's state cannot resume this dataset
+	// (it was saved under another order, or it does not fit the epoch); the text
+	// says why. Protocol version 3.
+	CodeResume = "resume"
 )
 
 // hello is the client's first message.
@@ -63,6 +72,10 @@ type hello struct {
 	// GPUPCI, LocalRank is the trainer's CUDA device number, and this list maps it
 	// to a GPU in PCI bus order.
 	CUDAVisible string `json:"cuda_visible_devices,omitempty"`
+	// State, when set (version 3), is where the session's first epoch starts: a
+	// state that a batch or end message of an earlier session carried
+	// (shardload.State, Config.Resume). Epoch is then 0 or the state's epoch.
+	State *shardload.State `json:"state,omitempty"`
 }
 
 // fieldInfo describes a field the session decodes.
@@ -89,6 +102,9 @@ type ready struct {
 	Shards    int         `json:"shards"`
 	Order     orderInfo   `json:"order"`
 	Placement placement   `json:"placement"`
+	// State is the position the session starts from (Loader.State before any
+	// batch): the hello's state, or the start of the epoch. Version 3.
+	State *shardload.State `json:"state,omitempty"`
 }
 
 // orderInfo is the order of the session's first epoch: every rank of a job must have
@@ -129,6 +145,9 @@ type batch struct {
 	Padded  int      `json:"padded"`
 	Used    int64    `json:"used"`
 	Columns []column `json:"columns"`
+	// State is the position after this batch (Loader.State once Next returned it):
+	// a trainer that saves it resumes after this batch. Version 3.
+	State *shardload.State `json:"state,omitempty"`
 }
 
 // release hands a slab back.
@@ -148,6 +167,10 @@ type end struct {
 	Skipped   int64  `json:"skipped"`
 	Padded    int64  `json:"padded"`
 	Abandoned bool   `json:"abandoned"`
+	// State is the position after the batches sent (after the epoch's last batch
+	// unless abandoned); its NextEpoch starts the next epoch. Version 3; absent when
+	// the epoch was abandoned before it started.
+	State *shardload.State `json:"state,omitempty"`
 }
 
 // epochMsg asks for another epoch: after an end, or before it to abandon the current
@@ -155,6 +178,9 @@ type end struct {
 type epochMsg struct {
 	Type  string `json:"type"`
 	Epoch int    `json:"epoch"`
+	// State, when set (version 3), is where the epoch starts, as in the hello: Epoch
+	// is then 0 or the state's epoch.
+	State *shardload.State `json:"state,omitempty"`
 }
 
 // errorMsg reports why the server ends the session.

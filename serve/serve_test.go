@@ -87,6 +87,7 @@ type client struct {
 	t     *testing.T
 	c     *net.UnixConn
 	ready ready
+	raw   map[string]any // the ready as sent
 	slabs [][]byte
 }
 
@@ -135,6 +136,7 @@ func (cl *client) awaitReady() map[string]any {
 		return m
 	}
 	json.Unmarshal(buf[:n], &cl.ready)
+	cl.raw = m
 	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("control messages %v: %v", msgs, err)
@@ -298,7 +300,8 @@ func TestRefusals(t *testing.T) {
 		h          hello
 		code, text string
 	}{
-		{hello{Version: 1, World: 1, BatchSize: 1}, CodeVersion, "protocol version 1 is not supported: this server speaks version 2"},
+		{hello{Version: 1, World: 1, BatchSize: 1}, CodeVersion, "protocol version 1 is not supported: this server speaks version 2 or 3"},
+		{hello{Version: 4, World: 1, BatchSize: 1}, CodeVersion, "protocol version 4 is not supported: this server speaks version 2 or 3"},
 		{hello{Version: Version, World: 1, BatchSize: 0}, CodeBadRequest, "batch size 0"},
 		{hello{Version: Version, Rank: 2, World: 2, BatchSize: 4}, CodeBadRequest, "rank 2 outside [0, world 2)"},
 		{hello{Version: Version, World: 1, BatchSize: 4, Fields: []string{"x:bogus"}}, CodeBadRequest, "bogus"},

@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -104,9 +105,14 @@ func (s *Server) handle(c *net.UnixConn) {
 	if pl.node >= 0 {
 		cfg.CPUs = pl.cpus
 	}
-	s.opts.Logf("serve: session %d: pid %d rank %d of %d (local rank %d), epoch %d, batch size %d; placement: %s",
-		id, pid, h.Rank, h.World, h.LocalRank, h.Epoch, h.BatchSize, pl.msg.Reason)
-	ss := &session{srv: s, id: id, conn: c, cfg: cfg, place: pl, held: map[int]sent{}, open: []int{h.Epoch}, wake: make(chan struct{}, 1)}
+	from := ""
+	if h.State != nil {
+		from = fmt.Sprintf(" from a state after batch %d", h.State.Batches)
+	}
+	s.opts.Logf("serve: session %d: pid %d rank %d of %d (local rank %d), protocol %d, epoch %d%s, batch size %d; placement: %s",
+		id, pid, h.Rank, h.World, h.LocalRank, h.Version, cfg.Epoch, from, h.BatchSize, pl.msg.Reason)
+	ss := &session{srv: s, id: id, conn: c, cfg: cfg, place: pl, version: h.Version, states: h.Version >= 3, held: map[int]sent{},
+		open: []epochReq{{epoch: cfg.Epoch, state: cfg.Resume}}, wake: make(chan struct{}, 1)}
 	err = ss.run()
 	switch {
 	case err == nil || errors.Is(err, errBye):
@@ -145,10 +151,41 @@ func (s *Server) readHello(c *net.UnixConn) (*hello, error) {
 	if err := decodeMessage(msg, &h); err != nil {
 		return nil, reject(CodeBadRequest, "hello: %v", err)
 	}
-	if h.Version != Version {
-		return nil, reject(CodeVersion, "protocol version %d is not supported: this server speaks version %d (upgrade the %s client or the server so that they match)", h.Version, Version, clientName(h.Client))
+	if h.Version < MinVersion || h.Version > Version {
+		return nil, reject(CodeVersion, "protocol version %d is not supported: this server speaks version %s (upgrade the %s client or the server so that they match)", h.Version, versions(), clientName(h.Client))
+	}
+	if h.Version < 3 {
+		h.State = nil // no member of version 2: ignored, as unknown members are
 	}
 	return &h, nil
+}
+
+// versions names the protocol versions the server accepts: "2 or 3".
+func versions() string {
+	var b strings.Builder
+	for v := MinVersion; v <= Version; v++ {
+		switch {
+		case v == MinVersion:
+		case v == Version:
+			b.WriteString(" or ")
+		default:
+			b.WriteString(", ")
+		}
+		fmt.Fprint(&b, v)
+	}
+	return b.String()
+}
+
+// checkState checks a state that a hello or an epoch message (what) carries for
+// epoch: epoch must be 0 or the state's. It returns the epoch the state starts.
+func checkState(what string, epoch int, st *shardload.State) (int, error) {
+	switch {
+	case st.Epoch < 0:
+		return 0, fmt.Errorf("%s: the state's epoch %d < 0", what, st.Epoch)
+	case epoch != 0 && epoch != st.Epoch:
+		return 0, fmt.Errorf("%s: epoch %d, but the state is in epoch %d: a state resumes its own epoch (send epoch %d, or 0)", what, epoch, st.Epoch, st.Epoch)
+	}
+	return st.Epoch, nil
 }
 
 func clientName(c string) string {
@@ -177,6 +214,14 @@ func (s *Server) sessionConfig(h *hello) (shardload.Config, error) {
 	}
 	cfg.Rank, cfg.World, cfg.Seed, cfg.Epoch = h.Rank, h.World, h.Seed, h.Epoch
 	cfg.BatchSize, cfg.DropLast = h.BatchSize, h.DropLast
+	if h.State != nil {
+		epoch, err := checkState("hello", h.Epoch, h.State)
+		if err != nil {
+			return cfg, reject(CodeBadRequest, "%v", err)
+		}
+		st := *h.State
+		cfg.Epoch, cfg.Resume = epoch, &st
+	}
 	if len(h.Fields) > 0 {
 		fields, err := decode.ParseFields(h.Fields...)
 		if err != nil {
@@ -226,6 +271,11 @@ type session struct {
 	cfg   shardload.Config
 	place sessionPlace
 	wake  chan struct{} // a new epoch was asked for (capacity 1)
+	// version is the protocol version of the trainer's hello, which the ready
+	// repeats; states: it is 3 or more, so ready, batch and end messages carry
+	// states, and epoch messages may.
+	version int
+	states  bool
 
 	mu        sync.Mutex
 	held      map[int]sent // by slab index: batches sent and not released
@@ -233,12 +283,18 @@ type session struct {
 	// open are the epochs asked for (the first by the hello) whose end has not been
 	// sent: open[0] is being streamed or is about to be. There are at most two: a
 	// second epoch message abandons open[0].
-	open       []int
+	open       []epochReq
 	abandoning bool               // open[0] is abandoned and its end not yet sent
 	runs       uint64             // numbers the runs of epochs (one epoch may run twice) from 1
 	cur        uint64             // the run of open[0], 0 before it starts
 	cancelRun  context.CancelFunc // stops the run of open[0], nil before it starts
 	dropRun    uint64             // the abandoned run whose end is being sent, 0 for none
+}
+
+// epochReq is an epoch the trainer asked for, and where it starts.
+type epochReq struct {
+	epoch int
+	state *shardload.State // nil: at the epoch's start
 }
 
 // sent is a batch the session sent to the trainer.
@@ -317,10 +373,14 @@ func (ss *session) run() error {
 	}
 	plan, order := l.Plan(), l.Order()
 	rd := ready{
-		Type: typeReady, Version: Version, Session: ss.id, Slabs: len(ring.Slabs()), SlabBytes: ring.SlabBytes(),
+		Type: typeReady, Version: ss.version, Session: ss.id, Slabs: len(ring.Slabs()), SlabBytes: ring.SlabBytes(),
 		Fields: fieldsOf(l.Fields()), Epoch: cfg.Epoch, Batches: plan.Batches, Samples: int64(plan.Samples), Estimated: plan.Estimated, Shards: len(infos),
 		Order:     orderInfo{Fingerprint: order.Fingerprint(), Settings: order},
 		Placement: ss.place.msg,
+	}
+	if ss.states {
+		st := l.State()
+		rd.State = &st
 	}
 	fds := make([]int, len(ring.Slabs()))
 	for i, sl := range ring.Slabs() {
@@ -336,14 +396,15 @@ func (ss *session) run() error {
 	cfg.Fields = l.Fields()
 
 	for {
-		epoch, run, ectx, ecancel, ok := ss.nextEpoch(ctx)
+		req, run, ectx, ecancel, ok := ss.nextEpoch(ctx)
 		if !ok {
 			return ss.fail(ctx, ctx.Err())
 		}
+		epoch := req.epoch
 		var t tally
 		err = nil
 		if l == nil {
-			cfg.Epoch = epoch
+			cfg.Epoch, cfg.Resume = epoch, req.state
 			l, err = shardload.Open(ectx, cfg)
 		}
 		if err == nil {
@@ -362,6 +423,10 @@ func (ss *session) run() error {
 		e := end{Type: typeEnd, Epoch: epoch, Batches: t.batches, Samples: t.samples, Padded: t.padded, Abandoned: abandoned}
 		if l != nil {
 			e.Skipped = l.Stats().Skipped
+			if ss.states {
+				st := l.State()
+				e.State = &st
+			}
 			// Stops the pipeline; the batches the trainer holds stay in the ring.
 			l.Close()
 			l = nil
@@ -382,7 +447,7 @@ func (ss *session) run() error {
 // nextEpoch waits for an epoch to stream and returns it, the number of its run and
 // the context that stops it: the session's, cancelled also when the trainer abandons
 // the epoch. ok is false when the session ended first.
-func (ss *session) nextEpoch(ctx context.Context) (epoch int, run uint64, ectx context.Context, cancel context.CancelFunc, ok bool) {
+func (ss *session) nextEpoch(ctx context.Context) (req epochReq, run uint64, ectx context.Context, cancel context.CancelFunc, ok bool) {
 	for {
 		ss.mu.Lock()
 		if len(ss.open) > 0 {
@@ -393,15 +458,15 @@ func (ss *session) nextEpoch(ctx context.Context) (epoch int, run uint64, ectx c
 				// Abandoned before it started: it ends at once, with no batches.
 				cancel()
 			}
-			epoch, run = ss.open[0], ss.cur
+			req, run = ss.open[0], ss.cur
 			ss.mu.Unlock()
-			return epoch, run, ectx, cancel, true
+			return req, run, ectx, cancel, true
 		}
 		ss.mu.Unlock()
 		select {
 		case <-ss.wake:
 		case <-ctx.Done():
-			return 0, 0, nil, nil, false
+			return epochReq{}, 0, nil, nil, false
 		}
 	}
 }
@@ -440,6 +505,10 @@ func (ss *session) stream(ctx context.Context, l *shardload.Loader, epoch int, r
 		m := batch{
 			Type: typeBatch, Epoch: epoch, Seq: b.Seq, Slab: idx, Rows: b.Rows, Padded: b.Padded,
 			Used: b.Used, Columns: columnsOf(&b.Batch),
+		}
+		if ss.states {
+			st := l.State()
+			m.State = &st
 		}
 		if err := ss.write(m, nil); err != nil {
 			return errClientGone
@@ -500,7 +569,17 @@ func (ss *session) readLoop(ctx context.Context, cancel context.CancelCauseFunc)
 				ss.protocolError(cancel, "epoch: want {\"type\": \"epoch\", \"epoch\": N >= 0}")
 				return
 			}
-			if err := ss.askEpoch(e.Epoch); err != nil {
+			req := epochReq{epoch: e.Epoch}
+			if ss.states && e.State != nil {
+				epoch, err := checkState("epoch", e.Epoch, e.State)
+				if err != nil {
+					ss.protocolError(cancel, "%v", err)
+					return
+				}
+				st := *e.State
+				req = epochReq{epoch: epoch, state: &st}
+			}
+			if err := ss.askEpoch(req); err != nil {
 				ss.protocolError(cancel, "%v", err)
 				return
 			}
@@ -516,11 +595,11 @@ func (ss *session) readLoop(ctx context.Context, cancel context.CancelCauseFunc)
 
 // askEpoch queues the epoch a trainer asks for. When the epoch before it has not
 // ended, that one is abandoned: its stream is stopped now.
-func (ss *session) askEpoch(epoch int) error {
+func (ss *session) askEpoch(req epochReq) error {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.abandoning || ss.dropRun != 0 {
-		return fmt.Errorf("epoch %d asked for before the end of the epoch it abandoned", epoch)
+		return fmt.Errorf("epoch %d asked for before the end of the epoch it abandoned", req.epoch)
 	}
 	if len(ss.open) > 0 {
 		ss.abandoning = true
@@ -528,7 +607,7 @@ func (ss *session) askEpoch(epoch int) error {
 			ss.cancelRun()
 		}
 	}
-	ss.open = append(ss.open, epoch)
+	ss.open = append(ss.open, req)
 	select {
 	case ss.wake <- struct{}{}:
 	default:
@@ -596,7 +675,11 @@ func (ss *session) fail(ctx context.Context, err error) error {
 			return errShutdown
 		}
 	}
-	ss.sendError(CodePipeline, oneLine(err))
+	code := CodePipeline
+	if errors.Is(err, shardload.ErrResume) {
+		code = CodeResume
+	}
+	ss.sendError(code, oneLine(err))
 	return err
 }
 
