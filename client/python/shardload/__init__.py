@@ -35,6 +35,7 @@ from .client import (
     ShardloadError,
     Timeout,
     UntrustedServer,
+    check_state,
     connect,
     default_socket,
 )
@@ -42,6 +43,6 @@ from .client import (
 __all__ = [
     "CLIENT_NAME", "MAX_MESSAGE", "PROTOCOL_VERSION", "Batch", "Client", "NoServer", "OrderMismatch",
     "PermissionDenied", "ProtocolError", "Ragged", "ServerError", "ServerGone", "ShardloadError",
-    "Timeout", "UntrustedServer", "connect", "default_socket",
+    "Timeout", "UntrustedServer", "check_state", "connect", "default_socket",
 ]
-__version__ = "0.2.0"
+__version__ = "0.3.0"

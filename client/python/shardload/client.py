@@ -39,10 +39,13 @@ import warnings
 
 from . import _mem
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 MAX_MESSAGE = 64 << 10
 _MAX_FDS = 253
-CLIENT_NAME = "shardload-python/0.2.0"
+CLIENT_NAME = "shardload-python/0.3.0"
+
+# The members of a state (the Go library's shardload.State) and their types.
+_STATE_MEMBERS = (("epoch", int), ("order", str), ("samples", int), ("runs", str), ("batches", int))
 
 
 class ShardloadError(Exception):
@@ -225,8 +228,9 @@ def _copy_array(a):
 
 class Batch:
     """One batch: columns by field name (``batch["jpg"]``), ``keys`` (the samples'
-    keys), ``epoch``, ``seq`` and ``padded`` (rows repeating earlier samples to keep
-    every rank's batch count when samples were skipped).
+    keys), ``epoch``, ``seq``, ``padded`` (rows repeating earlier samples to keep
+    every rank's batch count when samples were skipped) and ``state`` (the position
+    after this batch, as Client.state_dict() gives it once the batch was yielded).
 
     Columns are read-only views into a shared slab, handed out until the batch is
     released: by ``release()``, or when the iterator takes the next batch (unless
@@ -242,11 +246,12 @@ class Batch:
     as torch tensors.
     """
 
-    def __init__(self, client, msg, columns, keys):
+    def __init__(self, client, msg, columns, keys, state=None):
         self._client = client
         self._slab = msg["slab"]
         self.epoch = msg["epoch"]
         self.seq = msg["seq"]
+        self.state = state  # the position after this batch (see Client.state_dict)
         self.rows = msg["rows"]
         self.padded = msg.get("padded", 0)
         self._used = msg.get("used")
@@ -319,7 +324,8 @@ class Batch:
         for name, col in self._data().items():
             cols[name] = col.copy() if isinstance(col, Ragged) else _copy_array(col)
         return Batch(None, {"slab": -1, "epoch": self.epoch, "seq": self.seq, "rows": self.rows,
-                            "padded": self.padded}, cols, list(self.keys))
+                            "padded": self.padded}, cols, list(self.keys),
+                     None if self.state is None else dict(self.state))
 
     def release(self):
         """Hand the slab back to the server (see the class docstring); idempotent. A
@@ -422,6 +428,48 @@ def _show(v):
     return v if isinstance(v, str) else json.dumps(v)
 
 
+def check_state(state):
+    """A copy of state, a position that Client.state_dict() returned, as a plain dict
+    of its five members: epoch, order, samples, runs, batches (ints and strings).
+    Raises ValueError for anything else (a checkpoint's other members are not copied)."""
+    if not hasattr(state, "keys") or not hasattr(state, "__getitem__"):
+        raise ValueError(f"a shardload state is a dict such as Client.state_dict() returns, not {type(state).__name__}")
+    out = {}
+    for name, kind in _STATE_MEMBERS:
+        if name not in state:
+            raise ValueError(f"a shardload state has the members {', '.join(n for n, _ in _STATE_MEMBERS)}; "
+                             f"this one has no {name!r} (members: {', '.join(map(str, state.keys()))})")
+        v = state[name]
+        if kind is int:
+            if isinstance(v, bool) or not hasattr(v, "__index__"):
+                raise ValueError(f"shardload state: {name} {v!r} is not an int")
+            v = int(v.__index__())
+        elif not isinstance(v, str):
+            raise ValueError(f"shardload state: {name} {v!r} is not a string")
+        out[name] = v
+    if out["epoch"] < 0:
+        raise ValueError(f"shardload state: epoch {out['epoch']} < 0")
+    return out
+
+
+def _state_of(msg, what):
+    """The state a server message carries, None when it carries none."""
+    st = msg.get("state")
+    if st is None:
+        return None
+    try:
+        return check_state(st)
+    except ValueError as e:
+        raise ProtocolError(f"the server's {what} carries a state this client cannot read: {e}") from None
+
+
+def _epoch_start(epoch, state):
+    """The state at the start of epoch, under the order of state (a state of any epoch
+    of the same dataset and settings; None when unknown)."""
+    order, samples = ("", 0) if state is None else (state["order"], state["samples"])
+    return {"epoch": epoch, "order": order, "samples": samples, "runs": "", "batches": 0}
+
+
 def _order_difference(rank, mine, other_rank, other):
     """The message for two ranks whose orders differ; rank is the one that is not 0."""
     s, o = mine.get("settings") or {}, other.get("settings") or {}
@@ -494,6 +542,14 @@ class Client:
 
     Iterating over the client yields the batches of its current epoch; ``epoch(n)``
     starts epoch n on the same slabs, at any time (an epoch left early is abandoned).
+
+    Checkpoint and resume: ``state_dict()`` is the position after the last batch the
+    client yielded (a dict of ints and strings to save with the trainer's
+    checkpoint; the same on every rank at the same step); ``state=`` (a saved
+    state_dict) starts the client there: at that epoch (``epoch`` must be 0 or the
+    same), after those batches. ``load_state_dict(d)`` on a connected client makes
+    the next epoch started (``epoch()``, or iterating) start at d.
+
     Batch lifetime: see Batch and the module docstring. ``stats`` counts releases,
     deferred releases and detaches (copies of batches whose views outlived a step).
     A client is used from one thread.
@@ -502,7 +558,7 @@ class Client:
     def __init__(self, socket_path=None, *, rank=None, world=None, local_rank=None,
                  seed=0, epoch=0, batch_size=32, fields=None, urls=None,
                  drop_last=False, output=None, timeout=None, device=None,
-                 check_order=True, check_timeout=300, trust_uids=None):
+                 check_order=True, check_timeout=300, trust_uids=None, state=None):
         self.socket_path = socket_path or default_socket()
         self.rank = _env_int("RANK", 0) if rank is None else rank
         self.world = _env_int("WORLD_SIZE", 1) if world is None else world
@@ -541,6 +597,14 @@ class Client:
         self.stats = {"released": 0, "deferred": 0, "detached": 0, "detached_bytes": 0, "detach_seconds": 0.0}
         self.order = None
         self.placement = None
+        self._state = None          # the position after the last batch yielded
+        self._pending_state = None  # load_state_dict's, for the next epoch started
+        if state is not None:
+            state = check_state(state)
+            if epoch not in (0, state["epoch"]):
+                raise ValueError(f"epoch {epoch} with a state of epoch {state['epoch']}: a state resumes its own "
+                                 "epoch (pass epoch=0 or leave it out)")
+            epoch = state["epoch"]
         hello = {
             "type": "hello", "version": PROTOCOL_VERSION, "rank": self.rank, "world": self.world,
             "local_rank": self.local_rank, "seed": seed, "epoch": epoch, "batch_size": batch_size,
@@ -550,6 +614,8 @@ class Client:
             hello["fields"] = list(fields)
         if urls:
             hello["urls"] = list(urls)
+        if state is not None:
+            hello["state"] = state
         pci = _gpu_pci(ordinal) if (device is None or ordinal is not None) else None
         if pci:
             hello["gpu_pci"] = pci
@@ -627,6 +693,7 @@ class Client:
         self.current_epoch = ready["epoch"]
         self.order = ready.get("order")
         self.placement = ready.get("placement")
+        self._state = _state_of(ready, "ready")
         self.last_end = None
         self._epoch_open = True
 
@@ -902,7 +969,7 @@ class Client:
                     keys = self._view(ro, col, rows, key=True)
                 else:
                     cols[col["name"]] = self._view(ro, col, rows)
-        b = Batch(self, msg, cols, keys)
+        b = Batch(self, msg, cols, keys, _state_of(msg, "batch"))
         self._held[i] = b
         self._used[i] = b._used
         return b
@@ -943,6 +1010,8 @@ class Client:
         (see Batch)."""
         if self.closed:
             raise ShardloadError("the client is closed")
+        if self._pending_state is not None:
+            return self.epoch(None, auto_release)  # a state was loaded: resume there
         if not self._epoch_open:
             raise ShardloadError(f"epoch {self.current_epoch} was read already: call epoch(n) for another")
         return self._iterate(self._gen, auto_release)
@@ -973,6 +1042,9 @@ class Client:
                         raise ProtocolError(f"end of epoch {msg.get('epoch')} while reading epoch {self.current_epoch}")
                     self._epoch_open = False
                     self.last_end = msg
+                    end = _state_of(msg, "end")
+                    if end is not None:
+                        self._state = _epoch_start(end["epoch"] + 1, end)
                     return
                 if t != "batch":
                     raise ProtocolError(f"unexpected message {t!r} during an epoch")
@@ -980,6 +1052,8 @@ class Client:
                     raise ProtocolError(f"batch of epoch {msg.get('epoch')} while reading epoch {self.current_epoch}")
                 b = self._batch(msg)
                 self._takes += 1
+                if b.state is not None:
+                    self._state = b.state
                 yield b
         finally:
             if b is not None and auto_release and gen == self._gen and not self.closed:
@@ -991,15 +1065,25 @@ class Client:
     def __iter__(self):
         return self.batches()
 
-    def epoch(self, n, auto_release=True):
+    def epoch(self, n=None, auto_release=True):
         """Start epoch n and yield its batches. Called before the current epoch's end
         (the loop was left early), it abandons the current epoch: the batches of it
         still held are released (those whose views are still referenced after a copy,
         see Batch) and the server drops the rest. After a normal end, the batches of the
         epoch that ended may still be released later; those of earlier epochs are
-        released now."""
+        released now.
+
+        After load_state_dict(d), the epoch starts at d: n is then d's epoch (or None)."""
         if self.closed:
             raise ShardloadError("the client is closed")
+        state = self._pending_state
+        if state is not None:
+            if n is not None and n != state["epoch"]:
+                raise ValueError(f"epoch({n}) after load_state_dict of a state of epoch {state['epoch']}: "
+                                 f"a state resumes its own epoch (call epoch() or epoch({state['epoch']}))")
+            n = state["epoch"]
+        elif n is None:
+            raise TypeError("epoch() needs the epoch to start, unless load_state_dict gave a state")
         self._gen += 1  # generators of the current epoch yield and release nothing more
         if self._draining is not None:
             self._drain()  # one abandoned epoch at a time
@@ -1014,7 +1098,12 @@ class Client:
             if not keep(b):
                 self._release_batch(b)
         self._settle(force=True, which=lambda b: not keep(b))
-        self._send({"type": "epoch", "epoch": n})
+        msg = {"type": "epoch", "epoch": n}
+        if state is not None:
+            msg["state"] = state
+        self._send(msg)
+        self._pending_state = None
+        self._state = state if state is not None else _epoch_start(n, self._state)
         self.current_epoch = n
         self._epoch_open = True
         self._draining = old if abandon else None
@@ -1042,6 +1131,31 @@ class Client:
             for m in late:
                 self._send({"type": "release", "slab": m["slab"], "seq": m["seq"], "epoch": e})
                 self.stats["released"] += 1
+
+    # -- checkpoint and resume --
+
+    def state_dict(self):
+        """The position after the last batch this client yielded, as a plain dict of
+        ints and strings (epoch, order, samples, runs, batches) to save with the
+        trainer's checkpoint: before the first batch, the position the session
+        started from; after an epoch's end, the start of the next epoch; after
+        load_state_dict, the state loaded. Every rank of a job has the same state at
+        the same step, and a job of another world size may resume from it."""
+        if self._pending_state is not None:
+            return dict(self._pending_state)
+        if self._state is None:
+            raise ShardloadError("the shardload server sent no state (it speaks a protocol older than version 3): "
+                                 "upgrade the server to checkpoint the loader's position")
+        return dict(self._state)
+
+    def load_state_dict(self, state):
+        """Make the next epoch started (``epoch()``, or iterating over the client)
+        start at state, a dict that state_dict() returned: at its epoch, after its
+        batches. The current epoch, if being read, is abandoned then. A Client made
+        with ``state=`` starts there without a second epoch message."""
+        if self.closed:
+            raise ShardloadError("the client is closed")
+        self._pending_state = check_state(state)
 
     # -- the end --
 

@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from .client import Client, ShardloadError
+from .client import Client, ShardloadError, check_state
 
 WORKERS_MESSAGE = (
     "ShardloadDataset in a DataLoader with num_workers={n}: each worker process would connect "
@@ -29,39 +29,92 @@ class ShardloadDataset(torch.utils.data.IterableDataset):
 
     Each ``iter()`` reads one epoch, starting at ``epoch`` and counting up, on one
     connection kept between epochs; ``set_epoch`` chooses the next. Leaving a loop
-    early is fine: the next ``iter()`` abandons the rest of that epoch. Tensors are
+    early is fine: the next ``iter()`` abandons the rest of that epoch. The epoch
+    starts when the first batch is asked for, not at ``iter()`` itself. Tensors are
     read-only views into shared slabs (no in-place ops on them) that stay valid while
     referenced (see shardload.Batch); ``copy=True`` yields owned clones instead.
+
+    Checkpoint and resume (with ``num_workers=0``): ``state_dict()`` is the position
+    after the last batch yielded, a dict of ints and strings (between epochs: the
+    start of the next one), to save with the model, e.g.
+    ``torch.save({"model": ..., "data": ds.state_dict()}, path)``;
+    ``load_state_dict(d)`` (or ``state=d``) makes the next ``iter()`` resume at d's
+    epoch, after its batches, and the epochs after it follow. ``set_epoch`` with
+    another epoch than a loaded state's drops that state. torchdata's
+    ``StatefulDataLoader`` calls both methods itself.
     """
 
-    def __init__(self, *, epoch=0, copy=False, **client_kwargs):
+    def __init__(self, *, epoch=0, copy=False, state=None, **client_kwargs):
         super().__init__()
         self._kwargs = dict(client_kwargs, output="torch")
         self._next_epoch = epoch
         self._copy = copy
         self._client = None
+        self._pending = None    # a loaded state, for the next iter()
+        self._in_epoch = False  # an epoch started and did not end: the client has the position
+        self._gen = 0           # numbers the epochs started: an older generator's end changes nothing
+        if state is not None:
+            self.load_state_dict(state)
 
     def set_epoch(self, epoch):
+        """Read epoch next (from its start, or from a loaded state of that epoch)."""
         self._next_epoch = epoch
+        self._in_epoch = False
+        if self._pending is not None and self._pending["epoch"] != epoch:
+            self._pending = None
+
+    def state_dict(self):
+        """The position after the last batch yielded (a dict of ints and strings):
+        where a dataset given it by load_state_dict resumes. Between epochs, and
+        before the first, the start of the epoch the next ``iter()`` reads."""
+        if self._pending is not None:
+            return dict(self._pending)
+        c = self._client
+        if self._in_epoch and c is not None and not c.closed:
+            return c.state_dict()
+        known = None
+        if c is not None and not c.closed and c._state is not None:
+            known = c._state  # the dataset's order and size, the same in every epoch
+        return {"epoch": self._next_epoch, "order": known["order"] if known else "",
+                "samples": known["samples"] if known else 0, "runs": "", "batches": 0}
+
+    def load_state_dict(self, state):
+        """Make the next ``iter()`` resume at state (a dict state_dict() returned): at
+        its epoch, after its batches; later ``iter()`` calls read the epochs after it."""
+        self._pending = check_state(state)
+        self._next_epoch = self._pending["epoch"]
+        self._in_epoch = False
 
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
         if info is not None and info.num_workers > 1:
             raise ShardloadError(WORKERS_MESSAGE.format(n=info.num_workers))
+        return self._epoch()
+
+    def _epoch(self):
+        # A generator: nothing happens until the first batch is asked for, so that an
+        # iterator made and dropped (as StatefulDataLoader does) changes nothing.
         if self._client is not None and self._client._pid != os.getpid():
             self._client = None  # inherited by a forked worker: its parent's connection
-        e = self._next_epoch
-        self._next_epoch += 1
+        state = self._pending
+        e = state["epoch"] if state is not None else self._next_epoch
         if self._client is None:
-            self._client = Client(epoch=e, **self._kwargs)
+            self._client = Client(epoch=e, state=state, **self._kwargs)
             it = self._client.batches()
         else:
+            if state is not None:
+                self._client.load_state_dict(state)
             it = self._client.epoch(e)
-        return self._batches(it)
-
-    def _batches(self, it):
+        # Started: a failure before this point leaves the position to the next try.
+        self._pending = None
+        self._next_epoch = e + 1
+        self._gen += 1
+        gen = self._gen
+        self._in_epoch = True
         for b in it:
             yield b.to_torch(copy=self._copy)
+        if gen == self._gen and self._client is not None and not self._client._epoch_open:
+            self._in_epoch = False  # the epoch ended: the position is the next one's start
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -84,6 +137,10 @@ class CudaPrefetcher:
     DMA), and again when one is mapped afresh. Fixed-shape columns arrive on the device; ragged
     columns (bytes such as jpg) and keys are copied out on the host. Without CUDA it
     yields the host batches' tensors, releasing each when the next is asked for.
+
+    ``state_dict()`` is the position after the last batch handed over (the client's
+    own is one batch ahead, the one being copied); ``client.load_state_dict`` then
+    ``epoch()`` resumes.
     """
 
     def __init__(self, client, device=None):
@@ -98,6 +155,14 @@ class CudaPrefetcher:
         else:
             self.device = torch.device("cpu")
         self.registered = getattr(self, "registered", False)
+        self._state = None  # after the last batch handed over in the current epoch
+
+    def state_dict(self):
+        """The position after the last batch handed over (see Client.state_dict);
+        before the first batch of an epoch and after its end, the client's."""
+        if self._state is not None:
+            return dict(self._state)
+        return self.client.state_dict()
 
     def _register(self):
         cudart = torch.cuda.cudart()
@@ -137,15 +202,18 @@ class CudaPrefetcher:
     def epoch(self, n=None):
         """Iterate over the current epoch, or epoch n."""
         it = self.client.epoch(n, auto_release=False) if n is not None else self.client.batches(auto_release=False)
+        self._state = None
         if not self.cuda:
             prev = None
             for b in it:
                 if prev is not None:
                     prev.release()
                 prev = b
+                self._state = b.state
                 yield b.to_dict()
             if prev is not None:
                 prev.release()
+            self._state = None
             return
         cur = None
         for b in it:
@@ -155,6 +223,7 @@ class CudaPrefetcher:
             cur = nxt
         if cur is not None:
             yield self._hand_over(cur)
+        self._state = None
 
     def _hand_over(self, item):
         host, out, ev = item
@@ -165,6 +234,7 @@ class CudaPrefetcher:
         # The copy is done once the event is: then the host slab can be reused.
         ev.synchronize()
         host.release()
+        self._state = host.state
         return out
 
     def __iter__(self):
