@@ -9,6 +9,7 @@ them with what the shards hold or what the Go library reads.
     client_check.py dist SOCKET_A SOCKET_B     the order check across a torch.distributed world
     client_check.py expect SOCKET              the order check against $SHARDLOAD_EXPECT_ORDER
     client_check.py fake DIR                   protocol cases against a scripted server in this process
+    client_check.py state SOCKET               state_dict/load_state_dict of the client and the dataset
 
 The modes read fields jpg, label=cls:int and txt (dist: cls:int) with seed 5 and batch
 size 8.
@@ -205,6 +206,159 @@ def break_dataset(sock):
     ds.set_epoch(4)
     emit(what="dataset", epoch=4, batches=[b["__key__"] for b in loader])
     ds.close()
+
+
+# -- state --
+
+STATE_TYPES = {"epoch": int, "order": str, "samples": int, "runs": str, "batches": int}
+
+
+def state_problem(what, st):
+    """What is wrong with st as a state_dict(): a plain dict of the five members, each
+    an int or a string (None when nothing is)."""
+    if type(st) is not dict or set(st) != set(STATE_TYPES):
+        return f"{what}: {st!r} is not a plain dict of {sorted(STATE_TYPES)}"
+    for k, kind in STATE_TYPES.items():
+        if type(st[k]) is not kind:
+            return f"{what}: {k} {st[k]!r} is a {type(st[k]).__name__}, want {kind.__name__}"
+    return None
+
+
+def state(sock):
+    """Client.state_dict/load_state_dict and ShardloadDataset's, against a real server:
+    one emit with the keys of epoch 0 and 1 read without a state (for the Go test to
+    compare with the library) and the problems found."""
+    import io
+    import torch
+    from shardload.pytorch import ShardloadDataset
+    problems = []
+
+    def check(what, st):
+        p = state_problem(what, st)
+        if p:
+            problems.append(p)
+
+    def client(**kw):
+        return shardload.Client(sock, batch_size=BATCH, fields=FIELDS, seed=SEED, **kw)
+
+    # The uninterrupted epochs, with the state after each batch.
+    c = client()
+    start = c.state_dict()
+    check("before the first batch", start)
+    if start.get("epoch") != 0 or start.get("batches") != 0 or start.get("runs") != "" or not start.get("order"):
+        problems.append(f"state before the first batch {start}: want the start of epoch 0")
+    keys, states = [], []
+    for b in c:
+        st = c.state_dict()
+        check(f"after batch {b.seq}", st)
+        if st != b.state or st.get("batches") != b.seq + 1:
+            problems.append(f"after batch {b.seq}: state_dict {st}, batch.state {b.state}")
+        keys.append(b.keys)
+        states.append(st)
+    after = c.state_dict()
+    if after != {"epoch": 1, "order": start["order"], "samples": start["samples"], "runs": "", "batches": 0}:
+        problems.append(f"state after epoch 0's end {after}: want the start of epoch 1")
+    keys1 = [b.keys for b in c.epoch(1)]
+    c.close()
+
+    # A client made with a state reads the rest of the epoch, then the next.
+    for k in (1, 7, len(keys)):
+        with client(state=states[k - 1]) as r:
+            if r.state_dict() != states[k - 1]:
+                problems.append(f"state=after {k} batches: state_dict before a batch {r.state_dict()}")
+            if r.batches_per_epoch != len(keys) - k:
+                problems.append(f"state=after {k} batches: ready says {r.batches_per_epoch} batches, "
+                                f"want {len(keys) - k}")
+            got = [(b.seq, b.keys) for b in r]
+            if got != list(enumerate(keys))[k:]:
+                problems.append(f"state=after {k} batches: read {got}, want {list(enumerate(keys))[k:]}")
+            if [b.keys for b in r.epoch(1)] != keys1:
+                problems.append(f"state=after {k} batches: epoch 1 differs")
+
+    # load_state_dict on a connected client: the next iteration resumes there,
+    # abandoning the epoch being read; epoch(n) of another epoch is refused.
+    with client() as r:
+        it = iter(r)
+        next(it)
+        next(it)
+        r.load_state_dict(states[9])
+        try:
+            r.epoch(1)
+            problems.append("epoch(1) after load_state_dict of a state of epoch 0: no error")
+        except ValueError:
+            pass
+        got = [b.keys for b in r]
+        if got != keys[10:]:
+            problems.append(f"load_state_dict(after 10 batches) mid-epoch: read {got}, want {keys[10:]}")
+        r.load_state_dict(after)  # the start of epoch 1
+        if [b.keys for b in r.epoch()] != keys1:
+            problems.append("load_state_dict(start of epoch 1) then epoch(): epoch 1 differs")
+
+    # States that do not fit.
+    for what, bad, err in [
+        ("a checkpoint instead of its state", {"model": {}, "data": states[0]}, ValueError),
+        ("a float", dict(states[0], batches=1.0), ValueError),
+        ("epoch and state differ", None, ValueError),
+        ("another order", dict(states[3], order="0123456789abcdef"), shardload.ServerError),
+        ("bad runs", dict(states[3], runs="1y8"), shardload.ServerError),
+    ]:
+        try:
+            if bad is None:
+                client(epoch=2, state=states[3]).close()
+            else:
+                client(state=bad).close()
+            problems.append(f"{what}: no error")
+        except err as e:
+            if isinstance(e, shardload.ServerError) and e.code != "resume":
+                problems.append(f"{what}: code {e.code} ({e.message}), want resume")
+        except Exception as e:
+            problems.append(f"{what}: {type(e).__name__}: {e}, want {err.__name__}")
+
+    # ShardloadDataset: torch.save carries its state; a fresh dataset loaded with it
+    # resumes, and its next iter() reads the next epoch.
+    ds = ShardloadDataset(socket_path=sock, batch_size=BATCH, fields=FIELDS, seed=SEED)
+    fresh = ds.state_dict()
+    if fresh != {"epoch": 0, "order": "", "samples": 0, "runs": "", "batches": 0}:
+        problems.append(f"dataset state before any iter(): {fresh}")
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
+    buf, got = io.BytesIO(), []
+    for i, batch in enumerate(loader):
+        got.append(batch["__key__"])
+        if i == 4:
+            torch.save({"model": {}, "data": ds.state_dict(), "step": 5}, buf)
+    if got != keys:
+        problems.append("dataset epoch 0 differs from the client's")
+    check("dataset after an epoch", ds.state_dict())
+    if ds.state_dict() != after:
+        problems.append(f"dataset state after epoch 0 {ds.state_dict()}, want {after}")
+    ds.close()
+    buf.seek(0)
+    saved = torch.load(buf)["data"]
+    check("dataset state through torch.save", saved)
+    ds = ShardloadDataset(socket_path=sock, batch_size=BATCH, fields=FIELDS, seed=SEED)
+    ds.load_state_dict(saved)
+    ds.set_epoch(0)  # the state's epoch: kept
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
+    if [b["__key__"] for b in loader] != keys[5:]:
+        problems.append("dataset resumed after 5 batches: the rest of epoch 0 differs")
+    if [b["__key__"] for b in loader] != keys1:
+        problems.append("dataset resumed: the next epoch is not epoch 1")
+    ds.close()
+
+    # The calls torchdata's StatefulDataLoader makes (num_workers=0): it may make an
+    # iterator and drop it unused, and asks for the state between batches.
+    ds = ShardloadDataset(socket_path=sock, batch_size=BATCH, fields=FIELDS, seed=SEED)
+    iter(ds)  # made for a state_dict() before the first batch, never run
+    if ds.state_dict()["epoch"] != 0:
+        problems.append(f"an iterator made and dropped moved the dataset on: {ds.state_dict()}")
+    ds.load_state_dict(after)  # saved once epoch 0 had ended
+    iter(ds)  # the resumed loader's iterator, found finished and replaced
+    it = iter(ds)
+    first = next(it, {"__key__": "nothing"})
+    if first["__key__"] != keys1[0] or ds.state_dict() != dict(after, runs="1x8", batches=1):
+        problems.append(f"resumed at the start of epoch 1: first batch {first['__key__']}, state {ds.state_dict()}")
+    ds.close()
+    emit(epoch0=keys, epoch1=keys1, problems=problems)
 
 
 # -- noserver --
@@ -604,6 +758,8 @@ def main():
         expect(*args)
     elif mode == "fake":
         fake(*args)
+    elif mode == "state":
+        state(*args)
     else:
         sys.exit(f"unknown mode {mode}")
 
