@@ -75,10 +75,15 @@ type mixSlot struct {
 	left    int32     // samples the current feed still takes
 	missing int       // positions a skip notice left out, still to apply
 	note    *item     // the skip notice whose positions are being applied, for the first
-	toEnd   bool      // an estimated shard read to its end: samples past its feeds are extras
-	closed  bool
-	index   int   // the span's index in the plan
-	err     error // the producer's failure: the loader fails when the order reaches it
+	// toEnd: the span ends where its shard does. The window of its last feed waits
+	// for the reader's end, which checks the shard's end (and may fail the loader
+	// there); with extras (an estimated count), samples past the feeds are the
+	// shard's extra samples.
+	toEnd  bool
+	extras bool
+	closed bool
+	index  int   // the span's index in the plan
+	err    error // the producer's failure: the loader fails when the order reaches it
 }
 
 type feedRef struct {
@@ -136,7 +141,7 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 			sp := plan.Spans[nextSpan]
 			info := p.Shards[sp.Shard]
 			s := &mixSlot{slot: newSlot(sp, queueBytes, wake), feeds: feedsOf[nextSpan], index: nextSpan,
-				toEnd: info.Estimated && sp.Skip+sp.Take == info.Samples}
+				toEnd: sp.Skip+sp.Take == info.Samples, extras: info.Estimated}
 			s.left = s.feeds[0].feed.Count
 			nextSpan++
 			open = append(open, s)
@@ -159,6 +164,14 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 				spanClosed[s.index] = true
 				i--
 				progress = true
+			}
+		}
+		if len(wins) == 0 {
+			// Past the last window: a reader that failed after its samples.
+			for _, s := range open {
+				if s.err != nil {
+					return s.err
+				}
 			}
 		}
 		t1 := mono()
@@ -380,7 +393,7 @@ func (pl *Pipeline) pull(ctx context.Context, s *mixSlot, wins []*window, first 
 			// Past the span's feeds: an estimated shard's extra samples, for the
 			// window of its last feed.
 			last := s.feeds[len(s.feeds)-1]
-			if lw := windowAt(wins, first, last.win); lw != nil && s.toEnd {
+			if lw := windowAt(wins, first, last.win); lw != nil && s.toEnd && s.extras {
 				if lw.extras == nil {
 					lw.extras = map[int][]*item{}
 				}
