@@ -174,7 +174,7 @@ func TestResumeAtEveryBatch(t *testing.T) {
 					cfg.Epoch = 0
 					cfg.Resume = &states[k]
 					log.reset()
-					got, _, first := run(t, cfg)
+					got, gotStates, first := run(t, cfg)
 					what := fmt.Sprintf("world %d rank %d workers %d, resumed after %d of %d batches (state %+v)", world, rank, workers, k, len(full), states[k])
 					if len(got) != len(full)-k || (len(got) > 0 && first != k) {
 						t.Fatalf("%s: %d batches from Seq %d, want %d from %d", what, len(got), first, len(full)-k, k)
@@ -182,6 +182,12 @@ func TestResumeAtEveryBatch(t *testing.T) {
 					for i := range got {
 						if !slices.Equal(got[i], full[k+i]) {
 							t.Fatalf("%s: batch %d is %v, want %v", what, k+i, got[i], full[k+i])
+						}
+					}
+					// The resumed rank's states are the uninterrupted rank's.
+					for i, st := range gotStates {
+						if st != states[k+i] {
+							t.Fatalf("%s: state after %d batches %+v, uninterrupted %+v", what, k+i, st, states[k+i])
 						}
 					}
 					// No byte of a consumed sample was read.

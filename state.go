@@ -86,15 +86,22 @@ func ParseRuns(s string) ([]shard.Run, error) {
 // State returns the rank's position after the batches Next has returned so far. Save
 // it with the trainer's checkpoint (after the optimizer step that used the last
 // batch) and pass it as Config.Resume to continue from there.
+//
+// A run that continues one of the same world size extends it: the state after k
+// batches of a resumed job is the uninterrupted job's state after its k batches.
 func (l *Loader) State() State {
 	s := l.resume
 	k := int(l.taken.Load())
 	if k > 0 {
 		consumed := min(int64(k)*int64(l.cfg.BatchSize), int64(l.plan.Samples))
-		if s.Runs != "" {
-			s.Runs += ","
+		runs, _ := ParseRuns(s.Runs) // checked by Open
+		world := max(l.cfg.World, 1)
+		if n := len(runs); n > 0 && runs[n-1].World == world {
+			runs[n-1].Consumed += consumed
+		} else {
+			runs = append(runs, shard.Run{World: world, Consumed: consumed})
 		}
-		s.Runs += fmt.Sprintf("%dx%d", max(l.cfg.World, 1), consumed)
+		s.Runs = FormatRuns(runs)
 	}
 	s.Batches += k
 	return s
