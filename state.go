@@ -53,6 +53,9 @@ func (s State) NextEpoch() State {
 // order, or it does not fit the epoch.
 var ErrResume = errors.New("shardload: cannot resume from this state")
 
+// MaxWorld is the largest world size a State's runs may name.
+const MaxWorld = 1 << 20
+
 // FormatRuns returns runs in State.Runs's form.
 func FormatRuns(runs []shard.Run) string {
 	var b strings.Builder
@@ -75,8 +78,8 @@ func ParseRuns(s string) ([]shard.Run, error) {
 		w, c, ok := strings.Cut(part, "x")
 		world, err1 := strconv.Atoi(w)
 		consumed, err2 := strconv.ParseInt(c, 10, 64)
-		if !ok || err1 != nil || err2 != nil || world < 1 || consumed < 0 {
-			return nil, fmt.Errorf("%w: runs %q: %q is not WORLDxCONSUMED", ErrResume, s, part)
+		if !ok || err1 != nil || err2 != nil || world < 1 || world > MaxWorld || consumed < 0 {
+			return nil, fmt.Errorf("%w: runs %q: %q is not WORLDxCONSUMED (a world of 1 to %d)", ErrResume, s, part, MaxWorld)
 		}
 		runs = append(runs, shard.Run{World: world, Consumed: consumed})
 	}

@@ -269,6 +269,9 @@ func Remaining(total int64, runs []Run) ([]Range, error) {
 		if run.Consumed < 0 || run.Consumed > per {
 			return nil, fmt.Errorf("shard: run %d consumed %d samples per rank of %d", i, run.Consumed, per)
 		}
+		if per == 0 {
+			continue // every sample goes to no rank: what is left stays as it was
+		}
 		var next []Range
 		for r := range int64(run.World) {
 			next = append(next, sub(rs, r*per+run.Consumed, (r+1)*per)...)
