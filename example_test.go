@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -96,4 +97,55 @@ func ExampleConfig_sources() {
 	// Output:
 	// 3 3 int
 	// 3 3 int
+}
+
+// Checkpoint a loader's position after two batches and resume there in a new loader,
+// as a restarted trainer does: it yields the batches the first would have yielded
+// next, reading none of those consumed. The state is small JSON, kept with the
+// model's checkpoint.
+func ExampleLoader_State() {
+	ctx := context.Background()
+	txt, _ := decode.ParseField("txt:text")
+	cfg := shardload.Config{
+		URLs:      []string{"testdata/pytorch-data__wds.tar"},
+		Fields:    []decode.Field{txt},
+		BatchSize: 3,
+		Seed:      7,
+	}
+	l, err := shardload.Open(ctx, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for range 2 {
+		b, err := l.Next(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		b.Release()
+	}
+	saved, _ := json.Marshal(l.State()) // with the model's checkpoint
+	l.Close()
+
+	// The restarted process.
+	var st shardload.State
+	if err := json.Unmarshal(saved, &st); err != nil {
+		log.Fatal(err)
+	}
+	cfg.Resume = &st
+	l, err = shardload.Open(ctx, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	fmt.Println("runs", st.Runs, "batches", st.Batches)
+	for b, err := range l.All(ctx) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(b.Seq, b.Rows)
+	}
+	// Output:
+	// runs 1x6 batches 2
+	// 2 3
+	// 3 1
 }
