@@ -153,7 +153,7 @@ func resumeFrom(cfg Config, order Order) (State, []shard.Run, error) {
 		return start, nil, nil // the start of the epoch
 	}
 	if r.Order != start.Order || r.Samples != order.Samples {
-		return State{}, nil, fmt.Errorf("%w: it was saved under another order (state %s with %d samples, this loader %s with %d): the shards, their counts, the seed or the shuffle settings differ",
+		return State{}, nil, fmt.Errorf("%w: it was saved under another order (state %s with %d samples, this loader %s with %d): the shards, their counts, the seed or the shuffle settings differ (a state saved while counts were estimated, without an index, does not resume once they are known: index a dataset before training on it, shardload index)",
 			ErrResume, r.Order, r.Samples, start.Order, order.Samples)
 	}
 	if r.Batches < 0 {
