@@ -24,15 +24,8 @@ small=${2:-10000}
 go build -o bin/shardload ./cmd/shardload
 sl=$PWD/bin/shardload
 work=$PWD/.demo/bench-index
-reuse=
-if [[ ${BENCH_REUSE:-} == 1 && -f $work/creds && -d $work/minio ]]; then
-	reuse=1
-	read -r BENCH_MINIO_USER BENCH_MINIO_SECRET < "$work/creds"
-	export BENCH_MINIO_USER BENCH_MINIO_SECRET
-	rm -rf "$work"/*.json "$work"/*.log "$work"/store-*
-else
-	rm -rf "$work"
-	mkdir -p "$work"
+bench_workdir "$work"
+if [[ -z $reuse ]]; then
 	"$sl" gen --shards "$small" --samples 4 "$work/small" > /dev/null
 	"$sl" gen --shards 32 --samples 300 --preset images "$work/images" > /dev/null
 fi

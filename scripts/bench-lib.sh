@@ -52,3 +52,21 @@ stop_minio() {
 
 # s3curl ARGS...: curl signed with the MinIO's credentials.
 s3curl() { curl -fsS --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" "$@"; }
+
+# bench_workdir DIR: with BENCH_REUSE=1 and a MinIO data directory an earlier run left
+# in DIR, keeps it (its datasets and objects), removes the earlier results and sets
+# reuse=1 and the credentials start_minio reopens it with; otherwise empties DIR and
+# leaves reuse empty, for the caller to generate and upload its datasets.
+bench_workdir() {
+	local work=$1
+	reuse=
+	if [[ ${BENCH_REUSE:-} == 1 && -f $work/creds && -d $work/minio ]]; then
+		reuse=1
+		read -r BENCH_MINIO_USER BENCH_MINIO_SECRET < "$work/creds"
+		export BENCH_MINIO_USER BENCH_MINIO_SECRET
+		rm -rf "$work"/*.json "$work"/*.log "$work"/store-*
+	else
+		rm -rf "$work"
+		mkdir -p "$work"
+	fi
+}
