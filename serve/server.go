@@ -145,6 +145,10 @@ type Server struct {
 	mu      sync.Mutex
 	closing bool // no session starts once set
 
+	statsMu sync.Mutex
+	live    map[uint64]*session // the sessions being served, for Stats
+	ended   shardload.Stats     // the counters of the sessions that ended
+
 	closeOnce sync.Once
 	closeErr  error
 }

@@ -113,6 +113,20 @@ func (s *Server) handle(c *net.UnixConn) {
 		id, pid, h.Rank, h.World, h.LocalRank, h.Version, cfg.Epoch, from, h.BatchSize, pl.msg.Reason)
 	ss := &session{srv: s, id: id, conn: c, cfg: cfg, place: pl, version: h.Version, states: h.Version >= 3, held: map[int]sent{},
 		open: []epochReq{{epoch: cfg.Epoch, state: cfg.Resume}}, wake: make(chan struct{}, 1)}
+	ss.tally.started = time.Now()
+	s.statsMu.Lock()
+	if s.live == nil {
+		s.live = map[uint64]*session{}
+	}
+	s.live[id] = ss
+	s.statsMu.Unlock()
+	defer func() {
+		st := ss.tally.snapshot(ss)
+		s.statsMu.Lock()
+		delete(s.live, id)
+		addStats(&s.ended, st.Stats)
+		s.statsMu.Unlock()
+	}()
 	err = ss.run()
 	switch {
 	case err == nil || errors.Is(err, errBye):
@@ -276,6 +290,7 @@ type session struct {
 	// states, and epoch messages may.
 	version int
 	states  bool
+	tally   sessionTally // counters for Server.Stats
 
 	mu        sync.Mutex
 	held      map[int]sent // by slab index: batches sent and not released
@@ -335,6 +350,7 @@ func (ss *session) run() error {
 		<-readerDone
 		if l != nil {
 			l.Close()
+			ss.tally.close(l)
 		}
 		ss.releaseAll()
 		if ring != nil {
@@ -371,6 +387,7 @@ func (ss *session) run() error {
 	if l, err = shardload.Open(ctx, cfg); err != nil {
 		return ss.fail(ctx, err)
 	}
+	ss.tally.open(l, cfg.Epoch)
 	plan, order := l.Plan(), l.Order()
 	rd := ready{
 		Type: typeReady, Version: ss.version, Session: ss.id, Slabs: len(ring.Slabs()), SlabBytes: ring.SlabBytes(),
@@ -405,7 +422,9 @@ func (ss *session) run() error {
 		err = nil
 		if l == nil {
 			cfg.Epoch, cfg.Resume = epoch, req.state
-			l, err = shardload.Open(ectx, cfg)
+			if l, err = shardload.Open(ectx, cfg); err == nil {
+				ss.tally.open(l, epoch)
+			}
 		}
 		if err == nil {
 			err = ss.stream(ectx, l, epoch, run, &t)
@@ -429,6 +448,7 @@ func (ss *session) run() error {
 			}
 			// Stops the pipeline; the batches the trainer holds stay in the ring.
 			l.Close()
+			ss.tally.close(l)
 			l = nil
 		}
 		if abandoned {

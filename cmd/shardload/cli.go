@@ -32,7 +32,7 @@ type command struct {
 	setup   func(fs *pflag.FlagSet) func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
-var commands = []command{lsCommand, catCommand, warmCommand, indexCommand, benchCommand, serveCommand, doctorCommand, genCommand}
+var commands = []command{lsCommand, catCommand, warmCommand, indexCommand, benchCommand, serveCommand, doctorCommand, genCommand, versionCommand}
 
 // errUsage marks errors in how the command was called (exit status 2).
 var errUsage = errors.New("usage")
@@ -47,6 +47,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		return 0
+	}
+	if args[0] == "--version" {
+		args = append([]string{"version"}, args[1:]...)
 	}
 	for _, c := range commands {
 		if c.name != args[0] {
@@ -93,7 +96,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "shardload streams WebDataset tar shards from object storage (S3, GCS, HTTP) and local disk\ninto pinned batches for trainers.\n\nUsage: shardload COMMAND [flags] [args]\n\nCommands:\n")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-6s %s\n", c.name, c.short)
+		fmt.Fprintf(w, "  %-7s %s\n", c.name, c.short)
 	}
 	fmt.Fprintf(w, "\nURLs: s3://bucket/key (AWS credential chain; AWS_ENDPOINT_URL for MinIO), gs://bucket/object\n(Application Default Credentials; STORAGE_EMULATOR_HOST), http(s)://..., file:///abs/path\nor a plain path; brace patterns such as 'train-{000000..000099}.tar' expand as in\nWebDataset, and a trailing / or a glob ('s3://bucket/train-*.tar') lists the objects.\nRun \"shardload COMMAND --help\".\n")
 }

@@ -35,6 +35,8 @@ removing its socket.`,
 		place := fs.Bool("numa", true, "place each trainer's session on the NUMA node of its GPU (the GPU the client names, else its local rank as a CUDA device number): the session's loader threads on that node's CPUs, its slabs in that node's memory (nothing to do on one node)")
 		maxShards := fs.Int("max-shards", serve.DefaultMaxShards, "shards one trainer may name in its hello, after brace expansion")
 		maxDatasets := fs.Int("max-datasets", serve.DefaultMaxDatasets, "datasets whose sample counts the server keeps for later sessions (least recently used dropped)")
+		metrics := fs.String("metrics", "", "serve Prometheus metrics on this TCP address at /metrics (e.g. 127.0.0.1:9400; :0 picks a port, printed at start): per session (label rank) samples, batches, bytes, stage seconds, wait; totals; the cache's hits, fetches, evictions and bytes per tier (default: none)")
+		withPprof := fs.Bool("pprof", false, "with --metrics, also serve Go's profiles at /debug/pprof on that address")
 		batchPolicy := fs.Bool("sched-batch", true, "run the loader's threads under SCHED_BATCH (Linux), so that they never delay a trainer that wakes on their CPU")
 		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if len(args) == 0 && len(*allow) == 0 {
@@ -60,7 +62,23 @@ removing its socket.`,
 			if err != nil {
 				return err
 			}
+			metricsAddr := ""
+			if *metrics != "" {
+				addr, stop, err := serveMetrics(*metrics, *withPprof, srv, lf.rf.cache, stderr)
+				if err != nil {
+					srv.Close()
+					return err
+				}
+				defer stop()
+				metricsAddr = addr
+			} else if *withPprof {
+				srv.Close()
+				return fmt.Errorf("%w: --pprof needs --metrics ADDR", errUsage)
+			}
 			fmt.Fprintf(stdout, "shardload serve: listening on %s (protocol version %d)\n", srv.Addr(), serve.Version)
+			if metricsAddr != "" {
+				fmt.Fprintf(stdout, "shardload serve: metrics on http://%s/metrics\n", metricsAddr)
+			}
 			if f, ok := stdout.(interface{ Sync() error }); ok {
 				f.Sync()
 			}

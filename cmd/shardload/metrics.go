@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/cache"
+	"github.com/shardload/shardload/serve"
+)
+
+// serverMetrics renders a server's counters (serve.Server.Stats) and its cache's as
+// Prometheus metrics, read at each scrape: nothing on the loader's hot path.
+type serverMetrics struct {
+	srv   *serve.Server
+	cache *cache.Cache // nil without a cache
+
+	sessions                                               *prometheus.Desc
+	samples, batches, padded, skipped, skippedShards       *prometheus.Desc
+	bytesRead, bytesInflated, bytesOut, stage, wait        *prometheus.Desc
+	totalSamples, totalBatches, totalBytesRead, totalStage *prometheus.Desc
+	cacheHits, cacheFetches, cacheEvictions, cacheBytes    *prometheus.Desc
+	cacheEntries, cacheFailures                            *prometheus.Desc
+}
+
+func newServerMetrics(srv *serve.Server, c *cache.Cache) *serverMetrics {
+	sess := []string{"session", "rank"}
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("shardload_"+name, help, labels, nil)
+	}
+	return &serverMetrics{
+		srv: srv, cache: c,
+		sessions:      d("sessions", "Trainer sessions being served."),
+		samples:       d("session_samples_total", "Samples a session's loader collated into batches (padding not counted).", sess...),
+		batches:       d("session_batches_total", "Batches a session's loader collated.", sess...),
+		padded:        d("session_padded_samples_total", "Rows repeating another sample to pad a batch (skipped samples, estimated counts).", sess...),
+		skipped:       d("session_skipped_samples_total", "Samples the skip policy left out.", sess...),
+		skippedShards: d("session_skipped_shards_total", "Shards (or their rests) the skip policy left out.", sess...),
+		bytesRead:     d("session_read_bytes_total", "Bytes read from the sources, as stored.", sess...),
+		bytesInflated: d("session_inflated_bytes_total", "Bytes of tar after whole-shard decompression.", sess...),
+		bytesOut:      d("session_batch_bytes_total", "Bytes of the batches written into slabs.", sess...),
+		stage:         d("session_stage_seconds_total", "Time spent per pipeline stage, summed over the goroutines that run it.", "session", "rank", "stage"),
+		wait:          d("session_wait_seconds_total", "Time the session waited for its loader's next batch: the trainer waits at most this long for data.", sess...),
+		totalSamples:  d("samples_total", "Samples collated by all sessions, ended ones included."),
+		totalBatches:  d("batches_total", "Batches collated by all sessions, ended ones included."),
+		totalBytesRead: d("read_bytes_total",
+			"Bytes read from the sources by all sessions, ended ones included."),
+		totalStage:     d("stage_seconds_total", "Time spent per pipeline stage by all sessions, ended ones included.", "stage"),
+		cacheHits:      d("cache_hits_total", "Opens served from a cache tier.", "tier"),
+		cacheFetches:   d("cache_fetches_total", "Objects fetched from their source into the cache."),
+		cacheEvictions: d("cache_evictions_total", "Entries evicted from either tier to make room."),
+		cacheFailures:  d("cache_failures_total", "Cache fetches that failed, and disk writes that failed.", "what"),
+		cacheBytes:     d("cache_bytes", "Bytes a cache tier holds or has reserved.", "tier"),
+		cacheEntries:   d("cache_entries", "Entries in a cache tier.", "tier"),
+	}
+}
+
+// Describe sends the metrics' descriptions.
+func (m *serverMetrics) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(m, ch) }
+
+// Collect reads the server's and the cache's counters.
+func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
+	c := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	g := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	sessions, total := m.srv.Stats()
+	g(m.sessions, float64(len(sessions)))
+	for _, s := range sessions {
+		id, rank := strconv.FormatUint(s.ID, 10), strconv.Itoa(s.Rank)
+		c(m.samples, float64(s.Samples), id, rank)
+		c(m.batches, float64(s.Batches), id, rank)
+		c(m.padded, float64(s.Padded), id, rank)
+		c(m.skipped, float64(s.Skipped), id, rank)
+		c(m.skippedShards, float64(s.SkippedShards), id, rank)
+		c(m.bytesRead, float64(s.BytesIn), id, rank)
+		c(m.bytesInflated, float64(s.BytesInflated), id, rank)
+		c(m.bytesOut, float64(s.BytesOut), id, rank)
+		for _, st := range shardload.StageNames {
+			if st == "wait" {
+				continue
+			}
+			c(m.stage, s.Stages[st].Seconds(), id, rank, st)
+		}
+		c(m.wait, s.Stages["wait"].Seconds(), id, rank)
+		addTotals(&total, s.Stats)
+	}
+	c(m.totalSamples, float64(total.Samples))
+	c(m.totalBatches, float64(total.Batches))
+	c(m.totalBytesRead, float64(total.BytesIn))
+	for _, st := range shardload.StageNames {
+		c(m.totalStage, total.Stages[st].Seconds(), st)
+	}
+	if m.cache == nil {
+		return
+	}
+	cs := m.cache.Stats()
+	c(m.cacheHits, float64(cs.MemoryHits), "memory")
+	c(m.cacheHits, float64(cs.DiskHits), "disk")
+	c(m.cacheFetches, float64(cs.Fetches))
+	c(m.cacheEvictions, float64(cs.Evicted))
+	c(m.cacheFailures, float64(cs.Failed), "fetch")
+	c(m.cacheFailures, float64(cs.WriteErrors), "disk_write")
+	g(m.cacheBytes, float64(cs.MemoryBytes), "memory")
+	g(m.cacheBytes, float64(cs.DiskBytes), "disk")
+	g(m.cacheEntries, float64(cs.MemoryEntries), "memory")
+	g(m.cacheEntries, float64(cs.DiskEntries), "disk")
+}
+
+// addTotals adds a live session's counters to the totals of the ended ones.
+func addTotals(t *shardload.Stats, s shardload.Stats) {
+	t.Samples += s.Samples
+	t.Batches += s.Batches
+	t.BytesIn += s.BytesIn
+	if t.Stages == nil {
+		t.Stages = map[string]time.Duration{}
+	}
+	for k, v := range s.Stages {
+		t.Stages[k] += v
+	}
+}
+
+// serveMetrics listens on addr and serves /metrics (the server's and the Go
+// runtime's metrics) and, with withPprof, /debug/pprof. It returns the address it
+// listens on and a function that stops it.
+func serveMetrics(addr string, withPprof bool, srv *serve.Server, c *cache.Cache, stderr io.Writer) (string, func(), error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newServerMetrics(srv, c), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: nil}))
+	if withPprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("--metrics %s: %w", addr, err)
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			fmt.Fprintf(stderr, "shardload serve: metrics: %v\n", err)
+		}
+	}()
+	return ln.Addr().String(), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		hs.Shutdown(ctx)
+	}, nil
+}

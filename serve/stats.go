@@ -1,0 +1,103 @@
+package serve
+
+import (
+	"sync"
+	"time"
+
+	"github.com/shardload/shardload"
+)
+
+// SessionStats are one session's counters so far, over all its epochs.
+type SessionStats struct {
+	ID          uint64
+	Rank, World int
+	Epoch       int // the epoch being read (or last read)
+	Started     time.Time
+	shardload.Stats
+}
+
+// Stats returns the counters of the sessions being served, and the totals of the
+// sessions that have ended (so that a total over both never goes down).
+func (s *Server) Stats() (sessions []SessionStats, ended shardload.Stats) {
+	s.statsMu.Lock()
+	live := make([]*session, 0, len(s.live))
+	for _, ss := range s.live {
+		live = append(live, ss)
+	}
+	ended = s.ended
+	ended.Stages = cloneStages(s.ended.Stages)
+	s.statsMu.Unlock()
+	for _, ss := range live {
+		sessions = append(sessions, ss.tally.snapshot(ss))
+	}
+	return sessions, ended
+}
+
+// sessionTally is what a session's loaders counted: those of its ended epochs and
+// the one being read.
+type sessionTally struct {
+	mu      sync.Mutex
+	done    shardload.Stats
+	cur     *shardload.Loader
+	epoch   int
+	started time.Time
+}
+
+// open notes the loader of an epoch being read.
+func (t *sessionTally) open(l *shardload.Loader, epoch int) {
+	t.mu.Lock()
+	t.cur, t.epoch = l, epoch
+	t.mu.Unlock()
+}
+
+// close adds the loader's counters to the session's, as it ends.
+func (t *sessionTally) close(l *shardload.Loader) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	addStats(&t.done, l.Stats())
+	if t.cur == l {
+		t.cur = nil
+	}
+}
+
+func (t *sessionTally) snapshot(ss *session) SessionStats {
+	t.mu.Lock()
+	st := t.done
+	st.Stages = cloneStages(t.done.Stages)
+	if t.cur != nil {
+		addStats(&st, t.cur.Stats())
+	}
+	out := SessionStats{ID: ss.id, Rank: ss.cfg.Rank, World: ss.cfg.World, Epoch: t.epoch, Started: t.started, Stats: st}
+	t.mu.Unlock()
+	return out
+}
+
+// addStats adds b's counters and times to a's.
+func addStats(a *shardload.Stats, b shardload.Stats) {
+	a.Samples += b.Samples
+	a.Batches += b.Batches
+	a.Padded += b.Padded
+	a.Trimmed += b.Trimmed
+	a.Skipped += b.Skipped
+	a.SkippedShards += b.SkippedShards
+	a.BytesIn += b.BytesIn
+	a.BytesInflated += b.BytesInflated
+	a.BytesOut += b.BytesOut
+	a.Elapsed += b.Elapsed
+	a.Workers = b.Workers
+	a.PageLocked = b.PageLocked
+	if a.Stages == nil {
+		a.Stages = map[string]time.Duration{}
+	}
+	for k, v := range b.Stages {
+		a.Stages[k] += v
+	}
+}
+
+func cloneStages(m map[string]time.Duration) map[string]time.Duration {
+	out := make(map[string]time.Duration, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
