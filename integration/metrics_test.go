@@ -75,8 +75,8 @@ func TestServeMetrics(t *testing.T) {
 		t.Fatalf("server said %q", l)
 	}
 	url := "http://" + addr + "/metrics"
-	if n, ok := value(scrape(t, url), "shardload_sessions"); !ok || n != 0 {
-		t.Fatalf("sessions before any trainer: %v %v", n, ok)
+	if n, found := value(scrape(t, url), "shardload_sessions"); !found || n != 0 {
+		t.Fatalf("sessions before any trainer: %v %v", n, found)
 	}
 	tr := startTrainer(t, py, srv.socket, -1, "--batch-size", fmt.Sprint(batch), "--pause-after", fmt.Sprint(pause), "--field", "jpg")
 	ready := tr.line(t)
@@ -90,9 +90,9 @@ func TestServeMetrics(t *testing.T) {
 	if n, _ := value(fams, "shardload_sessions"); n != 1 {
 		t.Fatalf("sessions during the epoch: %v", n)
 	}
-	samples, ok := value(fams, "shardload_session_samples_total", "rank", "0")
-	if !ok || samples < pause*batch || samples > (pause+slabs)*batch {
-		t.Errorf("mid-epoch: session samples %v (found %v), want %d to %d", samples, ok, pause*batch, (pause+slabs)*batch)
+	samples, found := value(fams, "shardload_session_samples_total", "rank", "0")
+	if !found || samples < pause*batch || samples > (pause+slabs)*batch {
+		t.Errorf("mid-epoch: session samples %v (found %v), want %d to %d", samples, found, pause*batch, (pause+slabs)*batch)
 	}
 	batches, _ := value(fams, "shardload_session_batches_total", "rank", "0")
 	if batches < pause || batches > pause+slabs {
@@ -104,11 +104,17 @@ func TestServeMetrics(t *testing.T) {
 	if out, _ := value(fams, "shardload_session_batch_bytes_total", "rank", "0"); out <= 0 {
 		t.Errorf("mid-epoch: %v bytes of batches", out)
 	}
-	if fetch, ok := value(fams, "shardload_session_stage_seconds_total", "rank", "0", "stage", "fetch"); !ok || fetch <= 0 {
-		t.Errorf("mid-epoch: fetch stage %v s (found %v)", fetch, ok)
+	if fetch, found := value(fams, "shardload_session_stage_seconds_total", "rank", "0", "stage", "fetch"); !found || fetch <= 0 {
+		t.Errorf("mid-epoch: fetch stage %v s (found %v)", fetch, found)
 	}
-	if _, ok := value(fams, "go_goroutines"); !ok {
+	if _, found := value(fams, "go_goroutines"); !found {
 		t.Error("no Go runtime metrics")
+	}
+	// The live view reads the same metrics: one line for the paused session.
+	top := ok(t, nil, "top", "--once", "--every", "200ms", addr)
+	lines := strings.Split(strings.TrimSpace(string(top)), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "samples/s") || !strings.Contains(lines[1], " 0 ") || !strings.HasPrefix(strings.TrimSpace(lines[2]), "all") {
+		t.Errorf("shardload top:\n%s", top)
 	}
 	tr.stdin.Write([]byte("go on\n"))
 	got, errLine := tr.run(t)

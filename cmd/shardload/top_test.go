@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+func parseText(t *testing.T, text string) map[string]*dto.MetricFamily {
+	t.Helper()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fams
+}
+
+const topBefore = `# TYPE shardload_session_samples_total counter
+shardload_session_samples_total{rank="1",session="7"} 1000
+shardload_session_samples_total{rank="0",session="6"} 500
+# TYPE shardload_session_read_bytes_total counter
+shardload_session_read_bytes_total{rank="1",session="7"} 1e8
+shardload_session_read_bytes_total{rank="0",session="6"} 5e7
+# TYPE shardload_session_wait_seconds_total counter
+shardload_session_wait_seconds_total{rank="1",session="7"} 1
+shardload_session_wait_seconds_total{rank="0",session="6"} 0
+# TYPE shardload_session_stage_seconds_total counter
+shardload_session_stage_seconds_total{rank="1",session="7",stage="fetch"} 3
+shardload_session_stage_seconds_total{rank="1",session="7",stage="decode"} 1
+shardload_session_stage_seconds_total{rank="0",session="6",stage="fetch"} 1
+shardload_session_stage_seconds_total{rank="0",session="6",stage="decode"} 1
+# TYPE shardload_samples_total counter
+shardload_samples_total 1500
+# TYPE shardload_read_bytes_total counter
+shardload_read_bytes_total 1.5e8
+`
+
+const topAfter = `# TYPE shardload_session_samples_total counter
+shardload_session_samples_total{rank="1",session="7"} 3000
+shardload_session_samples_total{rank="0",session="6"} 900
+shardload_session_samples_total{rank="2",session="8"} 100
+# TYPE shardload_session_read_bytes_total counter
+shardload_session_read_bytes_total{rank="1",session="7"} 3e8
+shardload_session_read_bytes_total{rank="0",session="6"} 9e7
+shardload_session_read_bytes_total{rank="2",session="8"} 1e7
+# TYPE shardload_session_wait_seconds_total counter
+shardload_session_wait_seconds_total{rank="1",session="7"} 1.5
+shardload_session_wait_seconds_total{rank="0",session="6"} 1
+shardload_session_wait_seconds_total{rank="2",session="8"} 0
+# TYPE shardload_session_stage_seconds_total counter
+shardload_session_stage_seconds_total{rank="1",session="7",stage="fetch"} 4
+shardload_session_stage_seconds_total{rank="1",session="7",stage="decode"} 3
+shardload_session_stage_seconds_total{rank="0",session="6",stage="fetch"} 2.5
+shardload_session_stage_seconds_total{rank="0",session="6",stage="decode"} 1.2
+shardload_session_stage_seconds_total{rank="2",session="8",stage="fetch"} 0.1
+# TYPE shardload_samples_total counter
+shardload_samples_total 5500
+# TYPE shardload_read_bytes_total counter
+shardload_read_bytes_total 5.5e8
+`
+
+// TestTopView: the rates between two scrapes, per session and in all; a session that
+// started in between counts from zero.
+func TestTopView(t *testing.T) {
+	rows, total := topView(parseText(t, topBefore), parseText(t, topAfter), 2*time.Second)
+	want := []topRow{
+		{session: "6", rank: "0", samplesPerSec: 200, mbPerSec: 20, wait: 0.5, busiest: "fetch"},
+		{session: "7", rank: "1", samplesPerSec: 1000, mbPerSec: 100, wait: 0.25, busiest: "decode"},
+		{session: "8", rank: "2", samplesPerSec: 50, mbPerSec: 5, wait: 0, busiest: "fetch"},
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("rows %+v", rows)
+	}
+	for i := range want {
+		if rows[i] != want[i] {
+			t.Errorf("row %d: %+v, want %+v", i, rows[i], want[i])
+		}
+	}
+	if total.samplesPerSec != 2000 || total.mbPerSec != 200 {
+		t.Errorf("total %+v", total)
+	}
+	var b bytes.Buffer
+	writeTop(&b, rows, total)
+	if !strings.Contains(b.String(), "50.0%") || !strings.Contains(b.String(), "decode") || strings.Count(b.String(), "\n") != 5 {
+		t.Errorf("view:\n%s", b.String())
+	}
+}
