@@ -121,6 +121,7 @@ func (s *Server) handle(c *net.UnixConn) {
 	s.live[id] = ss
 	s.statsMu.Unlock()
 	defer func() {
+		// Also after a panic: the session's counters move to the ended ones.
 		st := ss.tally.snapshot(ss)
 		s.statsMu.Lock()
 		delete(s.live, id)
@@ -128,14 +129,23 @@ func (s *Server) handle(c *net.UnixConn) {
 		s.statsMu.Unlock()
 	}()
 	err = ss.run()
+	rates := sessionRates(ss.tally.snapshot(ss), time.Since(ss.tally.started))
 	switch {
 	case err == nil || errors.Is(err, errBye):
-		s.opts.Logf("serve: session %d: done", id)
+		s.opts.Logf("serve: session %d: done; %s", id, rates)
 	case errors.Is(err, errClientGone):
-		s.opts.Logf("serve: session %d: trainer went away; its batches are released", id)
+		s.opts.Logf("serve: session %d: trainer went away; its batches are released; %s", id, rates)
 	default:
-		s.opts.Logf("serve: session %d: %v", id, oneLine(err))
+		s.opts.Logf("serve: session %d: %v; %s", id, oneLine(err), rates)
 	}
+}
+
+// sessionRates says in a few words what a session did over its life: samples,
+// batches, rates and the share of the time it waited for its loader's batches.
+func sessionRates(st SessionStats, life time.Duration) string {
+	sec := max(life.Seconds(), 1e-9)
+	return fmt.Sprintf("rank %d: %d samples in %d batches in %.1fs (%.0f samples/s, %.1f MB/s read), waited for batches %.1f%% of the time",
+		st.Rank, st.Samples, st.Batches, life.Seconds(), float64(st.Samples)/sec, float64(st.BytesIn)/1e6/sec, 100*st.Stages["wait"].Seconds()/sec)
 }
 
 func (s *Server) uidAllowed(uid int) bool {
