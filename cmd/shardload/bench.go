@@ -46,6 +46,8 @@ would wait for data: the share of its time spent waiting after its first batch
 		asJSON := fs.Bool("json", false, "print one JSON object instead of the report")
 		cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (for go tool pprof)")
 		verify := fs.Bool("verify", false, "read every batch back from the device and compare it with its slab (slow; fails on a difference)")
+		metrics := fs.String("metrics", "", "serve Prometheus metrics at /metrics on this TCP address while the benchmark runs (as serve --metrics: the loader as session 0; :0 picks a port, printed on stderr)")
+		withPprof := fs.Bool("pprof", false, "with --metrics, also serve Go's profiles at /debug/pprof on that address")
 		resumeAt := fs.Float64("resume-at", 0, "start the first epoch from the state after this fraction of its batches (0.5: half), as a trainer restarted from a checkpoint does: measures the restore (first_batch_seconds, read_before_first_batch_bytes)")
 		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if len(args) == 0 {
@@ -80,7 +82,19 @@ would wait for data: the share of its time spent waiting after its first batch
 				}
 				defer pprof.StopCPUProfile()
 			}
-			res, err := bench(ctx, cfg, *epochs, *batches, *step, *verify, *resumeAt)
+			var mon *benchStats
+			if *metrics != "" {
+				mon = &benchStats{rank: cfg.Rank, world: max(cfg.World, 1), start: time.Now()}
+				addr, stop, err := serveMetrics(*metrics, *withPprof, mon.stats, lf.rf.cache, stderr)
+				if err != nil {
+					return err
+				}
+				defer stop()
+				fmt.Fprintf(stderr, "shardload bench: metrics on http://%s/metrics\n", addr)
+			} else if *withPprof {
+				return fmt.Errorf("%w: --pprof needs --metrics ADDR", errUsage)
+			}
+			res, err := bench(ctx, cfg, *epochs, *batches, *step, *verify, *resumeAt, mon)
 			if err != nil {
 				return err
 			}
@@ -389,7 +403,7 @@ func mismatch(a, b []byte) int {
 	return min(len(a), len(b))
 }
 
-func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, step time.Duration, verify bool, resumeAt float64) (*benchResult, error) {
+func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, step time.Duration, verify bool, resumeAt float64, mon *benchStats) (*benchResult, error) {
 	start := time.Now()
 	read0 := readBytes()
 	infos, err := shardload.Shards(ctx, cfg)
@@ -432,6 +446,7 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 		if err != nil {
 			return nil, err
 		}
+		mon.open(l, ecfg.Epoch)
 		res.Epochs++
 		if e == 0 {
 			res.PlanBatches = l.Plan().Batches
@@ -485,7 +500,9 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 				break
 			}
 		}
-		if err := l.Close(); err != nil { // producers cut short by --batches add their byte counts as they stop
+		err = l.Close() // producers cut short by --batches add their byte counts as they stop
+		mon.close(l)
+		if err != nil {
 			return nil, err
 		}
 		res.EpochSeconds = append(res.EpochSeconds, time.Since(epochStart).Seconds())

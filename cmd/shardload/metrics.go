@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,10 +21,15 @@ import (
 	"github.com/shardload/shardload/serve"
 )
 
-// serverMetrics renders a server's counters (serve.Server.Stats) and its cache's as
-// Prometheus metrics, read at each scrape: nothing on the loader's hot path.
+// statsFunc returns the sessions' counters and the totals of the ended ones, as
+// serve.Server.Stats does.
+type statsFunc func() ([]serve.SessionStats, shardload.Stats)
+
+// serverMetrics renders the counters of a server's sessions (or of bench's loader)
+// and of the cache as Prometheus metrics, read at each scrape: nothing on the
+// loader's hot path.
 type serverMetrics struct {
-	srv   *serve.Server
+	stats statsFunc
 	cache *cache.Cache // nil without a cache
 
 	sessions                                               *prometheus.Desc
@@ -34,13 +40,13 @@ type serverMetrics struct {
 	cacheEntries, cacheFailures                            *prometheus.Desc
 }
 
-func newServerMetrics(srv *serve.Server, c *cache.Cache) *serverMetrics {
+func newServerMetrics(stats statsFunc, c *cache.Cache) *serverMetrics {
 	sess := []string{"session", "rank"}
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("shardload_"+name, help, labels, nil)
 	}
 	return &serverMetrics{
-		srv: srv, cache: c,
+		stats: stats, cache: c,
 		sessions:      d("sessions", "Trainer sessions being served."),
 		samples:       d("session_samples_total", "Samples a session's loader collated into batches (padding not counted).", sess...),
 		batches:       d("session_batches_total", "Batches a session's loader collated.", sess...),
@@ -77,7 +83,7 @@ func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
 	g := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	sessions, total := m.srv.Stats()
+	sessions, total := m.stats()
 	g(m.sessions, float64(len(sessions)))
 	for _, s := range sessions {
 		id, rank := strconv.FormatUint(s.ID, 10), strconv.Itoa(s.Rank)
@@ -120,11 +126,17 @@ func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
 	g(m.cacheEntries, float64(cs.DiskEntries), "disk")
 }
 
-// addTotals adds a live session's counters to the totals of the ended ones.
+// addTotals adds s's counters and times to t's.
 func addTotals(t *shardload.Stats, s shardload.Stats) {
 	t.Samples += s.Samples
 	t.Batches += s.Batches
+	t.Padded += s.Padded
+	t.Trimmed += s.Trimmed
+	t.Skipped += s.Skipped
+	t.SkippedShards += s.SkippedShards
 	t.BytesIn += s.BytesIn
+	t.BytesInflated += s.BytesInflated
+	t.BytesOut += s.BytesOut
 	if t.Stages == nil {
 		t.Stages = map[string]time.Duration{}
 	}
@@ -133,12 +145,12 @@ func addTotals(t *shardload.Stats, s shardload.Stats) {
 	}
 }
 
-// serveMetrics listens on addr and serves /metrics (the server's and the Go
-// runtime's metrics) and, with withPprof, /debug/pprof. It returns the address it
-// listens on and a function that stops it.
-func serveMetrics(addr string, withPprof bool, srv *serve.Server, c *cache.Cache, stderr io.Writer) (string, func(), error) {
+// serveMetrics listens on addr and serves /metrics (the sessions', the cache's and
+// the Go runtime's metrics) and, with withPprof, /debug/pprof. It returns the address
+// it listens on and a function that stops it.
+func serveMetrics(addr string, withPprof bool, stats statsFunc, c *cache.Cache, stderr io.Writer) (string, func(), error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newServerMetrics(srv, c), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(newServerMetrics(stats, c), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: nil}))
 	if withPprof {
@@ -163,4 +175,56 @@ func serveMetrics(addr string, withPprof bool, srv *serve.Server, c *cache.Cache
 		defer cancel()
 		hs.Shutdown(ctx)
 	}, nil
+}
+
+// benchStats is bench's loader as one session (id 0) for the metrics: the counters of
+// its finished epochs and of the one running.
+type benchStats struct {
+	mu    sync.Mutex
+	rank  int
+	world int
+	done  shardload.Stats
+	cur   *shardload.Loader
+	epoch int
+	start time.Time
+}
+
+func (b *benchStats) open(l *shardload.Loader, epoch int) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	b.cur, b.epoch = l, epoch
+	b.mu.Unlock()
+}
+
+func (b *benchStats) close(l *shardload.Loader) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	addTotals(&b.done, l.Stats())
+	if b.cur == l {
+		b.cur = nil
+	}
+	b.mu.Unlock()
+}
+
+func (b *benchStats) stats() ([]serve.SessionStats, shardload.Stats) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := copyStats(b.done)
+	if b.cur != nil {
+		addTotals(&st, b.cur.Stats())
+	}
+	return []serve.SessionStats{{Rank: b.rank, World: b.world, Epoch: b.epoch, Started: b.start, Stats: st}}, shardload.Stats{}
+}
+
+func copyStats(s shardload.Stats) shardload.Stats {
+	out := s
+	out.Stages = map[string]time.Duration{}
+	for k, v := range s.Stages {
+		out.Stages[k] = v
+	}
+	return out
 }

@@ -64,7 +64,7 @@ removing its socket.`,
 			}
 			metricsAddr := ""
 			if *metrics != "" {
-				addr, stop, err := serveMetrics(*metrics, *withPprof, srv, lf.rf.cache, stderr)
+				addr, stop, err := serveMetrics(*metrics, *withPprof, srv.Stats, lf.rf.cache, stderr)
 				if err != nil {
 					srv.Close()
 					return err

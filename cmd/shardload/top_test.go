@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -89,5 +92,47 @@ func TestTopView(t *testing.T) {
 	writeTop(&b, rows, total)
 	if !strings.Contains(b.String(), "50.0%") || !strings.Contains(b.String(), "decode") || strings.Count(b.String(), "\n") != 5 {
 		t.Errorf("view:\n%s", b.String())
+	}
+}
+
+// TestBenchMetrics: bench --metrics serves the running loader's counters as session 0,
+// and shardload top reads them.
+func TestBenchMetrics(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, stderr := runCLI(t, "gen", "--shards", "2", "--samples", "40", dir); code != 0 {
+		t.Fatalf("gen: %s", stderr)
+	}
+	pr, pw := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		code := run(context.Background(), []string{"bench", "--metrics", "127.0.0.1:0", "--step-time", "30ms", "--batch-size", "4",
+			"--no-index-store", "--field", "jpg", dir + "/train-{000000..000001}.tar"}, io.Discard, pw)
+		pw.Close()
+		done <- code
+	}()
+	sc := bufio.NewScanner(pr)
+	var url string
+	for sc.Scan() {
+		if _, after, ok := strings.Cut(sc.Text(), "metrics on "); ok {
+			url = after
+			break
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	if url == "" {
+		t.Fatal("bench printed no metrics address")
+	}
+	fams, _, err := scrapeMetrics(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := counter(fams, "shardload_sessions"); n != 1 {
+		t.Errorf("sessions %v, want 1 (the bench loader)", n)
+	}
+	if _, ok := fams["shardload_session_batches_total"]; !ok {
+		t.Error("no shardload_session_batches_total")
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("bench exited %d", code)
 	}
 }
