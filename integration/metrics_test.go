@@ -107,6 +107,12 @@ func TestServeMetrics(t *testing.T) {
 	if fetch, found := value(fams, "shardload_session_stage_seconds_total", "rank", "0", "stage", "fetch"); !found || fetch <= 0 {
 		t.Errorf("mid-epoch: fetch stage %v s (found %v)", fetch, found)
 	}
+	if b, _ := value(fams, "shardload_session_memory_budget_bytes", "rank", "0"); b < slabs*4<<20 {
+		t.Errorf("mid-epoch: memory budget %v, less than the slabs' %d bytes", b, slabs*4<<20)
+	}
+	if _, found := value(fams, "shardload_fetch_retries_total"); !found {
+		t.Error("no shardload_fetch_retries_total")
+	}
 	if _, found := value(fams, "go_goroutines"); !found {
 		t.Error("no Go runtime metrics")
 	}

@@ -13,6 +13,8 @@ type SessionStats struct {
 	Rank, World int
 	Epoch       int // the epoch being read (or last read)
 	Started     time.Time
+	// MemoryBudget is what the session's buffers may hold (Config.MemoryBudget).
+	MemoryBudget int64
 	shardload.Stats
 }
 
@@ -67,7 +69,8 @@ func (t *sessionTally) snapshot(ss *session) SessionStats {
 	if t.cur != nil {
 		addStats(&st, t.cur.Stats())
 	}
-	out := SessionStats{ID: ss.id, Rank: ss.cfg.Rank, World: ss.cfg.World, Epoch: t.epoch, Started: t.started, Stats: st}
+	out := SessionStats{ID: ss.id, Rank: ss.cfg.Rank, World: ss.cfg.World, Epoch: t.epoch, Started: t.started,
+		MemoryBudget: ss.cfg.MemoryBudget(), Stats: st}
 	t.mu.Unlock()
 	return out
 }

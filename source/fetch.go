@@ -612,6 +612,10 @@ func (s *resumeStream) retry(err error) bool {
 		s.err = s.deadlineErr()
 		return false
 	}
+	retried.Add(1)
+	if s.off > s.start {
+		resumed.Add(1)
+	}
 	return true
 }
 

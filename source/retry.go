@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -245,8 +246,19 @@ func (p RetryPolicy) Do(ctx context.Context, op func(attempt int) error) error {
 		if serr := p.Sleep(ctx, p.Backoff(attempt, err)); serr != nil {
 			return err
 		}
+		retried.Add(1)
 	}
 }
+
+// retried and resumed count, in this process, the requests tried again after a
+// retryable failure, and the reads among them that went on at a byte offset past
+// their start.
+var retried, resumed atomic.Int64
+
+// Retries returns how many times, in this process, a request to a source was tried
+// again after a retryable failure (RetryPolicy.Do, and the reads of a Fetcher), and
+// how many of those resumed a read at the byte offset it had reached.
+func Retries() (retries, resumes int64) { return retried.Load(), resumed.Load() }
 
 // exhausted wraps the last error of attempts failed tries, keeping an *Error on top
 // so that callers still see the operation and URL.

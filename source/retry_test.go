@@ -85,6 +85,7 @@ func TestRetryDo(t *testing.T) {
 		t.Errorf("not retryable: %d calls, %v", calls, err)
 	}
 	calls = 0
+	before, _ := Retries()
 	err = p.Do(t.Context(), func(a int) error {
 		calls++
 		if a < 2 {
@@ -94,6 +95,9 @@ func TestRetryDo(t *testing.T) {
 	})
 	if calls != 2 || err != nil {
 		t.Errorf("second try succeeds: %d calls, %v", calls, err)
+	}
+	if after, _ := Retries(); after < before+1 {
+		t.Errorf("Retries went from %d to %d over a retried request", before, after)
 	}
 }
 

@@ -84,7 +84,7 @@ would wait for data: the share of its time spent waiting after its first batch
 			}
 			var mon *benchStats
 			if *metrics != "" {
-				mon = &benchStats{rank: cfg.Rank, world: max(cfg.World, 1), start: time.Now()}
+				mon = &benchStats{rank: cfg.Rank, world: max(cfg.World, 1), start: time.Now(), budget: cfg.MemoryBudget()}
 				addr, stop, err := serveMetrics(*metrics, *withPprof, mon.stats, lf.rf.cache, stderr)
 				if err != nil {
 					return err

@@ -19,6 +19,7 @@ import (
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/cache"
 	"github.com/shardload/shardload/serve"
+	"github.com/shardload/shardload/source"
 )
 
 // statsFunc returns the sessions' counters and the totals of the ended ones, as
@@ -38,6 +39,7 @@ type serverMetrics struct {
 	totalSamples, totalBatches, totalBytesRead, totalStage *prometheus.Desc
 	cacheHits, cacheFetches, cacheEvictions, cacheBytes    *prometheus.Desc
 	cacheEntries, cacheFailures                            *prometheus.Desc
+	retries, resumes, budget                               *prometheus.Desc
 }
 
 func newServerMetrics(stats statsFunc, c *cache.Cache) *serverMetrics {
@@ -69,6 +71,9 @@ func newServerMetrics(stats statsFunc, c *cache.Cache) *serverMetrics {
 		cacheFailures:  d("cache_failures_total", "Cache fetches that failed, and disk writes that failed.", "what"),
 		cacheBytes:     d("cache_bytes", "Bytes a cache tier holds or has reserved.", "tier"),
 		cacheEntries:   d("cache_entries", "Entries in a cache tier.", "tier"),
+		retries:        d("fetch_retries_total", "Requests to a source tried again after a retryable failure."),
+		resumes:        d("fetch_resumes_total", "Retried reads that went on at the byte offset they had reached."),
+		budget:         d("session_memory_budget_bytes", "What a session's buffers may hold: queues, shuffle windows and slabs (Config.MemoryBudget).", sess...),
 	}
 }
 
@@ -102,6 +107,7 @@ func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
 			c(m.stage, s.Stages[st].Seconds(), id, rank, st)
 		}
 		c(m.wait, s.Stages["wait"].Seconds(), id, rank)
+		g(m.budget, float64(s.MemoryBudget), id, rank)
 		addTotals(&total, s.Stats)
 	}
 	c(m.totalSamples, float64(total.Samples))
@@ -110,6 +116,9 @@ func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
 	for _, st := range shardload.StageNames {
 		c(m.totalStage, total.Stages[st].Seconds(), st)
 	}
+	retries, resumes := source.Retries()
+	c(m.retries, float64(retries))
+	c(m.resumes, float64(resumes))
 	if m.cache == nil {
 		return
 	}
@@ -180,13 +189,14 @@ func serveMetrics(addr string, withPprof bool, stats statsFunc, c *cache.Cache, 
 // benchStats is bench's loader as one session (id 0) for the metrics: the counters of
 // its finished epochs and of the one running.
 type benchStats struct {
-	mu    sync.Mutex
-	rank  int
-	world int
-	done  shardload.Stats
-	cur   *shardload.Loader
-	epoch int
-	start time.Time
+	mu     sync.Mutex
+	rank   int
+	world  int
+	done   shardload.Stats
+	cur    *shardload.Loader
+	epoch  int
+	start  time.Time
+	budget int64
 }
 
 func (b *benchStats) open(l *shardload.Loader, epoch int) {
@@ -217,7 +227,7 @@ func (b *benchStats) stats() ([]serve.SessionStats, shardload.Stats) {
 	if b.cur != nil {
 		addTotals(&st, b.cur.Stats())
 	}
-	return []serve.SessionStats{{Rank: b.rank, World: b.world, Epoch: b.epoch, Started: b.start, Stats: st}}, shardload.Stats{}
+	return []serve.SessionStats{{Rank: b.rank, World: b.world, Epoch: b.epoch, Started: b.start, MemoryBudget: b.budget, Stats: st}}, shardload.Stats{}
 }
 
 func copyStats(s shardload.Stats) shardload.Stats {
