@@ -110,6 +110,12 @@ func TestServeMetrics(t *testing.T) {
 	if b, _ := value(fams, "shardload_session_memory_budget_bytes", "rank", "0"); b < slabs*4<<20 {
 		t.Errorf("mid-epoch: memory budget %v, less than the slabs' %d bytes", b, slabs*4<<20)
 	}
+	if n, _ := value(fams, "shardload_session_ring_slabs", "rank", "0"); n != slabs {
+		t.Errorf("mid-epoch: ring of %v slabs, want %d", n, slabs)
+	}
+	if n, _ := value(fams, "shardload_session_ring_slabs_in_use", "rank", "0"); n < 1 || n > slabs {
+		t.Errorf("mid-epoch: %v slabs in use (the trainer holds one), want 1 to %d", n, slabs)
+	}
 	if _, found := value(fams, "shardload_fetch_retries_total"); !found {
 		t.Error("no shardload_fetch_retries_total")
 	}

@@ -379,6 +379,7 @@ func (ss *session) run() error {
 		ss.sendError(CodePipeline, err.Error())
 		return err
 	}
+	ss.tally.setRing(ring)
 	if ss.place.node >= 0 && !ring.Bound() {
 		ss.place.msg.Node = -1
 		ss.place.msg.Reason += fmt.Sprintf("; memory left unbound: the kernel did not bind the slabs to node %d (see the server's log)", ss.place.node)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/pinned"
 )
 
 // SessionStats are one session's counters so far, over all its epochs.
@@ -15,6 +16,9 @@ type SessionStats struct {
 	Started     time.Time
 	// MemoryBudget is what the session's buffers may hold (Config.MemoryBudget).
 	MemoryBudget int64
+	// RingSlabs is the session's slabs, and RingInUse those holding a batch that is
+	// being collated, is ready, or is with the trainer.
+	RingSlabs, RingInUse int
 	shardload.Stats
 }
 
@@ -43,6 +47,14 @@ type sessionTally struct {
 	cur     *shardload.Loader
 	epoch   int
 	started time.Time
+	ring    *pinned.Ring
+}
+
+// setRing notes the session's ring, for its occupancy.
+func (t *sessionTally) setRing(r *pinned.Ring) {
+	t.mu.Lock()
+	t.ring = r
+	t.mu.Unlock()
 }
 
 // open notes the loader of an epoch being read.
@@ -71,6 +83,9 @@ func (t *sessionTally) snapshot(ss *session) SessionStats {
 	}
 	out := SessionStats{ID: ss.id, Rank: ss.cfg.Rank, World: ss.cfg.World, Epoch: t.epoch, Started: t.started,
 		MemoryBudget: ss.cfg.MemoryBudget(), Stats: st}
+	if t.ring != nil {
+		out.RingSlabs, out.RingInUse = len(t.ring.Slabs()), t.ring.InUse()
+	}
 	t.mu.Unlock()
 	return out
 }

@@ -39,7 +39,7 @@ type serverMetrics struct {
 	totalSamples, totalBatches, totalBytesRead, totalStage *prometheus.Desc
 	cacheHits, cacheFetches, cacheEvictions, cacheBytes    *prometheus.Desc
 	cacheEntries, cacheFailures                            *prometheus.Desc
-	retries, resumes, budget                               *prometheus.Desc
+	retries, resumes, budget, ringSlabs, ringInUse         *prometheus.Desc
 }
 
 func newServerMetrics(stats statsFunc, c *cache.Cache) *serverMetrics {
@@ -73,6 +73,8 @@ func newServerMetrics(stats statsFunc, c *cache.Cache) *serverMetrics {
 		cacheEntries:   d("cache_entries", "Entries in a cache tier.", "tier"),
 		retries:        d("fetch_retries_total", "Requests to a source tried again after a retryable failure."),
 		resumes:        d("fetch_resumes_total", "Retried reads that went on at the byte offset they had reached."),
+		ringSlabs:      d("session_ring_slabs", "Slabs in a session's ring.", sess...),
+		ringInUse:      d("session_ring_slabs_in_use", "Slabs of a session's ring holding a batch: being collated, ready, or with the trainer.", sess...),
 		budget:         d("session_memory_budget_bytes", "What a session's buffers may hold: queues, shuffle windows and slabs (Config.MemoryBudget).", sess...),
 	}
 }
@@ -108,6 +110,10 @@ func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		c(m.wait, s.Stages["wait"].Seconds(), id, rank)
 		g(m.budget, float64(s.MemoryBudget), id, rank)
+		if s.RingSlabs > 0 {
+			g(m.ringSlabs, float64(s.RingSlabs), id, rank)
+			g(m.ringInUse, float64(s.RingInUse), id, rank)
+		}
 		addTotals(&total, s.Stats)
 	}
 	c(m.totalSamples, float64(total.Samples))
