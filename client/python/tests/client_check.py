@@ -422,6 +422,11 @@ def dist(sock_a, sock_b):
             keys.extend(b.keys[:b.rows - b.padded])
         emit(what=what, rank=td.get_rank(), order=c.order, keys=keys)
         c.close()
+    # An orderly end: a rank that exits while a peer's gloo connections are still
+    # open can abort in gloo's threads ("terminate called without an active
+    # exception"), as seen under load.
+    td.barrier()
+    td.destroy_process_group()
 
 
 # -- expect --
