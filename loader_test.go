@@ -520,11 +520,25 @@ func TestSkipDeterministic(t *testing.T) {
 		}
 		defer l.Close()
 		var keys []string
+		var prev []string
 		for b, err := range l.All(context.Background()) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			keys = append(keys, fmt.Sprintf("%d:%v", b.Padded, b.Keys()))
+			k := b.Keys()
+			// The padding rows are the last: the others are distinct samples, and the
+			// pads repeat samples of this batch or the one before.
+			real, pads := k[:b.Rows-b.Padded], k[b.Rows-b.Padded:]
+			if len(slices.Compact(slices.Sorted(slices.Values(real)))) != len(real) {
+				t.Fatalf("batch %d: samples %v repeat", b.Seq, real)
+			}
+			for _, p := range pads {
+				if !slices.Contains(real, p) && !slices.Contains(prev, p) {
+					t.Fatalf("batch %d: padding row %s is no sample of it or of the batch before (%v, %v)", b.Seq, p, real, prev)
+				}
+			}
+			prev = real
+			keys = append(keys, fmt.Sprintf("%d:%v", b.Padded, k))
 		}
 		return keys, logs
 	}

@@ -507,10 +507,11 @@ func (pl *Pipeline) noteSkip(m slotMsg) error {
 }
 
 // batcher collects samples into batches and collates them into slabs. With exact
-// counts, row i of batch k is position k*BatchSize+i of the rank's part of the
-// order, and a sample left out (missing) is padded by repeating another of the
-// batch (or of the batch before); with estimated counts the batches take the
-// samples as they come, and the last ones are padded or trimmed to the plan.
+// counts, batch k holds positions [k*BatchSize, (k+1)*BatchSize) of the rank's part
+// of the order, in order, and the samples left out (missing) are made up by rows
+// repeating others of the batch (or of the batch before), after its samples; with
+// estimated counts the batches take the samples as they come, and the last ones are
+// padded or trimmed to the plan. Either way a batch's padding rows are its last.
 type batcher struct {
 	pl      *Pipeline
 	rows    []*item
@@ -595,27 +596,28 @@ func (b *batcher) finish(ctx context.Context) error {
 // pad replaces the rows left out with repeats of the batch's other rows, or of the
 // batch before's when none is left.
 func (b *batcher) pad() error {
-	var good []*item
+	n := 0 // the samples, moved to the front in order
 	for _, it := range b.rows {
 		if it != missing {
-			good = append(good, it)
+			b.rows[n] = it
+			n++
 		}
 	}
-	if len(good) == len(b.rows) {
+	if n == len(b.rows) {
 		return nil
 	}
-	if len(good) == 0 {
+	good := b.rows[:n]
+	if n == 0 {
 		good = b.last
 	}
 	if len(good) == 0 {
 		return fmt.Errorf("shardload: every sample of rank %d's batch %d was left out, and no batch before it has samples to pad it with", b.pl.p.Rank, b.seq)
 	}
-	for i, it := range b.rows {
-		if it == missing {
-			b.rows[i] = good[b.padFrom%len(good)].ref()
-			b.padFrom++
-			b.padded++
-		}
+	// The padding rows are the batch's last: a trainer drops them as rows[:Rows-Padded].
+	for i := n; i < len(b.rows); i++ {
+		b.rows[i] = good[b.padFrom%len(good)].ref()
+		b.padFrom++
+		b.padded++
 	}
 	return nil
 }
