@@ -69,6 +69,6 @@
 // The stages are usable on their own: package source (the Source interface, a registry
 // by URL scheme, the fetcher, the file backend, and the cloud backends), package shard
 // (brace expansion, the streaming sample reader and its checks on damaged input, the
-// epoch plan, the shuffle buffer), package index (the dataset index), package decode, package pinned, package cache (a
+// epoch order and each rank's plan of it), package index (the dataset index), package decode, package pinned, package cache (a
 // shard cache on local disk that is itself a Source) and package device.
 package shardload
