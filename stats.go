@@ -45,3 +45,25 @@ func (l *Loader) Stats() Stats {
 		},
 	}
 }
+
+// Add adds o's counters and stage times to s's (Workers and PageLocked become o's),
+// for totals over epochs or loaders.
+func (s *Stats) Add(o Stats) {
+	s.Samples += o.Samples
+	s.Batches += o.Batches
+	s.Padded += o.Padded
+	s.Trimmed += o.Trimmed
+	s.Skipped += o.Skipped
+	s.SkippedShards += o.SkippedShards
+	s.BytesIn += o.BytesIn
+	s.BytesInflated += o.BytesInflated
+	s.BytesOut += o.BytesOut
+	s.Elapsed += o.Elapsed
+	s.Workers, s.PageLocked = o.Workers, o.PageLocked
+	if s.Stages == nil {
+		s.Stages = make(map[string]time.Duration, len(o.Stages))
+	}
+	for k, v := range o.Stages {
+		s.Stages[k] += v
+	}
+}

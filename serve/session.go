@@ -125,7 +125,7 @@ func (s *Server) handle(c *net.UnixConn) {
 		st := ss.tally.snapshot(ss)
 		s.statsMu.Lock()
 		delete(s.live, id)
-		addStats(&s.ended, st.Stats)
+		s.ended.Add(st.Stats)
 		s.statsMu.Unlock()
 	}()
 	err = ss.run()

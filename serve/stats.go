@@ -30,8 +30,7 @@ func (s *Server) Stats() (sessions []SessionStats, ended shardload.Stats) {
 	for _, ss := range s.live {
 		live = append(live, ss)
 	}
-	ended = s.ended
-	ended.Stages = cloneStages(s.ended.Stages)
+	ended.Add(s.ended)
 	s.statsMu.Unlock()
 	for _, ss := range live {
 		sessions = append(sessions, ss.tally.snapshot(ss))
@@ -68,7 +67,7 @@ func (t *sessionTally) open(l *shardload.Loader, epoch int) {
 func (t *sessionTally) close(l *shardload.Loader) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	addStats(&t.done, l.Stats())
+	t.done.Add(l.Stats())
 	if t.cur == l {
 		t.cur = nil
 	}
@@ -76,10 +75,10 @@ func (t *sessionTally) close(l *shardload.Loader) {
 
 func (t *sessionTally) snapshot(ss *session) SessionStats {
 	t.mu.Lock()
-	st := t.done
-	st.Stages = cloneStages(t.done.Stages)
+	var st shardload.Stats
+	st.Add(t.done)
 	if t.cur != nil {
-		addStats(&st, t.cur.Stats())
+		st.Add(t.cur.Stats())
 	}
 	out := SessionStats{ID: ss.id, Rank: ss.cfg.Rank, World: ss.cfg.World, Epoch: t.epoch, Started: t.started,
 		MemoryBudget: ss.cfg.MemoryBudget(), Stats: st}
@@ -87,35 +86,5 @@ func (t *sessionTally) snapshot(ss *session) SessionStats {
 		out.RingSlabs, out.RingInUse = len(t.ring.Slabs()), t.ring.InUse()
 	}
 	t.mu.Unlock()
-	return out
-}
-
-// addStats adds b's counters and times to a's.
-func addStats(a *shardload.Stats, b shardload.Stats) {
-	a.Samples += b.Samples
-	a.Batches += b.Batches
-	a.Padded += b.Padded
-	a.Trimmed += b.Trimmed
-	a.Skipped += b.Skipped
-	a.SkippedShards += b.SkippedShards
-	a.BytesIn += b.BytesIn
-	a.BytesInflated += b.BytesInflated
-	a.BytesOut += b.BytesOut
-	a.Elapsed += b.Elapsed
-	a.Workers = b.Workers
-	a.PageLocked = b.PageLocked
-	if a.Stages == nil {
-		a.Stages = map[string]time.Duration{}
-	}
-	for k, v := range b.Stages {
-		a.Stages[k] += v
-	}
-}
-
-func cloneStages(m map[string]time.Duration) map[string]time.Duration {
-	out := make(map[string]time.Duration, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
 	return out
 }

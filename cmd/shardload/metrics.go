@@ -114,7 +114,7 @@ func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
 			g(m.ringSlabs, float64(s.RingSlabs), id, rank)
 			g(m.ringInUse, float64(s.RingInUse), id, rank)
 		}
-		addTotals(&total, s.Stats)
+		total.Add(s.Stats)
 	}
 	c(m.totalSamples, float64(total.Samples))
 	c(m.totalBatches, float64(total.Batches))
@@ -139,25 +139,6 @@ func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
 	g(m.cacheBytes, float64(cs.DiskBytes), "disk")
 	g(m.cacheEntries, float64(cs.MemoryEntries), "memory")
 	g(m.cacheEntries, float64(cs.DiskEntries), "disk")
-}
-
-// addTotals adds s's counters and times to t's.
-func addTotals(t *shardload.Stats, s shardload.Stats) {
-	t.Samples += s.Samples
-	t.Batches += s.Batches
-	t.Padded += s.Padded
-	t.Trimmed += s.Trimmed
-	t.Skipped += s.Skipped
-	t.SkippedShards += s.SkippedShards
-	t.BytesIn += s.BytesIn
-	t.BytesInflated += s.BytesInflated
-	t.BytesOut += s.BytesOut
-	if t.Stages == nil {
-		t.Stages = map[string]time.Duration{}
-	}
-	for k, v := range s.Stages {
-		t.Stages[k] += v
-	}
 }
 
 // serveMetrics listens on addr and serves /metrics (the sessions', the cache's and
@@ -219,7 +200,7 @@ func (b *benchStats) close(l *shardload.Loader) {
 		return
 	}
 	b.mu.Lock()
-	addTotals(&b.done, l.Stats())
+	b.done.Add(l.Stats())
 	if b.cur == l {
 		b.cur = nil
 	}
@@ -229,18 +210,10 @@ func (b *benchStats) close(l *shardload.Loader) {
 func (b *benchStats) stats() ([]serve.SessionStats, shardload.Stats) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	st := copyStats(b.done)
+	var st shardload.Stats
+	st.Add(b.done)
 	if b.cur != nil {
-		addTotals(&st, b.cur.Stats())
+		st.Add(b.cur.Stats())
 	}
 	return []serve.SessionStats{{Rank: b.rank, World: b.world, Epoch: b.epoch, Started: b.start, MemoryBudget: b.budget, Stats: st}}, shardload.Stats{}
-}
-
-func copyStats(s shardload.Stats) shardload.Stats {
-	out := s
-	out.Stages = map[string]time.Duration{}
-	for k, v := range s.Stages {
-		out.Stages[k] = v
-	}
-	return out
 }
