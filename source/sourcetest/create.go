@@ -36,6 +36,10 @@ type Writable struct {
 	}
 	URL  func(name string) string
 	Size int
+	// Registry, when set, is a registry that reads and writes the same place (the
+	// backend behind a Fetcher, as its Register puts it): a write through it must
+	// reach Src, Registry.Create unwrapping what the registry holds.
+	Registry *source.Registry
 }
 
 // RunCreator checks the source.Creator contract on w: an object written in pieces
@@ -116,4 +120,14 @@ func RunCreator(t *testing.T, w Writable) {
 			t.Errorf("Stat = %+v, %v", info, err)
 		}
 	})
+
+	if w.Registry != nil {
+		t.Run("through a registry", func(t *testing.T) {
+			url, data := w.URL("registry/x"), []byte("via the registry")
+			if err := Write(t.Context(), w.Registry, url, data); err != nil {
+				t.Fatal(err)
+			}
+			readBack(t, url, data)
+		})
+	}
 }
