@@ -11,6 +11,7 @@ import (
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
 	"github.com/shardload/shardload/internal/mem"
+	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
@@ -118,10 +119,39 @@ type Config struct {
 	// number of shards read at once. Default 8.
 	OpenShards int
 	// Workers is the number of shards being fetched, inflated, split and decoded at
-	// the same moment. Default GOMAXPROCS, at most OpenShards.
+	// the same moment. Default GOMAXPROCS, at most OpenShards, then the tuner's.
 	Workers int
-	// QueueBytes caps the decoded samples waiting per open shard. Default 2 MiB.
+	// QueueBytes caps the decoded samples waiting per open shard. Default 2 MiB,
+	// then the tuner's.
 	QueueBytes int64
+	// FetchParallel and FetchPartSize are the ranged parts of remote reads: at most
+	// FetchParallel parts of FetchPartSize bytes in flight per shard (see
+	// source.FetchOptions). Set, they override the Fetchers' own options for this
+	// loader's reads (source.WithTuning). Default source.DefaultParallel and
+	// source.DefaultPartSize, then the tuner's; with NoAutotune and neither set,
+	// the Fetchers' own options.
+	FetchParallel int
+	FetchPartSize int64
+
+	// Memory is the budget of the loader's buffers, in bytes: the slab ring, the
+	// decoded samples (the open shards' queues, the shuffle windows, the batches being
+	// collated) and the remote reads' parts (see MemoryBudget). Open fails with
+	// ErrMemory when the settings set need more; the settings left to their defaults
+	// are lowered to fit, and the tuner never raises them past it. The process holds
+	// MemoryOverhead more. Default 1 GiB (DefaultMemory).
+	Memory int64
+	// NoAutotune keeps Workers, QueueBytes and the fetch settings as they are set (or
+	// default) for the whole epoch. By default the loader tunes those it was not
+	// given while it runs (package doc: Autotuning): every half second it compares
+	// the rate it delivers with the last, keeps a change that raised it by 5% or
+	// more, and undoes one that did not, while its consumer waits for it; Workers,
+	// QueueBytes, FetchParallel and FetchPartSize when set are left alone. No
+	// setting the tuner changes alters the batches.
+	NoAutotune bool
+	// Tuner, when set, carries the tuner's settings from loader to loader: give one
+	// to every epoch's loader of a job (Tuner.Settings says where it is). Default:
+	// a tuner of the loader's own, starting from the defaults.
+	Tuner *Tuner
 	// ReadGap: the samples a rank wants of a window it shares with another rank (or
 	// of a resumed window) are read with one request per run of them, and two runs of
 	// one shard are read in one request, dropping the samples between them, when
@@ -177,6 +207,9 @@ type Config struct {
 	// Logf receives one line per skipped sample or shard and other warnings. Default
 	// log.Printf.
 	Logf func(format string, args ...any)
+
+	pins      tune.Pins // the tuner's knobs the caller set
+	defaulted bool
 }
 
 // Budget bounds what the Skip policy may leave out of one epoch of the whole job: the
@@ -236,6 +269,21 @@ const (
 
 // withDefaults returns cfg with its zero fields set.
 func (cfg Config) withDefaults() Config {
+	if cfg.defaulted {
+		return cfg
+	}
+	cfg.defaulted = true
+	cfg.pins = tune.Pins{Workers: cfg.Workers != 0, QueueBytes: cfg.QueueBytes != 0,
+		FetchParallel: cfg.FetchParallel != 0, FetchPartSize: cfg.FetchPartSize != 0}
+	if cfg.Memory == 0 {
+		cfg.Memory = DefaultMemory
+	}
+	if cfg.FetchParallel == 0 {
+		cfg.FetchParallel = source.DefaultParallel
+	}
+	if cfg.FetchPartSize == 0 {
+		cfg.FetchPartSize = source.DefaultPartSize
+	}
 	if cfg.BatchSize == 0 {
 		cfg.BatchSize = DefaultBatchSize
 	}
@@ -306,6 +354,7 @@ func (cfg Config) Validate() error {
 		{"ShuffleBuffer", int64(cfg.ShuffleBuffer)}, {"ShuffleBytes", cfg.ShuffleBytes},
 		{"OpenShards", int64(cfg.OpenShards)}, {"Workers", int64(cfg.Workers)}, {"QueueBytes", cfg.QueueBytes},
 		{"MaxMemberSize", cfg.MaxMemberSize}, {"MaxSampleSize", cfg.MaxSampleSize}, {"Slabs", int64(cfg.Slabs)}, {"SlabBytes", cfg.SlabBytes},
+		{"Memory", cfg.Memory}, {"FetchParallel", int64(cfg.FetchParallel)}, {"FetchPartSize", cfg.FetchPartSize},
 	} {
 		if c.v < 0 {
 			bad("%s %d is negative", c.name, c.v)
@@ -364,14 +413,18 @@ func (cfg Config) RingBytes() int64 {
 	return int64(cfg.Slabs) * cfg.SlabBytes
 }
 
-// MemoryBudget returns the bytes the loader's buffers hold at most with these
-// settings: decoded samples queued per open shard, the shuffle buffer and the slabs.
-// On top come two batches of decoded samples (the one being collated and the last
-// one, kept to pad an epoch shortened by skipped samples), one sample being read per
-// worker (at most MaxSampleSize; a sample larger than a queue holds that queue alone),
-// the decompressors' windows (up to 8 MiB per zstd stream at common levels),
-// the sources' buffers and Go's runtime.
+// MemoryBudget returns the budget of the loader's buffers: Memory, or DefaultMemory.
+// It holds the slabs, the decoded samples queued per open shard, in the shuffle
+// windows and in the two batches being collated (the one being written and the last
+// one, kept to pad an epoch shortened by skipped samples), with an eighth more for
+// the buffers' size classes, and the parts of the remote reads in flight
+// (FetchParallel x FetchPartSize per open shard, when reads use parts). Not in it:
+// one sample being read per worker beyond its queue (at most MaxSampleSize; a
+// sample larger than a queue holds that queue alone), the decompressors' windows
+// (up to 8 MiB per zstd stream at common levels), and what the process holds once
+// (MemoryOverhead). The shuffle windows hold ShuffleBytes of samples at their stored
+// size (the order is planned from it): samples that inflate when decoded (zstd
+// shards, npy stored compressed) hold more.
 func (cfg Config) MemoryBudget() int64 {
-	cfg = cfg.withDefaults()
-	return int64(cfg.OpenShards)*cfg.QueueBytes + cfg.ShuffleBytes + int64(cfg.Slabs)*cfg.SlabBytes
+	return cfg.withDefaults().Memory
 }

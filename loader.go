@@ -15,8 +15,10 @@ import (
 	"github.com/shardload/shardload/device"
 	"github.com/shardload/shardload/internal/pipeline"
 	"github.com/shardload/shardload/internal/redact"
+	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/source"
 )
 
 // Loader yields the batches of one rank's epoch. Open one per epoch; Close it when
@@ -32,6 +34,10 @@ type Loader struct {
 	start  time.Time
 	resume State        // the state the loader started from
 	taken  atomic.Int64 // batches Next has returned
+	tuner  *Tuner
+	remote bool // some shard is remote: the fetch settings matter
+	done   chan struct{}
+	close  sync.Once
 }
 
 // Batch is one batch in a pinned slab. Its columns are views into Data(); they stay
@@ -99,18 +105,45 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 			return nil, err
 		}
 	}
+	isRemote := remote(infos)
+	tuner := cfg.Tuner
+	if tuner == nil {
+		tuner = NewTuner()
+	}
+	knobs, pins, err := cfg.startKnobs(tuner, isRemote)
+	if err != nil {
+		return nil, err
+	}
+	lim := tune.Limits{MaxWorkers: cfg.OpenShards, Fetch: isRemote,
+		Fits: func(k tune.Knobs) bool { return cfg.memoryOf(k, isRemote) <= cfg.Memory }}
+	if cfg.NoAutotune {
+		pins = tune.Pins{Workers: true, QueueBytes: true, FetchParallel: true, FetchPartSize: true}
+	}
+	tuner.mu.Lock()
+	if tuner.t == nil {
+		tuner.t = tune.New(knobs, pins, lim)
+	} else {
+		tuner.t.Restart(knobs, pins, lim)
+	}
+	tuner.mu.Unlock()
+	fetch := pipelineKnobs(knobs, isRemote).Fetch
+	if cfg.NoAutotune && !cfg.pins.FetchParallel && !cfg.pins.FetchPartSize {
+		fetch = source.Tuning{} // the sources' own settings
+	}
 	dev, err := openDevice(cfg)
 	if err != nil {
 		return nil, err
 	}
 	maxSamples, maxShards := cfg.ErrorBudget.limits(order.Samples, int64(order.Shards))
-	l = &Loader{cfg: cfg, plan: plan, order: order, fields: fields, dev: dev, start: start, resume: resume}
+	l = &Loader{cfg: cfg, plan: plan, order: order, fields: fields, dev: dev, start: start, resume: resume,
+		tuner: tuner, remote: isRemote, done: make(chan struct{})}
 	l.p = pipeline.Start(ctx, pipeline.Params{
 		Sources: cfg.Sources, Plan: plan, Shards: infos, Fields: fields,
 		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxSampleSize: cfg.MaxSampleSize, MaxRatio: cfg.MaxRatio},
 		Rank:   cfg.Rank, FirstSeq: resume.Batches,
 		NoShuffle: cfg.NoShuffle, ShuffleBytes: cfg.ShuffleBytes,
-		OpenShards: cfg.OpenShards, Workers: cfg.Workers, QueueBytes: cfg.QueueBytes,
+		OpenShards: cfg.OpenShards, Workers: knobs.Workers, QueueBytes: knobs.QueueBytes, Fetch: fetch,
+		SampleBytes: cfg.Memory - int64(cfg.Slabs)*cfg.SlabBytes - fetchMemory(cfg.OpenShards, knobs, isRemote),
 		BatchSize: cfg.BatchSize, DropLast: cfg.DropLast, CPUs: cfg.CPUs,
 		Stretch: cfg.World == 1 && plan.Estimated, Record: recorder(cfg, infos),
 		Skip: cfg.OnError == Skip,
@@ -121,6 +154,9 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 			Warn: func(msg string) { lockWarning.Do(func() { cfg.Logf("shardload: warning: %s", msg) }) }},
 		Queue: cfg.Slabs, Device: dev, Logf: cfg.Logf,
 	})
+	if !cfg.NoAutotune {
+		go l.autotune(tuner, isRemote, l.done)
+	}
 	return l, nil
 }
 
@@ -225,7 +261,14 @@ func (l *Loader) All(ctx context.Context) iter.Seq2[*Batch, error] {
 // Close stops the loader, waits for its goroutines and frees the slabs. Batches not
 // yet released must not be used afterwards. With Config.Ring, the ring stays open and
 // the caller releases the batches it still holds. Close is idempotent.
-func (l *Loader) Close() error { return l.p.Close() }
+func (l *Loader) Close() error {
+	l.close.Do(func() { close(l.done) })
+	return l.p.Close()
+}
+
+// Settings returns the loader's current settings of those its tuner may change
+// (Config.NoAutotune): where the tuner is, or the settings as set.
+func (l *Loader) Settings() Settings { return l.tuner.Settings() }
 
 // Device returns the loader's device-copy stage: its kind and description.
 func (l *Loader) Device() *device.Stage { return l.dev }

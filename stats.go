@@ -37,7 +37,7 @@ func (l *Loader) Stats() Stats {
 		Samples: c.Samples.Load(), Batches: c.Batches.Load(), Padded: c.Padded.Load(), Trimmed: c.Trimmed.Load(),
 		Skipped: c.Skipped.Load(), SkippedShards: c.SkippedShards.Load(),
 		BytesIn: c.BytesIn.Load(), BytesInflated: c.BytesInflated.Load(), BytesOut: c.BytesOut.Load(),
-		Workers: l.cfg.Workers, PageLocked: l.p.Locked(),
+		Workers: l.Settings().Workers, PageLocked: l.p.Locked(),
 		Elapsed: time.Since(l.start), FirstBatch: d(c.FirstBatch.Load()),
 		Stages: map[string]time.Duration{
 			"fetch": d(c.Fetch.Load()), "inflate": d(c.Inflate.Load()), "split": d(c.Split.Load()), "decode": d(c.Decode.Load()),

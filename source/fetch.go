@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/shardload/shardload/internal/mem"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shardload/shardload/internal/mem"
 )
 
 // VersionReader is the optional capability to read part of one version of an object:
@@ -111,40 +113,80 @@ type Fetcher struct {
 
 	// Part buffers that streams gave back, for the next streams: a fresh buffer
 	// costs a page fault per 4 KiB on first write, which at loopback speeds costs
-	// more than the copy. At most maxFreeParts are kept.
-	mu   sync.Mutex
-	bufs [][]byte
+	// more than the copy. At most MaxFreeBytes of them are kept.
+	mu       sync.Mutex
+	bufs     [][]byte
+	freeHeld int64
 }
 
-// maxFreeParts bounds the part buffers a Fetcher keeps between streams: 4 streams'
-// worth (at the defaults, 128 MiB).
-func (f *Fetcher) maxFreeParts() int { return 4 * f.opts.Parallel }
+// MaxFreeBytes bounds the part buffers a Fetcher keeps between streams: 2 streams'
+// worth at the options' Parallel and PartSize (at the defaults, 64 MiB). They are
+// memory of the process that no loader's budget counts.
+func (f *Fetcher) MaxFreeBytes() int64 { return 2 * int64(f.opts.Parallel) * f.opts.PartSize }
 
-// getBuf returns a part buffer of PartSize bytes.
-func (f *Fetcher) getBuf() []byte {
+// getBuf returns a part buffer of size bytes.
+func (f *Fetcher) getBuf(size int64) []byte {
 	f.mu.Lock()
-	if n := len(f.bufs); n > 0 {
-		b := f.bufs[n-1]
-		f.bufs = f.bufs[:n-1]
-		f.mu.Unlock()
-		return b
+	for i := len(f.bufs) - 1; i >= 0; i-- {
+		if b := f.bufs[i]; int64(cap(b)) == size {
+			f.bufs = slices.Delete(f.bufs, i, i+1)
+			f.freeHeld -= size
+			f.mu.Unlock()
+			return b
+		}
 	}
 	f.mu.Unlock()
-	b := make([]byte, f.opts.PartSize)
+	b := make([]byte, size)
 	mem.Prefault(b)
 	return b
 }
 
-// putBuf keeps a part buffer for later streams, up to maxFreeParts.
+// putBuf keeps a part buffer for later streams, up to MaxFreeBytes; the oldest
+// buffers make room for it.
 func (f *Fetcher) putBuf(b []byte) {
-	if int64(cap(b)) != f.opts.PartSize {
+	size := int64(cap(b))
+	if size > f.MaxFreeBytes() {
 		return
 	}
 	f.mu.Lock()
-	if len(f.bufs) < f.maxFreeParts() {
-		f.bufs = append(f.bufs, b[:cap(b)])
+	for f.freeHeld+size > f.MaxFreeBytes() && len(f.bufs) > 0 {
+		f.freeHeld -= int64(cap(f.bufs[0]))
+		f.bufs[0] = nil
+		f.bufs = f.bufs[1:]
 	}
+	f.bufs = append(f.bufs, b[:cap(b)])
+	f.freeHeld += size
 	f.mu.Unlock()
+}
+
+// Tuning overrides a Fetcher's PartSize and Parallel for the reads opened with a
+// context that carries it (WithTuning): a loader's tuner sets its own, within its
+// memory budget, through a registry that others share. Zero fields keep the
+// Fetcher's options.
+type Tuning struct {
+	PartSize int64
+	Parallel int
+}
+
+type tuningKey struct{}
+
+// WithTuning returns a context whose Fetcher reads use t.
+func WithTuning(ctx context.Context, t Tuning) context.Context {
+	return context.WithValue(ctx, tuningKey{}, t)
+}
+
+// tuned returns the part size and parallelism of reads opened with ctx.
+func (f *Fetcher) tuned(ctx context.Context) (partSize int64, parallel int) {
+	partSize, parallel = f.opts.PartSize, f.opts.Parallel
+	if t, ok := ctx.Value(tuningKey{}).(Tuning); ok {
+		if t.PartSize > 0 {
+			partSize = t.PartSize
+		}
+		if t.Parallel > 0 {
+			parallel = t.Parallel
+		}
+	}
+	return partSize, parallel
 }
 
 var (
@@ -293,6 +335,7 @@ func (f *Fetcher) open(ctx context.Context, url string, want *string, off, lengt
 		return nil, err
 	}
 	pr := partReader{f: f, rr: rr, url: url, version: info.Version, size: info.Size, clock: newRetryClock(f.opts.RetryDeadline)}
+	pr.partSize, pr.parallel = f.tuned(ctx)
 	if vr, ok := f.src.(VersionReader); ok {
 		if info.Version != "" {
 			pr.vr = vr
@@ -316,7 +359,7 @@ func (f *Fetcher) open(ctx context.Context, url string, want *string, off, lengt
 	if n == 0 {
 		return io.NopCloser(eofReader{}), nil
 	}
-	if pr.noResume || f.opts.Parallel <= 1 || n <= f.opts.PartSize {
+	if pr.noResume || pr.parallel <= 1 || n <= pr.partSize {
 		return newResumeStream(ctx, pr, off, n), nil
 	}
 	if f.opts.SingleRate < 0 {
@@ -342,7 +385,7 @@ type probeStream struct {
 }
 
 func newProbeStream(ctx context.Context, p partReader, off, n int64) *probeStream {
-	return &probeStream{ctx: ctx, p: p, cur: newResumeStream(ctx, p, off, n), pos: off, rest: off + p.f.opts.PartSize, end: off + n, probe: true}
+	return &probeStream{ctx: ctx, p: p, cur: newResumeStream(ctx, p, off, n), pos: off, rest: off + p.partSize, end: off + n, probe: true}
 }
 
 func (s *probeStream) Read(b []byte) (int, error) {
@@ -367,8 +410,8 @@ func (s *probeStream) Read(b []byte) (int, error) {
 func (s *probeStream) decide() {
 	s.probe = false
 	n := s.end - s.rest
-	rate := float64(s.p.f.opts.PartSize) / max(s.waited.Seconds(), 1e-9)
-	if rate >= s.p.f.opts.SingleRate || n <= s.p.f.opts.PartSize {
+	rate := float64(s.p.partSize) / max(s.waited.Seconds(), 1e-9)
+	if rate >= s.p.f.opts.SingleRate || n <= s.p.partSize {
 		return
 	}
 	s.cur.Close()
@@ -425,6 +468,8 @@ type partReader struct {
 	size     int64
 	noResume bool        // nothing to pin on: a failure after the first byte ends the read
 	clock    *retryClock // the object's retry deadline, shared by its streams
+	partSize int64       // the read's parts (FetchOptions or Tuning)
+	parallel int
 }
 
 func (p partReader) openRange(ctx context.Context, off, n int64) (io.ReadCloser, error) {
@@ -826,7 +871,7 @@ type part struct {
 
 func newParallelStream(ctx context.Context, p partReader, off, n int64) *parallelStream {
 	ctx, cancel := context.WithCancel(ctx)
-	par, size := p.f.opts.Parallel, p.f.opts.PartSize
+	par, size := p.parallel, p.partSize
 	s := &parallelStream{
 		ctx:    ctx,
 		cancel: cancel,
@@ -851,7 +896,7 @@ func newParallelStream(ctx context.Context, p partReader, off, n int64) *paralle
 			}
 			plen := min(size, off+n-start)
 			if buf == nil {
-				buf = p.f.getBuf()
+				buf = p.f.getBuf(size)
 			}
 			pt := &part{buf: buf[:plen], done: make(chan struct{})}
 			select {

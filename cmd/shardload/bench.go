@@ -137,6 +137,8 @@ type loaderFlags struct {
 	maxSample     byteSize
 	readGap       byteSize
 	logFormat     string
+	memory        byteSize
+	autotune      bool
 }
 
 // register registers the pipeline's flags; with perRank, also those a trainer's
@@ -159,12 +161,15 @@ func (lf *loaderFlags) register(fs *pflag.FlagSet, perRank bool) {
 	lf.shuffleBytes = shardload.DefaultShuffleBytes
 	fs.Var(&lf.shuffleBytes, "shuffle-bytes", "bytes the shuffle may hold: fewer samples per window when the dataset's mean sample size calls for it")
 	fs.IntVar(&lf.openShards, "open-shards", shardload.DefaultOpenShards, "lanes of the shuffled shard list read side by side and mixed in each window: shards read at once")
-	fs.IntVar(&lf.workers, "workers", 0, "shards fetched, inflated and decoded at the same moment (default: CPU count, at most --open-shards)")
+	fs.IntVar(&lf.workers, "workers", 0, "shards fetched, inflated and decoded at the same moment (default: CPU count, at most --open-shards, then tuned; given: the tuner leaves it)")
 	fs.StringVar(&lf.logFormat, "log-format", "text", "log lines on stderr: text (a timestamp, the level and the message) or json (one object per line: time, level, msg)")
 	lf.readGap = shard.DefaultGapBytes
 	fs.Var(&lf.readGap, "read-gap", "a rank reads the samples it wants of a window it shares with another rank (or of a resumed window) with one request per run of them, and two runs of a shard with one request when the samples between them take at most this much (0: one request per run)")
 	lf.queueBytes = shardload.DefaultQueueBytes
-	fs.Var(&lf.queueBytes, "queue-bytes", "decoded bytes waiting per open shard")
+	fs.Var(&lf.queueBytes, "queue-bytes", "decoded bytes waiting per open shard (given: the tuner leaves it)")
+	lf.memory = shardload.DefaultMemory
+	fs.Var(&lf.memory, "memory", fmt.Sprintf("budget of the loader's buffers: slabs, decoded samples (queues, shuffle windows, batches) and remote reads' parts; settings left to their defaults are lowered to fit, the tuner never exceeds it (the process holds about %s more)", humanBytes(shardload.MemoryOverhead)))
+	fs.BoolVar(&lf.autotune, "autotune", true, "tune --workers, --queue-bytes, --fetch-parallel and --fetch-part-size while running, within --memory, from the rate delivered (those given are left alone; --autotune=false keeps the defaults)")
 	fs.IntVar(&lf.slabs, "slabs", shardload.DefaultSlabs, "pinned batch slabs in the ring (batches ready or in use at once)")
 	lf.slabBytes = shardload.DefaultSlabBytes
 	fs.Var(&lf.slabBytes, "slab-size", "bytes per slab; a batch must fit in one")
@@ -190,7 +195,7 @@ func (lf *loaderFlags) check() error {
 	}{
 		{"batch-size", int64(lf.batchSize)}, {"world", int64(lf.world)}, {"shuffle-buffer", int64(lf.shuffleBuffer)},
 		{"shuffle-bytes", int64(lf.shuffleBytes)}, {"open-shards", int64(lf.openShards)}, {"queue-bytes", int64(lf.queueBytes)},
-		{"slabs", int64(lf.slabs)}, {"slab-size", int64(lf.slabBytes)}, {"max-member-size", int64(lf.rf.maxMember)}, {"max-sample-size", int64(lf.maxSample)},
+		{"slabs", int64(lf.slabs)}, {"slab-size", int64(lf.slabBytes)}, {"memory", int64(lf.memory)}, {"max-member-size", int64(lf.rf.maxMember)}, {"max-sample-size", int64(lf.maxSample)},
 	} {
 		if c.v < 1 {
 			bad = append(bad, fmt.Sprintf("--%s %d: want at least 1", c.name, c.v))
@@ -235,11 +240,25 @@ func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config
 		return shardload.Config{}, err
 	}
 	logf := logfOf(logger)
+	// The knobs the tuner may change are pinned only when their flags are given.
+	changed := func(name string) bool { return lf.fs != nil && lf.fs.Changed(name) }
+	var queueBytes, partSize int64
+	var parallel int
+	if changed("queue-bytes") {
+		queueBytes = int64(lf.queueBytes)
+	}
+	if changed("fetch-parallel") {
+		parallel = lf.rf.parallel
+	}
+	if changed("fetch-part-size") {
+		partSize = int64(lf.rf.partSize)
+	}
 	return shardload.Config{
 		URLs: urls, Index: lf.index, IndexDir: lf.rf.indexDir, NoIndexStore: lf.rf.noIndex || lf.rf.indexDir == "", CountFirst: lf.countFirst, Fields: fields, BatchSize: lf.batchSize, DropLast: lf.dropLast,
 		Seed: lf.seed, Epoch: lf.epoch, Rank: lf.rank, World: lf.world,
 		NoShuffle: lf.noShuffle, ShuffleBuffer: lf.shuffleBuffer, ShuffleBytes: int64(lf.shuffleBytes),
-		OpenShards: lf.openShards, Workers: lf.workers, QueueBytes: int64(lf.queueBytes),
+		OpenShards: lf.openShards, Workers: lf.workers, QueueBytes: queueBytes,
+		FetchParallel: parallel, FetchPartSize: partSize, Memory: int64(lf.memory), NoAutotune: !lf.autotune,
 		MaxMemberSize: int64(lf.rf.maxMember), MaxSampleSize: int64(lf.maxSample), Slabs: lf.slabs, SlabBytes: int64(lf.slabBytes),
 		OnError: policy, Logf: logf, Sources: lf.rf.sources(), ReadGap: readGap(int64(lf.readGap)),
 		ErrorBudget: &shardload.Budget{Fraction: lf.errorBudget, Samples: lf.budgetSamples, Shards: lf.budgetShards},
@@ -311,36 +330,38 @@ func (df *deviceFlags) place(cfg *shardload.Config, stderr io.Writer) string {
 
 // benchResult is what bench reports; its JSON form is stable for scripts.
 type benchResult struct {
-	Samples         int64              `json:"samples"`
-	Batches         int64              `json:"batches"`
-	Epochs          int                `json:"epochs"`
-	BytesIn         int64              `json:"bytes_in"`
-	BytesDecomp     int64              `json:"bytes_decompressed"`
-	BytesOut        int64              `json:"bytes_out"`
-	Seconds         float64            `json:"seconds"`
-	EpochSeconds    []float64          `json:"epoch_seconds"`
-	CountSeconds    float64            `json:"count_seconds"` // finding the shards' counts (an index, estimates or a count)
-	Estimated       bool               `json:"estimated_counts"`
-	ResumedAfter    int                `json:"resumed_after_batches,omitempty"` // --resume-at: the batches the state had consumed
-	PlanBatches     int                `json:"plan_batches"`                    // the batches the first epoch's plan holds for the rank (after ResumedAfter)
-	Order           string             `json:"order_fingerprint"`               // the first epoch's Order, the same on every rank of a job
-	ReadBeforeFirst int64              `json:"read_before_first_batch_bytes"`   // bytes the process read (files and sockets) before the first batch`
-	SamplesPerSec   float64            `json:"samples_per_sec"`
-	MBPerSec        float64            `json:"mb_per_sec"`
-	MBPerSecDecomp  float64            `json:"mb_per_sec_decompressed"`
-	FirstBatch      float64            `json:"first_batch_seconds"`
-	PeakRSS         int64              `json:"peak_rss_bytes"`
-	StepSeconds     float64            `json:"step_seconds"`
-	WaitFraction    float64            `json:"wait_fraction"`
-	Skipped         int64              `json:"skipped"`
-	Padded          int64              `json:"padded"`
-	Trimmed         int64              `json:"trimmed"`
-	Workers         int                `json:"workers"`
-	Stages          map[string]float64 `json:"stages"`
-	Bottleneck      string             `json:"bottleneck"`
-	MemoryBudget    int64              `json:"memory_budget_bytes"`
-	SlabsPageLocked bool               `json:"slabs_page_locked"`
-	Device          deviceResult       `json:"device"`
+	Samples         int64               `json:"samples"`
+	Batches         int64               `json:"batches"`
+	Epochs          int                 `json:"epochs"`
+	BytesIn         int64               `json:"bytes_in"`
+	BytesDecomp     int64               `json:"bytes_decompressed"`
+	BytesOut        int64               `json:"bytes_out"`
+	Seconds         float64             `json:"seconds"`
+	EpochSeconds    []float64           `json:"epoch_seconds"`
+	CountSeconds    float64             `json:"count_seconds"` // finding the shards' counts (an index, estimates or a count)
+	Estimated       bool                `json:"estimated_counts"`
+	ResumedAfter    int                 `json:"resumed_after_batches,omitempty"` // --resume-at: the batches the state had consumed
+	PlanBatches     int                 `json:"plan_batches"`                    // the batches the first epoch's plan holds for the rank (after ResumedAfter)
+	Order           string              `json:"order_fingerprint"`               // the first epoch's Order, the same on every rank of a job
+	ReadBeforeFirst int64               `json:"read_before_first_batch_bytes"`   // bytes the process read (files and sockets) before the first batch`
+	SamplesPerSec   float64             `json:"samples_per_sec"`
+	MBPerSec        float64             `json:"mb_per_sec"`
+	MBPerSecDecomp  float64             `json:"mb_per_sec_decompressed"`
+	FirstBatch      float64             `json:"first_batch_seconds"`
+	PeakRSS         int64               `json:"peak_rss_bytes"`
+	StepSeconds     float64             `json:"step_seconds"`
+	WaitFraction    float64             `json:"wait_fraction"`
+	Skipped         int64               `json:"skipped"`
+	Padded          int64               `json:"padded"`
+	Trimmed         int64               `json:"trimmed"`
+	Workers         int                 `json:"workers"`
+	Stages          map[string]float64  `json:"stages"`
+	Bottleneck      string              `json:"bottleneck"`
+	MemoryBudget    int64               `json:"memory_budget_bytes"`
+	MemoryOverhead  int64               `json:"memory_overhead_bytes"`
+	Tuned           *shardload.Settings `json:"tuned,omitempty"` // where the tuner settled; nil with --autotune=false
+	SlabsPageLocked bool                `json:"slabs_page_locked"`
+	Device          deviceResult        `json:"device"`
 	trainerSeconds  float64
 }
 
@@ -416,6 +437,9 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 		res.Estimated = res.Estimated || s.Estimated
 	}
 	cfg.Shards = infos
+	if !cfg.NoAutotune && cfg.Tuner == nil {
+		cfg.Tuner = shardload.NewTuner() // the epochs go on from the last one's settings
+	}
 	var resume *shardload.State
 	if resumeAt > 0 {
 		// The state a trainer restarted at that point would have saved: computed
@@ -526,6 +550,11 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 	}
 	res.Device.finish(step)
 	res.PeakRSS = peakRSS()
+	res.MemoryOverhead = shardload.MemoryOverhead
+	if cfg.Tuner != nil {
+		st := cfg.Tuner.Settings()
+		res.Tuned = &st
+	}
 	res.Bottleneck = res.bottleneck()
 	return res, nil
 }
@@ -591,8 +620,15 @@ func (r *benchResult) report(w io.Writer) error {
 	}
 	fmt.Fprintf(bw, "\n  %.0f samples/s, %.1f MB/s stored, %.1f MB/s decompressed, %.1f MB/s into slabs\n",
 		r.SamplesPerSec, r.MBPerSec, r.MBPerSecDecomp, float64(r.BytesOut)/1e6/r.Seconds)
-	fmt.Fprintf(bw, "  first batch after %.3fs (%.1f MB read before it); peak RSS %.0f MB (buffer budget %.0f MB); slabs page-locked: %v\n",
-		r.FirstBatch, float64(r.ReadBeforeFirst)/1e6, float64(r.PeakRSS)/1e6, float64(r.MemoryBudget)/1e6, r.SlabsPageLocked)
+	fmt.Fprintf(bw, "  first batch after %.3fs (%.1f MB read before it); peak RSS %.0f MB (memory budget %.0f MB + %.0f MB for the process); slabs page-locked: %v\n",
+		r.FirstBatch, float64(r.ReadBeforeFirst)/1e6, float64(r.PeakRSS)/1e6, float64(r.MemoryBudget)/1e6, float64(r.MemoryOverhead)/1e6, r.SlabsPageLocked)
+	if r.Tuned != nil {
+		state := "still trying changes"
+		if r.Tuned.Settled {
+			state = "settled"
+		}
+		fmt.Fprintf(bw, "  autotune: %s (%d changes kept, %s)\n", r.Tuned, r.Tuned.Changes, state)
+	}
 	fmt.Fprintf(bw, "  stages (seconds, summed over %d workers):", r.Workers)
 	for _, s := range shardload.StageNames {
 		fmt.Fprintf(bw, " %s %.2f", s, r.Stages[s])

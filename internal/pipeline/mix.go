@@ -108,7 +108,6 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 		}
 	}
 	wake := make(chan struct{}, 1)
-	queueBytes := slotQueueBytes(p)
 	var open []*mixSlot
 	bySpan := map[int]*mixSlot{}                // the open slots, by span
 	spanClosed := make([]bool, len(plan.Spans)) // spans whose messages have all been taken
@@ -140,7 +139,7 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 			}
 			sp := plan.Spans[nextSpan]
 			info := p.Shards[sp.Shard]
-			s := &mixSlot{slot: newSlot(sp, queueBytes, wake), feeds: feedsOf[nextSpan], index: nextSpan,
+			s := &mixSlot{slot: newSlot(sp, pl.slotQueueBytes(), wake), feeds: feedsOf[nextSpan], index: nextSpan,
 				toEnd: sp.Skip+sp.Take == info.Samples, extras: info.Estimated}
 			s.left = s.feeds[0].feed.Count
 			nextSpan++
@@ -473,11 +472,12 @@ func (s *mixSlot) end(ctx context.Context, wins []*window, first int, pl *Pipeli
 // a share of the shuffle buffer's bytes, which that mode does not use. Samples are
 // then taken from one shard at a time, and the deeper queues let the shards after it
 // be read and decoded ahead on the other cores; the memory budget is the same.
-func slotQueueBytes(p Params) int64 {
-	if p.NoShuffle {
-		return p.QueueBytes + p.ShuffleBytes/int64(p.OpenShards)
+func (pl *Pipeline) slotQueueBytes() int64 {
+	q := pl.live.queueBytes.Load()
+	if pl.p.NoShuffle {
+		return q + pl.p.ShuffleBytes/int64(pl.p.OpenShards)
 	}
-	return p.QueueBytes
+	return q
 }
 
 // ErrErrorBudget means the Skip policy left out more than the error budget allows.

@@ -21,6 +21,7 @@ import (
 	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/source"
 )
 
 // Opener opens a shard by URL, whole or from an offset, pinned to a version where it
@@ -50,6 +51,11 @@ type Params struct {
 	OpenShards   int
 	Workers      int
 	QueueBytes   int64
+	Fetch        source.Tuning // the remote reads' parts; zero: the sources' own
+	// SampleBytes, when set, bounds the sample buffers the pool keeps and maps (the
+	// memory budget's share for decoded samples); beyond it buffers come from the Go
+	// heap and are not kept.
+	SampleBytes int64
 	BatchSize    int
 	DropLast     bool
 	CPUs         []int // the CPUs the stages' threads run on; nil: anywhere
@@ -100,7 +106,8 @@ type Pipeline struct {
 	wg      sync.WaitGroup
 	pool    mem.Pool
 	items   sync.Pool     // *item
-	workers chan struct{} // one token per worker actively reading a shard
+	workers *gate // one token per worker actively reading a shard
+	live    live
 	regWarn sync.Once
 
 	closeOnce sync.Once
@@ -156,14 +163,21 @@ func Start(ctx context.Context, p Params) *Pipeline {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	pl := &Pipeline{p: p, cancel: cancel,
 		out:       make(chan msg, p.Queue),
-		workers:   make(chan struct{}, p.Workers),
+		workers:   newGate(p.Workers),
 		ringReady: make(chan struct{}),
 	}
+	pl.live.queueBytes.Store(p.QueueBytes)
+	pl.live.fetch.Store(&p.Fetch)
 	// Free buffers kept for reuse: as much as the queues and the shuffle buffer hold.
 	pl.pool.MaxFree = int64(p.OpenShards)*p.QueueBytes + p.ShuffleBytes
 	// The arena may map twice that: what the queues and the shuffle buffer hold, and
-	// room for the batches being collated and for size classes that round up.
+	// room for the batches being collated and for size classes that round up; at
+	// most what the memory budget leaves the samples.
 	pl.pool.MaxArena = 2 * pl.pool.MaxFree
+	if p.SampleBytes > 0 {
+		pl.pool.MaxArena = min(pl.pool.MaxArena, p.SampleBytes)
+		pl.pool.MaxFree = min(pl.pool.MaxFree, p.SampleBytes)
+	}
 	if p.Ring != nil {
 		pl.ring = p.Ring
 		close(pl.ringReady)

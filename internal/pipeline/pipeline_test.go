@@ -33,7 +33,7 @@ func TestProducerStoppedAfterSendKeepsSample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &Pipeline{p: Params{Sources: source.Default, Shards: []shard.Info{{URL: paths[0], Samples: 600}}, Fields: []decode.Field{f}, Logf: t.Logf}, workers: make(chan struct{}, 1)}
+	l := &Pipeline{p: Params{Sources: source.Default, Shards: []shard.Info{{URL: paths[0], Samples: 600}}, Fields: []decode.Field{f}, Logf: t.Logf}, workers: newGate(1)}
 	l.pool.MaxFree = 1 << 20
 	s := newSlot(shard.Span{URL: paths[0], Take: 600}, 64<<10, nil) // a few dozen samples fill it
 	ctx, cancel := context.WithCancel(context.Background())
@@ -43,9 +43,11 @@ func TestProducerStoppedAfterSendKeepsSample(t *testing.T) {
 
 	// The producer waits for room without its worker token (it gives the token up
 	// only then, or at the end of its 600 samples).
-	waitFor(t, "the queue is full and the token free", func() bool { return s.msgs.len() > 0 && len(l.workers) == 0 })
+	waitFor(t, "the queue is full and the token free", func() bool { return s.msgs.len() > 0 && l.workers.held() == 0 })
 	full := s.msgs.len()
-	l.workers <- struct{}{} // another producer's turn: the token is taken
+	if !l.workers.acquire(ctx) { // another producer's turn: the token is taken
+		t.Fatal("no token")
+	}
 	first, ok, err := s.msgs.pop(ctx)
 	if !ok || err != nil {
 		t.Fatalf("pop: %v, %v", ok, err)
@@ -99,7 +101,7 @@ func TestSlotQueueBoundedByBytes(t *testing.T) {
 		bufCap  int
 		atLeast int // messages a full queue holds at least
 	}{{4 << 20, 16, 8192}, {4 << 20, 64 << 10, 60}, {64 << 10, 1 << 20, 1}} {
-		l := &Pipeline{workers: make(chan struct{}, 1)}
+		l := &Pipeline{workers: newGate(1)}
 		s := newSlot(shard.Span{}, tc.queue, nil)
 		ctx, cancel := context.WithCancel(context.Background())
 		p := producer{pl: l, s: s, ctx: ctx}
@@ -123,7 +125,7 @@ func TestSlotQueueBoundedByBytes(t *testing.T) {
 				sent.Add(1)
 			}
 		}()
-		waitFor(t, "the queue is full", func() bool { return len(l.workers) == 0 })
+		waitFor(t, "the queue is full", func() bool { return l.workers.held() == 0 })
 		if got := s.msgs.len(); got != want || got < tc.atLeast {
 			t.Errorf("queue of %d bytes, samples of %d buffer bytes (weight %d): %d messages, want %d (at least %d)", tc.queue, tc.bufCap, w, got, want, tc.atLeast)
 		}
@@ -133,7 +135,7 @@ func TestSlotQueueBoundedByBytes(t *testing.T) {
 		}
 		s.q.Release(m.weight)
 		// Past want+1 sends with its token given up, the producer waits for room again.
-		waitFor(t, "the producer's send went through and it waits again", func() bool { return sent.Load() == int64(want)+1 && len(l.workers) == 0 })
+		waitFor(t, "the producer's send went through and it waits again", func() bool { return sent.Load() == int64(want)+1 && l.workers.held() == 0 })
 		cancel()
 		if r := <-stopped; r.delivered {
 			t.Errorf("a send stopped while it waited for room reports its sample delivered")
@@ -197,11 +199,18 @@ func TestSlotQueues(t *testing.T) {
 		}
 	}
 	cfg := Params{QueueBytes: 4 << 20, ShuffleBytes: 64 << 20, OpenShards: 4}
-	if got := slotQueueBytes(cfg); got != cfg.QueueBytes {
+	pl := &Pipeline{p: cfg, workers: newGate(1)}
+	pl.live.queueBytes.Store(cfg.QueueBytes)
+	if got := pl.slotQueueBytes(); got != cfg.QueueBytes {
 		t.Errorf("shuffled: queue %d, want %d", got, cfg.QueueBytes)
 	}
-	cfg.NoShuffle = true
-	got := slotQueueBytes(cfg)
+	pl.SetKnobs(Knobs{Workers: 2, QueueBytes: 8 << 20})
+	if got := pl.slotQueueBytes(); got != 8<<20 {
+		t.Errorf("after SetKnobs: queue %d, want %d", got, 8<<20)
+	}
+	pl.SetKnobs(Knobs{Workers: 2, QueueBytes: cfg.QueueBytes})
+	pl.p.NoShuffle, cfg.NoShuffle = true, true
+	got := pl.slotQueueBytes()
 	if got != cfg.QueueBytes+cfg.ShuffleBytes/int64(cfg.OpenShards) {
 		t.Errorf("no shuffle: queue %d", got)
 	}

@@ -114,18 +114,14 @@ type producer struct {
 
 // acquire takes a worker token, reporting false when the loader is stopping.
 func (p *producer) acquire() bool {
-	select {
-	case p.pl.workers <- struct{}{}:
-		p.worker = true
-	case <-p.ctx.Done():
-	}
+	p.worker = p.pl.workers.acquire(p.ctx)
 	return p.worker
 }
 
 // release gives the worker token back, if held.
 func (p *producer) release() {
 	if p.worker {
-		<-p.pl.workers
+		p.pl.workers.release()
 		p.worker = false
 	}
 }
@@ -153,18 +149,19 @@ func (p *producer) run() {
 	// instead of being read with another object's counts and offsets.
 	var body io.ReadCloser
 	var err error
+	octx := pl.fetchContext(p.ctx)
 	switch {
 	case info.Version != "" && !info.Estimated:
-		body, err = pl.p.Sources.OpenVersion(p.ctx, span.URL, info.Version, opts.StartOffset, length)
+		body, err = pl.p.Sources.OpenVersion(octx, span.URL, info.Version, opts.StartOffset, length)
 		if errors.Is(err, source.ErrChanged) {
 			// Under either policy: every rank planned from the stale count.
 			p.send(slotMsg{err: fmt.Errorf("%w: %s changed since its sample count was taken (version %s): every rank's plan is wrong; rebuild the index (shardload index): %w", ErrCountMismatch, span.URL, info.Version, err)})
 			return
 		}
 	case opts.StartOffset > 0 || length >= 0:
-		body, err = pl.p.Sources.OpenRange(p.ctx, span.URL, opts.StartOffset, length)
+		body, err = pl.p.Sources.OpenRange(octx, span.URL, opts.StartOffset, length)
 	default:
-		body, err = pl.p.Sources.Open(p.ctx, span.URL)
+		body, err = pl.p.Sources.Open(octx, span.URL)
 	}
 	if err != nil {
 		p.fail(span.Take, true, err)

@@ -427,6 +427,31 @@ func TestFetcherParallel(t *testing.T) {
 	})
 }
 
+// TestFetcherTuning checks that a context's source.Tuning sets the parts of the
+// reads opened with it: their number in flight and their size (so their count).
+func TestFetcherTuning(t *testing.T) {
+	const size = 4<<20 + 5
+	data := randomBytes(size, 5)
+	srv := newObjServer(t, data)
+	f := source.NewFetcher(&Source{Client: srv.Client()}, source.FetchOptions{PartSize: 256 << 10, Parallel: 4, SingleRate: -1})
+	ctx := source.WithTuning(sourcetest.Guard(t), source.Tuning{PartSize: 1 << 20, Parallel: 2})
+	rc, err := f.Open(ctx, srv.URL+"/x.tar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read %d bytes, %v; want %d", len(got), err, size)
+	}
+	srv.mu.Lock()
+	gets, maxIn := srv.gets, srv.maxInflight
+	srv.mu.Unlock()
+	if gets != 5 || maxIn > 2 {
+		t.Errorf("%d GETs, at most %d in flight; want 5 parts of 1 MiB, at most 2 at once", gets, maxIn)
+	}
+}
+
 // The first part decides how the rest is read: as one stream when it arrived at
 // SingleRate or faster, else as parallel parts. The rates are set so that the
 // decision does not depend on the machine's speed.

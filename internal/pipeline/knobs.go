@@ -1,0 +1,104 @@
+package pipeline
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/shardload/shardload/source"
+)
+
+// Knobs are the settings that may change while the pipeline runs (see SetKnobs):
+// none of them changes what it yields.
+type Knobs struct {
+	// Workers is the most producers reading at once.
+	Workers int
+	// QueueBytes is the queue of each shard opened from now on.
+	QueueBytes int64
+	// Fetch is the part size and parallelism of the remote reads opened from now on
+	// (zero fields: the sources' own).
+	Fetch source.Tuning
+}
+
+// gate bounds the producers that read at once; its limit may change at any time.
+type gate struct {
+	mu    sync.Mutex
+	n     int           // tokens held
+	limit int           // most tokens held
+	wake  chan struct{} // closed when a token is returned or the limit rises
+}
+
+func newGate(limit int) *gate { return &gate{limit: max(limit, 1), wake: make(chan struct{})} }
+
+// acquire takes a token, waiting for one; it returns false when ctx is done first.
+func (g *gate) acquire(ctx context.Context) bool {
+	for {
+		g.mu.Lock()
+		if g.n < g.limit {
+			g.n++
+			g.mu.Unlock()
+			return true
+		}
+		wake := g.wake
+		g.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// release returns a token.
+func (g *gate) release() {
+	g.mu.Lock()
+	g.n--
+	g.broadcast()
+	g.mu.Unlock()
+}
+
+// held returns the tokens held.
+func (g *gate) held() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.n
+}
+
+// setLimit changes the limit; holders above a lower limit finish what they hold.
+func (g *gate) setLimit(limit int) {
+	g.mu.Lock()
+	g.limit = max(limit, 1)
+	g.broadcast()
+	g.mu.Unlock()
+}
+
+// broadcast wakes every waiter. Called with g.mu held.
+func (g *gate) broadcast() {
+	close(g.wake)
+	g.wake = make(chan struct{})
+}
+
+// live holds the knobs the stages read as they go.
+type live struct {
+	queueBytes atomic.Int64
+	fetch      atomic.Pointer[source.Tuning]
+}
+
+// SetKnobs changes the pipeline's knobs: the worker limit at once, the queues and
+// fetch settings of the shards opened from now on.
+func (pl *Pipeline) SetKnobs(k Knobs) {
+	pl.workers.setLimit(k.Workers)
+	if k.QueueBytes > 0 {
+		pl.live.queueBytes.Store(k.QueueBytes)
+	}
+	f := k.Fetch
+	pl.live.fetch.Store(&f)
+}
+
+// fetchContext returns ctx carrying the fetch settings for a shard opened now.
+func (pl *Pipeline) fetchContext(ctx context.Context) context.Context {
+	if t := pl.live.fetch.Load(); t != nil && (t.Parallel > 0 || t.PartSize > 0) {
+		return source.WithTuning(ctx, *t)
+	}
+	return ctx
+}

@@ -1,0 +1,279 @@
+// Package tune is the loader's autotuner: a hill climber over the settings that do
+// not change what the loader yields (worker count, queue bytes per open shard, the
+// fetch parts' parallelism and size). It sees one observation per interval (the
+// samples the loader delivered per second, and whether the consumer waited for it)
+// and tries one change at a time, keeping a change that raised the rate and undoing
+// one that did not. It never proposes settings that Fits refuses (the memory budget).
+//
+// The package has no clock and no goroutine: the loader calls Step at the end of
+// each interval, so that the tuner can be tested against a model of a pipeline.
+package tune
+
+import "fmt"
+
+// Knobs are the settings the tuner changes.
+type Knobs struct {
+	Workers       int
+	QueueBytes    int64
+	FetchParallel int
+	FetchPartSize int64
+}
+
+func (k Knobs) String() string {
+	return fmt.Sprintf("workers %d, queue %d KiB, fetch %d x %d KiB", k.Workers, k.QueueBytes>>10, k.FetchParallel, k.FetchPartSize>>10)
+}
+
+// Pins are the knobs the user set: the tuner leaves them alone.
+type Pins struct {
+	Workers, QueueBytes, FetchParallel, FetchPartSize bool
+}
+
+// Limits bound the knobs.
+type Limits struct {
+	MaxWorkers int // the open shards: more workers than shards read at once do nothing
+	// Fetch says whether the fetch knobs matter (some shards are remote).
+	Fetch bool
+	// Fits reports whether k stays within the memory budget.
+	Fits func(k Knobs) bool
+}
+
+// Bounds of the knobs the tuner moves between.
+const (
+	MinQueueBytes = 256 << 10
+	MaxQueueBytes = 256 << 20
+	MinPartSize   = 1 << 20
+	MaxPartSize   = 64 << 20
+	MaxParallel   = 16
+)
+
+// Observation is what the loader saw over one interval.
+type Observation struct {
+	// Rate is the samples the loader delivered per second.
+	Rate float64
+	// Bound says the consumer waited for the loader for a noticeable share of the
+	// interval: the loader limited the rate, so its settings can raise it. When the
+	// consumer did not wait, no setting would deliver more, and the tuner holds.
+	Bound bool
+	// FetchShare is the share of the workers' time spent waiting for the source: near
+	// 1, the shards arrive slower than the workers decode them (more workers and
+	// parts help); near 0, the workers' CPU time is what limits.
+	FetchShare float64
+}
+
+// Gain is the rise in rate that a change must show to be kept; a change that lowers
+// what the loader holds (fewer workers or parts) must show MoreGain.
+const (
+	Gain     = 0.05
+	MoreGain = 0.10
+)
+
+// move is a change of one knob: up (doubling) or down (halving).
+type move struct {
+	knob int // 0 workers, 1 queue, 2 parallel, 3 part size
+	up   bool
+}
+
+type phase int
+
+const (
+	base   phase = iota // measuring the current knobs
+	settle              // a change was made: the next interval is not judged
+	trial               // measuring the change
+	hold                // converged: waiting before the next round
+)
+
+// Tuner is the hill climber. It is not safe for concurrent use.
+type Tuner struct {
+	cur, prev Knobs
+	pins      Pins
+	lim       Limits
+
+	phase    phase
+	baseRate float64
+	moves    []move // the round's moves still to try
+	tried    move
+	kept     bool // a move was kept this round
+	holdLeft int  // intervals still to hold
+	holdFor  int  // the next hold's length; doubles while rounds keep nothing
+	heldRate float64
+	changes  int
+}
+
+// Hold lengths, in intervals.
+const (
+	firstHold = 8
+	maxHold   = 64
+)
+
+// New returns a tuner starting at start.
+func New(start Knobs, pins Pins, lim Limits) *Tuner {
+	if lim.Fits == nil {
+		lim.Fits = func(Knobs) bool { return true }
+	}
+	return &Tuner{cur: start, pins: pins, lim: lim, holdFor: firstHold}
+}
+
+// Restart continues the tuner in a new loader: from start, within lim. A trial the
+// last loader left unjudged is dropped; a hold goes on.
+func (t *Tuner) Restart(start Knobs, pins Pins, lim Limits) {
+	if lim.Fits == nil {
+		lim.Fits = func(Knobs) bool { return true }
+	}
+	t.cur, t.pins, t.lim = start, pins, lim
+	if t.phase == settle || t.phase == trial {
+		t.phase = base
+	}
+}
+
+// Knobs returns the current settings.
+func (t *Tuner) Knobs() Knobs { return t.cur }
+
+// Changes returns how many changes the tuner kept.
+func (t *Tuner) Changes() int { return t.changes }
+
+// Settled reports whether the tuner is holding: its last round kept nothing.
+func (t *Tuner) Settled() bool { return t.phase == hold }
+
+// Step takes the observation of the interval that just ended and returns the
+// settings for the next one.
+func (t *Tuner) Step(o Observation) Knobs {
+	switch t.phase {
+	case hold:
+		t.holdLeft--
+		// A rate that fell by a fifth while the loader limits is a new workload
+		// (cache warm, another store): start a round at once.
+		if o.Bound && t.heldRate > 0 && o.Rate < 0.8*t.heldRate {
+			t.holdLeft = 0
+		}
+		if t.holdLeft > 0 {
+			return t.cur
+		}
+		t.phase = base
+		fallthrough
+	case base:
+		if !o.Bound {
+			return t.cur // the consumer is the limit: nothing to gain
+		}
+		t.baseRate = o.Rate
+		if t.moves == nil {
+			t.moves = t.round(o.FetchShare)
+			t.kept = false
+		}
+		t.next()
+	case settle:
+		t.phase = trial
+	case trial:
+		need := 1 + Gain
+		if !t.tried.up {
+			need = 1 + MoreGain
+		}
+		if !o.Bound || o.Rate >= need*t.baseRate {
+			// Kept: faster, or fast enough that the consumer no longer waits.
+			t.changes++
+			t.kept = true
+			t.baseRate = o.Rate
+			if !o.Bound {
+				t.moves = nil
+				t.rest(o.Rate)
+				return t.cur
+			}
+			// The same move again first: a knob that helped may help more.
+			t.moves = append([]move{t.tried}, t.moves...)
+		} else {
+			t.cur = t.prev
+		}
+		t.phase = base
+		t.next()
+	}
+	return t.cur
+}
+
+// next makes the round's next move that can be made, or ends the round.
+func (t *Tuner) next() {
+	for len(t.moves) > 0 {
+		m := t.moves[0]
+		t.moves = t.moves[1:]
+		if k, ok := t.apply(m); ok {
+			t.prev, t.cur, t.tried = t.cur, k, m
+			t.phase = settle
+			return
+		}
+	}
+	t.moves = nil
+	if t.kept {
+		// Something helped: another round at once, from the new settings.
+		t.phase = base
+		t.holdFor = firstHold
+		return
+	}
+	t.rest(t.baseRate)
+}
+
+// rest holds the settings for a while.
+func (t *Tuner) rest(rate float64) {
+	t.phase, t.holdLeft, t.heldRate = hold, t.holdFor, rate
+	t.holdFor = min(2*t.holdFor, maxHold)
+}
+
+// round returns the moves of a round, the likeliest first: when the workers mostly
+// wait for the source, more of them and more parts; otherwise deeper queues first
+// (which smooth the decode of uneven samples), and one stream instead of parts
+// (whose copies cost CPU). Fewer workers or shallower queues are never tried: each
+// trial of a step that loses costs an interval at the lower rate, and neither
+// raises the rate of a pipeline that has the memory for them (Go schedules more
+// workers than cores at no cost).
+func (t *Tuner) round(fetchShare float64) []move {
+	if fetchShare >= 0.5 {
+		return []move{{0, true}, {2, true}, {3, true}, {1, true}, {2, false}}
+	}
+	return []move{{1, true}, {0, true}, {2, false}, {3, true}, {2, true}}
+}
+
+// apply returns the knobs after m, and false when m changes nothing, is pinned, or
+// does not fit.
+func (t *Tuner) apply(m move) (Knobs, bool) {
+	k := t.cur
+	switch m.knob {
+	case 0:
+		if t.pins.Workers {
+			return k, false
+		}
+		if m.up {
+			k.Workers = min(2*k.Workers, t.lim.MaxWorkers)
+		} else {
+			k.Workers = max(k.Workers/2, 1)
+		}
+	case 1:
+		if t.pins.QueueBytes {
+			return k, false
+		}
+		if m.up {
+			k.QueueBytes = min(2*k.QueueBytes, MaxQueueBytes)
+		} else {
+			k.QueueBytes = max(k.QueueBytes/2, MinQueueBytes)
+		}
+	case 2:
+		if t.pins.FetchParallel || !t.lim.Fetch {
+			return k, false
+		}
+		if m.up {
+			k.FetchParallel = min(2*k.FetchParallel, MaxParallel)
+		} else {
+			// Straight to one stream: what costs is the parts' copy, not their number.
+			k.FetchParallel = 1
+		}
+	case 3:
+		if t.pins.FetchPartSize || !t.lim.Fetch || k.FetchParallel <= 1 {
+			return k, false
+		}
+		if m.up {
+			k.FetchPartSize = min(2*k.FetchPartSize, MaxPartSize)
+		} else {
+			k.FetchPartSize = max(k.FetchPartSize/2, MinPartSize)
+		}
+	}
+	if k == t.cur || !t.lim.Fits(k) {
+		return k, false
+	}
+	return k, true
+}
