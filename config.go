@@ -119,8 +119,14 @@ type Config struct {
 	// number of shards read at once. Default 8.
 	OpenShards int
 	// Workers is the number of shards being fetched, inflated, split and decoded at
-	// the same moment. Default GOMAXPROCS, at most OpenShards, then the tuner's.
+	// the same moment. Default GOMAXPROCS, at most OpenShards + ReadAhead, then the
+	// tuner's.
 	Workers int
+	// ReadAhead is the shards opened beyond OpenShards, ahead of the order: each is
+	// read and its first QueueBytes of samples queued before the windows need them,
+	// which hides a store's latency per request (small shards, a distant store). It
+	// does not change the order. Default 0, then the tuner's; set, it is pinned.
+	ReadAhead int
 	// QueueBytes caps the decoded samples waiting per open shard. Default 2 MiB,
 	// then the tuner's.
 	QueueBytes int64
@@ -273,7 +279,7 @@ func (cfg Config) withDefaults() Config {
 		return cfg
 	}
 	cfg.defaulted = true
-	cfg.pins = tune.Pins{Workers: cfg.Workers != 0, QueueBytes: cfg.QueueBytes != 0,
+	cfg.pins = tune.Pins{Workers: cfg.Workers != 0, ReadAhead: cfg.ReadAhead != 0, QueueBytes: cfg.QueueBytes != 0,
 		FetchParallel: cfg.FetchParallel != 0, FetchPartSize: cfg.FetchPartSize != 0}
 	if cfg.Memory == 0 {
 		cfg.Memory = DefaultMemory
@@ -302,7 +308,7 @@ func (cfg Config) withDefaults() Config {
 	if cfg.Workers == 0 {
 		cfg.Workers = runtime.GOMAXPROCS(0)
 	}
-	cfg.Workers = min(cfg.Workers, cfg.OpenShards)
+	cfg.Workers = min(cfg.Workers, cfg.OpenShards+cfg.ReadAhead)
 	if cfg.QueueBytes == 0 {
 		cfg.QueueBytes = DefaultQueueBytes
 	}
@@ -352,7 +358,7 @@ func (cfg Config) Validate() error {
 	}{
 		{"BatchSize", int64(cfg.BatchSize)}, {"World", int64(cfg.World)}, {"Epoch", int64(cfg.Epoch)},
 		{"ShuffleBuffer", int64(cfg.ShuffleBuffer)}, {"ShuffleBytes", cfg.ShuffleBytes},
-		{"OpenShards", int64(cfg.OpenShards)}, {"Workers", int64(cfg.Workers)}, {"QueueBytes", cfg.QueueBytes},
+		{"OpenShards", int64(cfg.OpenShards)}, {"Workers", int64(cfg.Workers)}, {"ReadAhead", int64(cfg.ReadAhead)}, {"QueueBytes", cfg.QueueBytes},
 		{"MaxMemberSize", cfg.MaxMemberSize}, {"MaxSampleSize", cfg.MaxSampleSize}, {"Slabs", int64(cfg.Slabs)}, {"SlabBytes", cfg.SlabBytes},
 		{"Memory", cfg.Memory}, {"FetchParallel", int64(cfg.FetchParallel)}, {"FetchPartSize", cfg.FetchPartSize},
 	} {

@@ -105,19 +105,20 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 			return nil, err
 		}
 	}
-	isRemote := remote(infos)
+	shape := shapeOf(infos)
+	isRemote := shape.remote
 	tuner := cfg.Tuner
 	if tuner == nil {
 		tuner = NewTuner()
 	}
-	knobs, pins, err := cfg.startKnobs(tuner, isRemote)
+	knobs, pins, err := cfg.startKnobs(tuner, shape)
 	if err != nil {
 		return nil, err
 	}
-	lim := tune.Limits{MaxWorkers: cfg.OpenShards, Fetch: isRemote,
-		Fits: func(k tune.Knobs) bool { return cfg.memoryOf(k, isRemote) <= cfg.Memory }}
+	lim := tune.Limits{Lanes: cfg.OpenShards, Fetch: isRemote,
+		Fits: func(k tune.Knobs) bool { return cfg.memoryOf(k, shape) <= cfg.Memory }}
 	if cfg.NoAutotune {
-		pins = tune.Pins{Workers: true, QueueBytes: true, FetchParallel: true, FetchPartSize: true}
+		pins = tune.Pins{Workers: true, ReadAhead: true, QueueBytes: true, FetchParallel: true, FetchPartSize: true}
 	}
 	tuner.mu.Lock()
 	if tuner.t == nil {
@@ -142,9 +143,9 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxSampleSize: cfg.MaxSampleSize, MaxRatio: cfg.MaxRatio},
 		Rank:   cfg.Rank, FirstSeq: resume.Batches,
 		NoShuffle: cfg.NoShuffle, ShuffleBytes: cfg.ShuffleBytes,
-		OpenShards: cfg.OpenShards, Workers: knobs.Workers, QueueBytes: knobs.QueueBytes, Fetch: fetch,
-		SampleBytes: cfg.Memory - int64(cfg.Slabs)*cfg.SlabBytes - fetchMemory(cfg.OpenShards, knobs, isRemote),
-		BatchSize: cfg.BatchSize, DropLast: cfg.DropLast, CPUs: cfg.CPUs,
+		OpenShards: cfg.OpenShards, Workers: knobs.Workers, ReadAhead: knobs.ReadAhead, QueueBytes: knobs.QueueBytes, Fetch: fetch,
+		SampleBytes: cfg.Memory - int64(cfg.Slabs)*cfg.SlabBytes - cfg.fetchMemory(knobs, shape),
+		BatchSize:   cfg.BatchSize, DropLast: cfg.DropLast, CPUs: cfg.CPUs,
 		Stretch: cfg.World == 1 && plan.Estimated, Record: recorder(cfg, infos),
 		Skip: cfg.OnError == Skip,
 		Budget: pipeline.Budget{MaxSamples: maxSamples, MaxShards: maxShards,

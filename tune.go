@@ -2,6 +2,8 @@ package shardload
 
 import (
 	"fmt"
+	"os"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +32,7 @@ const tuneInterval = 500 * time.Millisecond
 // none changes what the loader yields.
 type Settings struct {
 	Workers       int   `json:"workers"`
+	ReadAhead     int   `json:"read_ahead"`
 	QueueBytes    int64 `json:"queue_bytes"`
 	FetchParallel int   `json:"fetch_parallel"`
 	FetchPartSize int64 `json:"fetch_part_size"`
@@ -40,7 +43,7 @@ type Settings struct {
 }
 
 func (s Settings) String() string {
-	return fmt.Sprintf("workers %d, queue-bytes %s, fetch-parallel %d, fetch-part-size %s", s.Workers, sizeString(s.QueueBytes), s.FetchParallel, sizeString(s.FetchPartSize))
+	return fmt.Sprintf("workers %d, read-ahead %d, queue-bytes %s, fetch-parallel %d, fetch-part-size %s", s.Workers, s.ReadAhead, sizeString(s.QueueBytes), s.FetchParallel, sizeString(s.FetchPartSize))
 }
 
 // sizeString writes n in the largest binary unit that divides it.
@@ -78,39 +81,79 @@ func (t *Tuner) Settings() Settings {
 		return Settings{}
 	}
 	k := t.t.Knobs()
-	return Settings{Workers: k.Workers, QueueBytes: k.QueueBytes, FetchParallel: k.FetchParallel, FetchPartSize: k.FetchPartSize,
+	return Settings{Workers: k.Workers, ReadAhead: k.ReadAhead, QueueBytes: k.QueueBytes, FetchParallel: k.FetchParallel, FetchPartSize: k.FetchPartSize,
 		Changes: t.t.Changes(), Settled: t.t.Settled()}
 }
 
-// remote reports whether some shard is read from a remote store, where the fetch
-// settings matter.
-func remote(infos []shard.Info) bool {
+// dataShape is what the memory a loader's knobs take depends on, from its shards.
+type dataShape struct {
+	remote     bool  // some shard is read from a remote store: the fetch settings matter
+	maxShard   int64 // the largest shard's stored size; 0 when some size is unknown
+	maxSamples int   // the most samples a shard holds
+	compressed bool  // some shard is compressed as a whole (it inflates by an unknown ratio)
+}
+
+func shapeOf(infos []shard.Info) dataShape {
+	var d dataShape
+	known := true
 	for _, s := range infos {
 		if i := strings.Index(s.URL, "://"); i > 0 && s.URL[:i] != "file" {
-			return true
+			d.remote = true
+		}
+		if s.Size <= 0 {
+			known = false
+		}
+		d.maxShard = max(d.maxShard, s.Size)
+		d.maxSamples = max(d.maxSamples, s.Samples)
+		switch strings.ToLower(path.Ext(s.URL)) {
+		case ".gz", ".tgz", ".zst", ".zstd", ".bz2", ".xz", ".lz4":
+			d.compressed = true
 		}
 	}
-	return false
+	if !known {
+		d.maxShard = 0
+	}
+	return d
+}
+
+// queueCap is the most one open shard's queue holds with q: q, or less when every
+// shard is small enough to be queued whole (its samples' bytes twice over, and a
+// buffer of at least 4 KiB and some bookkeeping per sample, as the queue counts).
+func (d dataShape) queueCap(q int64) int64 {
+	if d.maxShard == 0 || d.compressed {
+		return q
+	}
+	return min(q, 2*d.maxShard+int64(d.maxSamples)*8<<10)
+}
+
+// partsCap is the most part buffers one open shard's read holds with k: none when
+// reads are local, read as one stream, or every shard fits in one part.
+func (d dataShape) partsCap(k tune.Knobs) int64 {
+	if !d.remote || k.FetchParallel <= 1 || (d.maxShard > 0 && d.maxShard <= k.FetchPartSize) {
+		return 0
+	}
+	parts := int64(k.FetchParallel)
+	if d.maxShard > 0 {
+		parts = min(parts, (d.maxShard+k.FetchPartSize-1)/k.FetchPartSize)
+	}
+	return parts * k.FetchPartSize
 }
 
 // memoryOf returns the most bytes the loader's buffers hold with knobs k: the slab
 // ring, the decoded samples (the open shards' queues, the shuffle windows and two
-// batches being collated, plus an eighth for the buffers' size classes) and, for
-// remote shards, the fetch parts of every open shard.
-func (cfg Config) memoryOf(k tune.Knobs, remote bool) int64 {
-	return int64(cfg.Slabs)*cfg.SlabBytes + cfg.sampleMemory(k) + fetchMemory(cfg.OpenShards, k, remote)
+// batches being collated, plus an eighth for the buffers' size classes) and the
+// remote reads' parts of every open shard.
+func (cfg Config) memoryOf(k tune.Knobs, d dataShape) int64 {
+	return int64(cfg.Slabs)*cfg.SlabBytes + cfg.sampleMemory(k, d) + cfg.fetchMemory(k, d)
 }
 
-func (cfg Config) sampleMemory(k tune.Knobs) int64 {
-	s := int64(cfg.OpenShards)*k.QueueBytes + cfg.ShuffleBytes + 2*cfg.SlabBytes
+func (cfg Config) sampleMemory(k tune.Knobs, d dataShape) int64 {
+	s := int64(cfg.OpenShards+k.ReadAhead)*d.queueCap(k.QueueBytes) + cfg.ShuffleBytes + 2*cfg.SlabBytes
 	return s + s/8
 }
 
-func fetchMemory(openShards int, k tune.Knobs, remote bool) int64 {
-	if !remote || k.FetchParallel <= 1 {
-		return 0 // one stream reads into the reader's buffers
-	}
-	return int64(openShards) * int64(k.FetchParallel) * k.FetchPartSize
+func (cfg Config) fetchMemory(k tune.Knobs, d dataShape) int64 {
+	return int64(cfg.OpenShards+k.ReadAhead) * d.partsCap(k)
 }
 
 // ErrMemory means a Config's settings need more memory than its budget
@@ -120,13 +163,16 @@ var ErrMemory = fmt.Errorf("shardload: memory budget too small")
 // startKnobs returns the knobs a loader starts from: the tuner's (when it has some),
 // else the config's; knobs the config does not pin are lowered until they fit the
 // budget, or ErrMemory says what does not fit.
-func (cfg Config) startKnobs(t *Tuner, remote bool) (tune.Knobs, tune.Pins, error) {
+func (cfg Config) startKnobs(t *Tuner, d dataShape) (tune.Knobs, tune.Pins, error) {
 	pins := cfg.pins
-	k := tune.Knobs{Workers: cfg.Workers, QueueBytes: cfg.QueueBytes, FetchParallel: cfg.FetchParallel, FetchPartSize: cfg.FetchPartSize}
+	k := tune.Knobs{Workers: cfg.Workers, ReadAhead: cfg.ReadAhead, QueueBytes: cfg.QueueBytes, FetchParallel: cfg.FetchParallel, FetchPartSize: cfg.FetchPartSize}
 	if t != nil {
 		if s := t.Settings(); s.Workers > 0 {
+			if !pins.ReadAhead {
+				k.ReadAhead = s.ReadAhead
+			}
 			if !pins.Workers {
-				k.Workers = min(s.Workers, cfg.OpenShards)
+				k.Workers = min(s.Workers, cfg.OpenShards+k.ReadAhead)
 			}
 			if !pins.QueueBytes {
 				k.QueueBytes = s.QueueBytes
@@ -140,18 +186,23 @@ func (cfg Config) startKnobs(t *Tuner, remote bool) (tune.Knobs, tune.Pins, erro
 		}
 	}
 	budget := cfg.Memory
-	for cfg.memoryOf(k, remote) > budget {
+	for cfg.memoryOf(k, d) > budget {
 		switch {
-		case !pins.FetchParallel && k.FetchParallel > 1 && remote:
+		case !pins.ReadAhead && k.ReadAhead > 0:
+			k.ReadAhead = 0
+			if !pins.Workers {
+				k.Workers = min(k.Workers, cfg.OpenShards)
+			}
+		case !pins.FetchParallel && d.partsCap(k) > 0:
 			k.FetchParallel = 1
 		case !pins.QueueBytes && k.QueueBytes > tune.MinQueueBytes:
 			k.QueueBytes = max(k.QueueBytes/2, tune.MinQueueBytes)
 		default:
 			ring := int64(cfg.Slabs) * cfg.SlabBytes
 			return k, pins, fmt.Errorf("%w: the budget is %s, the settings need %s: slabs %d x %s = %s, decoded samples %s (queues %d x %s, shuffle %s, two batches, size classes), fetch parts %s (%d open shards x %d x %s); raise Memory (--memory) or lower what the settings name",
-				ErrMemory, sizeString(budget), sizeString(cfg.memoryOf(k, remote)), cfg.Slabs, sizeString(cfg.SlabBytes), sizeString(ring),
-				sizeString(cfg.sampleMemory(k)), cfg.OpenShards, sizeString(k.QueueBytes), sizeString(cfg.ShuffleBytes),
-				sizeString(fetchMemory(cfg.OpenShards, k, remote)), cfg.OpenShards, k.FetchParallel, sizeString(k.FetchPartSize))
+				ErrMemory, sizeString(budget), sizeString(cfg.memoryOf(k, d)), cfg.Slabs, sizeString(cfg.SlabBytes), sizeString(ring),
+				sizeString(cfg.sampleMemory(k, d)), cfg.OpenShards+k.ReadAhead, sizeString(k.QueueBytes), sizeString(cfg.ShuffleBytes),
+				sizeString(cfg.fetchMemory(k, d)), cfg.OpenShards+k.ReadAhead, k.FetchParallel, sizeString(k.FetchPartSize))
 		}
 	}
 	return k, pins, nil
@@ -159,7 +210,7 @@ func (cfg Config) startKnobs(t *Tuner, remote bool) (tune.Knobs, tune.Pins, erro
 
 // pipelineKnobs returns the pipeline's form of k.
 func pipelineKnobs(k tune.Knobs, remote bool) pipeline.Knobs {
-	pk := pipeline.Knobs{Workers: k.Workers, QueueBytes: k.QueueBytes}
+	pk := pipeline.Knobs{Workers: k.Workers, ReadAhead: k.ReadAhead, QueueBytes: k.QueueBytes}
 	if remote {
 		pk.Fetch = source.Tuning{PartSize: k.FetchPartSize, Parallel: k.FetchParallel}
 	}
@@ -174,9 +225,13 @@ type tuneSpan struct {
 }
 
 // autotune runs the loader's tuner until done is closed: every tuneInterval (or
-// longer, until two batches came, across the loaders that share the Tuner) it gives
-// the tuner what the loaders did and applies the settings it returns.
+// longer, until two windows of samples came, across the loaders that share the
+// Tuner) it gives the tuner what the loaders did and applies the settings it
+// returns.
 func (l *Loader) autotune(t *Tuner, remote bool, done <-chan struct{}) {
+	// The order yields a window's samples once most of them are in: the rate is
+	// judged over two windows at least.
+	minSamples := int64(2 * max(l.order.Window, l.cfg.BatchSize))
 	tick := time.NewTicker(tuneInterval)
 	defer tick.Stop()
 	c := &l.p.C
@@ -200,7 +255,7 @@ func (l *Loader) autotune(t *Tuner, remote bool, done <-chan struct{}) {
 		a.wait += cur.wait - prev.wait
 		a.fetch += cur.fetch - prev.fetch
 		prev = cur
-		if !step || a.dt < tuneInterval || (a.batches < 2 && a.dt < 10*tuneInterval) {
+		if !step || a.dt < tuneInterval || (a.samples < minSamples && a.dt < 4*tuneInterval) {
 			t.mu.Unlock()
 			return
 		}
@@ -210,6 +265,9 @@ func (l *Loader) autotune(t *Tuner, remote bool, done <-chan struct{}) {
 			Bound:      float64(a.wait) >= 0.05*float64(a.dt),
 			FetchShare: min(float64(a.fetch)/(float64(max(k0.Workers, 1))*float64(a.dt)), 1),
 		})
+		if os.Getenv("SHARDLOAD_TUNE_TRACE") != "" {
+			fmt.Fprintf(os.Stderr, "tune: %v %d samples %d batches wait %v fetch %v -> %v\n", a.dt, a.samples, a.batches, time.Duration(a.wait), time.Duration(a.fetch), k)
+		}
 		t.acc = tuneSpan{}
 		t.mu.Unlock()
 		if k != k0 {

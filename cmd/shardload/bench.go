@@ -139,6 +139,7 @@ type loaderFlags struct {
 	logFormat     string
 	memory        byteSize
 	autotune      bool
+	readAhead     int
 }
 
 // register registers the pipeline's flags; with perRank, also those a trainer's
@@ -161,12 +162,13 @@ func (lf *loaderFlags) register(fs *pflag.FlagSet, perRank bool) {
 	lf.shuffleBytes = shardload.DefaultShuffleBytes
 	fs.Var(&lf.shuffleBytes, "shuffle-bytes", "bytes the shuffle may hold: fewer samples per window when the dataset's mean sample size calls for it")
 	fs.IntVar(&lf.openShards, "open-shards", shardload.DefaultOpenShards, "lanes of the shuffled shard list read side by side and mixed in each window: shards read at once")
-	fs.IntVar(&lf.workers, "workers", 0, "shards fetched, inflated and decoded at the same moment (default: CPU count, at most --open-shards, then tuned; given: the tuner leaves it)")
+	fs.IntVar(&lf.workers, "workers", 0, "shards fetched, inflated and decoded at the same moment (default: CPU count, at most --open-shards + --read-ahead, then tuned; given: the tuner leaves it)")
 	fs.StringVar(&lf.logFormat, "log-format", "text", "log lines on stderr: text (a timestamp, the level and the message) or json (one object per line: time, level, msg)")
 	lf.readGap = shard.DefaultGapBytes
 	fs.Var(&lf.readGap, "read-gap", "a rank reads the samples it wants of a window it shares with another rank (or of a resumed window) with one request per run of them, and two runs of a shard with one request when the samples between them take at most this much (0: one request per run)")
 	lf.queueBytes = shardload.DefaultQueueBytes
 	fs.Var(&lf.queueBytes, "queue-bytes", "decoded bytes waiting per open shard (given: the tuner leaves it)")
+	fs.IntVar(&lf.readAhead, "read-ahead", 0, "shards opened beyond --open-shards, ahead of the order, to hide a store's latency per request (does not change the order; default 0, then tuned; given: the tuner leaves it)")
 	lf.memory = shardload.DefaultMemory
 	fs.Var(&lf.memory, "memory", fmt.Sprintf("budget of the loader's buffers: slabs, decoded samples (queues, shuffle windows, batches) and remote reads' parts; settings left to their defaults are lowered to fit, the tuner never exceeds it (the process holds about %s more)", humanBytes(shardload.MemoryOverhead)))
 	fs.BoolVar(&lf.autotune, "autotune", true, "tune --workers, --queue-bytes, --fetch-parallel and --fetch-part-size while running, within --memory, from the rate delivered (those given are left alone; --autotune=false keeps the defaults)")
@@ -200,6 +202,9 @@ func (lf *loaderFlags) check() error {
 		if c.v < 1 {
 			bad = append(bad, fmt.Sprintf("--%s %d: want at least 1", c.name, c.v))
 		}
+	}
+	if lf.readAhead < 0 {
+		bad = append(bad, fmt.Sprintf("--read-ahead %d: want 0 or more", lf.readAhead))
 	}
 	if lf.workers < 0 || (lf.workers == 0 && lf.fs != nil && lf.fs.Changed("workers")) {
 		bad = append(bad, fmt.Sprintf("--workers %d: want at least 1 (leave it out for the CPU count)", lf.workers))
@@ -257,7 +262,7 @@ func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config
 		URLs: urls, Index: lf.index, IndexDir: lf.rf.indexDir, NoIndexStore: lf.rf.noIndex || lf.rf.indexDir == "", CountFirst: lf.countFirst, Fields: fields, BatchSize: lf.batchSize, DropLast: lf.dropLast,
 		Seed: lf.seed, Epoch: lf.epoch, Rank: lf.rank, World: lf.world,
 		NoShuffle: lf.noShuffle, ShuffleBuffer: lf.shuffleBuffer, ShuffleBytes: int64(lf.shuffleBytes),
-		OpenShards: lf.openShards, Workers: lf.workers, QueueBytes: queueBytes,
+		OpenShards: lf.openShards, Workers: lf.workers, ReadAhead: lf.readAhead, QueueBytes: queueBytes,
 		FetchParallel: parallel, FetchPartSize: partSize, Memory: int64(lf.memory), NoAutotune: !lf.autotune,
 		MaxMemberSize: int64(lf.rf.maxMember), MaxSampleSize: int64(lf.maxSample), Slabs: lf.slabs, SlabBytes: int64(lf.slabBytes),
 		OnError: policy, Logf: logf, Sources: lf.rf.sources(), ReadGap: readGap(int64(lf.readGap)),

@@ -13,6 +13,10 @@ import (
 type Knobs struct {
 	// Workers is the most producers reading at once.
 	Workers int
+	// ReadAhead is the shards opened beyond OpenShards, ahead of the order: each
+	// reads and queues its first QueueBytes of samples before the windows need them,
+	// which hides a store's latency per request.
+	ReadAhead int
 	// QueueBytes is the queue of each shard opened from now on.
 	QueueBytes int64
 	// Fetch is the part size and parallelism of the remote reads opened from now on
@@ -80,6 +84,7 @@ func (g *gate) broadcast() {
 
 // live holds the knobs the stages read as they go.
 type live struct {
+	readAhead  atomic.Int64
 	queueBytes atomic.Int64
 	fetch      atomic.Pointer[source.Tuning]
 }
@@ -88,6 +93,7 @@ type live struct {
 // fetch settings of the shards opened from now on.
 func (pl *Pipeline) SetKnobs(k Knobs) {
 	pl.workers.setLimit(k.Workers)
+	pl.live.readAhead.Store(int64(max(k.ReadAhead, 0)))
 	if k.QueueBytes > 0 {
 		pl.live.queueBytes.Store(k.QueueBytes)
 	}

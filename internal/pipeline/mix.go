@@ -16,8 +16,8 @@ import (
 	"github.com/shardload/shardload/shard"
 )
 
-// run is the mixing goroutine: it opens up to OpenShards of the plan's spans at a
-// time, in the order the windows need them, puts each sample the producers decode
+// run is the mixing goroutine: it opens up to OpenShards (plus ReadAhead) of the
+// plan's spans at a time, in the order the windows need them, puts each sample the producers decode
 // at its place in its window, yields each window's samples in the order's
 // permutation as they become available, and collates batches.
 func (pl *Pipeline) run(ctx context.Context) {
@@ -130,7 +130,7 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 		if len(wins) == 0 && len(open) == 0 {
 			break
 		}
-		for len(open) < p.OpenShards && nextSpan < len(plan.Spans) {
+		for len(open) < p.OpenShards+int(pl.live.readAhead.Load()) && nextSpan < len(plan.Spans) {
 			if bat.n == 0 && len(wins) > 0 && feedsOf[nextSpan][0].win > nextWin-len(wins) {
 				// Until the first batch is out, only what the first window needs is
 				// read: a fresh or resumed rank's first batch does not share the

@@ -50,15 +50,16 @@ type Params struct {
 	ShuffleBytes int64 // the shuffle windows' budget (with NoShuffle, the queues')
 	OpenShards   int
 	Workers      int
+	ReadAhead    int // shards opened beyond OpenShards (see Knobs)
 	QueueBytes   int64
 	Fetch        source.Tuning // the remote reads' parts; zero: the sources' own
 	// SampleBytes, when set, bounds the sample buffers the pool keeps and maps (the
 	// memory budget's share for decoded samples); beyond it buffers come from the Go
 	// heap and are not kept.
 	SampleBytes int64
-	BatchSize    int
-	DropLast     bool
-	CPUs         []int // the CPUs the stages' threads run on; nil: anywhere
+	BatchSize   int
+	DropLast    bool
+	CPUs        []int // the CPUs the stages' threads run on; nil: anywhere
 
 	// Stretch lets the epoch's batches follow the data when counts are estimated
 	// (shard.Info.Estimated), for a job of one rank: every sample once, however many
@@ -105,8 +106,8 @@ type Pipeline struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	pool    mem.Pool
-	items   sync.Pool     // *item
-	workers *gate // one token per worker actively reading a shard
+	items   sync.Pool // *item
+	workers *gate     // one token per worker actively reading a shard
 	live    live
 	regWarn sync.Once
 
@@ -167,6 +168,7 @@ func Start(ctx context.Context, p Params) *Pipeline {
 		ringReady: make(chan struct{}),
 	}
 	pl.live.queueBytes.Store(p.QueueBytes)
+	pl.live.readAhead.Store(int64(p.ReadAhead))
 	pl.live.fetch.Store(&p.Fetch)
 	// Free buffers kept for reuse: as much as the queues and the shuffle buffer hold.
 	pl.pool.MaxFree = int64(p.OpenShards)*p.QueueBytes + p.ShuffleBytes

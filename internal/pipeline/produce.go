@@ -150,6 +150,8 @@ func (p *producer) run() {
 	var body io.ReadCloser
 	var err error
 	octx := pl.fetchContext(p.ctx)
+	// Opening (a stat and a request's first byte, on a remote store) counts as fetch.
+	t0 := mono()
 	switch {
 	case info.Version != "" && !info.Estimated:
 		body, err = pl.p.Sources.OpenVersion(octx, span.URL, info.Version, opts.StartOffset, length)
@@ -163,6 +165,7 @@ func (p *producer) run() {
 	default:
 		body, err = pl.p.Sources.Open(octx, span.URL)
 	}
+	add(&pl.C.Fetch, mono()-t0)
 	if err != nil {
 		p.fail(span.Take, true, err)
 		return

@@ -14,23 +14,27 @@ import "fmt"
 // Knobs are the settings the tuner changes.
 type Knobs struct {
 	Workers       int
+	ReadAhead     int // shards opened beyond the lanes
 	QueueBytes    int64
 	FetchParallel int
 	FetchPartSize int64
 }
 
 func (k Knobs) String() string {
-	return fmt.Sprintf("workers %d, queue %d KiB, fetch %d x %d KiB", k.Workers, k.QueueBytes>>10, k.FetchParallel, k.FetchPartSize>>10)
+	return fmt.Sprintf("workers %d, read-ahead %d, queue %d KiB, fetch %d x %d KiB", k.Workers, k.ReadAhead, k.QueueBytes>>10, k.FetchParallel, k.FetchPartSize>>10)
 }
 
 // Pins are the knobs the user set: the tuner leaves them alone.
 type Pins struct {
-	Workers, QueueBytes, FetchParallel, FetchPartSize bool
+	Workers, ReadAhead, QueueBytes, FetchParallel, FetchPartSize bool
 }
 
 // Limits bound the knobs.
 type Limits struct {
-	MaxWorkers int // the open shards: more workers than shards read at once do nothing
+	// Lanes is the shards the order reads side by side: Workers is at most Lanes +
+	// ReadAhead (more workers than open shards do nothing), and ReadAhead at most
+	// MaxReadAhead times Lanes.
+	Lanes int
 	// Fetch says whether the fetch knobs matter (some shards are remote).
 	Fetch bool
 	// Fits reports whether k stays within the memory budget.
@@ -44,6 +48,7 @@ const (
 	MinPartSize   = 1 << 20
 	MaxPartSize   = 64 << 20
 	MaxParallel   = 16
+	MaxReadAhead  = 8
 )
 
 // Observation is what the loader saw over one interval.
@@ -69,7 +74,7 @@ const (
 
 // move is a change of one knob: up (doubling) or down (halving).
 type move struct {
-	knob int // 0 workers, 1 queue, 2 parallel, 3 part size
+	knob int // 0 workers, 1 queue, 2 parallel, 3 part size, 4 read-ahead
 	up   bool
 }
 
@@ -85,6 +90,7 @@ const (
 // Tuner is the hill climber. It is not safe for concurrent use.
 type Tuner struct {
 	cur, prev Knobs
+	factor    int // how far a round's concurrency moves go: 2, or 4 while the workers mostly wait
 	pins      Pins
 	lim       Limits
 
@@ -110,7 +116,7 @@ func New(start Knobs, pins Pins, lim Limits) *Tuner {
 	if lim.Fits == nil {
 		lim.Fits = func(Knobs) bool { return true }
 	}
-	return &Tuner{cur: start, pins: pins, lim: lim, holdFor: firstHold}
+	return &Tuner{cur: start, pins: pins, lim: lim, holdFor: firstHold, factor: 2}
 }
 
 // Restart continues the tuner in a new loader: from start, within lim. A trial the
@@ -157,6 +163,10 @@ func (t *Tuner) Step(o Observation) Knobs {
 		t.baseRate = o.Rate
 		if t.moves == nil {
 			t.moves = t.round(o.FetchShare)
+			t.factor = 2
+			if o.FetchShare >= 0.9 {
+				t.factor = 4
+			}
 			t.kept = false
 		}
 		t.next()
@@ -224,9 +234,9 @@ func (t *Tuner) rest(rate float64) {
 // workers than cores at no cost).
 func (t *Tuner) round(fetchShare float64) []move {
 	if fetchShare >= 0.5 {
-		return []move{{0, true}, {2, true}, {3, true}, {1, true}, {2, false}}
+		return []move{{0, true}, {4, true}, {2, true}, {3, true}, {1, true}, {2, false}}
 	}
-	return []move{{1, true}, {0, true}, {2, false}, {3, true}, {2, true}}
+	return []move{{1, true}, {0, true}, {2, false}, {3, true}, {2, true}, {4, true}}
 }
 
 // apply returns the knobs after m, and false when m changes nothing, is pinned, or
@@ -239,7 +249,7 @@ func (t *Tuner) apply(m move) (Knobs, bool) {
 			return k, false
 		}
 		if m.up {
-			k.Workers = min(2*k.Workers, t.lim.MaxWorkers)
+			k.Workers = min(t.factor*k.Workers, t.lim.Lanes+k.ReadAhead)
 		} else {
 			k.Workers = max(k.Workers/2, 1)
 		}
@@ -270,6 +280,21 @@ func (t *Tuner) apply(m move) (Knobs, bool) {
 			k.FetchPartSize = min(2*k.FetchPartSize, MaxPartSize)
 		} else {
 			k.FetchPartSize = max(k.FetchPartSize/2, MinPartSize)
+		}
+	case 4:
+		// More shards open, and as many more workers to read them: a shard opened
+		// ahead with no worker free waits like the rest.
+		if t.pins.ReadAhead {
+			return k, false
+		}
+		open := t.lim.Lanes + k.ReadAhead
+		if m.up {
+			k.ReadAhead = min(max(t.factor*k.ReadAhead, t.lim.Lanes), MaxReadAhead*t.lim.Lanes)
+		} else {
+			k.ReadAhead /= 2
+		}
+		if !t.pins.Workers {
+			k.Workers = max(min(k.Workers*(t.lim.Lanes+k.ReadAhead)/open, t.lim.Lanes+k.ReadAhead), 1)
 		}
 	}
 	if k == t.cur || !t.lim.Fits(k) {

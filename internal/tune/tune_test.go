@@ -83,7 +83,7 @@ func TestConverges(t *testing.T) {
 		{"big shards", model{cores: 2, cpu: 0.1, latency: 0.01, transfer: 0.4, shardBytes: 8 << 20}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			tu := New(start, Pins{}, Limits{MaxWorkers: 8, Fetch: true})
+			tu := New(start, Pins{}, Limits{Lanes: 8, Fetch: true})
 			_, _ = run(t, tu, c.m, 60, 0.03, nil)
 			if !tu.Settled() && tu.holdFor == firstHold {
 				t.Errorf("no round ended without a change in 60 intervals (at %v)", tu.Knobs())
@@ -106,8 +106,10 @@ func TestConverges(t *testing.T) {
 func TestBudgetAndPins(t *testing.T) {
 	m := model{cores: 8, cpu: 0.002, latency: 0.05, transfer: 0.2, shardBytes: 8 << 20}
 	start := Knobs{Workers: 2, QueueBytes: 2 << 20, FetchParallel: 4, FetchPartSize: 8 << 20}
-	fits := func(k Knobs) bool { return int64(k.Workers)*(k.QueueBytes+int64(k.FetchParallel)*k.FetchPartSize) <= 160<<20 }
-	tu := New(start, Pins{QueueBytes: true}, Limits{MaxWorkers: 8, Fetch: true, Fits: fits})
+	fits := func(k Knobs) bool {
+		return int64(k.Workers)*(k.QueueBytes+int64(k.FetchParallel)*k.FetchPartSize) <= 160<<20
+	}
+	tu := New(start, Pins{QueueBytes: true}, Limits{Lanes: 8, Fetch: true, Fits: fits})
 	_, k := run(t, tu, m, 200, 0.02, fits)
 	if k.QueueBytes != start.QueueBytes {
 		t.Errorf("pinned queue bytes changed to %d", k.QueueBytes)
@@ -119,7 +121,7 @@ func TestBudgetAndPins(t *testing.T) {
 
 func TestHoldsWhenNotBound(t *testing.T) {
 	start := Knobs{Workers: 2, QueueBytes: 2 << 20, FetchParallel: 4, FetchPartSize: 8 << 20}
-	tu := New(start, Pins{}, Limits{MaxWorkers: 8, Fetch: true})
+	tu := New(start, Pins{}, Limits{Lanes: 8, Fetch: true})
 	for range 50 {
 		if k := tu.Step(Observation{Rate: 1000, Bound: false}); k != start {
 			t.Fatalf("changed to %v while the consumer did not wait", k)
@@ -130,7 +132,7 @@ func TestHoldsWhenNotBound(t *testing.T) {
 func TestNoFetchKnobsForLocalShards(t *testing.T) {
 	m := model{cores: 2, cpu: 0.002, latency: 0.05, transfer: 0.1, shardBytes: 400 << 10}
 	start := Knobs{Workers: 2, QueueBytes: 2 << 20, FetchParallel: 4, FetchPartSize: 8 << 20}
-	tu := New(start, Pins{}, Limits{MaxWorkers: 8})
+	tu := New(start, Pins{}, Limits{Lanes: 8})
 	_, k := run(t, tu, m, 100, 0, nil)
 	if k.FetchParallel != start.FetchParallel || k.FetchPartSize != start.FetchPartSize {
 		t.Errorf("fetch knobs moved to %v with no remote shards", k)
