@@ -24,7 +24,11 @@
 # BENCH_SL_FLAGS for all its runs; an index from `shardload ls --summary --json`) as:
 #   - grid: autotuning off, at every point of --workers x --queue-bytes x
 #     --fetch-parallel (BENCH_GRID_WORKERS "1 2 4 8", BENCH_GRID_QUEUE
-#     "1MiB 4MiB 16MiB", BENCH_GRID_PARALLEL "1 4"), BENCH_GRID_RUNS (1) times each;
+#     "1MiB 4MiB 16MiB", BENCH_GRID_PARALLEL "1 4", BENCH_GRID_READAHEAD "0"),
+#     BENCH_GRID_RUNS (1) times each; the latency case has a grid of its own,
+#     --workers (BENCH_GRID_LATENCY_WORKERS "2 8 32 64") x --read-ahead
+#     (BENCH_GRID_LATENCY_READAHEAD "0 24 56") x --fetch-parallel ("1 4") at
+#     --queue-bytes 2MiB, since only shards in flight beyond the 8 lanes help there;
 #   - defaults: autotuning off, no knob flags, BENCH_RUNS (3) times;
 #   - autotune: no knob flags (autotuning is on by default), BENCH_RUNS times.
 # They are interleaved (autotune, defaults, then a BENCH_RUNS-th of the grid, repeated),
@@ -87,6 +91,13 @@ grid_workers=${BENCH_GRID_WORKERS:-1 2 4 8}
 grid_queue=${BENCH_GRID_QUEUE:-1MiB 4MiB 16MiB}
 grid_parallel=${BENCH_GRID_PARALLEL:-1 4}
 grid_runs=${BENCH_GRID_RUNS:-1}
+grid_readahead=${BENCH_GRID_READAHEAD:-0}
+# The latency case's grid: more shards in flight is what can help there, so its
+# --workers go past the 8 lanes with --read-ahead (shards opened beyond them).
+lat_workers=${BENCH_GRID_LATENCY_WORKERS:-2 8 32 64}
+lat_queue=${BENCH_GRID_LATENCY_QUEUE:-2MiB}
+lat_parallel=${BENCH_GRID_LATENCY_PARALLEL:-1 4}
+lat_readahead=${BENCH_GRID_LATENCY_READAHEAD:-0 24 56}
 seed=${BENCH_SEED:-1}
 memory=${BENCH_MEMORY:-}
 delay=${BENCH_DELAY:-50ms}
@@ -406,11 +417,15 @@ t_start=$(now)
 for c in "${cases[@]}"; do
 	log "== $c: ${CSHARDS[$c]} shards, ${CSAMPLES[$c]} samples, ${CBYTES[$c]} bytes stored, ${EPOCHS[$c]} epochs, ${CPAT[$c]} at ${ENDPOINT[$c]}"
 	grid=()
-	for w in $grid_workers; do
-		for q in $grid_queue; do
-			for p in $grid_parallel; do
-				for ((r = 1; r <= grid_runs; r++)); do
-					grid+=("$w $q $p $r")
+	gw=$grid_workers gq=$grid_queue gp=$grid_parallel ga=$grid_readahead
+	[[ $c != latency ]] || { gw=$lat_workers gq=$lat_queue gp=$lat_parallel ga=$lat_readahead; }
+	for w in $gw; do
+		for q in $gq; do
+			for p in $gp; do
+				for a in $ga; do
+					for ((r = 1; r <= grid_runs; r++)); do
+						grid+=("$w $q $p $a $r")
+					done
 				done
 			done
 		done
@@ -421,8 +436,10 @@ for c in "${cases[@]}"; do
 		run_one "$c" autotune "" $((k + 1))
 		run_one "$c" defaults "" $((k + 1)) "${autotune_off[@]}"
 		for ((j = k; j < ${#grid[@]}; j += runs)); do
-			read -r w q p r <<< "${grid[j]}"
-			run_one "$c" grid "w$w-q$q-p$p" "$r" "${autotune_off[@]}" "$flag_workers" "$w" "$flag_queue" "$q" "$flag_parallel" "$p"
+			read -r w q p a r <<< "${grid[j]}"
+			ra=()
+			[[ $a == 0 ]] || ra=(--read-ahead "$a")
+			run_one "$c" grid "w$w-q$q-p$p${ra[*]:+-a$a}" "$r" "${autotune_off[@]}" "$flag_workers" "$w" "$flag_queue" "$q" "$flag_parallel" "$p" "${ra[@]}"
 		done
 	done
 	printf '{"case":"%s","pattern":"%s","endpoint":"%s","shards":%d,"samples":%d,"bytes":%d,"epochs":%d,"index":"%s"}\n' \
