@@ -64,6 +64,18 @@
 // secrets removed (errors.Is and errors.As still reach the cause), and an Index matches
 // shards by their redacted URL, so it stays valid when a signature changes.
 //
+// # Autotuning
+//
+// Config.Memory is one budget for every buffer the loader sizes (slabs, decoded
+// samples, remote reads' parts; see Config.MemoryBudget). Within it, a tuner adjusts
+// the settings that do not change the batches (Workers, ReadAhead, QueueBytes,
+// FetchParallel, FetchPartSize) while the loader runs: it tries one change at a time
+// while the consumer waits for batches, keeps a change that raised the rate of
+// samples delivered by 5%, and undoes one that did not. Settings set in the Config are
+// left alone; Config.NoAutotune turns it off. Give the loaders of a job's epochs one
+// Tuner (Config.Tuner) so that each starts where the last ended; Loader.Settings and
+// Tuner.Settings say where it is.
+//
 // # The stages on their own
 //
 // The stages are usable on their own: package source (the Source interface, a registry

@@ -149,3 +149,35 @@ func ExampleLoader_State() {
 	// 2 3
 	// 3 1
 }
+
+// One tuner for every epoch of a job: each epoch's loader starts from the settings
+// the last one's tuner left, within the memory budget. Queue depth is given, so the
+// tuner leaves it alone.
+func ExampleTuner() {
+	ctx := context.Background()
+	tuner := shardload.NewTuner()
+	for epoch := range 2 {
+		l, err := shardload.Open(ctx, shardload.Config{
+			URLs:       []string{"testdata/pytorch-data__wds.tar"},
+			BatchSize:  4,
+			Epoch:      epoch,
+			Memory:     256 << 20, // slabs, samples and fetch parts together
+			QueueBytes: 1 << 20,   // pinned: not tuned
+			Tuner:      tuner,
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, err := range l.All(ctx) {
+			if err != nil {
+				log.Fatal(err)
+			}
+		}
+		st := l.Stats()
+		l.Close()
+		fmt.Println("epoch", epoch, "within budget:", st.Memory <= 256<<20, "queue bytes:", tuner.Settings().QueueBytes)
+	}
+	// Output:
+	// epoch 0 within budget: true queue bytes: 1048576
+	// epoch 1 within budget: true queue bytes: 1048576
+}

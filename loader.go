@@ -35,7 +35,7 @@ type Loader struct {
 	resume State        // the state the loader started from
 	taken  atomic.Int64 // batches Next has returned
 	tuner  *Tuner
-	remote bool // some shard is remote: the fetch settings matter
+	shape  dataShape
 	done   chan struct{}
 	close  sync.Once
 }
@@ -137,7 +137,7 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	}
 	maxSamples, maxShards := cfg.ErrorBudget.limits(order.Samples, int64(order.Shards))
 	l = &Loader{cfg: cfg, plan: plan, order: order, fields: fields, dev: dev, start: start, resume: resume,
-		tuner: tuner, remote: isRemote, done: make(chan struct{})}
+		tuner: tuner, shape: shape, done: make(chan struct{})}
 	l.p = pipeline.Start(ctx, pipeline.Params{
 		Sources: cfg.Sources, Plan: plan, Shards: infos, Fields: fields,
 		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxSampleSize: cfg.MaxSampleSize, MaxRatio: cfg.MaxRatio},
@@ -270,6 +270,13 @@ func (l *Loader) Close() error {
 // Settings returns the loader's current settings of those its tuner may change
 // (Config.NoAutotune): where the tuner is, or the settings as set.
 func (l *Loader) Settings() Settings { return l.tuner.Settings() }
+
+// memory returns what the loader's buffers may hold at its current settings.
+func (l *Loader) memory() int64 {
+	s := l.Settings()
+	return l.cfg.memoryOf(tune.Knobs{Workers: s.Workers, ReadAhead: s.ReadAhead, QueueBytes: s.QueueBytes,
+		FetchParallel: s.FetchParallel, FetchPartSize: s.FetchPartSize}, l.shape)
+}
 
 // Device returns the loader's device-copy stage: its kind and description.
 func (l *Loader) Device() *device.Stage { return l.dev }

@@ -15,6 +15,9 @@ type Stats struct {
 	BytesInflated int64 // bytes of tar after whole-shard decompression
 	BytesOut      int64 // bytes of the batches written into slabs
 	Workers       int   // the Workers setting in effect
+	// Memory is what the loader's buffers may hold at its settings in effect (the
+	// tuner's), within Config.MemoryBudget.
+	Memory int64
 	PageLocked    bool  // whether the slabs are page-locked (mlock)
 	Elapsed       time.Duration
 	FirstBatch    time.Duration // from Open to the first batch handed to Next's caller
@@ -37,7 +40,7 @@ func (l *Loader) Stats() Stats {
 		Samples: c.Samples.Load(), Batches: c.Batches.Load(), Padded: c.Padded.Load(), Trimmed: c.Trimmed.Load(),
 		Skipped: c.Skipped.Load(), SkippedShards: c.SkippedShards.Load(),
 		BytesIn: c.BytesIn.Load(), BytesInflated: c.BytesInflated.Load(), BytesOut: c.BytesOut.Load(),
-		Workers: l.Settings().Workers, PageLocked: l.p.Locked(),
+		Workers: l.Settings().Workers, Memory: l.memory(), PageLocked: l.p.Locked(),
 		Elapsed: time.Since(l.start), FirstBatch: d(c.FirstBatch.Load()),
 		Stages: map[string]time.Duration{
 			"fetch": d(c.Fetch.Load()), "inflate": d(c.Inflate.Load()), "split": d(c.Split.Load()), "decode": d(c.Decode.Load()),
@@ -46,7 +49,8 @@ func (l *Loader) Stats() Stats {
 	}
 }
 
-// Add adds o's counters and stage times to s's (Workers and PageLocked become o's),
+// Add adds o's counters and stage times to s's (Workers, Memory and PageLocked
+// become o's),
 // for totals over epochs or loaders.
 func (s *Stats) Add(o Stats) {
 	s.Samples += o.Samples
@@ -59,7 +63,7 @@ func (s *Stats) Add(o Stats) {
 	s.BytesInflated += o.BytesInflated
 	s.BytesOut += o.BytesOut
 	s.Elapsed += o.Elapsed
-	s.Workers, s.PageLocked = o.Workers, o.PageLocked
+	s.Workers, s.Memory, s.PageLocked = o.Workers, o.Memory, o.PageLocked
 	if s.Stages == nil {
 		s.Stages = make(map[string]time.Duration, len(o.Stages))
 	}

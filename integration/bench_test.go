@@ -26,11 +26,16 @@ type benchJSON struct {
 	WaitFraction   *float64           `json:"wait_fraction"`
 	Stages         map[string]float64 `json:"stages"`
 	MemoryBudget   int64              `json:"memory_budget_bytes"`
-	BytesDecomp    int64              `json:"bytes_decompressed"`
-	CountSeconds   float64            `json:"count_seconds"`
-	Bottleneck     string             `json:"bottleneck"`
-	Padded         int64              `json:"padded"`
-	SkippedSamples int64              `json:"skipped"`
+	MemoryOverhead int64              `json:"memory_overhead_bytes"`
+	Tuned          *struct {
+		Workers    int   `json:"workers"`
+		QueueBytes int64 `json:"queue_bytes"`
+	} `json:"tuned"`
+	BytesDecomp    int64   `json:"bytes_decompressed"`
+	CountSeconds   float64 `json:"count_seconds"`
+	Bottleneck     string  `json:"bottleneck"`
+	Padded         int64   `json:"padded"`
+	SkippedSamples int64   `json:"skipped"`
 }
 
 func runBench(t *testing.T, env []string, args ...string) benchJSON {
@@ -105,10 +110,12 @@ func TestBenchS3(t *testing.T) {
 	}
 }
 
-// TestBenchMemoryBudget reads a dataset ten times larger than the loader's buffer
-// budget and checks the peak RSS the kernel reports stays within the budget plus a
-// stated overhead: 64 MiB for Go's runtime, the binary, the sources' buffers, the
-// decompressors and the two batches of decoded samples the budget does not count.
+// TestBenchMemoryBudget reads a dataset ten times larger than the loader's memory
+// budget (--memory), with the tuner on, and checks the peak RSS the kernel reports
+// stays within the budget plus the overhead bench states (memory_overhead_bytes),
+// and, the shards being local (no fetch parts, no part buffers kept), within the
+// budget plus 64 MiB: Go's runtime, the binary, the decompressors and the one sample
+// per worker that the budget does not count.
 func TestBenchMemoryBudget(t *testing.T) {
 	spec := shardgen.Spec{Shards: 12, SamplesPerShard: 200, Fields: shardgen.Presets["images"]}
 	paths, err := shardgen.Generate(t.TempDir(), spec)
@@ -120,12 +127,16 @@ func TestBenchMemoryBudget(t *testing.T) {
 		fi, _ := os.Stat(p)
 		total += fi.Size()
 	}
-	res := runBench(t, nil, "--batch-size", "8", "--open-shards", "2", "--queue-bytes", "2MiB",
+	const budget = 24 << 20
+	res := runBench(t, nil, "--batch-size", "8", "--open-shards", "2", "--memory", "24MiB",
 		"--shuffle-buffer", "100", "--shuffle-bytes", "8MiB", "--slabs", "2", "--slab-size", "2MiB",
 		filepath.Join(filepath.Dir(paths[0]), spec.Pattern()))
 	const overhead = 64 << 20
-	if res.MemoryBudget != 2*(2<<20)+(8<<20)+2*(2<<20) {
-		t.Errorf("memory budget %d", res.MemoryBudget)
+	if res.MemoryBudget != budget || res.MemoryOverhead <= 0 {
+		t.Errorf("memory budget %d, overhead %d; want %d and a stated overhead", res.MemoryBudget, res.MemoryOverhead, budget)
+	}
+	if res.Tuned == nil || res.Tuned.Workers < 1 {
+		t.Errorf("no tuned settings reported: %+v", res.Tuned)
 	}
 	if total < 10*res.MemoryBudget {
 		t.Fatalf("dataset of %d bytes is not far larger than the budget %d", total, res.MemoryBudget)
@@ -133,8 +144,8 @@ func TestBenchMemoryBudget(t *testing.T) {
 	if res.Samples != 2400 {
 		t.Errorf("%d samples", res.Samples)
 	}
-	if res.PeakRSS > res.MemoryBudget+overhead {
-		t.Errorf("peak RSS %d MB over the budget %d MB + %d MB overhead (dataset %d MB)", res.PeakRSS>>20, res.MemoryBudget>>20, overhead>>20, total>>20)
+	if res.PeakRSS > res.MemoryBudget+res.MemoryOverhead || res.PeakRSS > res.MemoryBudget+overhead {
+		t.Errorf("peak RSS %d MB over the budget %d MB + %d MB (stated overhead %d MB) (dataset %d MB)", res.PeakRSS>>20, res.MemoryBudget>>20, overhead>>20, res.MemoryOverhead>>20, total>>20)
 	}
 	t.Logf("dataset %d MB, budget %d MB, peak RSS %d MB", total>>20, res.MemoryBudget>>20, res.PeakRSS>>20)
 }

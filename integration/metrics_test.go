@@ -110,6 +110,17 @@ func TestServeMetrics(t *testing.T) {
 	if b, _ := value(fams, "shardload_session_memory_budget_bytes", "rank", "0"); b < slabs*4<<20 {
 		t.Errorf("mid-epoch: memory budget %v, less than the slabs' %d bytes", b, slabs*4<<20)
 	}
+	// The settings in effect, and the memory they take within the budget.
+	budget, _ := value(fams, "shardload_session_memory_budget_bytes", "rank", "0")
+	if m, found := value(fams, "shardload_session_memory_bytes", "rank", "0"); !found || m < slabs*4<<20 || m > budget {
+		t.Errorf("mid-epoch: memory at the settings in effect %v (found %v), want from the slabs' %d bytes to the budget %v", m, found, slabs*4<<20, budget)
+	}
+	if w, found := value(fams, "shardload_session_setting", "rank", "0", "setting", "workers"); !found || w < 1 {
+		t.Errorf("mid-epoch: workers setting %v (found %v)", w, found)
+	}
+	if q, found := value(fams, "shardload_session_setting", "rank", "0", "setting", "queue_bytes"); !found || q < 256<<10 {
+		t.Errorf("mid-epoch: queue_bytes setting %v (found %v)", q, found)
+	}
 	if n, _ := value(fams, "shardload_session_ring_slabs", "rank", "0"); n != slabs {
 		t.Errorf("mid-epoch: ring of %v slabs, want %d", n, slabs)
 	}

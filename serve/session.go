@@ -238,6 +238,9 @@ func (s *Server) sessionConfig(h *hello) (shardload.Config, error) {
 	}
 	cfg.Rank, cfg.World, cfg.Seed, cfg.Epoch = h.Rank, h.World, h.Seed, h.Epoch
 	cfg.BatchSize, cfg.DropLast = h.BatchSize, h.DropLast
+	if !cfg.NoAutotune {
+		cfg.Tuner = shardload.NewTuner() // the session's epochs go on from the last one's settings
+	}
 	if h.State != nil {
 		epoch, err := checkState("hello", h.Epoch, h.State)
 		if err != nil {

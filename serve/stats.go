@@ -16,6 +16,9 @@ type SessionStats struct {
 	Started     time.Time
 	// MemoryBudget is what the session's buffers may hold (Config.MemoryBudget).
 	MemoryBudget int64
+	// Settings are the session's tuned settings (its Config.Tuner's); zero with
+	// NoAutotune.
+	Settings shardload.Settings
 	// RingSlabs is the session's slabs, and RingInUse those holding a batch that is
 	// being collated, is ready, or is with the trainer.
 	RingSlabs, RingInUse int
@@ -82,6 +85,9 @@ func (t *sessionTally) snapshot(ss *session) SessionStats {
 	}
 	out := SessionStats{ID: ss.id, Rank: ss.cfg.Rank, World: ss.cfg.World, Epoch: t.epoch, Started: t.started,
 		MemoryBudget: ss.cfg.MemoryBudget(), Stats: st}
+	if ss.cfg.Tuner != nil {
+		out.Settings = ss.cfg.Tuner.Settings()
+	}
 	if t.ring != nil {
 		out.RingSlabs, out.RingInUse = len(t.ring.Slabs()), t.ring.InUse()
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"sort"
@@ -71,6 +72,7 @@ would wait for data: the share of its time spent waiting after its first batch
 				return err
 			}
 			placement := df.place(&cfg, stderr)
+			setMemoryLimit(cfg.MemoryBudget())
 			if *cpuProfile != "" {
 				f, err := os.Create(*cpuProfile)
 				if err != nil {
@@ -84,7 +86,10 @@ would wait for data: the share of its time spent waiting after its first batch
 			}
 			var mon *benchStats
 			if *metrics != "" {
-				mon = &benchStats{rank: cfg.Rank, world: max(cfg.World, 1), start: time.Now(), budget: cfg.MemoryBudget()}
+				if !cfg.NoAutotune {
+					cfg.Tuner = shardload.NewTuner()
+				}
+				mon = &benchStats{rank: cfg.Rank, world: max(cfg.World, 1), start: time.Now(), budget: cfg.MemoryBudget(), tuner: cfg.Tuner}
 				addr, stop, err := serveMetrics(*metrics, *withPprof, mon.stats, lf.rf.cache, stderr)
 				if err != nil {
 					return err
@@ -268,6 +273,16 @@ func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config
 		OnError: policy, Logf: logf, Sources: lf.rf.sources(), ReadGap: readGap(int64(lf.readGap)),
 		ErrorBudget: &shardload.Budget{Fraction: lf.errorBudget, Samples: lf.budgetSamples, Shards: lf.budgetShards},
 	}, nil
+}
+
+// setMemoryLimit sets the Go runtime's soft memory limit of a loader process to its
+// loaders' budgets plus shardload.MemoryOverhead, unless GOMEMLIMIT sets one: the
+// heap's garbage (part and sample buffers the pools drop) is collected before the
+// process grows past what it states.
+func setMemoryLimit(budgets int64) {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(budgets + shardload.MemoryOverhead)
+	}
 }
 
 // readGap is Config.ReadGap for a --read-gap: 0 means never (Config's negative).

@@ -40,6 +40,7 @@ type serverMetrics struct {
 	cacheHits, cacheFetches, cacheEvictions, cacheBytes    *prometheus.Desc
 	cacheEntries, cacheFailures                            *prometheus.Desc
 	retries, resumes, budget, ringSlabs, ringInUse         *prometheus.Desc
+	memory, knob, tunerChanges                             *prometheus.Desc
 }
 
 func newServerMetrics(stats statsFunc, c *cache.Cache) *serverMetrics {
@@ -75,7 +76,10 @@ func newServerMetrics(stats statsFunc, c *cache.Cache) *serverMetrics {
 		resumes:        d("fetch_resumes_total", "Retried reads that went on at the byte offset they had reached."),
 		ringSlabs:      d("session_ring_slabs", "Slabs in a session's ring.", sess...),
 		ringInUse:      d("session_ring_slabs_in_use", "Slabs of a session's ring holding a batch: being collated, ready, or with the trainer.", sess...),
-		budget:         d("session_memory_budget_bytes", "What a session's buffers may hold: queues, shuffle windows and slabs (Config.MemoryBudget).", sess...),
+		budget:         d("session_memory_budget_bytes", "What a session's buffers may hold: slabs, decoded samples (queues, shuffle windows, batches) and remote reads' parts (--memory).", sess...),
+		memory:         d("session_memory_bytes", "What a session's buffers may hold at its settings in effect (the tuner's), within its budget.", sess...),
+		knob:           d("session_setting", "A session's setting in effect, as its tuner left it: workers, read_ahead (shards), queue_bytes, fetch_parallel, fetch_part_bytes.", "session", "rank", "setting"),
+		tunerChanges:   d("session_autotune_changes_total", "Setting changes a session's tuner kept.", sess...),
 	}
 }
 
@@ -110,6 +114,15 @@ func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		c(m.wait, s.Stages["wait"].Seconds(), id, rank)
 		g(m.budget, float64(s.MemoryBudget), id, rank)
+		g(m.memory, float64(s.Memory), id, rank)
+		if k := s.Settings; k.Workers > 0 {
+			g(m.knob, float64(k.Workers), id, rank, "workers")
+			g(m.knob, float64(k.ReadAhead), id, rank, "read_ahead")
+			g(m.knob, float64(k.QueueBytes), id, rank, "queue_bytes")
+			g(m.knob, float64(k.FetchParallel), id, rank, "fetch_parallel")
+			g(m.knob, float64(k.FetchPartSize), id, rank, "fetch_part_bytes")
+			c(m.tunerChanges, float64(k.Changes), id, rank)
+		}
 		if s.RingSlabs > 0 {
 			g(m.ringSlabs, float64(s.RingSlabs), id, rank)
 			g(m.ringInUse, float64(s.RingInUse), id, rank)
@@ -184,6 +197,7 @@ type benchStats struct {
 	epoch  int
 	start  time.Time
 	budget int64
+	tuner  *shardload.Tuner
 }
 
 func (b *benchStats) open(l *shardload.Loader, epoch int) {
@@ -215,5 +229,9 @@ func (b *benchStats) stats() ([]serve.SessionStats, shardload.Stats) {
 	if b.cur != nil {
 		st.Add(b.cur.Stats())
 	}
-	return []serve.SessionStats{{Rank: b.rank, World: b.world, Epoch: b.epoch, Started: b.start, MemoryBudget: b.budget, Stats: st}}, shardload.Stats{}
+	out := serve.SessionStats{Rank: b.rank, World: b.world, Epoch: b.epoch, Started: b.start, MemoryBudget: b.budget, Stats: st}
+	if b.tuner != nil {
+		out.Settings = b.tuner.Settings()
+	}
+	return []serve.SessionStats{out}, shardload.Stats{}
 }

@@ -1,0 +1,115 @@
+package shardload
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/shardload/shardload/internal/pipeline"
+	"github.com/shardload/shardload/internal/shardgen"
+	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/source"
+)
+
+// keysOf runs an epoch and returns its keys in batch order; turn, when set, is called
+// after every batch with the loader and the batch's number.
+func keysOf(t *testing.T, cfg Config, turn func(l *Loader, n int)) ([]string, Stats) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var keys []string
+	n := 0
+	for b, err := range l.All(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, b.Keys()...)
+		if turn != nil {
+			turn(l, n)
+		}
+		n++
+	}
+	return keys, l.Stats()
+}
+
+// TestKnobsKeepTheBatches: the settings the tuner changes while a loader runs (worker
+// count, read-ahead, queue bytes, fetch parts) change nothing in what it yields.
+func TestKnobsKeepTheBatches(t *testing.T) {
+	paths, err := shardgen.Generate(t.TempDir(), shardgen.Spec{Shards: 24, Samples: []int{7, 10, 13, 16, 5}, Compression: shard.Zstd, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := Config{URLs: paths, BatchSize: 5, Seed: 3, ShuffleBuffer: 30, OpenShards: 3, NoIndexStore: true, CountFirst: true, NoAutotune: true}
+	want, _ := keysOf(t, base, nil)
+	if len(want) == 0 || slices.IsSorted(want) {
+		t.Fatalf("%d keys, sorted: %v", len(want), slices.IsSorted(want))
+	}
+	settings := []pipeline.Knobs{
+		{Workers: 1, QueueBytes: 64 << 10},
+		{Workers: 6, ReadAhead: 5, QueueBytes: 4 << 20, Fetch: source.Tuning{Parallel: 8, PartSize: 1 << 20}},
+		{Workers: 2, ReadAhead: 1, QueueBytes: 256 << 10},
+		{Workers: 9, ReadAhead: 12, QueueBytes: 8 << 10},
+	}
+	got, _ := keysOf(t, base, func(l *Loader, n int) { l.p.SetKnobs(settings[n%len(settings)]) })
+	if !slices.Equal(got, want) {
+		t.Errorf("knobs changed mid-epoch: another order (%d keys, want %d)", len(got), len(want))
+	}
+	for _, ra := range []int{0, 2, 20} {
+		cfg := base
+		cfg.ReadAhead, cfg.Workers = ra, 3+ra
+		if got, _ := keysOf(t, cfg, nil); !slices.Equal(got, want) {
+			t.Errorf("read-ahead %d: another order", ra)
+		}
+	}
+	// With the tuner on: the same (an epoch this short may end before its first
+	// interval; the SetKnobs run above is what moves the knobs mid-epoch).
+	cfg := base
+	cfg.NoAutotune = false
+	if got, _ := keysOf(t, cfg, nil); !slices.Equal(got, want) {
+		t.Errorf("autotuned: another order")
+	}
+}
+
+// TestMemoryBudget: settings left to their defaults are lowered to fit Memory, set
+// ones that do not fit fail Open with ErrMemory saying what needs what, and the
+// memory at the settings in effect stays within the budget.
+func TestMemoryBudget(t *testing.T) {
+	paths, err := shardgen.Generate(t.TempDir(), shardgen.Spec{Shards: 6, Samples: []int{20}, Seed: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{URLs: paths, NoIndexStore: true, CountFirst: true, Slabs: 2, SlabBytes: 1 << 20, ShuffleBytes: 1 << 20, OpenShards: 4}
+	fixed := int64(2<<20) + (1<<20+2<<20)*9/8 // slabs; shuffle and two batches, with an eighth
+	// Room for queues of 512 KiB at most: the default 2 MiB must come down.
+	cfg.Memory = fixed + 4*(512<<10)*9/8 + 4096
+	l, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Open with the defaults lowered to fit: %v", err)
+	}
+	s := l.Settings()
+	for _, err := range l.All(context.Background()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := l.Stats()
+	l.Close()
+	if s.QueueBytes > 512<<10 || s.QueueBytes < 256<<10 {
+		t.Errorf("queue bytes %d: want the default lowered to fit (256-512 KiB)", s.QueueBytes)
+	}
+	if st.Memory > cfg.Memory || st.Memory == 0 {
+		t.Errorf("memory at the settings in effect %d, budget %d", st.Memory, cfg.Memory)
+	}
+
+	cfg.QueueBytes = 4 << 20 // set: not lowered
+	_, err = Open(context.Background(), cfg)
+	if !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), "queues 4 x 4MiB") {
+		t.Errorf("Open with queues that do not fit = %v; want ErrMemory naming the queues", err)
+	}
+}
