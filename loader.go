@@ -271,11 +271,12 @@ func (l *Loader) Close() error {
 // (Config.NoAutotune): where the tuner is, or the settings as set.
 func (l *Loader) Settings() Settings { return l.tuner.Settings() }
 
-// memory returns what the loader's buffers may hold at its current settings.
+// memory returns what the loader's buffers may hold at the settings in effect.
 func (l *Loader) memory() int64 {
-	s := l.Settings()
-	return l.cfg.memoryOf(tune.Knobs{Workers: s.Workers, ReadAhead: s.ReadAhead, QueueBytes: s.QueueBytes,
-		FetchParallel: s.FetchParallel, FetchPartSize: s.FetchPartSize}, l.shape)
+	l.tuner.mu.Lock()
+	k := l.tuner.t.Knobs() // in effect: a change on trial too
+	l.tuner.mu.Unlock()
+	return l.cfg.memoryOf(k, l.shape)
 }
 
 // Device returns the loader's device-copy stage: its kind and description.

@@ -17,10 +17,10 @@ type Stats struct {
 	Workers       int   // the Workers setting in effect
 	// Memory is what the loader's buffers may hold at its settings in effect (the
 	// tuner's), within Config.MemoryBudget.
-	Memory int64
-	PageLocked    bool  // whether the slabs are page-locked (mlock)
-	Elapsed       time.Duration
-	FirstBatch    time.Duration // from Open to the first batch handed to Next's caller
+	Memory     int64
+	PageLocked bool // whether the slabs are page-locked (mlock)
+	Elapsed    time.Duration
+	FirstBatch time.Duration // from Open to the first batch handed to Next's caller
 	// Stages: fetch (reading sources), inflate (whole-shard decompression), split
 	// (tar parsing and grouping), decode (field decoders, and copying the sample into
 	// memory the loader owns while it waits), shuffle, collate (writing slabs), starve

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -73,14 +74,15 @@ type Tuner struct {
 // starts from its Config's.
 func NewTuner() *Tuner { return &Tuner{} }
 
-// Settings returns the settings the tuner is at; zero before a loader used it.
+// Settings returns the settings the tuner kept last (while a change is on trial,
+// those before it); zero before a loader used it.
 func (t *Tuner) Settings() Settings {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.t == nil {
 		return Settings{}
 	}
-	k := t.t.Knobs()
+	k := t.t.Kept()
 	return Settings{Workers: k.Workers, ReadAhead: k.ReadAhead, QueueBytes: k.QueueBytes, FetchParallel: k.FetchParallel, FetchPartSize: k.FetchPartSize,
 		Changes: t.t.Changes(), Settled: t.t.Settled()}
 }
@@ -217,11 +219,37 @@ func pipelineKnobs(k tune.Knobs, remote bool) pipeline.Knobs {
 	return pk
 }
 
+// cpuTimes returns the machine's idle and total CPU time so far, in clock ticks,
+// from /proc/stat; ok is false where there is none.
+func cpuTimes() (idle, total uint64, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0, false
+	}
+	for i, v := range f[1:] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		total += n
+		if i == 3 || i == 4 { // idle, iowait
+			idle += n
+		}
+	}
+	return idle, total, true
+}
+
 // tuneSpan is what a loader did over part of an interval; a Tuner adds the parts of
 // its loaders up, so that epochs shorter than an interval are judged together.
 type tuneSpan struct {
 	dt                            time.Duration
 	samples, batches, wait, fetch int64
+	idle, cpu                     uint64 // the machine's idle and total CPU ticks
 }
 
 // autotune runs the loader's tuner until done is closed: every tuneInterval (or
@@ -238,9 +266,12 @@ func (l *Loader) autotune(t *Tuner, remote bool, done <-chan struct{}) {
 	type snap struct {
 		at                            time.Time
 		samples, batches, wait, fetch int64
+		idle, cpu                     uint64
 	}
 	take := func() snap {
-		return snap{time.Now(), c.Samples.Load(), c.Batches.Load(), c.Wait.Load(), c.Fetch.Load()}
+		s := snap{at: time.Now(), samples: c.Samples.Load(), batches: c.Batches.Load(), wait: c.Wait.Load(), fetch: c.Fetch.Load()}
+		s.idle, s.cpu, _ = cpuTimes()
+		return s
 	}
 	prev := take()
 	// add adds what the loader did since prev to the tuner's interval and, when that
@@ -254,22 +285,29 @@ func (l *Loader) autotune(t *Tuner, remote bool, done <-chan struct{}) {
 		a.batches += cur.batches - prev.batches
 		a.wait += cur.wait - prev.wait
 		a.fetch += cur.fetch - prev.fetch
+		if cur.cpu >= prev.cpu && cur.idle >= prev.idle {
+			a.idle += cur.idle - prev.idle
+			a.cpu += cur.cpu - prev.cpu
+		}
 		prev = cur
 		if !step || a.dt < tuneInterval || (a.samples < minSamples && a.dt < 4*tuneInterval) {
 			t.mu.Unlock()
 			return
 		}
-		k0 := t.t.Knobs()
+		k0, kept := t.t.Knobs(), t.t.Changes()
+		rate := float64(a.samples) / a.dt.Seconds()
 		k := t.t.Step(tune.Observation{
-			Rate:       float64(a.samples) / a.dt.Seconds(),
+			Rate:       rate,
 			Bound:      float64(a.wait) >= 0.05*float64(a.dt),
 			FetchShare: min(float64(a.fetch)/(float64(max(k0.Workers, 1))*float64(a.dt)), 1),
+			Saturated:  a.cpu > 0 && float64(a.idle) < tune.BusyIdle*float64(a.cpu),
 		})
-		if os.Getenv("SHARDLOAD_TUNE_TRACE") != "" {
-			fmt.Fprintf(os.Stderr, "tune: %v %d samples %d batches wait %v fetch %v -> %v\n", a.dt, a.samples, a.batches, time.Duration(a.wait), time.Duration(a.fetch), k)
-		}
 		t.acc = tuneSpan{}
+		keptNow := t.t.Changes() > kept
 		t.mu.Unlock()
+		if keptNow {
+			l.cfg.Logf("shardload: rank %d: autotune kept %s: %.0f samples/s", l.cfg.Rank, k0, rate)
+		}
 		if k != k0 {
 			l.p.SetKnobs(pipelineKnobs(k, remote))
 		}

@@ -3,6 +3,7 @@ package shardload
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -111,5 +112,18 @@ func TestMemoryBudget(t *testing.T) {
 	_, err = Open(context.Background(), cfg)
 	if !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), "queues 4 x 4MiB") {
 		t.Errorf("Open with queues that do not fit = %v; want ErrMemory naming the queues", err)
+	}
+}
+
+func TestCPUTimes(t *testing.T) {
+	idle, total, ok := cpuTimes()
+	if _, err := os.Stat("/proc/stat"); err != nil {
+		if ok {
+			t.Errorf("CPU times %d/%d without /proc/stat", idle, total)
+		}
+		return
+	}
+	if !ok || total == 0 || idle > total {
+		t.Errorf("CPU times: idle %d of %d, ok %v", idle, total, ok)
 	}
 }

@@ -141,7 +141,6 @@ type loaderFlags struct {
 	countFirst    bool
 	maxSample     byteSize
 	readGap       byteSize
-	logFormat     string
 	memory        byteSize
 	autotune      bool
 	readAhead     int
@@ -168,7 +167,6 @@ func (lf *loaderFlags) register(fs *pflag.FlagSet, perRank bool) {
 	fs.Var(&lf.shuffleBytes, "shuffle-bytes", "bytes the shuffle may hold: fewer samples per window when the dataset's mean sample size calls for it")
 	fs.IntVar(&lf.openShards, "open-shards", shardload.DefaultOpenShards, "lanes of the shuffled shard list read side by side and mixed in each window: shards read at once")
 	fs.IntVar(&lf.workers, "workers", 0, "shards fetched, inflated and decoded at the same moment (default: CPU count, at most --open-shards + --read-ahead, then tuned; given: the tuner leaves it)")
-	fs.StringVar(&lf.logFormat, "log-format", "text", "log lines on stderr: text (a timestamp, the level and the message) or json (one object per line: time, level, msg)")
 	lf.readGap = shard.DefaultGapBytes
 	fs.Var(&lf.readGap, "read-gap", "a rank reads the samples it wants of a window it shares with another rank (or of a resumed window) with one request per run of them, and two runs of a shard with one request when the samples between them take at most this much (0: one request per run)")
 	lf.queueBytes = shardload.DefaultQueueBytes
@@ -245,7 +243,7 @@ func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config
 	if err != nil {
 		return shardload.Config{}, fmt.Errorf("%w: --field: %v", errUsage, err)
 	}
-	logger, err := newLogger(lf.logFormat, stderr)
+	logger, err := newLogger(lf.rf.logFormat, stderr)
 	if err != nil {
 		return shardload.Config{}, err
 	}

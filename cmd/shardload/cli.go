@@ -70,6 +70,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		err := bindEnv(fs)
+		if f := fs.Lookup("log-format"); err == nil && f != nil {
+			_, err = newLogger(f.Value.String(), io.Discard)
+		}
 		if err == nil {
 			// What the commands print has the secrets of the URLs it quotes removed
 			// (the user information, signatures and tokens of presigned URLs); cat's
@@ -140,10 +143,13 @@ type readFlags struct {
 	minProgress byteSize
 	indexDir    string
 	noIndex     bool
+	logFormat   string
 
-	once  sync.Once
-	reg   *source.Registry // what shards are read through
-	cache *cache.Cache     // nil without --cache-dir
+	logOnce sync.Once
+	log     func(format string, args ...any)
+	once    sync.Once
+	reg     *source.Registry // what shards are read through
+	cache   *cache.Cache     // nil without --cache-dir
 }
 
 func (rf *readFlags) register(fs *pflag.FlagSet) {
@@ -165,6 +171,19 @@ func (rf *readFlags) register(fs *pflag.FlagSet) {
 	fs.Var(&rf.minProgress, "retry-min-progress", "a failed remote read that delivered at least this much since its last failure starts --retry-attempts afresh; less counts against them (0: any progress does)")
 	fs.StringVar(&rf.indexDir, "index-dir", index.DefaultStoreDir(), "the node's index store: the sample counts and offsets of every shard counted on this node, kept for later runs and other processes ($"+index.StoreDirEnv+")")
 	fs.BoolVar(&rf.noIndex, "no-index-store", false, "neither read nor write the node's index store")
+	fs.StringVar(&rf.logFormat, "log-format", "text", "log lines on stderr (warnings, the cache's and the loader's messages): text (a timestamp, the level and the message) or json (one object per line: time, level, msg)")
+}
+
+// logf returns the Logf of the command's log lines, on stderr in --log-format.
+func (rf *readFlags) logf() func(format string, args ...any) {
+	rf.logOnce.Do(func() {
+		l, err := newLogger(rf.logFormat, redact.Writer(os.Stderr))
+		if err != nil { // checked when the flags were parsed
+			l, _ = newLogger("text", redact.Writer(os.Stderr))
+		}
+		rf.log = logfOf(l)
+	})
+	return rf.log
 }
 
 // remote returns a registry of the built-in backends with the fetch and retry flags'
@@ -211,7 +230,7 @@ func (rf *readFlags) cacheOptions() (cache.Options, error) {
 	return cache.Options{
 		Dir: rf.cacheDir, DiskBytes: int64(rf.cacheDisk), MemoryBytes: int64(rf.cacheMemory),
 		Logf: func(format string, args ...any) {
-			fmt.Fprintf(os.Stderr, "shardload: "+strings.TrimSuffix(format, "\n")+"\n", args...)
+			rf.logf()("shardload: "+strings.TrimSuffix(format, "\n"), args...)
 		},
 	}, nil
 }
@@ -335,7 +354,7 @@ func eachShard(ctx context.Context, patterns []string, rf *readFlags, opts shard
 		err := fn(url, r, rec)
 		if err == nil && rec != nil {
 			if perr := store.Put(rec.Info(url, r, o.info.Version, o.info.Size)); perr != nil {
-				storeWarning.Do(func() { fmt.Fprintf(os.Stderr, "shardload: warning: %v (entries are not kept)\n", perr) })
+				storeWarning.Do(func() { rf.logf()("shardload: warning: %v (entries are not kept)", perr) })
 			}
 		}
 		r.Close()
@@ -417,7 +436,7 @@ func (rf *readFlags) indexStore() *index.Store {
 	}
 	s, err := index.Shared(rf.indexDir)
 	if err != nil {
-		storeWarning.Do(func() { fmt.Fprintf(os.Stderr, "shardload: warning: %v (entries are not kept)\n", err) })
+		storeWarning.Do(func() { rf.logf()("shardload: warning: %v (entries are not kept)", err) })
 		return nil
 	}
 	return s

@@ -98,7 +98,7 @@ func warm(ctx context.Context, patterns []string, rf *readFlags, concurrency int
 	}
 	for _, e := range p.Entries {
 		if e.State == cache.Unknown {
-			fmt.Fprintf(stderr, "shardload warm: %s\n", oneLine(e.Err))
+			rf.logf()("shardload warm: %s", oneLine(e.Err))
 		}
 	}
 	if local > 0 {
@@ -163,7 +163,7 @@ func warm(ctx context.Context, patterns []string, rf *readFlags, concurrency int
 			bar.Describe(fmt.Sprintf("%d/%d shards", done, p.Fetch))
 			if ev.Err != nil {
 				bar.Clear()
-				fmt.Fprintf(stderr, "shardload warm: %s\n", oneLine(ev.Err))
+				rf.logf()("shardload warm: %s", oneLine(ev.Err))
 			}
 		case progress == "lines":
 			secs := time.Since(start).Seconds()
@@ -179,7 +179,7 @@ func warm(ctx context.Context, patterns []string, rf *readFlags, concurrency int
 			fmt.Fprintf(stdout, "warm: %d/%d shards, %s of %s, %.1f MB/s, ETA %s: %s %s\n",
 				done, p.Fetch, megabytes(got), megabytes(p.FetchBytes), rate/1e6, eta, status, ev.URL)
 			if ev.Err != nil {
-				fmt.Fprintf(stderr, "shardload warm: %s\n", oneLine(ev.Err))
+				rf.logf()("shardload warm: %s", oneLine(ev.Err))
 			}
 		}
 	}})

@@ -63,7 +63,16 @@ type Observation struct {
 	// 1, the shards arrive slower than the workers decode them (more workers and
 	// parts help); near 0, the workers' CPU time is what limits.
 	FetchShare float64
+	// Saturated says the machine's CPUs had little idle time (under BusyIdle). More
+	// workers, read-ahead or parts cannot raise the rate then (what waits for the
+	// source waits for a busy CPU, such as a store on the same machine): the tuner
+	// does not try them.
+	Saturated bool
 }
+
+// BusyIdle is the idle share of the machine's CPU time under which it counts as
+// saturated (Observation.Saturated).
+const BusyIdle = 0.15
 
 // Gain is the rise in rate that a change must show to be kept; a change that lowers
 // what the loader holds (fewer workers or parts) must show MoreGain.
@@ -81,10 +90,11 @@ type move struct {
 type phase int
 
 const (
-	base   phase = iota // measuring the current knobs
-	settle              // a change was made: the next interval is not judged
-	trial               // measuring the change
-	hold                // converged: waiting before the next round
+	base    phase = iota // measuring the current knobs
+	settle               // a change was made: the next interval is not judged
+	trial                // measuring the change
+	confirm              // the change measured faster once: measuring it again
+	hold                 // converged: waiting before the next round
 )
 
 // Tuner is the hill climber. It is not safe for concurrent use.
@@ -94,15 +104,17 @@ type Tuner struct {
 	pins      Pins
 	lim       Limits
 
-	phase    phase
-	baseRate float64
-	moves    []move // the round's moves still to try
-	tried    move
-	kept     bool // a move was kept this round
-	holdLeft int  // intervals still to hold
-	holdFor  int  // the next hold's length; doubles while rounds keep nothing
-	heldRate float64
-	changes  int
+	phase     phase
+	baseRate  float64
+	moves     []move // the round's moves still to try
+	tried     move
+	kept      bool // a move was kept this round
+	holdLeft  int  // intervals still to hold
+	holdFor   int  // the next hold's length; doubles while rounds keep nothing
+	heldRate  float64
+	changes   int
+	busy      bool    // the round's CPU was saturated: no concurrency moves
+	trialRate float64 // the first measurement of a change being confirmed
 }
 
 // Hold lengths, in intervals.
@@ -126,13 +138,22 @@ func (t *Tuner) Restart(start Knobs, pins Pins, lim Limits) {
 		lim.Fits = func(Knobs) bool { return true }
 	}
 	t.cur, t.pins, t.lim = start, pins, lim
-	if t.phase == settle || t.phase == trial {
+	if t.phase == settle || t.phase == trial || t.phase == confirm {
 		t.phase = base
 	}
 }
 
 // Knobs returns the current settings.
 func (t *Tuner) Knobs() Knobs { return t.cur }
+
+// Kept returns the settings the tuner last kept: Knobs, or while a change is on
+// trial, the settings before it.
+func (t *Tuner) Kept() Knobs {
+	if t.phase == settle || t.phase == trial || t.phase == confirm {
+		return t.prev
+	}
+	return t.cur
+}
 
 // Changes returns how many changes the tuner kept.
 func (t *Tuner) Changes() int { return t.changes }
@@ -167,15 +188,27 @@ func (t *Tuner) Step(o Observation) Knobs {
 			if o.FetchShare >= 0.9 {
 				t.factor = 4
 			}
+			t.busy = o.Saturated
 			t.kept = false
 		}
 		t.next()
 	case settle:
 		t.phase = trial
-	case trial:
+	case trial, confirm:
 		need := 1 + Gain
 		if !t.tried.up {
 			need = 1 + MoreGain
+		}
+		if o.Bound && o.Rate >= need*t.baseRate && t.phase == trial {
+			// Faster once: measured again before it is kept, so that one lucky
+			// interval on a noisy machine does not keep a change.
+			t.phase = confirm
+			t.trialRate = o.Rate
+			return t.cur
+		}
+		if t.phase == confirm && o.Bound {
+			// Kept when the two intervals together are faster.
+			o.Rate = (o.Rate + t.trialRate) / 2
 		}
 		if !o.Bound || o.Rate >= need*t.baseRate {
 			// Kept: faster, or fast enough that the consumer no longer waits.
@@ -243,6 +276,9 @@ func (t *Tuner) round(fetchShare float64) []move {
 // does not fit.
 func (t *Tuner) apply(m move) (Knobs, bool) {
 	k := t.cur
+	if t.busy && m.up && (m.knob == 0 || m.knob == 2 || m.knob == 4) {
+		return k, false // no idle CPU for more readers
+	}
 	switch m.knob {
 	case 0:
 		if t.pins.Workers {

@@ -138,3 +138,39 @@ func TestNoFetchKnobsForLocalShards(t *testing.T) {
 		t.Errorf("fetch knobs moved to %v with no remote shards", k)
 	}
 }
+
+// TestSaturatedCPU: with the CPU saturated the tuner adds no workers, read-ahead or
+// parts, even where they would raise the model's rate (a store on the same cores
+// makes the workers wait, but not for want of workers).
+func TestSaturatedCPU(t *testing.T) {
+	m := model{cores: 8, cpu: 0.002, latency: 0.05, transfer: 0.01, shardBytes: 400 << 10}
+	start := Knobs{Workers: 2, QueueBytes: 2 << 20, FetchParallel: 1, FetchPartSize: 8 << 20}
+	tu := New(start, Pins{}, Limits{Lanes: 8, Fetch: true})
+	k := start
+	for range 100 {
+		k = tu.Step(Observation{Rate: m.rate(k), Bound: true, FetchShare: m.fetchShare(k), Saturated: true})
+		if k.Workers > start.Workers || k.ReadAhead > 0 || k.FetchParallel > start.FetchParallel {
+			t.Fatalf("moved to %v with the CPU saturated", k)
+		}
+	}
+}
+
+// TestOneLuckyInterval: a change measured faster once and then not is undone.
+func TestOneLuckyInterval(t *testing.T) {
+	start := Knobs{Workers: 2, QueueBytes: 2 << 20, FetchParallel: 1, FetchPartSize: 8 << 20}
+	tu := New(start, Pins{}, Limits{Lanes: 8, Fetch: true})
+	k := tu.Step(Observation{Rate: 1000, Bound: true, FetchShare: 1})
+	if k == start {
+		t.Fatal("no change tried")
+	}
+	tried := k
+	k = tu.Step(Observation{Rate: 1000, Bound: true, FetchShare: 1}) // settle
+	k = tu.Step(Observation{Rate: 1200, Bound: true, FetchShare: 1}) // lucky
+	if k != tried {
+		t.Fatalf("changed to %v before confirming %v", k, tried)
+	}
+	k = tu.Step(Observation{Rate: 880, Bound: true, FetchShare: 1}) // not again
+	if k == tried || tu.Changes() != 0 {
+		t.Errorf("kept %v after one fast and one slow interval (mean 1040 < 1000 x %.2f)", tried, 1+Gain)
+	}
+}
