@@ -41,14 +41,14 @@ type Limits struct {
 	Fits func(k Knobs) bool
 }
 
-// Bounds of the knobs the tuner moves between.
+// Bounds of the knobs. MinQueueBytes is the least a loader lowers a default queue
+// to when it does not fit its budget; the others bound the tuner's rises.
 const (
 	MinQueueBytes = 256 << 10
 	MaxQueueBytes = 256 << 20
-	MinPartSize   = 1 << 20
 	MaxPartSize   = 64 << 20
 	MaxParallel   = 16
-	MaxReadAhead  = 8
+	MaxReadAhead  = 8 // times the lanes
 )
 
 // Observation is what the loader saw over one interval.
@@ -81,7 +81,9 @@ const (
 	MoreGain = 0.10
 )
 
-// move is a change of one knob: up (doubling) or down (halving).
+// move is a change of one knob: up (doubling; 4x for workers and read-ahead while
+// the workers mostly wait), or, for the fetch parts only, down to one stream. Rounds
+// never lower the other knobs (see round).
 type move struct {
 	knob int // 0 workers, 1 queue, 2 parallel, 3 part size, 4 read-ahead
 	up   bool
@@ -284,20 +286,12 @@ func (t *Tuner) apply(m move) (Knobs, bool) {
 		if t.pins.Workers {
 			return k, false
 		}
-		if m.up {
-			k.Workers = min(t.factor*k.Workers, t.lim.Lanes+k.ReadAhead)
-		} else {
-			k.Workers = max(k.Workers/2, 1)
-		}
+		k.Workers = min(t.factor*k.Workers, t.lim.Lanes+k.ReadAhead)
 	case 1:
 		if t.pins.QueueBytes {
 			return k, false
 		}
-		if m.up {
-			k.QueueBytes = min(2*k.QueueBytes, MaxQueueBytes)
-		} else {
-			k.QueueBytes = max(k.QueueBytes/2, MinQueueBytes)
-		}
+		k.QueueBytes = min(2*k.QueueBytes, MaxQueueBytes)
 	case 2:
 		if t.pins.FetchParallel || !t.lim.Fetch {
 			return k, false
@@ -312,11 +306,7 @@ func (t *Tuner) apply(m move) (Knobs, bool) {
 		if t.pins.FetchPartSize || !t.lim.Fetch || k.FetchParallel <= 1 {
 			return k, false
 		}
-		if m.up {
-			k.FetchPartSize = min(2*k.FetchPartSize, MaxPartSize)
-		} else {
-			k.FetchPartSize = max(k.FetchPartSize/2, MinPartSize)
-		}
+		k.FetchPartSize = min(2*k.FetchPartSize, MaxPartSize)
 	case 4:
 		// More shards open, and as many more workers to read them: a shard opened
 		// ahead with no worker free waits like the rest.
@@ -324,11 +314,7 @@ func (t *Tuner) apply(m move) (Knobs, bool) {
 			return k, false
 		}
 		open := t.lim.Lanes + k.ReadAhead
-		if m.up {
-			k.ReadAhead = min(max(t.factor*k.ReadAhead, t.lim.Lanes), MaxReadAhead*t.lim.Lanes)
-		} else {
-			k.ReadAhead /= 2
-		}
+		k.ReadAhead = min(max(t.factor*k.ReadAhead, t.lim.Lanes), MaxReadAhead*t.lim.Lanes)
 		if !t.pins.Workers {
 			k.Workers = max(min(k.Workers*(t.lim.Lanes+k.ReadAhead)/open, t.lim.Lanes+k.ReadAhead), 1)
 		}
