@@ -373,6 +373,26 @@ func (cfg Config) Validate() error {
 			bad("the slab ring of %d x %d bytes is more than half of this machine's memory (%d bytes)", d.Slabs, d.SlabBytes, phys)
 		}
 	}
+	if d := cfg.withDefaults(); d.Memory > 0 && d.Slabs > 0 && d.SlabBytes > 0 && d.SlabBytes <= math.MaxInt64/int64(d.Slabs) {
+		// The least the settings can take: defaults lowered as far as Open lowers
+		// them, and set ones as they are (remote shards larger than a part, the
+		// worst case for set fetch parts).
+		least := tune.Knobs{QueueBytes: tune.MinQueueBytes, FetchParallel: 1, FetchPartSize: d.FetchPartSize}
+		if d.pins.QueueBytes {
+			least.QueueBytes = d.QueueBytes
+		}
+		if d.pins.ReadAhead {
+			least.ReadAhead = d.ReadAhead
+		}
+		if d.pins.FetchParallel {
+			least.FetchParallel = d.FetchParallel
+		}
+		if need := d.memoryOf(least, dataShape{remote: true}); need > d.Memory && need > 0 {
+			bad("%w: Memory %s is less than the %s these settings need at the least: slabs %d x %s, shuffle %s and two batches, queues %d x %s (see MemoryBudget)",
+				ErrMemory, sizeString(d.Memory), sizeString(need), d.Slabs, sizeString(d.SlabBytes), sizeString(d.ShuffleBytes),
+				d.OpenShards+least.ReadAhead, sizeString(least.QueueBytes))
+		}
+	}
 	if world := max(cfg.World, 1); cfg.Rank < 0 || cfg.Rank >= world {
 		bad("Rank %d outside [0, World %d)", cfg.Rank, world)
 	}

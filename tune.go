@@ -1,6 +1,7 @@
 package shardload
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -160,7 +161,7 @@ func (cfg Config) fetchMemory(k tune.Knobs, d dataShape) int64 {
 
 // ErrMemory means a Config's settings need more memory than its budget
 // (Config.Memory).
-var ErrMemory = fmt.Errorf("shardload: memory budget too small")
+var ErrMemory = errors.New("shardload: memory budget too small")
 
 // startKnobs returns the knobs a loader starts from: the tuner's (when it has some),
 // else the config's; knobs the config does not pin are lowered until they fit the

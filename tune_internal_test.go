@@ -127,3 +127,20 @@ func TestCPUTimes(t *testing.T) {
 		t.Errorf("CPU times: idle %d of %d, ok %v", idle, total, ok)
 	}
 }
+
+// TestValidateMemory: a budget under what the settings need at the least is refused
+// before anything is read (a server checks its settings once, at start).
+func TestValidateMemory(t *testing.T) {
+	cfg := Config{Slabs: 4, SlabBytes: 16 << 20, Memory: 64 << 20}
+	if err := cfg.Validate(); !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), "slabs 4 x 16MiB") {
+		t.Errorf("slabs of 64 MiB in a 64 MiB budget: %v", err)
+	}
+	cfg.Memory = 0 // the default, 1 GiB
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("the defaults: %v", err)
+	}
+	cfg.QueueBytes = 128 << 20 // set: 8 x 128 MiB do not fit
+	if err := cfg.Validate(); err == nil {
+		t.Error("queues of 8 x 128 MiB in 1 GiB: no error")
+	}
+}
