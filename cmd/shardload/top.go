@@ -18,12 +18,14 @@ import (
 
 var topCommand = command{
 	name:  "top",
-	short: "live view of a running serve: per session samples/s, MB/s, wait, busiest stage",
+	short: "live view of a running serve: per session samples/s, MB/s, wait, busiest stage, tuned workers, memory",
 	args:  "ADDR",
 	summary: `Show what a running "shardload serve --metrics ADDR" is doing, from its metrics: one
 line per trainer session (its rank) with samples/s, MB/s read from the sources, the
 share of the interval the session waited for its loader's batches (what its trainer
-may have waited), and the stage that was busiest, then the server's totals. ADDR is
+may have waited), the stage that was busiest, the workers (and shards read ahead)
+its tuner has it at, and the memory its settings take against its --memory budget,
+then the server's totals. ADDR is
 the --metrics address (host:port) or the metrics URL. Every --every it prints anew;
 --once prints one view and exits.`,
 	setup: func(fs *pflag.FlagSet) func(context.Context, []string, io.Writer, io.Writer) error {
@@ -96,6 +98,10 @@ type topRow struct {
 	mbPerSec      float64
 	wait          float64 // share of the interval
 	busiest       string  // the stage with the most seconds in the interval
+	workers       int     // the settings in effect (0: not reported)
+	readAhead     int
+	memory        float64 // bytes the settings in effect may hold, and the budget
+	budget        float64
 }
 
 // topView returns the sessions' rates between two scrapes dt apart (sessions in cur;
@@ -127,6 +133,10 @@ func topView(prev, cur map[string]*dto.MetricFamily, dt time.Duration) (rows []t
 		if r.busiest == "" {
 			r.busiest = "-"
 		}
+		r.workers = int(counter(cur, "shardload_session_setting", "session", id, "setting", "workers"))
+		r.readAhead = int(counter(cur, "shardload_session_setting", "session", id, "setting", "read_ahead"))
+		r.memory = counter(cur, "shardload_session_memory_bytes", "session", id)
+		r.budget = counter(cur, "shardload_session_memory_budget_bytes", "session", id)
 		rows = append(rows, r)
 	}
 	sort.Slice(rows, func(i, j int) bool {
@@ -143,13 +153,22 @@ func topView(prev, cur map[string]*dto.MetricFamily, dt time.Duration) (rows []t
 
 func writeTop(w io.Writer, rows []topRow, total topRow) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "session\trank\tsamples/s\tMB/s\twait\tbusiest\t\n")
+	fmt.Fprintf(tw, "session\trank\tsamples/s\tMB/s\twait\tbusiest\tworkers\tmemory MB\t\n")
 	for _, r := range append(rows, total) {
-		wait := fmt.Sprintf("%.1f%%", 100*r.wait)
+		wait, workers, memory := fmt.Sprintf("%.1f%%", 100*r.wait), "-", "-"
 		if r.session == "all" {
 			wait = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%s\t%s\t\n", r.session, r.rank, r.samplesPerSec, r.mbPerSec, wait, r.busiest)
+		if r.workers > 0 {
+			workers = fmt.Sprint(r.workers)
+			if r.readAhead > 0 {
+				workers += fmt.Sprintf(" (+%d ahead)", r.readAhead)
+			}
+		}
+		if r.budget > 0 {
+			memory = fmt.Sprintf("%.0f/%.0f", r.memory/1e6, r.budget/1e6)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t\n", r.session, r.rank, r.samplesPerSec, r.mbPerSec, wait, r.busiest, workers, memory)
 	}
 	tw.Flush()
 }

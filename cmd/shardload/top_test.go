@@ -62,6 +62,13 @@ shardload_session_stage_seconds_total{rank="1",session="7",stage="decode"} 3
 shardload_session_stage_seconds_total{rank="0",session="6",stage="fetch"} 2.5
 shardload_session_stage_seconds_total{rank="0",session="6",stage="decode"} 1.2
 shardload_session_stage_seconds_total{rank="2",session="8",stage="fetch"} 0.1
+# TYPE shardload_session_setting gauge
+shardload_session_setting{rank="1",session="7",setting="workers"} 8
+shardload_session_setting{rank="1",session="7",setting="read_ahead"} 16
+# TYPE shardload_session_memory_bytes gauge
+shardload_session_memory_bytes{rank="1",session="7"} 4e8
+# TYPE shardload_session_memory_budget_bytes gauge
+shardload_session_memory_budget_bytes{rank="1",session="7"} 1e9
 # TYPE shardload_samples_total counter
 shardload_samples_total 5500
 # TYPE shardload_read_bytes_total counter
@@ -74,7 +81,7 @@ func TestTopView(t *testing.T) {
 	rows, total := topView(parseText(t, topBefore), parseText(t, topAfter), 2*time.Second)
 	want := []topRow{
 		{session: "6", rank: "0", samplesPerSec: 200, mbPerSec: 20, wait: 0.5, busiest: "fetch"},
-		{session: "7", rank: "1", samplesPerSec: 1000, mbPerSec: 100, wait: 0.25, busiest: "decode"},
+		{session: "7", rank: "1", samplesPerSec: 1000, mbPerSec: 100, wait: 0.25, busiest: "decode", workers: 8, readAhead: 16, memory: 4e8, budget: 1e9},
 		{session: "8", rank: "2", samplesPerSec: 50, mbPerSec: 5, wait: 0, busiest: "fetch"},
 	}
 	if len(rows) != len(want) {
@@ -90,7 +97,8 @@ func TestTopView(t *testing.T) {
 	}
 	var b bytes.Buffer
 	writeTop(&b, rows, total)
-	if !strings.Contains(b.String(), "50.0%") || !strings.Contains(b.String(), "decode") || strings.Count(b.String(), "\n") != 5 {
+	if !strings.Contains(b.String(), "50.0%") || !strings.Contains(b.String(), "decode") || !strings.Contains(b.String(), "8 (+16 ahead)") ||
+		!strings.Contains(b.String(), "400/1000") || strings.Count(b.String(), "\n") != 5 {
 		t.Errorf("view:\n%s", b.String())
 	}
 }
