@@ -27,8 +27,8 @@ const DefaultMemory = 1 << 30
 // this (BENCHMARKS.md).
 const MemoryOverhead = 160 << 20
 
-// tuneInterval is how often the tuner looks at the loader.
-const tuneInterval = 500 * time.Millisecond
+// tuneInterval is how often the tuner looks at the loader (a variable for tests).
+var tuneInterval = 500 * time.Millisecond
 
 // Settings are the settings of a loader that its tuner may change while it runs:
 // none changes what the loader yields.
@@ -68,7 +68,8 @@ func sizeString(n int64) string {
 type Tuner struct {
 	mu  sync.Mutex
 	t   *tune.Tuner
-	acc tuneSpan // the interval so far
+	acc   tuneSpan // the interval so far
+	steps int      // intervals judged
 }
 
 // NewTuner returns a tuner with no settings yet: the first loader that uses it
@@ -304,6 +305,7 @@ func (l *Loader) autotune(t *Tuner, remote bool, done <-chan struct{}) {
 			Saturated:  a.cpu > 0 && float64(a.idle) < tune.BusyIdle*float64(a.cpu),
 		})
 		t.acc = tuneSpan{}
+		t.steps++
 		keptNow := t.t.Changes() > kept
 		t.mu.Unlock()
 		if keptNow {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardload/shardload/internal/pipeline"
 	"github.com/shardload/shardload/internal/shardgen"
@@ -68,12 +70,23 @@ func TestKnobsKeepTheBatches(t *testing.T) {
 			t.Errorf("read-ahead %d: another order", ra)
 		}
 	}
-	// With the tuner on: the same (an epoch this short may end before its first
-	// interval; the SetKnobs run above is what moves the knobs mid-epoch).
+	// With the tuner on, judging every millisecond: its trials move the knobs while
+	// the epoch runs (under -race, concurrently with the stages), and the order stays.
+	defer func(d time.Duration) { tuneInterval = d }(tuneInterval)
+	tuneInterval = time.Millisecond
 	cfg := base
-	cfg.NoAutotune = false
-	if got, _ := keysOf(t, cfg, nil); !slices.Equal(got, want) {
-		t.Errorf("autotuned: another order")
+	cfg.NoAutotune, cfg.Tuner = false, NewTuner()
+	for range 3 {
+		if got, _ := keysOf(t, cfg, func(*Loader, int) { runtime.Gosched() }); !slices.Equal(got, want) {
+			t.Errorf("autotuned: another order")
+		}
+	}
+	cfg.Tuner.mu.Lock()
+	steps := cfg.Tuner.steps
+	cfg.Tuner.mu.Unlock()
+	t.Logf("tuner: %d intervals judged, at %v", steps, cfg.Tuner.Settings())
+	if steps == 0 {
+		t.Error("the tuner judged no interval")
 	}
 }
 
