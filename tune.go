@@ -66,8 +66,8 @@ func sizeString(n int64) string {
 // ended. A Tuner used by one loader at a time is what it is for; its methods are
 // safe for concurrent use.
 type Tuner struct {
-	mu  sync.Mutex
-	t   *tune.Tuner
+	mu    sync.Mutex
+	t     *tune.Tuner
 	acc   tuneSpan // the interval so far
 	steps int      // intervals judged
 }
