@@ -17,7 +17,10 @@ type Stats struct {
 	Workers       int   // the Workers setting in effect
 	// Memory is what the loader's buffers may hold at its settings in effect (the
 	// tuner's), within Config.MemoryBudget.
-	Memory     int64
+	Memory int64
+	// Queued is what the open shards' queues hold now, in bytes (a gauge: Add
+	// takes o's).
+	Queued     int64
 	PageLocked bool // whether the slabs are page-locked (mlock)
 	Elapsed    time.Duration
 	FirstBatch time.Duration // from Open to the first batch handed to Next's caller
@@ -40,7 +43,7 @@ func (l *Loader) Stats() Stats {
 		Samples: c.Samples.Load(), Batches: c.Batches.Load(), Padded: c.Padded.Load(), Trimmed: c.Trimmed.Load(),
 		Skipped: c.Skipped.Load(), SkippedShards: c.SkippedShards.Load(),
 		BytesIn: c.BytesIn.Load(), BytesInflated: c.BytesInflated.Load(), BytesOut: c.BytesOut.Load(),
-		Workers: l.Settings().Workers, Memory: l.memory(), PageLocked: l.p.Locked(),
+		Workers: l.Settings().Workers, Memory: l.memory(), Queued: l.p.C.Queued.Load(), PageLocked: l.p.Locked(),
 		Elapsed: time.Since(l.start), FirstBatch: d(c.FirstBatch.Load()),
 		Stages: map[string]time.Duration{
 			"fetch": d(c.Fetch.Load()), "inflate": d(c.Inflate.Load()), "split": d(c.Split.Load()), "decode": d(c.Decode.Load()),
@@ -49,8 +52,8 @@ func (l *Loader) Stats() Stats {
 	}
 }
 
-// Add adds o's counters and stage times to s's (Workers, Memory and PageLocked
-// become o's),
+// Add adds o's counters and stage times to s's (Workers, Memory, Queued and
+// PageLocked become o's),
 // for totals over epochs or loaders.
 func (s *Stats) Add(o Stats) {
 	s.Samples += o.Samples
@@ -63,7 +66,7 @@ func (s *Stats) Add(o Stats) {
 	s.BytesInflated += o.BytesInflated
 	s.BytesOut += o.BytesOut
 	s.Elapsed += o.Elapsed
-	s.Workers, s.Memory, s.PageLocked = o.Workers, o.Memory, o.PageLocked
+	s.Workers, s.Memory, s.Queued, s.PageLocked = o.Workers, o.Memory, o.Queued, o.PageLocked
 	if s.Stages == nil {
 		s.Stages = make(map[string]time.Duration, len(o.Stages))
 	}

@@ -59,9 +59,16 @@ func TestKnobsKeepTheBatches(t *testing.T) {
 		{Workers: 2, ReadAhead: 1, QueueBytes: 256 << 10},
 		{Workers: 9, ReadAhead: 12, QueueBytes: 8 << 10},
 	}
-	got, _ := keysOf(t, base, func(l *Loader, n int) { l.p.SetKnobs(settings[n%len(settings)]) })
+	queued := int64(0)
+	got, st := keysOf(t, base, func(l *Loader, n int) {
+		l.p.SetKnobs(settings[n%len(settings)])
+		queued = max(queued, l.Stats().Queued)
+	})
 	if !slices.Equal(got, want) {
 		t.Errorf("knobs changed mid-epoch: another order (%d keys, want %d)", len(got), len(want))
+	}
+	if queued <= 0 || st.Queued != 0 {
+		t.Errorf("queued bytes: at most %d during the epoch, %d at its end; want some, then none", queued, st.Queued)
 	}
 	for _, ra := range []int{0, 2, 20} {
 		cfg := base

@@ -115,6 +115,9 @@ func TestServeMetrics(t *testing.T) {
 	if m, found := value(fams, "shardload_session_memory_bytes", "rank", "0"); !found || m < slabs*4<<20 || m > budget {
 		t.Errorf("mid-epoch: memory at the settings in effect %v (found %v), want from the slabs' %d bytes to the budget %v", m, found, slabs*4<<20, budget)
 	}
+	if q, found := value(fams, "shardload_session_queued_bytes", "rank", "0"); !found || q < 0 {
+		t.Errorf("mid-epoch: queued bytes %v (found %v)", q, found)
+	}
 	if w, found := value(fams, "shardload_session_setting", "rank", "0", "setting", "workers"); !found || w < 1 {
 		t.Errorf("mid-epoch: workers setting %v (found %v)", w, found)
 	}

@@ -40,7 +40,7 @@ type serverMetrics struct {
 	cacheHits, cacheFetches, cacheEvictions, cacheBytes    *prometheus.Desc
 	cacheEntries, cacheFailures                            *prometheus.Desc
 	retries, resumes, budget, ringSlabs, ringInUse         *prometheus.Desc
-	memory, knob, tunerChanges                             *prometheus.Desc
+	memory, knob, tunerChanges, queued                     *prometheus.Desc
 }
 
 func newServerMetrics(stats statsFunc, c *cache.Cache) *serverMetrics {
@@ -77,6 +77,7 @@ func newServerMetrics(stats statsFunc, c *cache.Cache) *serverMetrics {
 		ringSlabs:      d("session_ring_slabs", "Slabs in a session's ring.", sess...),
 		ringInUse:      d("session_ring_slabs_in_use", "Slabs of a session's ring holding a batch: being collated, ready, or with the trainer.", sess...),
 		budget:         d("session_memory_budget_bytes", "What a session's buffers may hold: slabs, decoded samples (queues, shuffle windows, batches) and remote reads' parts (--memory).", sess...),
+		queued:         d("session_queued_bytes", "Decoded samples waiting in a session's open shards' queues, in bytes (their buffers, as the queues count them).", sess...),
 		memory:         d("session_memory_bytes", "What a session's buffers may hold at its settings in effect (the tuner's), within its budget.", sess...),
 		knob:           d("session_setting", "A session's setting in effect, as its tuner left it: workers, read_ahead (shards), queue_bytes, fetch_parallel, fetch_part_bytes.", "session", "rank", "setting"),
 		tunerChanges:   d("session_autotune_changes_total", "Setting changes a session's tuner kept.", sess...),
@@ -115,6 +116,7 @@ func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
 		c(m.wait, s.Stages["wait"].Seconds(), id, rank)
 		g(m.budget, float64(s.MemoryBudget), id, rank)
 		g(m.memory, float64(s.Memory), id, rank)
+		g(m.queued, float64(s.Queued), id, rank)
 		if k := s.Settings; k.Workers > 0 {
 			g(m.knob, float64(k.Workers), id, rank, "workers")
 			g(m.knob, float64(k.ReadAhead), id, rank, "read_ahead")

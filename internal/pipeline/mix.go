@@ -374,6 +374,7 @@ func (pl *Pipeline) pull(ctx context.Context, s *mixSlot, wins []*window, first 
 		}
 		moved = true
 		s.q.Release(m.weight)
+		pl.C.Queued.Add(-m.weight)
 		switch {
 		case m.err != nil:
 			s.err = m.err

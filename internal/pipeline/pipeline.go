@@ -133,6 +133,9 @@ type Counters struct {
 	FirstBatch                                                atomic.Int64
 	Fetch, Inflate, Split, Decode, Shuffle, Collate           atomic.Int64
 	Starve, Wait                                              atomic.Int64
+	// Queued is the bytes the open shards' queues hold now (their samples'
+	// weights, as the queues count them).
+	Queued atomic.Int64
 }
 
 // Batch is one collated batch in a slab of the ring.

@@ -380,6 +380,7 @@ func (p *producer) send(m slotMsg) (delivered, goOn bool) {
 	s := p.s
 	m.weight = s.weight(m)
 	if s.q.TryAcquire(m.weight) {
+		p.pl.C.Queued.Add(m.weight)
 		s.msgs.push(m)
 		return true, true
 	}
@@ -389,6 +390,7 @@ func (p *producer) send(m slotMsg) (delivered, goOn bool) {
 	}
 	// Queued before the token is back: the mixer may take it at once, and a producer
 	// stopped while it waits for the token must leave it to the mixer.
+	p.pl.C.Queued.Add(m.weight)
 	s.msgs.push(m)
 	return true, p.acquire()
 }
