@@ -79,6 +79,9 @@ const BusyIdle = 0.15
 const (
 	Gain     = 0.05
 	MoreGain = 0.10
+	// Sure is the ratio of rates past which one interval is enough to keep a change
+	// (a noisy machine's intervals differ by less).
+	Sure = 1.25
 )
 
 // move is a change of one knob: up (doubling; 4x for workers and read-ahead while
@@ -201,9 +204,10 @@ func (t *Tuner) Step(o Observation) Knobs {
 		if !t.tried.up {
 			need = 1 + MoreGain
 		}
-		if o.Bound && o.Rate >= need*t.baseRate && t.phase == trial {
-			// Faster once: measured again before it is kept, so that one lucky
-			// interval on a noisy machine does not keep a change.
+		if o.Bound && o.Rate >= need*t.baseRate && o.Rate < Sure*t.baseRate && t.phase == trial {
+			// Faster once, by less than noise can explain away: measured again before
+			// it is kept, so that one lucky interval on a noisy machine does not keep
+			// a change.
 			t.phase = confirm
 			t.trialRate = o.Rate
 			return t.cur
@@ -240,7 +244,12 @@ func (t *Tuner) next() {
 		t.moves = t.moves[1:]
 		if k, ok := t.apply(m); ok {
 			t.prev, t.cur, t.tried = t.cur, k, m
+			// More workers or read-ahead act at once; queues and parts only on the
+			// shards opened next, so the interval after such a change is not judged.
 			t.phase = settle
+			if m.knob == 0 || m.knob == 4 {
+				t.phase = trial
+			}
 			return
 		}
 	}

@@ -79,7 +79,7 @@ func TestConverges(t *testing.T) {
 		m    model
 	}{
 		{"latency", model{cores: 2, cpu: 0.002, latency: 0.05, transfer: 0.001, shardBytes: 400 << 10}},
-		{"cpu", model{cores: 2, cpu: 0.05, latency: 0.001, transfer: 0.005, shardBytes: 1 << 20, copyPenalty: 0.01}},
+		{"cpu", model{cores: 2, cpu: 0.05, latency: 0.001, transfer: 0.005, shardBytes: 1 << 20, copyPenalty: 0.02}},
 		{"big shards", model{cores: 2, cpu: 0.1, latency: 0.01, transfer: 0.4, shardBytes: 8 << 20}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -164,7 +164,7 @@ func TestOneLuckyInterval(t *testing.T) {
 		t.Fatal("no change tried")
 	}
 	tried := k
-	k = tu.Step(Observation{Rate: 1000, Bound: true, FetchShare: 1}) // settle
+	// More workers act at once: the next interval is the trial.
 	k = tu.Step(Observation{Rate: 1200, Bound: true, FetchShare: 1}) // lucky
 	if k != tried {
 		t.Fatalf("changed to %v before confirming %v", k, tried)
@@ -172,5 +172,16 @@ func TestOneLuckyInterval(t *testing.T) {
 	k = tu.Step(Observation{Rate: 880, Bound: true, FetchShare: 1}) // not again
 	if k == tried || tu.Changes() != 0 {
 		t.Errorf("kept %v after one fast and one slow interval (mean 1040 < 1000 x %.2f)", tried, 1+Gain)
+	}
+}
+
+// TestSureGain: a change that shows a gain no noise explains is kept at once.
+func TestSureGain(t *testing.T) {
+	start := Knobs{Workers: 2, QueueBytes: 2 << 20, FetchParallel: 1, FetchPartSize: 8 << 20}
+	tu := New(start, Pins{}, Limits{Lanes: 8, Fetch: true})
+	tried := tu.Step(Observation{Rate: 1000, Bound: true, FetchShare: 1})
+	tu.Step(Observation{Rate: 3000, Bound: true, FetchShare: 1})
+	if tu.Changes() != 1 || tu.Kept() != tried {
+		t.Errorf("a 3x faster interval: %d changes kept, at %v; want %v kept", tu.Changes(), tu.Kept(), tried)
 	}
 }
