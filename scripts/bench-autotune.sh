@@ -26,12 +26,15 @@
 #     --fetch-parallel (BENCH_GRID_WORKERS "1 2 4 8", BENCH_GRID_QUEUE
 #     "1MiB 4MiB 16MiB", BENCH_GRID_PARALLEL "1 4", BENCH_GRID_READAHEAD "0"),
 #     BENCH_GRID_RUNS (1) times each; the latency case has a grid of its own,
-#     --workers (BENCH_GRID_LATENCY_WORKERS "2 8 32 64") x --read-ahead
-#     (BENCH_GRID_LATENCY_READAHEAD "0 24 56") x --fetch-parallel ("1 4") at
-#     --queue-bytes 2MiB, since only shards in flight beyond the 8 lanes help there;
+#     --workers (BENCH_GRID_LATENCY_WORKERS "8 32 64") x --read-ahead
+#     (BENCH_GRID_LATENCY_READAHEAD "0 24 56") at --queue-bytes 2MiB and
+#     --fetch-parallel 4 (its shards are smaller than one part), since only shards
+#     in flight beyond the 8 lanes help there (the defaults runs are its 2 workers);
 #   - the BENCH_BEST_POINTS (3) best grid points again, BENCH_BEST_RERUNS (BENCH_RUNS)
-#     times each: the best of many single runs on a noisy machine is biased high, so
-#     a point's figure is the median of its runs;
+#     times each, each round with one more autotune and defaults run: the best of
+#     many single runs on a noisy machine is biased high, so a point's figure is the
+#     median of its runs, and the reruns share the machine's state with as many runs
+#     of the two it is compared with;
 #   - defaults: autotuning off, no knob flags, BENCH_RUNS (3) times;
 #   - autotune: no knob flags (autotuning is on by default), BENCH_RUNS times.
 # They are interleaved (autotune, defaults, then a BENCH_RUNS-th of the grid, repeated),
@@ -47,7 +50,7 @@
 # (images, tokens, small or latency), BENCH_GRID_WORKERS, BENCH_GRID_QUEUE,
 # BENCH_GRID_PARALLEL, BENCH_GRID_RUNS (above), BENCH_EPOCHS (every case) or
 # BENCH_EPOCHS_IMAGES (8), BENCH_EPOCHS_TOKENS (5), BENCH_EPOCHS_SMALL (1),
-# BENCH_EPOCHS_LATENCY (1) (about 10-40 s a run at the defaults at scale 1 on 2 cores),
+# BENCH_EPOCHS_LATENCY (2) (about 10-110 s a run at the defaults at scale 1 on 2 cores),
 # BENCH_SEED (1), BENCH_MEMORY (--memory for every run; unset: the flag is left out and
 # the default budget applies), BENCH_DELAY (50ms), BENCH_LATENCY_SHARDS (1000, scaled),
 # BENCH_RUN_TIMEOUT (600: seconds one run may take before it is killed and counted as
@@ -97,9 +100,9 @@ grid_runs=${BENCH_GRID_RUNS:-1}
 grid_readahead=${BENCH_GRID_READAHEAD:-0}
 # The latency case's grid: more shards in flight is what can help there, so its
 # --workers go past the 8 lanes with --read-ahead (shards opened beyond them).
-lat_workers=${BENCH_GRID_LATENCY_WORKERS:-2 8 32 64}
+lat_workers=${BENCH_GRID_LATENCY_WORKERS:-8 32 64}
 lat_queue=${BENCH_GRID_LATENCY_QUEUE:-2MiB}
-lat_parallel=${BENCH_GRID_LATENCY_PARALLEL:-1 4}
+lat_parallel=${BENCH_GRID_LATENCY_PARALLEL:-4}
 lat_readahead=${BENCH_GRID_LATENCY_READAHEAD:-0 24 56}
 seed=${BENCH_SEED:-1}
 memory=${BENCH_MEMORY:-}
@@ -111,7 +114,7 @@ declare -A EPOCHS=(
 	[images]=${BENCH_EPOCHS_IMAGES:-${BENCH_EPOCHS:-8}}
 	[tokens]=${BENCH_EPOCHS_TOKENS:-${BENCH_EPOCHS:-5}}
 	[small]=${BENCH_EPOCHS_SMALL:-${BENCH_EPOCHS:-1}}
-	[latency]=${BENCH_EPOCHS_LATENCY:-${BENCH_EPOCHS:-1}}
+	[latency]=${BENCH_EPOCHS_LATENCY:-${BENCH_EPOCHS:-2}}
 )
 while [[ $# -gt 0 ]]; do
 	case $1 in
@@ -462,6 +465,10 @@ for l in open(out + "/runs.jsonl"):
 for p, v in sorted(best.items(), key=lambda x: -x[1])[:n]:
     print(p)' "$out" "$c" "${BENCH_BEST_POINTS:-3}")
 	for ((k = 0; k < ${BENCH_BEST_RERUNS:-$runs}; k++)); do
+		# Each round also runs autotune and the defaults again, so that the best
+		# points' reruns and these share the machine's state of that moment.
+		run_one "$c" autotune "" $((runs + k + 1))
+		run_one "$c" defaults "" $((runs + k + 1)) "${autotune_off[@]}"
 		for pt in "${top[@]}"; do
 			for g in "${grid[@]}"; do
 				read -r w q p a r <<< "$g"

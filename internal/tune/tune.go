@@ -74,11 +74,9 @@ type Observation struct {
 // saturated (Observation.Saturated).
 const BusyIdle = 0.15
 
-// Gain is the rise in rate that a change must show to be kept; a change that lowers
-// what the loader holds (fewer workers or parts) must show MoreGain.
+// Gain is the rise in rate that a change must show to be kept.
 const (
-	Gain     = 0.05
-	MoreGain = 0.10
+	Gain = 0.05
 	// Sure is the ratio of rates past which one interval is enough to keep a change
 	// (a noisy machine's intervals differ by less).
 	Sure = 1.25
@@ -201,9 +199,6 @@ func (t *Tuner) Step(o Observation) Knobs {
 		t.phase = trial
 	case trial, confirm:
 		need := 1 + Gain
-		if !t.tried.up {
-			need = 1 + MoreGain
-		}
 		if o.Bound && o.Rate >= need*t.baseRate && o.Rate < Sure*t.baseRate && t.phase == trial {
 			// Faster once, by less than noise can explain away: measured again before
 			// it is kept, so that one lucky interval on a noisy machine does not keep
