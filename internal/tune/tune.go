@@ -64,9 +64,10 @@ type Observation struct {
 	// parts help); near 0, the workers' CPU time is what limits.
 	FetchShare float64
 	// Saturated says the machine's CPUs had little idle time (under BusyIdle). More
-	// workers, read-ahead or parts cannot raise the rate then (what waits for the
-	// source waits for a busy CPU, such as a store on the same machine): the tuner
-	// does not try them.
+	// workers, read-ahead, parts or larger parts cannot raise the rate then (what
+	// waits for the source waits for a busy CPU, such as a store on the same
+	// machine): the tuner does not try them, only deeper queues and one stream
+	// instead of parts.
 	Saturated bool
 }
 
@@ -282,8 +283,8 @@ func (t *Tuner) round(fetchShare float64) []move {
 // does not fit.
 func (t *Tuner) apply(m move) (Knobs, bool) {
 	k := t.cur
-	if t.busy && m.up && (m.knob == 0 || m.knob == 2 || m.knob == 4) {
-		return k, false // no idle CPU for more readers
+	if t.busy && m.up && m.knob != 1 {
+		return k, false // no idle CPU for more readers, or for larger parts' page faults
 	}
 	switch m.knob {
 	case 0:
