@@ -9,7 +9,10 @@
 // each interval, so that the tuner can be tested against a model of a pipeline.
 package tune
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Knobs are the settings the tuner changes.
 type Knobs struct {
@@ -87,7 +90,7 @@ const (
 // the workers mostly wait), or, for the fetch parts only, down to one stream. Rounds
 // never lower the other knobs (see round).
 type move struct {
-	knob int // 0 workers, 1 queue, 2 parallel, 3 part size, 4 read-ahead
+	knob int // 0 workers, 1 queue, 2 parallel, 3 part size, 4 read-ahead, 5 the jump (workers and read-ahead)
 	up   bool
 }
 
@@ -118,6 +121,7 @@ type Tuner struct {
 	heldRate  float64
 	changes   int
 	busy      bool    // the round's CPU was saturated: no concurrency moves
+	jumpTo    int     // the round's jump: shards open and workers (move 5)
 	trialRate float64 // the first measurement of a change being confirmed
 }
 
@@ -243,7 +247,7 @@ func (t *Tuner) next() {
 			// More workers or read-ahead act at once; queues and parts only on the
 			// shards opened next, so the interval after such a change is not judged.
 			t.phase = settle
-			if m.knob == 0 || m.knob == 4 {
+			if m.knob == 0 || m.knob == 4 || m.knob == 5 {
 				t.phase = trial
 			}
 			return
@@ -273,6 +277,12 @@ func (t *Tuner) rest(rate float64) {
 // raises the rate of a pipeline that has the memory for them (Go schedules more
 // workers than cores at no cost).
 func (t *Tuner) round(fetchShare float64) []move {
+	if fetchShare >= 0.9 {
+		// The workers wait nearly all the time: first the jump to as many readers as
+		// would keep today's workers' CPU time busy (see jump).
+		t.jumpTo = int(math.Ceil(float64(t.cur.Workers) / max(1-fetchShare, 1e-3)))
+		return []move{{5, true}, {0, true}, {4, true}, {2, true}, {3, true}, {1, true}, {2, false}}
+	}
 	if fetchShare >= 0.5 {
 		return []move{{0, true}, {4, true}, {2, true}, {3, true}, {1, true}, {2, false}}
 	}
@@ -322,6 +332,22 @@ func (t *Tuner) apply(m move) (Knobs, bool) {
 		k.ReadAhead = min(max(t.factor*k.ReadAhead, t.lim.Lanes), MaxReadAhead*t.lim.Lanes)
 		if !t.pins.Workers {
 			k.Workers = max(min(k.Workers*(t.lim.Lanes+k.ReadAhead)/open, t.lim.Lanes+k.ReadAhead), 1)
+		}
+	case 5:
+		// The jump: workers that each wait for the source a share f of the time do
+		// the CPU work of W(1-f) workers; W/(1-f) of them keep W busy, and the
+		// read-ahead opens as many shards. Lowered until it fits the budget.
+		if t.pins.Workers || t.pins.ReadAhead {
+			return k, false
+		}
+		open := min(max(t.jumpTo, 2*t.lim.Lanes), (1+MaxReadAhead)*t.lim.Lanes)
+		for ; open > t.lim.Lanes; open = max(open*3/4, t.lim.Lanes) {
+			j := k
+			j.ReadAhead, j.Workers = open-t.lim.Lanes, open
+			if t.lim.Fits(j) {
+				k = j
+				break
+			}
 		}
 	}
 	if k == t.cur || !t.lim.Fits(k) {

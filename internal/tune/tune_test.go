@@ -185,3 +185,20 @@ func TestSureGain(t *testing.T) {
 		t.Errorf("a 3x faster interval: %d changes kept, at %v; want %v kept", tu.Changes(), tu.Kept(), tried)
 	}
 }
+
+// TestJump: workers that wait for the source nearly all the time jump to as many
+// readers as keep the CPU busy, in one trial, lowered to fit the budget.
+func TestJump(t *testing.T) {
+	m := model{cores: 2, cpu: 0.002, latency: 0.1, transfer: 0.001, shardBytes: 100 << 10}
+	start := Knobs{Workers: 2, QueueBytes: 2 << 20, FetchParallel: 4, FetchPartSize: 8 << 20}
+	fits := func(k Knobs) bool { return int64(8+k.ReadAhead)*k.QueueBytes <= 100<<20 } // 50 open shards at most
+	tu := New(start, Pins{}, Limits{Lanes: 8, Fetch: true, Fits: fits})
+	k := tu.Step(Observation{Rate: m.rate(start), Bound: true, FetchShare: m.fetchShare(start)})
+	if k.Workers < 32 || 8+k.ReadAhead > 50 || k.Workers != 8+k.ReadAhead {
+		t.Fatalf("first trial %v: want a jump to 32-50 workers, as many shards open", k)
+	}
+	tu.Step(Observation{Rate: m.rate(k), Bound: true, FetchShare: m.fetchShare(k)})
+	if tu.Kept() != k {
+		t.Errorf("the jump (%.0f -> %.0f samples/s) was not kept: at %v", m.rate(start), m.rate(k), tu.Kept())
+	}
+}
