@@ -9,10 +9,7 @@
 // each interval, so that the tuner can be tested against a model of a pipeline.
 package tune
 
-import (
-	"fmt"
-	"math"
-)
+import "fmt"
 
 // Knobs are the settings the tuner changes.
 type Knobs struct {
@@ -121,7 +118,6 @@ type Tuner struct {
 	heldRate  float64
 	changes   int
 	busy      bool    // the round's CPU was saturated: no concurrency moves
-	jumpTo    int     // the round's jump: shards open and workers (move 5)
 	trialRate float64 // the first measurement of a change being confirmed
 }
 
@@ -278,9 +274,8 @@ func (t *Tuner) rest(rate float64) {
 // workers than cores at no cost).
 func (t *Tuner) round(fetchShare float64) []move {
 	if fetchShare >= 0.9 {
-		// The workers wait nearly all the time: first the jump to as many readers as
-		// would keep today's workers' CPU time busy (see jump).
-		t.jumpTo = int(math.Ceil(float64(t.cur.Workers) / max(1-fetchShare, 1e-3)))
+		// The workers wait nearly all the time (and the CPU is not saturated): first
+		// the jump to as many readers as the budget holds.
 		return []move{{5, true}, {0, true}, {4, true}, {2, true}, {3, true}, {1, true}, {2, false}}
 	}
 	if fetchShare >= 0.5 {
@@ -334,13 +329,16 @@ func (t *Tuner) apply(m move) (Knobs, bool) {
 			k.Workers = max(min(k.Workers*(t.lim.Lanes+k.ReadAhead)/open, t.lim.Lanes+k.ReadAhead), 1)
 		}
 	case 5:
-		// The jump: workers that each wait for the source a share f of the time do
-		// the CPU work of W(1-f) workers; W/(1-f) of them keep W busy, and the
-		// read-ahead opens as many shards. Lowered until it fits the budget.
+		// The jump: as many shards open as the read-ahead allows (9 times the
+		// lanes), a worker for each, lowered until they fit the budget. Workers that
+		// wait for the source 90% of their time on a CPU with room to spare are far
+		// from enough: stepping up 4x at a time took the intervals a short job has
+		// (the latency case in BENCHMARKS.md), and readers beyond what the source
+		// needs cost their queues' memory, within the budget, and no CPU.
 		if t.pins.Workers || t.pins.ReadAhead {
 			return k, false
 		}
-		open := min(max(t.jumpTo, 2*t.lim.Lanes), (1+MaxReadAhead)*t.lim.Lanes)
+		open := (1 + MaxReadAhead) * t.lim.Lanes
 		for ; open > t.lim.Lanes; open = max(open*3/4, t.lim.Lanes) {
 			j := k
 			j.ReadAhead, j.Workers = open-t.lim.Lanes, open

@@ -187,7 +187,7 @@ func TestSureGain(t *testing.T) {
 }
 
 // TestJump: workers that wait for the source nearly all the time jump to as many
-// readers as keep the CPU busy, in one trial, lowered to fit the budget.
+// readers as the read-ahead allows, in one trial, lowered to fit the budget.
 func TestJump(t *testing.T) {
 	m := model{cores: 2, cpu: 0.002, latency: 0.1, transfer: 0.001, shardBytes: 100 << 10}
 	start := Knobs{Workers: 2, QueueBytes: 2 << 20, FetchParallel: 4, FetchPartSize: 8 << 20}
