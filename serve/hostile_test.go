@@ -184,7 +184,8 @@ func TestRingBounded(t *testing.T) {
 	}{
 		{shardload.Config{Slabs: 100000, SlabBytes: 16 << 20}, 1, "more than half of this machine's memory"},
 		{shardload.Config{SlabBytes: 1 << 40}, 1, "more than half of this machine's memory"},
-		{shardload.Config{SlabBytes: 1 << 30}, 1 << 20, "lower --max-sessions"},
+		{shardload.Config{SlabBytes: 1 << 30, Memory: 8 << 30}, 1 << 20, "lower --max-sessions"},
+		{shardload.Config{SlabBytes: 1 << 30}, 1, "memory budget too small"},
 		{shardload.Config{QueueBytes: -1}, 1, "QueueBytes -1 is negative"},
 	} {
 		_, err := Listen(Options{Socket: filepath.Join(t.TempDir(), "s.sock"), Allow: []string{"s3://b/"}, Pipeline: tt.cfg, MaxSessions: tt.sessions})
