@@ -338,10 +338,15 @@ func (t *Tuner) apply(m move) (Knobs, bool) {
 		if t.pins.Workers || t.pins.ReadAhead {
 			return k, false
 		}
+		// Shards in flight stand in for parts within a shard: where the parts are
+		// what does not fit, the jump reads each shard as one stream.
 		open := (1 + MaxReadAhead) * t.lim.Lanes
 		for ; open > t.lim.Lanes; open = max(open*3/4, t.lim.Lanes) {
 			j := k
 			j.ReadAhead, j.Workers = open-t.lim.Lanes, open
+			if !t.lim.Fits(j) && !t.pins.FetchParallel {
+				j.FetchParallel = 1
+			}
 			if t.lim.Fits(j) {
 				k = j
 				break

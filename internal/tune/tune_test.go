@@ -202,3 +202,25 @@ func TestJump(t *testing.T) {
 		t.Errorf("the jump (%.0f -> %.0f samples/s) was not kept: at %v", m.rate(start), m.rate(k), tu.Kept())
 	}
 }
+
+// TestJumpTradesParts: where the parts are what keeps the jump from fitting, it reads
+// each shard as one stream and opens as many shards as fit that way.
+func TestJumpTradesParts(t *testing.T) {
+	start := Knobs{Workers: 2, QueueBytes: 2 << 20, FetchParallel: 4, FetchPartSize: 8 << 20}
+	fits := func(k Knobs) bool {
+		parts := int64(0)
+		if k.FetchParallel > 1 {
+			parts = int64(k.FetchParallel) * k.FetchPartSize
+		}
+		return int64(8+k.ReadAhead)*(k.QueueBytes+parts) <= 800<<20
+	}
+	tu := New(start, Pins{}, Limits{Lanes: 8, Fetch: true, Fits: fits})
+	k := tu.Step(Observation{Rate: 100, Bound: true, FetchShare: 1})
+	if k.Workers != 72 || k.ReadAhead != 64 || k.FetchParallel != 1 {
+		t.Errorf("jump to %v: want 72 workers, 64 read ahead, one stream", k)
+	}
+	tu = New(start, Pins{FetchParallel: true}, Limits{Lanes: 8, Fetch: true, Fits: fits})
+	if k := tu.Step(Observation{Rate: 100, Bound: true, FetchShare: 1}); k.FetchParallel != 4 || !fits(k) || k.Workers < 16 {
+		t.Errorf("jump with pinned parts to %v: want the parts kept, fewer shards", k)
+	}
+}
