@@ -174,7 +174,7 @@ func (lf *loaderFlags) register(fs *pflag.FlagSet, perRank bool) {
 	fs.IntVar(&lf.readAhead, "read-ahead", 0, "shards opened beyond --open-shards, ahead of the order, to hide a store's latency per request (does not change the order; default 0, then tuned; given: the tuner leaves it)")
 	lf.memory = shardload.DefaultMemory
 	fs.Var(&lf.memory, "memory", fmt.Sprintf("budget of the loader's buffers: slabs, decoded samples (queues, shuffle windows, batches) and remote reads' parts; settings left to their defaults are lowered to fit, the tuner never exceeds it (the process holds about %s more)", humanBytes(shardload.MemoryOverhead)))
-	fs.BoolVar(&lf.autotune, "autotune", true, "tune --workers, --queue-bytes, --fetch-parallel and --fetch-part-size while running, within --memory, from the rate delivered (those given are left alone; --autotune=false keeps the defaults)")
+	fs.BoolVar(&lf.autotune, "autotune", true, "tune --workers, --read-ahead, --queue-bytes, --fetch-parallel and --fetch-part-size while running, within --memory, from the rate delivered (those given are left alone; --autotune=false keeps the defaults)")
 	fs.IntVar(&lf.slabs, "slabs", shardload.DefaultSlabs, "pinned batch slabs in the ring (batches ready or in use at once)")
 	lf.slabBytes = shardload.DefaultSlabBytes
 	fs.Var(&lf.slabBytes, "slab-size", "bytes per slab; a batch must fit in one")
