@@ -28,7 +28,8 @@
 #     BENCH_GRID_RUNS (1) times each; the latency case has a grid of its own,
 #     --workers (BENCH_GRID_LATENCY_WORKERS "8 32 64") x --read-ahead
 #     (BENCH_GRID_LATENCY_READAHEAD "0 24 56") at --queue-bytes 2MiB and
-#     --fetch-parallel 4 (its shards are smaller than one part), since only shards
+#     --fetch-parallel 1 (its shards are smaller than one part: parts are never read,
+#     and counted in the budget they leave no room for read-ahead), since only shards
 #     in flight beyond the 8 lanes help there (the defaults runs are its 2 workers);
 #   - the BENCH_BEST_POINTS (3) best grid points again, BENCH_BEST_RERUNS (BENCH_RUNS)
 #     times each, each round with one more autotune and defaults run: the best of
@@ -102,7 +103,7 @@ grid_readahead=${BENCH_GRID_READAHEAD:-0}
 # --workers go past the 8 lanes with --read-ahead (shards opened beyond them).
 lat_workers=${BENCH_GRID_LATENCY_WORKERS:-8 32 64}
 lat_queue=${BENCH_GRID_LATENCY_QUEUE:-2MiB}
-lat_parallel=${BENCH_GRID_LATENCY_PARALLEL:-4}
+lat_parallel=${BENCH_GRID_LATENCY_PARALLEL:-1}
 lat_readahead=${BENCH_GRID_LATENCY_READAHEAD:-0 24 56}
 seed=${BENCH_SEED:-1}
 memory=${BENCH_MEMORY:-}
