@@ -1,0 +1,271 @@
+//go:build linux && cgo
+
+package turbojpeg
+
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stdlib.h>
+
+// The few TurboJPEG types used, as turbojpeg.h (2.x) declares them.
+typedef void *tjhandle;
+typedef struct { int num; int denom; } tjscalingfactor;
+
+enum {
+	SL_TJERR_WARNING = 0,   // TJERR_WARNING
+	SL_SIZE_MISMATCH = -2,  // sl_decode: the size asked for is no scaled size of the image
+	SL_NO_IMAGE = -3        // sl_decode: the headers name no image (cut short, or tables only)
+};
+
+// sl_tj is one loaded TurboJPEG library.
+typedef struct {
+	void *lib;
+	tjhandle (*InitDecompress)(void);
+	int (*DecompressHeader3)(tjhandle, const unsigned char *, unsigned long, int *, int *, int *, int *);
+	int (*Decompress2)(tjhandle, const unsigned char *, unsigned long, unsigned char *, int, int, int, int, int);
+	int (*Destroy)(tjhandle);
+	char *(*GetErrorStr2)(tjhandle);
+	int (*GetErrorCode)(tjhandle);
+	tjscalingfactor *(*GetScalingFactors)(int *);
+	tjscalingfactor *factors;
+	int nfactors;
+} sl_tj;
+
+// sl_sym finds a function, recording the first name missing.
+static void *sl_sym(sl_tj *t, const char *name, const char **missing) {
+	void *p = dlsym(t->lib, name);
+	if (!p && !*missing) *missing = name;
+	return p;
+}
+
+// sl_open loads path and resolves every function. On failure it returns NULL and sets
+// *why to dlerror's text or the missing function's name. tjGetErrorStr2 and
+// tjGetErrorCode came with TurboJPEG 2.0, so an older library fails here.
+static sl_tj *sl_open(const char *path, const char **why) {
+	sl_tj *t = calloc(1, sizeof *t);
+	if (!t) { *why = "out of memory"; return NULL; }
+	t->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!t->lib) { *why = dlerror(); free(t); return NULL; }
+	const char *m = NULL;
+	t->InitDecompress = sl_sym(t, "tjInitDecompress", &m);
+	t->DecompressHeader3 = sl_sym(t, "tjDecompressHeader3", &m);
+	t->Decompress2 = sl_sym(t, "tjDecompress2", &m);
+	t->Destroy = sl_sym(t, "tjDestroy", &m);
+	t->GetErrorStr2 = sl_sym(t, "tjGetErrorStr2", &m);
+	t->GetErrorCode = sl_sym(t, "tjGetErrorCode", &m);
+	t->GetScalingFactors = sl_sym(t, "tjGetScalingFactors", &m);
+	if (m) { *why = m; dlclose(t->lib); free(t); return NULL; }
+	t->factors = t->GetScalingFactors(&t->nfactors);
+	if (!t->factors || t->nfactors <= 0) {
+		*why = "tjGetScalingFactors returned no factors";
+		dlclose(t->lib); free(t); return NULL;
+	}
+	return t;
+}
+
+static tjhandle sl_init(sl_tj *t) { return t->InitDecompress(); }
+static void sl_destroy(sl_tj *t, tjhandle h) { t->Destroy(h); }
+
+// sl_error returns the last call's error code on h and sets *msg to its message,
+// which lives in h (or, for a NULL h, in the library) until the next call.
+static int sl_error(sl_tj *t, tjhandle h, const char **msg) {
+	*msg = t->GetErrorStr2(h);
+	if (!*msg) *msg = "unknown error";
+	return h ? t->GetErrorCode(h) : 1;
+}
+
+static int sl_header(sl_tj *t, tjhandle h, const unsigned char *jpeg, unsigned long n, int *w, int *hgt, int *ss, int *cs) {
+	return t->DecompressHeader3(h, jpeg, n, w, hgt, ss, cs);
+}
+
+// sl_decode decodes jpeg into dst, w x hgt pixels of pf with rows pitch bytes apart.
+// tjDecompress2 treats w x hgt as a bound and picks the largest scaled size within
+// it, so sl_decode first checks that w x hgt is exactly the image's size scaled by
+// one of the factors <= 1, returning SL_SIZE_MISMATCH if not. A header warning does not stop it: tjDecompress2 meets and reports it.
+// tjDecompressHeader3 takes data whose headers end before the frame header for a
+// tables-only datastream and succeeds without a size: that is SL_NO_IMAGE.
+static int sl_decode(sl_tj *t, tjhandle h, const unsigned char *jpeg, unsigned long n,
+                     unsigned char *dst, int w, int pitch, int hgt, int pf, int flags) {
+	int iw = 0, ih = 0, ss, cs;
+	if (t->DecompressHeader3(h, jpeg, n, &iw, &ih, &ss, &cs) != 0 &&
+	    t->GetErrorCode(h) != SL_TJERR_WARNING) return -1;
+	if (iw <= 0 || ih <= 0) return SL_NO_IMAGE;
+	int ok = 0;
+	for (int i = 0; i < t->nfactors && !ok; i++) {
+		tjscalingfactor f = t->factors[i];
+		if (f.num <= 0 || f.denom <= 0 || f.num > f.denom) continue;
+		ok = (iw * f.num + f.denom - 1) / f.denom == w && (ih * f.num + f.denom - 1) / f.denom == hgt;
+	}
+	if (!ok) return SL_SIZE_MISMATCH;
+	return t->Decompress2(h, jpeg, n, dst, w, pitch, hgt, pf, flags);
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"unsafe"
+)
+
+// cgoBuild tells the tests whether this build can load the library at all.
+const cgoBuild = true
+
+// Lib is a loaded TurboJPEG library. It is safe for concurrent use. A Lib is never
+// unloaded: the library stays mapped until the process exits.
+type Lib struct {
+	t       *C.sl_tj
+	path    string
+	factors [][2]int
+	// handles holds idle decompressor instances. A tjhandle must not be used by two
+	// calls at once but is not tied to a thread, so a call takes one from here (or
+	// makes one) and puts it back after (or destroys it when the pool is full).
+	handles chan C.tjhandle
+}
+
+// Open loads the TurboJPEG library at path, a file name or path as dlopen takes it;
+// "" tries "libturbojpeg.so.0" then "libturbojpeg.so". A library that cannot be
+// loaded, or that lacks a function of the TurboJPEG 2.x API, gives an error wrapping
+// ErrUnavailable that names it.
+func Open(path string) (*Lib, error) {
+	names := []string{path}
+	if path == "" {
+		names = defaultNames
+	}
+	var whys []string
+	for _, name := range names {
+		cname := C.CString(name)
+		var why *C.char
+		t := C.sl_open(cname, &why)
+		C.free(unsafe.Pointer(cname))
+		if t == nil {
+			whys = append(whys, fmt.Sprintf("loading %s: %s", name, C.GoString(why)))
+			continue
+		}
+		l := &Lib{t: t, path: name, handles: make(chan C.tjhandle, poolSize)}
+		fs := unsafe.Slice(t.factors, int(t.nfactors))
+		for _, f := range fs {
+			if f.num > 0 && f.denom > 0 && f.num <= f.denom {
+				l.factors = append(l.factors, [2]int{int(f.num), int(f.denom)})
+			}
+		}
+		return l, nil
+	}
+	return nil, fmt.Errorf("%w: %s (install libjpeg-turbo's TurboJPEG library, e.g. apt-get install libturbojpeg0)",
+		ErrUnavailable, strings.Join(whys, "; "))
+}
+
+// Path returns the name or path of the library loaded, as given to dlopen.
+func (l *Lib) Path() string { return l.path }
+
+// Factors returns the library's scaling factors num/den that are <= 1, largest
+// first (tjGetScalingFactors); libjpeg-turbo 2.x has 1/1, 7/8, 3/4, 5/8, 1/2, 3/8,
+// 1/4 and 1/8. The slice is the caller's.
+func (l *Lib) Factors() [][2]int {
+	return append([][2]int(nil), l.factors...)
+}
+
+// get takes an idle instance or makes one.
+func (l *Lib) get() (C.tjhandle, error) {
+	select {
+	case h := <-l.handles:
+		return h, nil
+	default:
+	}
+	h := C.sl_init(l.t)
+	if h == nil {
+		var msg *C.char
+		C.sl_error(l.t, nil, &msg)
+		return nil, &Error{Msg: "tjInitDecompress: " + C.GoString(msg)}
+	}
+	return h, nil
+}
+
+// put returns an instance to the pool, or destroys it when the pool is full.
+func (l *Lib) put(h C.tjhandle) {
+	select {
+	case l.handles <- h:
+	default:
+		C.sl_destroy(l.t, h)
+	}
+}
+
+// err reads h's last error, before h goes back to the pool.
+func (l *Lib) err(h C.tjhandle) *Error {
+	var msg *C.char
+	code := C.sl_error(l.t, h, &msg)
+	return &Error{Msg: C.GoString(msg), Warning: code == C.SL_TJERR_WARNING}
+}
+
+// Header reads jpeg's headers (tjDecompressHeader3). On a warning the Header is
+// filled and the error is an *Error with Warning set; other failures from the library
+// give an *Error and a zero Header. Data whose headers stop before the image's size
+// (cut short, or a tables-only datastream, which the library accepts) is an error
+// too, not an *Error.
+func (l *Lib) Header(jpeg []byte) (Header, error) {
+	if len(jpeg) == 0 {
+		return Header{}, fmt.Errorf("turbojpeg: empty JPEG data")
+	}
+	h, err := l.get()
+	if err != nil {
+		return Header{}, err
+	}
+	defer l.put(h)
+	var w, hgt, ss, cs C.int
+	rc := C.sl_header(l.t, h, (*C.uchar)(unsafe.Pointer(unsafe.SliceData(jpeg))), C.ulong(len(jpeg)), &w, &hgt, &ss, &cs)
+	runtime.KeepAlive(jpeg)
+	hdr := Header{Width: int(w), Height: int(hgt), Subsamp: int(ss), Colorspace: int(cs)}
+	if rc != 0 {
+		e := l.err(h)
+		if !e.Warning {
+			return Header{}, e
+		}
+		if hdr.Width > 0 && hdr.Height > 0 {
+			return hdr, e
+		}
+	}
+	if hdr.Width <= 0 || hdr.Height <= 0 {
+		return Header{}, errNoImage
+	}
+	return hdr, nil
+}
+
+// Decode decodes jpeg into dst as width x height pixels of format (RGB: 3 bytes per
+// pixel, Gray: 1), rows packed (pitch = width*channels), with tjDecompress2.
+// width x height must be the image's size scaled by one of the library's factors
+// (ScaledSize with one of Factors); TurboJPEG then scales in the inverse DCT. Any
+// other size is an error. dst must hold at least width*height*channels bytes; only
+// those are written.
+//
+// A failure from the library is an *Error. One with Warning set means the image was
+// decoded into dst but the data was not entirely sound (a truncated file decodes
+// with its missing rows gray); unless flags has StopOnWarning, dst then holds the
+// whole image.
+func (l *Lib) Decode(jpeg, dst []byte, width, height int, format PixelFormat, flags Flags) error {
+	pitch, err := checkDecode(jpeg, dst, width, height, format)
+	if err != nil {
+		return err
+	}
+	h, err := l.get()
+	if err != nil {
+		return err
+	}
+	defer l.put(h)
+	rc := C.sl_decode(l.t, h, (*C.uchar)(unsafe.Pointer(unsafe.SliceData(jpeg))), C.ulong(len(jpeg)),
+		(*C.uchar)(unsafe.Pointer(unsafe.SliceData(dst))), C.int(width), C.int(pitch), C.int(height),
+		C.int(format), C.int(flags))
+	runtime.KeepAlive(jpeg)
+	runtime.KeepAlive(dst)
+	switch rc {
+	case 0:
+		return nil
+	case C.SL_NO_IMAGE:
+		return errNoImage
+	case C.SL_SIZE_MISMATCH:
+		hdr, _ := l.Header(jpeg)
+		return fmt.Errorf("turbojpeg: %dx%d is not a scaled size of the %dx%d image (factors %v)",
+			width, height, hdr.Width, hdr.Height, l.factors)
+	}
+	return l.err(h)
+}
