@@ -81,6 +81,10 @@ type Config struct {
 	// Fields to decode and collate. Default: every extension of the first sample of
 	// the first shard, each with decode.ParseField's default for it.
 	Fields []decode.Field
+	// ImageDecoder decodes image fields' JPEGs: libjpeg-turbo, loaded at run time,
+	// when it loads (the zero value, decode.ImageDecoderAuto), or as chosen. Open
+	// fails when libjpeg-turbo is asked for and does not load.
+	ImageDecoder decode.ImageDecoder
 	// BatchSize is the number of samples per batch. Default 32.
 	BatchSize int
 	// DropLast drops the last batch of an epoch when it is not full.
@@ -426,6 +430,9 @@ func (cfg Config) Validate() error {
 		if err := decode.Validate(cfg.Fields...); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if _, err := cfg.ImageDecoder.Resolve(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("shardload: bad config: %w", err)

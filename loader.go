@@ -105,7 +105,11 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 			return nil, err
 		}
 	}
-	shape := shapeOf(infos)
+	imageDecoder, err := cfg.ImageDecoder.Resolve()
+	if err != nil {
+		return nil, err
+	}
+	shape := shapeOf(infos, fields)
 	isRemote := shape.remote
 	tuner := cfg.Tuner
 	if tuner == nil {
@@ -140,6 +144,7 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 		tuner: tuner, shape: shape, done: make(chan struct{})}
 	l.p = pipeline.Start(ctx, pipeline.Params{
 		Sources: cfg.Sources, Plan: plan, Shards: infos, Fields: fields,
+		ImageDecoder: imageDecoder, AugmentSeed: cfg.Seed, Epoch: order.Epoch,
 		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxSampleSize: cfg.MaxSampleSize, MaxRatio: cfg.MaxRatio},
 		Rank:   cfg.Rank, FirstSeq: resume.Batches,
 		NoShuffle: cfg.NoShuffle, ShuffleBytes: cfg.ShuffleBytes,

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/internal/pipeline"
 	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/shard"
@@ -95,10 +96,16 @@ type dataShape struct {
 	maxShard   int64 // the largest shard's stored size; 0 when some size is unknown
 	maxSamples int   // the most samples a shard holds
 	compressed bool  // some shard is compressed as a whole (it inflates by an unknown ratio)
+	decoded    int64 // bytes a sample's image fields decode to, beyond its stored bytes
 }
 
-func shapeOf(infos []shard.Info) dataShape {
+func shapeOf(infos []shard.Info, fields []decode.Field) dataShape {
 	var d dataShape
+	for i := range fields {
+		if fields[i].Kind == decode.KindImage {
+			d.decoded += fields[i].RowBytes()
+		}
+	}
 	known := true
 	for _, s := range infos {
 		if i := strings.Index(s.URL, "://"); i > 0 && s.URL[:i] != "file" {
@@ -122,12 +129,13 @@ func shapeOf(infos []shard.Info) dataShape {
 
 // queueCap is the most one open shard's queue holds with q: q, or less when every
 // shard is small enough to be queued whole (its samples' bytes twice over, and a
-// buffer of at least 4 KiB and some bookkeeping per sample, as the queue counts).
+// buffer of at least 4 KiB and some bookkeeping per sample, as the queue counts, and
+// the decoded images).
 func (d dataShape) queueCap(q int64) int64 {
 	if d.maxShard == 0 || d.compressed {
 		return q
 	}
-	return min(q, 2*d.maxShard+int64(d.maxSamples)*8<<10)
+	return min(q, 2*d.maxShard+int64(d.maxSamples)*(8<<10+d.decoded))
 }
 
 // partsCap is the most part buffers one open shard's read holds with k: none when

@@ -228,7 +228,7 @@ func layout(cols []Column, fields []Field, keys []string, rows [][]Value) (int64
 		}
 		var c Column
 		if f != nil && f.fixed() {
-			rb := f.rowBytes()
+			rb := f.RowBytes()
 			if f.Kind == KindNPY {
 				for i := range rows {
 					if err := checkFixed(f, &rows[i][j], rb); err != nil {

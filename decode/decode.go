@@ -81,8 +81,10 @@ func (e *FieldError) Unwrap() error { return e.Err }
 // Value is one decoded field of one sample.
 type Value struct {
 	// Data is the payload: the bytes of a Raw, Text or JSON member; the array data
-	// (without the header) of an NPY member; nil for Int. It aliases the data given
-	// to Decode, or, when the member was gunzipped, the returned buffer.
+	// (without the header) of an NPY member; the pixels of an Image member; nil for
+	// Int. It aliases the data given to Decode, or, when the member was gunzipped,
+	// the returned buffer; an image's pixels are the Decoder's, valid until its next
+	// Decode.
 	Data []byte
 	// Int is the value of an Int member.
 	Int int64
@@ -93,13 +95,31 @@ type Value struct {
 	Shape []int
 }
 
-// Decoder decodes fields with reusable scratch state (an inflater), so that
-// decoding gzip members does not allocate in the steady state. The zero value is
-// ready to use. A Decoder is not safe for concurrent use: use one per goroutine.
+// Decoder decodes fields with reusable scratch state (an inflater, image buffers),
+// so that decoding gzip members and JPEGs does not allocate in the steady state. The
+// zero value is ready to use. A Decoder is not safe for concurrent use: use one per
+// goroutine.
 type Decoder struct {
+	// Seed seeds the random transforms (crop, flip) of the images decoded next: set
+	// it for each sample, to SampleSeed(seed, epoch, key).
+	Seed uint64
+	// Images chooses the JPEG decoder; the zero value is ImageDecoderAuto.
+	Images ImageDecoder
+
 	br  bytes.Reader
 	fr  io.ReadCloser  // flate reader, created on first use
 	frr flate.Resetter // fr as a Resetter
+	img *imageState    // image scratch, from a shared pool on first use
+}
+
+// Release gives the Decoder's image scratch back to a pool shared by every
+// Decoder (it is megabytes for large images); the Decoder stays usable. Values it
+// returned for image fields must no longer be used.
+func (d *Decoder) Release() {
+	if d.img != nil {
+		imageStates.Put(d.img)
+		d.img = nil
+	}
 }
 
 // Decode decodes one member with f, without reusable state: see Decoder.Decode. It
@@ -167,6 +187,15 @@ func (f *Field) decode(d *Decoder, data, buf []byte) (Value, []byte, error) {
 			return Value{}, buf, f.err(errf(ErrBadJSON, "%v", err))
 		}
 		return Value{Data: data}, buf, nil
+	case KindImage:
+		if d == nil {
+			d = new(Decoder)
+		}
+		v, err := d.decodeImage(f, data)
+		if err != nil {
+			return Value{}, buf, f.err(err)
+		}
+		return v, buf, nil
 	case KindNPY:
 		var h npyHeader
 		if err := parseNPYHeader(data, &h); err != nil {

@@ -8,7 +8,7 @@ import (
 )
 
 // Kind is how a field's bytes are decoded. Its text form (String, ParseKind, field
-// specs) is "raw", "npy", "int", "text" or "json".
+// specs) is "raw", "npy", "int", "text", "json" or "image".
 type Kind int
 
 // The kinds of field. (The constants carry a Kind prefix because NPY is the name of
@@ -26,11 +26,15 @@ const (
 	KindText
 	// KindJSON checks that the bytes are valid JSON and keeps them. Ragged column.
 	KindJSON
+	// KindImage decodes a JPEG, PNG, WebP or GIF image to RGB (or grayscale), resizes
+	// and crops it as the Field's Image options say, into a fixed column of the
+	// Field's Shape (HxWxC or CxHxW) and DType (uint8, float16 or float32).
+	KindImage
 )
 
-var kindNames = [...]string{KindRaw: "raw", KindNPY: "npy", KindInt: "int", KindText: "text", KindJSON: "json"}
+var kindNames = [...]string{KindRaw: "raw", KindNPY: "npy", KindInt: "int", KindText: "text", KindJSON: "json", KindImage: "image"}
 
-// String returns "raw", "npy", "int", "text" or "json".
+// String returns "raw", "npy", "int", "text", "json" or "image".
 func (k Kind) String() string {
 	if k >= 0 && int(k) < len(kindNames) {
 		return kindNames[k]
@@ -45,7 +49,7 @@ func ParseKind(s string) (Kind, error) {
 			return Kind(k), nil
 		}
 	}
-	return 0, fmt.Errorf("decode: unknown kind %q (want raw, npy, int, text or json)", s)
+	return 0, fmt.Errorf("decode: unknown kind %q (want raw, npy, int, text, json or image)", s)
 }
 
 // MarshalText encodes k as its String.
@@ -85,14 +89,20 @@ type Field struct {
 	// ParseField sets it when Ext ends in ".gz".
 	Gunzip bool
 	// DType (NPY only) is the required element type; the zero DType accepts any.
+	// For an image it is the output's type: uint8, float16 or float32.
 	DType DType
 	// Shape (NPY only) is the required per-sample shape. With a Shape the column is
 	// fixed-size [rows, Shape...] of DType (so DType must be set too); without one
 	// (nil or empty) the column holds ragged bytes. Every dimension must be positive;
-	// 0-d (scalar) arrays can only be read as ragged.
+	// 0-d (scalar) arrays can only be read as ragged. For an image it is the output's
+	// shape, always set: [H, W, C] (HWC) or [C, H, W] (CHW), C being 3 (RGB) or 1
+	// (grayscale).
 	Shape []int
+	// Image holds an image field's transforms (KindImage only).
+	Image ImageOptions
 	// MaxBytes caps the inflated size of a Gunzip member, against gzip bombs; 0 means
-	// DefaultMaxBytes (256 MiB).
+	// DefaultMaxBytes (256 MiB). For an image it caps the decoded RGB size
+	// (width x height x 3) too, against decompression bombs.
 	MaxBytes int64
 }
 
@@ -111,11 +121,19 @@ func (f *Field) maxBytes() int64 {
 	return DefaultMaxBytes
 }
 
-// fixed reports whether the field's column is fixed-size (Int, or NPY with a Shape).
-func (f *Field) fixed() bool { return f.Kind == KindInt || f.Kind == KindNPY && len(f.Shape) > 0 }
+// fixed reports whether the field's column is fixed-size (Int, Image, or NPY with a
+// Shape).
+func (f *Field) fixed() bool {
+	return f.Kind == KindInt || f.Kind == KindImage || f.Kind == KindNPY && len(f.Shape) > 0
+}
 
-// rowBytes is the size of one row of a fixed column.
-func (f *Field) rowBytes() int64 {
+// RowBytes returns the bytes one sample takes in the field's column when it is
+// fixed-size (an Int, an Image, an NPY field with a Shape), and -1 when it is
+// ragged.
+func (f *Field) RowBytes() int64 {
+	if !f.fixed() {
+		return -1
+	}
 	if f.Kind == KindInt {
 		return 8
 	}
@@ -125,7 +143,7 @@ func (f *Field) rowBytes() int64 {
 
 // ParseField parses a field spec, the syntax of the --field flag:
 //
-//	[NAME=]EXT[:KIND[:DTYPE[:SHAPE]]]
+//	[NAME=]EXT[:KIND[:DTYPE[:SHAPE[:OPTIONS]]]]
 //
 // EXT is the sample extension (lower-cased). NAME is the column name; it defaults to
 // EXT. KIND is raw, npy, int, text or json; it defaults from the last dot-separated
@@ -137,6 +155,13 @@ func (f *Field) rowBytes() int64 {
 // with x between dimensions ("3x224x224", or "128" for 1-D); it makes the column
 // fixed-size, and arrays of another shape are rejected. Parts may not be empty.
 //
+// An image field (KIND image) decodes JPEG, PNG, WebP or GIF to a fixed-shape
+// column: DTYPE is uint8 (the default), float16 or float32; SHAPE is HxWx3 (HWC, the
+// default 224x224x3), 3xHxW (CHW), or HxWx1 / 1xHxW for grayscale; OPTIONS (only for
+// images) is a comma-separated list of transforms, see ParseImageOptions. Without
+// options an image is resized (bilinear, antialiased, as PIL resizes) so that its
+// shorter side is the crop's larger side, and center-cropped.
+//
 // Examples:
 //
 //	cls                          column "cls": int label from .cls
@@ -145,6 +170,9 @@ func (f *Field) rowBytes() int64 {
 //	tokens=npy:npy:int32:2048    column "tokens": [rows, 2048] int32 from .npy
 //	feats=npy:npy:float32        column "feats": ragged bytes of float32 .npy arrays
 //	caption=txt.gz:text          column "caption": gunzipped UTF-8 text of .txt.gz
+//	img=jpg:image:uint8:224x224x3              [rows, 224, 224, 3] uint8, center crop
+//	img=jpg:image:uint8:3x224x224:resize=256   [rows, 3, 224, 224], resize 256, crop
+//	img=jpg:image:float32:3x224x224:random-crop,flip,imagenet   training transforms
 //
 // Errors quote the spec, e.g. `decode: field "x=npy:npy:float32:3xq": bad shape "3xq"`,
 // and wrap ErrInvalidField. The result passes Validate.
@@ -154,12 +182,12 @@ func ParseField(spec string) (Field, error) {
 	}
 	var f Field
 	parts := strings.Split(spec, ":")
-	if len(parts) > 4 {
-		return bad("too many parts (want [NAME=]EXT[:KIND[:DTYPE[:SHAPE]]])")
+	if len(parts) > 5 {
+		return bad("too many parts (want [NAME=]EXT[:KIND[:DTYPE[:SHAPE[:OPTIONS]]]])")
 	}
 	for i, p := range parts {
 		if p == "" {
-			what := [...]string{"extension", "kind", "dtype", "shape"}[i]
+			what := [...]string{"extension", "kind", "dtype", "shape", "options"}[i]
 			return bad("empty %s", what)
 		}
 	}
@@ -187,12 +215,18 @@ func ParseField(spec string) (Field, error) {
 	if len(parts) > 1 {
 		k, err := ParseKind(parts[1])
 		if err != nil {
-			return bad("unknown kind %q (want raw, npy, int, text or json)", parts[1])
+			return bad("unknown kind %q (want raw, npy, int, text, json or image)", parts[1])
 		}
 		f.Kind = k
 	}
+	if len(parts) > 4 && f.Kind != KindImage {
+		return bad("options only apply to image fields, not %s", f.Kind)
+	}
+	if f.Kind == KindImage {
+		f.DType, f.Shape = Uint8, []int{224, 224, 3}
+	}
 	if len(parts) > 2 {
-		if f.Kind != KindNPY {
+		if f.Kind != KindNPY && f.Kind != KindImage {
 			return bad("a dtype only applies to npy fields, not %s", f.Kind)
 		}
 		d, err := ParseDType(parts[2])
@@ -207,6 +241,13 @@ func ParseField(spec string) (Field, error) {
 			return bad("bad shape %q", parts[3])
 		}
 		f.Shape = shape
+	}
+	if len(parts) > 4 {
+		opts, err := ParseImageOptions(parts[4])
+		if err != nil {
+			return bad("%v", strings.TrimPrefix(err.Error(), "decode: "))
+		}
+		f.Image = opts
 	}
 	if msg := f.check(); msg != "" {
 		return bad("%s", msg)
@@ -254,8 +295,9 @@ func parseShape(s string) ([]int, bool) {
 }
 
 // String returns the field's spec in ParseField's syntax, with the kind always
-// written: "label=cls:int", "tokens=npy:npy:int32:2048". Gunzip and MaxBytes are
-// not part of the syntax (Gunzip follows from Ext).
+// written: "label=cls:int", "tokens=npy:npy:int32:2048",
+// "img=jpg:image:uint8:224x224x3:flip". Gunzip and MaxBytes are not part of the
+// syntax (Gunzip follows from Ext).
 func (f Field) String() string {
 	var b strings.Builder
 	if f.Name != "" && f.Name != f.Ext {
@@ -277,6 +319,10 @@ func (f Field) String() string {
 			}
 			b.WriteString(strconv.Itoa(d))
 		}
+	}
+	if opts := f.Image.String(); opts != "" {
+		b.WriteByte(':')
+		b.WriteString(opts)
 	}
 	return b.String()
 }
@@ -340,6 +386,12 @@ func (f *Field) check() string {
 	}
 	if f.Kind < 0 || int(f.Kind) >= len(kindNames) {
 		return "invalid kind " + strconv.Itoa(int(f.Kind))
+	}
+	if f.Kind == KindImage {
+		return f.checkImage()
+	}
+	if f.Image != (ImageOptions{}) {
+		return "image options only apply to image fields, not " + f.Kind.String()
 	}
 	if f.Kind != KindNPY && !f.DType.IsZero() {
 		return "a dtype only applies to npy fields, not " + f.Kind.String()

@@ -146,3 +146,7 @@ func wantErr(t *testing.T, err, target error, subs ...string) {
 		}
 	}
 }
+
+// ciRequiresTurbo reports whether libjpeg-turbo must load: in CI, where
+// scripts/deps.sh installs it and the binary is built with cgo.
+func ciRequiresTurbo() bool { return os.Getenv("CI") == "true" && cgoEnabled }

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -144,6 +145,7 @@ type loaderFlags struct {
 	memory        byteSize
 	autotune      bool
 	readAhead     int
+	imageDecoder  string
 }
 
 // register registers the pipeline's flags; with perRank, also those a trainer's
@@ -151,7 +153,8 @@ type loaderFlags struct {
 // bench takes from the command line.
 func (lf *loaderFlags) register(fs *pflag.FlagSet, perRank bool) {
 	lf.fs = fs
-	fs.StringArrayVar(&lf.fields, "field", nil, "field to decode, repeatable: [NAME=]EXT[:KIND[:DTYPE[:SHAPE]]], e.g. jpg, label=cls:int, tokens=npy:npy:int32:2048 (default: the extensions of the first sample)")
+	fs.StringArrayVar(&lf.fields, "field", nil, "field to decode, repeatable: [NAME=]EXT[:KIND[:DTYPE[:SHAPE[:OPTIONS]]]], e.g. jpg, label=cls:int, tokens=npy:npy:int32:2048, img=jpg:image:uint8:224x224x3 (default: the extensions of the first sample). Kinds: raw, npy, int, text, json, image. An image (JPEG, PNG, WebP, GIF) is decoded to RGB, resized (bilinear, as PIL) and cropped: dtype uint8 (default), float16 or float32; shape HxWx3 (default 224x224x3), 3xHxW for CHW, HxWx1 or 1xHxW for grayscale; options, comma-separated: resize=N (shorter side before the center crop; default the crop's larger side), random-crop (RandomResizedCrop) with scale=A-B (0.08-1) and ratio=A-B (0.75-1.333), flip (random horizontal flip), mean=R/G/B and std=R/G/B or imagenet (float outputs: (x/255-mean)/std), full-decode (no reduced-scale JPEG decoding). Random transforms are seeded by --seed, the epoch and the sample's key")
+	fs.StringVar(&lf.imageDecoder, "image-decoder", "auto", "JPEG decoder of image fields: libjpeg-turbo (loaded at run time from libturbojpeg.so.0, or $SHARDLOAD_TURBOJPEG), go (Go's image/jpeg, no C library, slower), or auto (libjpeg-turbo when it loads, else go)")
 	lf.batchSize, lf.world = shardload.DefaultBatchSize, 1
 	if perRank {
 		fs.IntVar(&lf.batchSize, "batch-size", shardload.DefaultBatchSize, "samples per batch")
@@ -243,6 +246,10 @@ func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config
 	if err != nil {
 		return shardload.Config{}, fmt.Errorf("%w: --field: %v", errUsage, err)
 	}
+	imageDecoder, err := decode.ParseImageDecoder(lf.imageDecoder)
+	if err != nil {
+		return shardload.Config{}, fmt.Errorf("%w: --image-decoder: %v", errUsage, err)
+	}
 	logger, err := newLogger(lf.rf.logFormat, stderr)
 	if err != nil {
 		return shardload.Config{}, err
@@ -262,7 +269,7 @@ func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config
 		partSize = int64(lf.rf.partSize)
 	}
 	return shardload.Config{
-		URLs: urls, Index: lf.index, IndexDir: lf.rf.indexDir, NoIndexStore: lf.rf.noIndex || lf.rf.indexDir == "", CountFirst: lf.countFirst, Fields: fields, BatchSize: lf.batchSize, DropLast: lf.dropLast,
+		URLs: urls, Index: lf.index, IndexDir: lf.rf.indexDir, NoIndexStore: lf.rf.noIndex || lf.rf.indexDir == "", CountFirst: lf.countFirst, Fields: fields, ImageDecoder: imageDecoder, BatchSize: lf.batchSize, DropLast: lf.dropLast,
 		Seed: lf.seed, Epoch: lf.epoch, Rank: lf.rank, World: lf.world,
 		NoShuffle: lf.noShuffle, ShuffleBuffer: lf.shuffleBuffer, ShuffleBytes: int64(lf.shuffleBytes),
 		OpenShards: lf.openShards, Workers: lf.workers, ReadAhead: lf.readAhead, QueueBytes: queueBytes,
@@ -367,6 +374,9 @@ type benchResult struct {
 	MBPerSecDecomp  float64             `json:"mb_per_sec_decompressed"`
 	FirstBatch      float64             `json:"first_batch_seconds"`
 	PeakRSS         int64               `json:"peak_rss_bytes"`
+	CPUSeconds      float64             `json:"cpu_seconds"`             // user + system CPU time of the process over the run
+	CPUPerSample    float64             `json:"cpu_seconds_per_sample"`  // CPUSeconds / Samples
+	ImageDecoder    string              `json:"image_decoder,omitempty"` // the JPEG decoder of image fields`
 	StepSeconds     float64             `json:"step_seconds"`
 	WaitFraction    float64             `json:"wait_fraction"`
 	Skipped         int64               `json:"skipped"`
@@ -444,6 +454,7 @@ func mismatch(a, b []byte) int {
 
 func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, step time.Duration, verify bool, resumeAt float64, mon *benchStats) (*benchResult, error) {
 	start := time.Now()
+	cpu0 := cpuTime()
 	read0 := readBytes()
 	infos, err := shardload.Shards(ctx, cfg)
 	if err != nil {
@@ -568,6 +579,16 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 	}
 	res.Device.finish(step)
 	res.PeakRSS = peakRSS()
+	res.CPUSeconds = (cpuTime() - cpu0).Seconds()
+	if res.Samples > 0 {
+		res.CPUPerSample = res.CPUSeconds / float64(res.Samples)
+	}
+	for _, f := range cfg.Fields {
+		if f.Kind == decode.KindImage {
+			d, _ := cfg.ImageDecoder.Resolve()
+			res.ImageDecoder = d.String()
+		}
+	}
 	res.MemoryOverhead = shardload.MemoryOverhead
 	if cfg.Tuner != nil {
 		st := cfg.Tuner.Settings()
@@ -638,6 +659,11 @@ func (r *benchResult) report(w io.Writer) error {
 	}
 	fmt.Fprintf(bw, "\n  %.0f samples/s, %.1f MB/s stored, %.1f MB/s decompressed, %.1f MB/s into slabs\n",
 		r.SamplesPerSec, r.MBPerSec, r.MBPerSecDecomp, float64(r.BytesOut)/1e6/r.Seconds)
+	fmt.Fprintf(bw, "  CPU %.2fs (%.0f µs a sample)", r.CPUSeconds, 1e6*r.CPUPerSample)
+	if r.ImageDecoder != "" {
+		fmt.Fprintf(bw, "; images decoded by %s", r.ImageDecoder)
+	}
+	fmt.Fprintln(bw)
 	fmt.Fprintf(bw, "  first batch after %.3fs (%.1f MB read before it); peak RSS %.0f MB (memory budget %.0f MB + %.0f MB for the process); slabs page-locked: %v\n",
 		r.FirstBatch, float64(r.ReadBeforeFirst)/1e6, float64(r.PeakRSS)/1e6, float64(r.MemoryBudget)/1e6, float64(r.MemoryOverhead)/1e6, r.SlabsPageLocked)
 	if r.Tuned != nil {
@@ -679,6 +705,15 @@ func (r *benchResult) report(w io.Writer) error {
 	}
 	fmt.Fprintf(bw, "  bottleneck: %s\n", r.Bottleneck)
 	return bw.Flush()
+}
+
+// cpuTime returns the user and system CPU time the process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // peakRSS returns the process's peak resident set size (VmHWM) from the kernel.

@@ -38,6 +38,12 @@ type Params struct {
 	Plan    shard.Plan
 	Shards  []shard.Info // the shard list the plan indexes
 	Fields  []decode.Field
+	// ImageDecoder decodes image fields' JPEGs (resolved: not Auto).
+	ImageDecoder decode.ImageDecoder
+	// AugmentSeed and Epoch seed image fields' random transforms, with each sample's
+	// key (decode.SampleSeed).
+	AugmentSeed uint64
+	Epoch       int
 	// Reader holds the shard readers' limits (MaxMemberSize, MaxSampleSize,
 	// MaxRatio); the pipeline sets URL, Timing and Buffers.
 	Reader shard.Options
@@ -110,6 +116,10 @@ type Pipeline struct {
 	workers *gate     // one token per worker actively reading a shard
 	live    live
 	regWarn sync.Once
+	// images: some field is an image. detached: every field is an image or a label,
+	// so that an item's buffer holds its decoded values alone, detachedBytes of them.
+	images, detached bool
+	detachedBytes    int
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -170,6 +180,18 @@ func Start(ctx context.Context, p Params) *Pipeline {
 		workers:   newGate(p.Workers),
 		ringReady: make(chan struct{}),
 	}
+	pl.detached = len(p.Fields) > 0
+	for i := range p.Fields {
+		switch f := &p.Fields[i]; f.Kind {
+		case decode.KindImage:
+			pl.images = true
+			pl.detachedBytes += int(f.RowBytes())
+		case decode.KindInt:
+		default:
+			pl.detached = false
+		}
+	}
+	pl.detached = pl.detached && pl.images
 	pl.live.queueBytes.Store(p.QueueBytes)
 	pl.live.readAhead.Store(int64(p.ReadAhead))
 	pl.live.fetch.Store(&p.Fetch)

@@ -81,6 +81,8 @@ func (pl *Pipeline) produce(ctx context.Context, s *slot) {
 	defer s.msgs.close()
 	defer pl.placeThread()()
 	p := producer{pl: pl, s: s, ctx: ctx}
+	p.dec.Images = pl.p.ImageDecoder
+	defer p.dec.Release()
 	if !p.acquire() {
 		return
 	}
@@ -284,7 +286,17 @@ func (p *producer) decode(smp *shard.Sample) (*item, error) {
 	pl := p.pl
 	it := pl.item(len(pl.p.Fields))
 	it.key = smp.Key
-	it.buf, smp.Buf = smp.Buf, nil
+	if pl.detached {
+		// No field's value is a view of the member's bytes (images, labels): the item
+		// holds the decoded values only, and the sample's buffer goes back to the pool.
+		it.buf = pl.pool.Get(pl.detachedBytes)[:0]
+		defer pl.pool.Put(smp.Buf)
+	} else {
+		it.buf, smp.Buf = smp.Buf, nil
+	}
+	if pl.images {
+		p.dec.Seed = decode.SampleSeed(pl.p.AugmentSeed, pl.p.Epoch, smp.Key)
+	}
 	type span struct{ off, n int }
 	var spans [16]span
 	offs := spans[:0]

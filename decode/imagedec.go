@@ -1,0 +1,480 @@
+package decode
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"image"
+	"image/color"
+	"image/gif"
+	"image/jpeg"
+	"image/png"
+	"math"
+	"strings"
+	"sync"
+
+	"golang.org/x/image/webp"
+
+	"github.com/shardload/shardload/internal/turbojpeg"
+)
+
+// ImageDecoder chooses the JPEG decoder of image fields. PNG, WebP and GIF are
+// always decoded in Go.
+type ImageDecoder int
+
+const (
+	// ImageDecoderAuto uses libjpeg-turbo when its TurboJPEG library
+	// (libturbojpeg.so.0) loads, and Go's image/jpeg otherwise.
+	ImageDecoderAuto ImageDecoder = iota
+	// ImageDecoderTurbo uses libjpeg-turbo, loaded at run time; Resolve fails when it
+	// cannot be loaded. It decodes as PIL does (same IDCT and upsampling), and can
+	// decode at 1/2, 1/4 or 1/8 scale in the DCT. A JPEG it cannot decode (CMYK) is
+	// decoded in Go.
+	ImageDecoderTurbo
+	// ImageDecoderGo uses Go's image/jpeg: no C library, slower, and within a level
+	// or two of libjpeg-turbo's pixels.
+	ImageDecoderGo
+)
+
+var imageDecoderNames = [...]string{"auto", "libjpeg-turbo", "go"}
+
+// String returns "auto", "libjpeg-turbo" or "go".
+func (d ImageDecoder) String() string {
+	if d >= 0 && int(d) < len(imageDecoderNames) {
+		return imageDecoderNames[d]
+	}
+	return fmt.Sprintf("ImageDecoder(%d)", int(d))
+}
+
+// ParseImageDecoder parses the names String returns.
+func ParseImageDecoder(s string) (ImageDecoder, error) {
+	for i, n := range imageDecoderNames {
+		if n == s {
+			return ImageDecoder(i), nil
+		}
+	}
+	return 0, fmt.Errorf("decode: unknown image decoder %q (want auto, libjpeg-turbo or go)", s)
+}
+
+// Resolve returns the decoder d stands for in this process: ImageDecoderTurbo or
+// ImageDecoderGo. For ImageDecoderTurbo it fails, saying why, when libjpeg-turbo
+// cannot be loaded ($SHARDLOAD_TURBOJPEG names the library's path when it is not
+// where the dynamic loader looks).
+func (d ImageDecoder) Resolve() (ImageDecoder, error) {
+	switch d {
+	case ImageDecoderGo:
+		return d, nil
+	case ImageDecoderTurbo:
+		if _, err := turbojpeg.Default(); err != nil {
+			return d, fmt.Errorf("decode: image decoder libjpeg-turbo: %w (install libturbojpeg0, or use the go decoder)", err)
+		}
+		return d, nil
+	case ImageDecoderAuto:
+		if _, err := turbojpeg.Default(); err == nil {
+			return ImageDecoderTurbo, nil
+		}
+		return ImageDecoderGo, nil
+	}
+	return d, fmt.Errorf("decode: invalid image decoder %d", int(d))
+}
+
+// imageState is a Decoder's scratch for images.
+type imageState struct {
+	rgb []byte // the decoded image, packed RGB
+	px  []byte // the resized crop, packed HWC uint8, when the output is not that
+	out []byte // the output row
+	rs  resampler
+	lut lut
+}
+
+// lut maps a channel's byte to its float output's bytes.
+type lut struct {
+	dtype     DType
+	mean, std [3]float64
+	ok        bool
+	v         [3][256]uint32
+}
+
+var imageStates = sync.Pool{New: func() any { return new(imageState) }}
+
+// image formats, by their first bytes.
+const (
+	fmtUnknown = iota
+	fmtJPEG
+	fmtPNG
+	fmtWebP
+	fmtGIF
+)
+
+func sniff(b []byte) int {
+	switch {
+	case len(b) >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff:
+		return fmtJPEG
+	case bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")):
+		return fmtPNG
+	case len(b) >= 12 && string(b[:4]) == "RIFF" && string(b[8:12]) == "WEBP":
+		return fmtWebP
+	case bytes.HasPrefix(b, []byte("GIF87a")) || bytes.HasPrefix(b, []byte("GIF89a")):
+		return fmtGIF
+	}
+	return fmtUnknown
+}
+
+var formatNames = [...]string{"unknown", "JPEG", "PNG", "WebP", "GIF"}
+
+// decodeImage decodes an image member into the field's output, in the state's out
+// buffer.
+func (d *Decoder) decodeImage(f *Field, data []byte) (Value, error) {
+	st := d.img
+	if st == nil {
+		st = imageStates.Get().(*imageState)
+		d.img = st
+	}
+	oh, ow, ch, chw, _ := imageLayout(f.Shape)
+	format := sniff(data)
+	if format == fmtUnknown {
+		return Value{}, errf(ErrBadImage, "not a JPEG, PNG, WebP or GIF image (starts with %s)", quotePrefix(data[:min(len(data), 8)]))
+	}
+	backend, err := d.Images.Resolve()
+	if err != nil {
+		return Value{}, err
+	}
+	var lib *turbojpeg.Lib
+	if format == fmtJPEG && backend == ImageDecoderTurbo {
+		lib, _ = turbojpeg.Default()
+	}
+	// The image's size, from its header.
+	var iw, ih int
+	if lib != nil {
+		hd, err := lib.Header(data)
+		if err != nil {
+			lib = nil // let Go's decoder have its say
+		} else {
+			iw, ih = hd.Width, hd.Height
+		}
+	}
+	if lib == nil {
+		cfg, err := decodeConfig(format, data)
+		if err != nil {
+			return Value{}, errf(ErrBadImage, "%s: %v", formatNames[format], err)
+		}
+		iw, ih = cfg.Width, cfg.Height
+	}
+	if iw <= 0 || ih <= 0 {
+		return Value{}, errf(ErrBadImage, "%s of %dx%d pixels", formatNames[format], iw, ih)
+	}
+	if need := int64(iw) * int64(ih) * 3; need > f.maxBytes() {
+		return Value{}, errf(ErrBadImage, "%dx%d %s decodes to %d bytes, over the cap of %d (raise the field's MaxBytes)", iw, ih, formatNames[format], need, f.maxBytes())
+	}
+	r := rng{d.Seed}
+	g := f.Image.geometry(iw, ih, ow, oh, &r)
+	flip := f.Image.Flip && r.float() < 0.5
+
+	// Decode, at a reduced scale when libjpeg-turbo can and the crop needs under half.
+	den := 1
+	if lib != nil && !f.Image.FullDecode {
+		for _, k := range [...]int{8, 4, 2} {
+			if g.W >= k*g.OW && g.H >= k*g.OH {
+				den = k
+				break
+			}
+		}
+	}
+	var sw, sh int
+	if lib != nil {
+		sw, sh = turbojpeg.ScaledSize(iw, ih, 1, den)
+		st.rgb = grow(st.rgb, sw*sh*3)
+		err := lib.Decode(data, st.rgb, sw, sh, turbojpeg.RGB, 0)
+		var te *turbojpeg.Error
+		switch {
+		case err == nil:
+		case errors.As(err, &te) && te.Warning && !strings.Contains(te.Msg, "Premature end"):
+			// A flaw libjpeg decodes through (extraneous bytes before a marker), as PIL
+			// does.
+		case errors.As(err, &te) && te.Warning:
+			return Value{}, errf(ErrBadImage, "JPEG truncated (%s)", te.Msg)
+		default:
+			// What libjpeg-turbo cannot decode (a CMYK JPEG), Go may.
+			den, lib = 1, nil
+			if gerr := d.decodeGo(st, format, data, iw, ih); gerr != nil {
+				return Value{}, errf(ErrBadImage, "JPEG: %v", err)
+			}
+			sw, sh = iw, ih
+		}
+	} else {
+		if err := d.decodeGo(st, format, data, iw, ih); err != nil {
+			return Value{}, errf(ErrBadImage, "%s: %v", formatNames[format], err)
+		}
+		sw, sh = iw, ih
+	}
+
+	// Resize the crop's region: in the decoded image's pixels, [X, X+W) of the
+	// source scaled by 1/den.
+	s := 1 / float64(den)
+	x0, x1 := float64(g.X)*s, float64(g.X+g.W)*s
+	y0, y1 := float64(g.Y)*s, float64(g.Y+g.H)*s
+	st.rs.h.set(int(math.Floor(x0)), min(int(math.Ceil(x1)), sw), x0, x1, g.OW, g.WX, ow)
+	st.rs.v.set(int(math.Floor(y0)), min(int(math.Ceil(y1)), sh), y0, y1, g.OH, g.WY, oh)
+	n := ow * oh
+	rowBytes := n * ch * f.DType.Size()
+	st.out = grow(st.out, rowBytes)
+	if ch == 3 && !chw && f.DType == Uint8 {
+		st.rs.resize(st.out, st.rgb, sw*3, 3, flip)
+	} else {
+		st.px = grow(st.px, n*3)
+		st.rs.resize(st.px, st.rgb, sw*3, 3, flip)
+		st.emit(f, st.out, st.px, n, ch, chw)
+	}
+	return Value{Data: st.out[:rowBytes:rowBytes], DType: f.DType, Shape: f.Shape}, nil
+}
+
+func grow(b []byte, n int) []byte {
+	if cap(b) < n {
+		return make([]byte, n)
+	}
+	return b[:n]
+}
+
+// emit writes the HWC RGB pixels px (n of them) as the field's output: grayscale,
+// CHW, float.
+func (st *imageState) emit(f *Field, out, px []byte, n, ch int, chw bool) {
+	if f.DType == Uint8 && ch == 3 && chw {
+		r, g, b := out[:n], out[n:2*n], out[2*n:3*n]
+		for p := range n {
+			q := px[3*p : 3*p+3 : 3*p+3]
+			r[p], g[p], b[p] = q[0], q[1], q[2]
+		}
+		return
+	}
+	if f.DType != Uint8 {
+		st.lut.set(f)
+	}
+	size := f.DType.Size()
+	for p := range n {
+		q := px[3*p : 3*p+3 : 3*p+3]
+		for c := range ch {
+			v := q[c]
+			if ch == 1 {
+				// PIL's convert("L"): ITU-R 601-2 luma.
+				v = byte((uint32(q[0])*19595 + uint32(q[1])*38470 + uint32(q[2])*7471 + 0x8000) >> 16)
+			}
+			i := p*ch + c
+			if chw {
+				i = c*n + p
+			}
+			switch size {
+			case 1:
+				out[i] = v
+			case 2:
+				u := st.lut.v[c][v]
+				out[2*i], out[2*i+1] = byte(u), byte(u>>8)
+			case 4:
+				u := st.lut.v[c][v]
+				out[4*i], out[4*i+1], out[4*i+2], out[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+			}
+		}
+	}
+}
+
+// set fills the table for f's dtype and normalisation, when it is not already.
+func (l *lut) set(f *Field) {
+	o := &f.Image
+	if l.ok && l.dtype == f.DType && l.mean == o.Mean && l.std == o.Std {
+		return
+	}
+	l.dtype, l.mean, l.std, l.ok = f.DType, o.Mean, o.Std, true
+	for c := range 3 {
+		for v := range 256 {
+			// As torchvision's ToTensor then Normalize, in float32.
+			x := float32(v) / 255
+			if o.Std != ([3]float64{}) {
+				x = (x - float32(o.Mean[c])) / float32(o.Std[c])
+			}
+			if f.DType == Float16 {
+				l.v[c][v] = uint32(float16bits(x))
+			} else {
+				l.v[c][v] = math.Float32bits(x)
+			}
+		}
+	}
+}
+
+// float16bits converts f to IEEE 754 half precision, rounding to nearest even.
+func float16bits(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int(b>>23&0xff) - 127 + 15
+	mant := b & 0x7fffff
+	switch {
+	case b&0x7fffffff > 0x7f800000: // NaN
+		return sign | 0x7e00
+	case exp >= 31: // overflow, or infinity
+		return sign | 0x7c00
+	case exp <= 0: // subnormal or zero
+		if exp < -10 {
+			return sign
+		}
+		mant |= 0x800000
+		shift := uint(14 - exp)
+		h := mant >> shift
+		rem := mant & (1<<shift - 1)
+		half := uint32(1) << (shift - 1)
+		if rem > half || rem == half && h&1 == 1 {
+			h++
+		}
+		return sign | uint16(h)
+	}
+	h := uint32(exp)<<10 | mant>>13
+	rem := mant & 0x1fff
+	if rem > 0x1000 || rem == 0x1000 && h&1 == 1 {
+		h++ // may carry into the exponent, up to infinity: right
+	}
+	return sign | uint16(h)
+}
+
+func decodeConfig(format int, data []byte) (image.Config, error) {
+	r := bytes.NewReader(data)
+	switch format {
+	case fmtJPEG:
+		return jpeg.DecodeConfig(r)
+	case fmtPNG:
+		return png.DecodeConfig(r)
+	case fmtWebP:
+		return webp.DecodeConfig(r)
+	case fmtGIF:
+		return gif.DecodeConfig(r)
+	}
+	return image.Config{}, errors.New("unknown format")
+}
+
+// decodeGo decodes data in Go into st.rgb, as packed RGB.
+func (d *Decoder) decodeGo(st *imageState, format int, data []byte, iw, ih int) error {
+	r := bytes.NewReader(data)
+	var img image.Image
+	var err error
+	switch format {
+	case fmtJPEG:
+		img, err = jpeg.Decode(r)
+	case fmtPNG:
+		img, err = png.Decode(r)
+	case fmtWebP:
+		img, err = webp.Decode(r)
+	case fmtGIF:
+		img, err = gif.Decode(r)
+	}
+	if err != nil {
+		return err
+	}
+	b := img.Bounds()
+	if b.Dx() != iw || b.Dy() != ih {
+		return fmt.Errorf("decoded %dx%d, header says %dx%d", b.Dx(), b.Dy(), iw, ih)
+	}
+	st.rgb = grow(st.rgb, iw*ih*3)
+	toRGB(st.rgb, img)
+	return nil
+}
+
+// toRGB writes img as packed RGB into dst, dropping any alpha (as PIL's
+// convert("RGB") does).
+func toRGB(dst []byte, img image.Image) {
+	b := img.Bounds()
+	w := b.Dx()
+	switch m := img.(type) {
+	case *image.NYCbCrA:
+		toRGB(dst, &m.YCbCr)
+	case *image.YCbCr:
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			out := dst[(y-b.Min.Y)*w*3 : (y-b.Min.Y+1)*w*3]
+			yrow := m.Y[m.YOffset(b.Min.X, y):]
+			for x := range w {
+				ci := m.COffset(b.Min.X+x, y)
+				ycbcrToRGB(out[3*x:3*x+3:3*x+3], yrow[x], m.Cb[ci], m.Cr[ci])
+			}
+		}
+	case *image.Gray:
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			out := dst[(y-b.Min.Y)*w*3:]
+			row := m.Pix[(y-b.Min.Y)*m.Stride:]
+			for x := range w {
+				v := row[x]
+				out[3*x], out[3*x+1], out[3*x+2] = v, v, v
+			}
+		}
+	case *image.RGBA:
+		fourToThree(dst, m.Pix, m.Stride, w, b.Dy())
+	case *image.NRGBA:
+		fourToThree(dst, m.Pix, m.Stride, w, b.Dy())
+	case *image.Paletted:
+		var pal [256][3]byte
+		for i, c := range m.Palette {
+			n := color.NRGBAModel.Convert(c).(color.NRGBA)
+			pal[i] = [3]byte{n.R, n.G, n.B}
+		}
+		for y := range b.Dy() {
+			out := dst[y*w*3:]
+			row := m.Pix[y*m.Stride:]
+			for x := range w {
+				p := pal[row[x]]
+				out[3*x], out[3*x+1], out[3*x+2] = p[0], p[1], p[2]
+			}
+		}
+	default:
+		i := 0
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for x := b.Min.X; x < b.Max.X; x++ {
+				var n color.NRGBA
+				if c, ok := img.At(x, y).(color.CMYK); ok {
+					r, g, bb := color.CMYKToRGB(c.C, c.M, c.Y, c.K)
+					n = color.NRGBA{r, g, bb, 255}
+				} else {
+					n = color.NRGBAModel.Convert(img.At(x, y)).(color.NRGBA)
+				}
+				dst[i], dst[i+1], dst[i+2] = n.R, n.G, n.B
+				i += 3
+			}
+		}
+	}
+}
+
+func fourToThree(dst, pix []byte, stride, w, h int) {
+	for y := range h {
+		out := dst[y*w*3 : (y+1)*w*3]
+		row := pix[y*stride : y*stride+4*w]
+		for x := range w {
+			out[3*x], out[3*x+1], out[3*x+2] = row[4*x], row[4*x+1], row[4*x+2]
+		}
+	}
+}
+
+// libjpeg's YCbCr to RGB tables (jdcolor.c), so that Go's decoder converts as
+// libjpeg-turbo does.
+var crR, cbB, crG, cbG [256]int32
+
+func init() {
+	const half = 1 << 15
+	fix := func(x float64) int32 { return int32(x*65536 + 0.5) }
+	for i := range 256 {
+		x := int32(i - 128)
+		crR[i] = (fix(1.40200)*x + half) >> 16
+		cbB[i] = (fix(1.77200)*x + half) >> 16
+		crG[i] = -fix(0.71414) * x
+		cbG[i] = -fix(0.34414)*x + half
+	}
+}
+
+func ycbcrToRGB(out []byte, y, cb, cr uint8) {
+	yy := int32(y)
+	out[0] = clamp8(yy + crR[cr])
+	out[1] = clamp8(yy + (cbG[cb]+crG[cr])>>16)
+	out[2] = clamp8(yy + cbB[cb])
+}
+
+func clamp8(v int32) byte {
+	if v < 0 {
+		return 0
+	}
+	if v > 255 {
+		return 255
+	}
+	return byte(v)
+}

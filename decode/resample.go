@@ -1,0 +1,265 @@
+package decode
+
+import "math"
+
+// The resampler is PIL's (Pillow 9's Resample.c) for 8-bit images and its bilinear
+// filter, so that an image resized here is the image PIL resizes: the same taps,
+// the same weights rounded to the same 22-bit fixed point, the horizontal pass
+// first with its result rounded to 8 bits, then the vertical pass. It computes only
+// the output pixels a crop keeps, and reads only the source rows they need.
+
+// precisionBits is PIL's PRECISION_BITS for 8-bit images.
+const precisionBits = 32 - 8 - 2
+
+// axis is one axis's resampling taps for the outputs in a window: output i reads
+// count[i] source pixels from start[i], weighted by w[i*ksize:].
+type axis struct {
+	ksize        int
+	start, count []int32
+	w            []int32
+	identity     bool // each output is one source pixel (PIL skips such a pass)
+}
+
+// set computes the taps as PIL's precompute_coeffs and normalize_coeffs_8bpc do,
+// for a source axis whose pixels lo <= x < hi may be read, the source interval
+// [in0, in1) resized to outSize, and the outputs o0 <= i < o0+n.
+func (a *axis) set(lo, hi int, in0, in1 float64, outSize, o0, n int) {
+	scale := (in1 - in0) / float64(outSize)
+	filterscale := max(scale, 1)
+	support := filterscale // the bilinear filter's support is 1
+	a.ksize = int(math.Ceil(support))*2 + 1
+	a.start = growInt32(a.start, n)
+	a.count = growInt32(a.count, n)
+	a.w = growInt32(a.w, n*a.ksize)
+	clear(a.w)
+	var k [64]float64
+	kk := k[:0]
+	if a.ksize > len(k) {
+		kk = make([]float64, 0, a.ksize)
+	}
+	a.identity = in0 == float64(lo) && in1 == float64(hi) && hi-lo == outSize
+	ss := 1 / filterscale
+	for i := range n {
+		center := in0 + (float64(o0+i)+0.5)*scale
+		xmin := int(center - support + 0.5) // PIL's (int): towards zero
+		xmin = max(xmin, lo)
+		xmax := min(int(center+support+0.5), hi) - xmin
+		if xmax < 1 { // a crop whose edge lies under no filter tap: the nearest pixel
+			xmin, xmax = min(max(int(center), lo), hi-1), 1
+		}
+		kk = kk[:xmax]
+		var ww float64
+		for x := range xmax {
+			t := (float64(x+xmin) - center + 0.5) * ss
+			if t < 0 {
+				t = -t
+			}
+			w := 0.0
+			if t < 1 {
+				w = 1 - t
+			}
+			kk[x] = w
+			ww += w
+		}
+		row := a.w[i*a.ksize : i*a.ksize+xmax]
+		for x, w := range kk {
+			if ww != 0 {
+				w /= ww
+			}
+			if w < 0 {
+				row[x] = int32(-0.5 + w*(1<<precisionBits))
+			} else {
+				row[x] = int32(0.5 + w*(1<<precisionBits))
+			}
+		}
+		a.start[i], a.count[i] = int32(xmin), int32(xmax)
+	}
+}
+
+func growInt32(s []int32, n int) []int32 {
+	if cap(s) < n {
+		return make([]int32, n)
+	}
+	return s[:n]
+}
+
+// clip8 is PIL's: the fixed-point sum, rounded, as a byte.
+func clip8(v int32) byte {
+	if v >= 1<<precisionBits<<8 {
+		return 255
+	}
+	if v <= 0 {
+		return 0
+	}
+	return byte(v >> precisionBits)
+}
+
+// resampler resizes packed 8-bit images, reusing its scratch between calls.
+type resampler struct {
+	h, v axis
+	tmp  []byte
+}
+
+// resize resamples the source src (sw x sh pixels of ch channels, rows stride
+// bytes apart) into dst (n x m pixels of ch channels, packed, rows n*ch bytes): the
+// axes' windows as set in r.h (n outputs) and r.v (m outputs). flip mirrors the
+// output left to right.
+func (r *resampler) resize(dst, src []byte, stride, ch int, flip bool) {
+	n, m := len(r.h.start), len(r.v.start)
+	// The source rows the vertical pass reads.
+	y0, y1 := int(r.v.start[0]), 0
+	for i := range m {
+		y0 = min(y0, int(r.v.start[i]))
+		y1 = max(y1, int(r.v.start[i]+r.v.count[i]))
+	}
+	w := n * ch
+	rows, rowStride, rowBase := src[int(r.h.start[0])*ch:], stride, 0
+	if !r.h.identity || flip {
+		// The horizontal pass, into rows y0 to y1 of tmp; it mirrors the row too.
+		if need := w * (y1 - y0); cap(r.tmp) < need {
+			r.tmp = make([]byte, need)
+		}
+		tmp := r.tmp[:w*(y1-y0)]
+		for y := y0; y < y1; y++ {
+			out := tmp[(y-y0)*w : (y-y0+1)*w]
+			if ch == 3 {
+				horizontal3(out, src[y*stride:], &r.h, flip)
+			} else {
+				horizontal1(out, src[y*stride:], &r.h, flip)
+			}
+		}
+		rows, rowStride, rowBase = tmp, w, y0
+	}
+	if r.v.identity {
+		copyRows(dst, rows, w, rowStride, r.v.start, rowBase)
+		return
+	}
+	for j := range m {
+		k := r.v.w[j*r.v.ksize : j*r.v.ksize+int(r.v.count[j])]
+		vertical(dst[j*w:(j+1)*w], rows, rowStride, int(r.v.start[j])-rowBase, k)
+	}
+}
+
+// copyRows copies the rows starts[j]-base of src into dst, w bytes each.
+func copyRows(dst, src []byte, w, stride int, starts []int32, base int) {
+	for j, y := range starts {
+		o := (int(y) - base) * stride
+		copy(dst[j*w:(j+1)*w], src[o:o+w])
+	}
+}
+
+// horizontal3 is one row of PIL's horizontal pass for 3 channels.
+func horizontal3(out, in []byte, a *axis, flip bool) {
+	n := len(a.start)
+	const half = int32(1 << (precisionBits - 1))
+	for i := range n {
+		x := int(a.start[i]) * 3
+		c := int(a.count[i])
+		k := a.w[i*a.ksize : i*a.ksize+c : i*a.ksize+c]
+		var s0, s1, s2 int32
+		switch c {
+		case 2:
+			p := in[x : x+6 : x+6]
+			k0, k1 := k[0], k[1]
+			s0 = half + int32(p[0])*k0 + int32(p[3])*k1
+			s1 = half + int32(p[1])*k0 + int32(p[4])*k1
+			s2 = half + int32(p[2])*k0 + int32(p[5])*k1
+		case 3:
+			p := in[x : x+9 : x+9]
+			k0, k1, k2 := k[0], k[1], k[2]
+			s0 = half + int32(p[0])*k0 + int32(p[3])*k1 + int32(p[6])*k2
+			s1 = half + int32(p[1])*k0 + int32(p[4])*k1 + int32(p[7])*k2
+			s2 = half + int32(p[2])*k0 + int32(p[5])*k1 + int32(p[8])*k2
+		case 4:
+			p := in[x : x+12 : x+12]
+			k0, k1, k2, k3 := k[0], k[1], k[2], k[3]
+			s0 = half + int32(p[0])*k0 + int32(p[3])*k1 + int32(p[6])*k2 + int32(p[9])*k3
+			s1 = half + int32(p[1])*k0 + int32(p[4])*k1 + int32(p[7])*k2 + int32(p[10])*k3
+			s2 = half + int32(p[2])*k0 + int32(p[5])*k1 + int32(p[8])*k2 + int32(p[11])*k3
+		case 5:
+			p := in[x : x+15 : x+15]
+			k0, k1, k2, k3, k4 := k[0], k[1], k[2], k[3], k[4]
+			s0 = half + int32(p[0])*k0 + int32(p[3])*k1 + int32(p[6])*k2 + int32(p[9])*k3 + int32(p[12])*k4
+			s1 = half + int32(p[1])*k0 + int32(p[4])*k1 + int32(p[7])*k2 + int32(p[10])*k3 + int32(p[13])*k4
+			s2 = half + int32(p[2])*k0 + int32(p[5])*k1 + int32(p[8])*k2 + int32(p[11])*k3 + int32(p[14])*k4
+		default:
+			p := in[x : x+3*c : x+3*c]
+			s0, s1, s2 = half, half, half
+			for t, w := range k {
+				q := p[3*t : 3*t+3 : 3*t+3]
+				s0 += int32(q[0]) * w
+				s1 += int32(q[1]) * w
+				s2 += int32(q[2]) * w
+			}
+		}
+		o := i
+		if flip {
+			o = n - 1 - i
+		}
+		d := out[3*o : 3*o+3 : 3*o+3]
+		d[0], d[1], d[2] = clip8(s0), clip8(s1), clip8(s2)
+	}
+}
+
+// horizontal1 is one row of PIL's horizontal pass for 1 channel.
+func horizontal1(out, in []byte, a *axis, flip bool) {
+	n := len(a.start)
+	for i := range n {
+		k := a.w[i*a.ksize : i*a.ksize+int(a.count[i])]
+		p := in[a.start[i] : int(a.start[i])+len(k)]
+		s := int32(1 << (precisionBits - 1))
+		for t, w := range k {
+			s += int32(p[t]) * w
+		}
+		o := i
+		if flip {
+			o = n - 1 - i
+		}
+		out[o] = clip8(s)
+	}
+}
+
+// vertical is one output row of PIL's vertical pass: out[x] = sum over taps t of
+// rows[(first+t)*stride + x] * k[t], each of the len(out) bytes independently
+// (channels interleaved).
+func vertical(out, rows []byte, stride, first int, k []int32) {
+	w := len(out)
+	base := first * stride
+	switch {
+	case len(k) == 2:
+		r0, r1 := rows[base:base+w], rows[base+stride:base+stride+w]
+		k0, k1 := k[0], k[1]
+		for x := range out {
+			out[x] = clip8(1<<(precisionBits-1) + int32(r0[x])*k0 + int32(r1[x])*k1)
+		}
+	case len(k) == 3:
+		r0, r1, r2 := rows[base:base+w], rows[base+stride:base+stride+w], rows[base+2*stride:base+2*stride+w]
+		k0, k1, k2 := k[0], k[1], k[2]
+		for x := range out {
+			out[x] = clip8(1<<(precisionBits-1) + int32(r0[x])*k0 + int32(r1[x])*k1 + int32(r2[x])*k2)
+		}
+	case len(k) == 4:
+		r0, r1, r2, r3 := rows[base:base+w], rows[base+stride:base+stride+w], rows[base+2*stride:base+2*stride+w], rows[base+3*stride:base+3*stride+w]
+		k0, k1, k2, k3 := k[0], k[1], k[2], k[3]
+		for x := range out {
+			out[x] = clip8(1<<(precisionBits-1) + int32(r0[x])*k0 + int32(r1[x])*k1 + int32(r2[x])*k2 + int32(r3[x])*k3)
+		}
+	default:
+		var acc [4096]int32
+		for x0 := 0; x0 < w; x0 += len(acc) {
+			seg := acc[:min(len(acc), w-x0)]
+			for x := range seg {
+				seg[x] = 1 << (precisionBits - 1)
+			}
+			for t, kt := range k {
+				r := rows[base+t*stride+x0 : base+t*stride+x0+len(seg)]
+				for x, v := range r {
+					seg[x] += int32(v) * kt
+				}
+			}
+			for x, s := range seg {
+				out[x0+x] = clip8(s)
+			}
+		}
+	}
+}
