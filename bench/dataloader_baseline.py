@@ -12,12 +12,23 @@ int label, ``*npy`` -> ``numpy.load`` -> tensor, anything else -> raw bytes as a
 ``torch.uint8`` tensor) and a ``collate_fn`` builds a dict per batch (labels and
 equal-shaped tensors stacked, ragged byte tensors as a list).
 
+Image mode (``--image SIZE``): the usual image-classification input pipeline instead.
+In the DataLoader workers, each sample's ``--image-field`` member (default jpg) is
+decoded with PIL (``Image.open(...).convert("RGB")``) and transformed with
+torchvision's ``Resize(SIZE)`` (bilinear, PIL backend: the shorter side to SIZE),
+``CenterCrop(SIZE)`` and ``PILToTensor()`` into a uint8 tensor [3, SIZE, SIZE]; ``cls``
+becomes an int label; the sample's other members are read and dropped. Batches are
+built by PyTorch's default collate (images stacked into [B, 3, SIZE, SIZE], labels
+into an int64 tensor). This is what `shardload bench --field img=jpg:image:uint8:3xSxS
+--field cls` does, on the same shards.
+
 A simulated trainer sleeps ``--step-time`` seconds per batch; the time the loop spends
 blocked in ``next()`` is the trainer's wait.
 
 Usage:
     python3 bench/dataloader_baseline.py --urls-file URLS [--batch-size 32]
-        [--workers 2] [--epochs 1 | --batches N] [--step-time 0.05] [--json]
+        [--workers 2] [--epochs 1 | --batches N] [--step-time 0.05]
+        [--image SIZE [--image-field jpg]] [--json]
 
 URLS holds one http(s) URL per line (blank lines and lines starting with # are
 ignored). With --json it prints one JSON object with the keys of ``shardload bench
@@ -28,8 +39,20 @@ ignored). With --json it prints one JSON object with the keys of ``shardload ben
     before the DataLoader is created to the last batch, step sleeps included),
     samples_per_sec, mb_per_sec (bytes_out, MB = 1e6 bytes), mb_per_sec_in (bytes_in),
     first_batch_seconds, peak_rss_bytes, wait_fraction (time blocked in next() after
-    the first batch / (that + the simulated step time)), wait_seconds, plus the
+    the first batch / (that + the simulated step time)), wait_seconds, cpu_seconds,
+    cpu_seconds_per_sample, cpu_seconds_startup, workers_reaped, plus the
     configuration.
+
+cpu_seconds is the user + system CPU time of the whole run: this process from its
+start (interpreter and torch import included: cpu_seconds_startup is that part, the
+CPU time used before the DataLoader is created) plus its DataLoader workers. It is
+read with getrusage(RUSAGE_SELF) + getrusage(RUSAGE_CHILDREN) at the end, after every
+worker has exited and been reaped (waited for: only reaped children count in
+RUSAGE_CHILDREN). Workers are not persistent, so the DataLoader joins them when its
+epoch ends (or when its iterator is dropped); before reading the counters the script
+also waits until this process has no child left, living or zombie (up to 10 s).
+workers_reaped says whether that happened; if not, cpu_seconds misses the workers
+still there. cpu_seconds_per_sample is cpu_seconds / samples.
 
 peak_rss_bytes is VmHWM (peak resident set) from /proc/PID/status of the main
 process plus the largest sum over the workers of one epoch. Workers exit when their
@@ -46,7 +69,9 @@ shardload does: gzip, bzip2 and xz go to tarfile's own "r|*"; zstd needs the
 import argparse
 import io
 import json
+import multiprocessing
 import os
+import resource
 import sys
 import tarfile
 import time
@@ -128,12 +153,44 @@ def decode(ext, data):
     return torch.frombuffer(data, dtype=torch.uint8)
 
 
-class TarShards(IterableDataset):
-    """Streams samples from WebDataset tar shards fetched with plain HTTP GETs."""
+class ImageDecoder:
+    """Image mode's per-sample decoding: the image field with PIL and torchvision's
+    Resize(size) + CenterCrop(size) + PILToTensor(), cls as an int, the rest dropped."""
 
-    def __init__(self, urls, zstd_open=None):
+    def __init__(self, size, field):
+        from torchvision import transforms
+
+        self.size, self.field = size, field
+        self.transform = transforms.Compose([
+            transforms.Resize(size, interpolation=transforms.InterpolationMode.BILINEAR),
+            transforms.CenterCrop(size),
+            transforms.PILToTensor(),
+        ])
+
+    def __call__(self, ext, data):
+        """The decoded value of a member, or None to drop it."""
+        if ext == self.field:
+            from PIL import Image
+
+            with Image.open(io.BytesIO(data)) as im:
+                return self.transform(im.convert("RGB"))
+        if ext == "cls":
+            return int(bytes(data).strip())
+        return None
+
+    def check(self, sample, url):
+        if self.field not in sample:
+            raise ValueError(f"{url}: sample {sample['__key__']} has no {self.field} member")
+
+
+class TarShards(IterableDataset):
+    """Streams samples from WebDataset tar shards fetched with plain HTTP GETs. With
+    an ImageDecoder, samples hold its decoded image and label only."""
+
+    def __init__(self, urls, zstd_open=None, image=None):
         self.urls = urls
         self.zstd_open = zstd_open
+        self.image = image
 
     def __iter__(self):
         info = get_worker_info()
@@ -165,6 +222,8 @@ class TarShards(IterableDataset):
                         if cur is not None:
                             cur["__bytes_in__"] = counted.n - reported
                             reported = counted.n
+                            if self.image is not None:
+                                self.image.check(cur, url)
                             yield cur
                         cur_key, cur = key, {"__key__": key, "__url__": url}
                     if ext in cur:
@@ -178,12 +237,19 @@ class TarShards(IterableDataset):
                         if not n:
                             raise EOFError(f"{url}: {m.name}: truncated member")
                         got += n
-                    cur[ext] = decode(ext, data)
+                    if self.image is None:
+                        cur[ext] = decode(ext, data)
+                    else:
+                        v = self.image(ext, data)
+                        if v is not None:
+                            cur[ext] = v
             # Read what tarfile left (end-of-archive padding) so bytes_in is the object.
             while buffered.read(1 << 20):
                 pass
             if cur is not None:
                 cur["__bytes_in__"] = counted.n - reported
+                if self.image is not None:
+                    self.image.check(cur, url)
                 yield cur
 
 
@@ -235,6 +301,27 @@ def child_pids():
     return pids
 
 
+def cpu_seconds():
+    """User + system CPU seconds of this process and of its reaped children."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + ch.ru_utime + ch.ru_stime
+
+
+def reap_children(timeout=10.0):
+    """Waits until this process has no child process left, living or zombie (a child
+    that exited and was not waited for is still listed in /proc/PID/task/TID/children),
+    reaping those multiprocessing started. True when none is left."""
+    deadline = time.monotonic() + timeout
+    while True:
+        multiprocessing.active_children()  # joins (reaps) the finished ones
+        if not child_pids():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
 def first_bytes(url, n=4):
     req = urllib.request.Request(url, headers={"Range": f"bytes=0-{n - 1}"})
     with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT) as resp:
@@ -250,8 +337,13 @@ def main():
     g.add_argument("--epochs", type=int, default=None, help="full passes (default 1)")
     g.add_argument("--batches", type=int, default=None, help="stop after N batches (epochs repeat as needed)")
     ap.add_argument("--step-time", type=float, default=0.0, help="simulated trainer step, seconds of sleep per batch")
+    ap.add_argument("--image", type=int, default=None, metavar="SIZE",
+                    help="image mode: decode --image-field with PIL, Resize(SIZE) + CenterCrop(SIZE), uint8 [3,SIZE,SIZE]")
+    ap.add_argument("--image-field", default="jpg", metavar="EXT", help="image mode: the image member's extension (default jpg)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
+    if args.image is not None and args.image < 1:
+        sys.exit("--image: the size must be positive")
 
     with open(args.urls_file) as f:
         urls = [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
@@ -268,6 +360,14 @@ def main():
         "batches_limit": args.batches,
         "step_time": args.step_time,
     }
+    image = None
+    if args.image is not None:
+        import PIL
+        import torchvision
+
+        image = ImageDecoder(args.image, args.image_field.lower())
+        config.update(image_size=args.image, image_field=image.field, pil=PIL.__version__,
+                      torchvision=torchvision.__version__)
 
     zstd_open = zstd_stream_reader()
     if first_bytes(urls[0]) == ZSTD_MAGIC and zstd_open is None:
@@ -275,17 +375,20 @@ def main():
         print(json.dumps(out) if args.json else "skipped: no zstd in Python (install python3-zstandard)")
         return
 
-    ds = TarShards(urls, zstd_open)
+    ds = TarShards(urls, zstd_open, image)
+    # Image mode batches with PyTorch's default collate (collate_fn=None).
+    collate_fn = collate if image is None else None
     samples = batches = bytes_in = bytes_out = 0
     wait = 0.0
     trained = 0.0
     first_batch = None
     peak_workers = 0
+    cpu_startup = cpu_seconds()
     t0 = time.perf_counter()
     epoch = 0
     done = False
     while not done:
-        loader = DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers, collate_fn=collate)
+        loader = DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers, collate_fn=collate_fn)
         hwm = {}  # this epoch's workers: pid -> VmHWM
         it = iter(loader)
         got_any = False
@@ -302,7 +405,7 @@ def main():
                 wait += now - w0  # the first batch's latency is first_batch_seconds
             got_any = True
             batches += 1
-            bytes_in += batch.pop("__bytes_in__")
+            bytes_in += int(torch.as_tensor(batch.pop("__bytes_in__")).sum())  # a tensor after default collate
             samples += len(batch["__key__"])
             bytes_out += sum(nbytes(v) for k, v in batch.items() if not k.startswith("__"))
             for pid in child_pids():
@@ -325,6 +428,9 @@ def main():
             done = True  # an empty dataset would loop forever
     seconds = time.perf_counter() - t0
     peak = vm_hwm(os.getpid()) + peak_workers
+    # The workers' CPU time counts once they have been waited for.
+    reaped = reap_children()
+    cpu = cpu_seconds()
 
     out = dict(
         config,
@@ -343,6 +449,10 @@ def main():
         # As shardload bench: the share of the trainer's time spent waiting for data
         # after its first batch (with no step time, the share of the run).
         wait_fraction=wait / (wait + trained) if trained else (wait / seconds if seconds else 0.0),
+        cpu_seconds=cpu,
+        cpu_seconds_per_sample=cpu / samples if samples else None,
+        cpu_seconds_startup=cpu_startup,
+        workers_reaped=reaped,
     )
     if args.json:
         print(json.dumps(out))
@@ -351,7 +461,7 @@ def main():
             f"{samples} samples in {batches} batches, {seconds:.2f}s: {out['samples_per_sec']:.0f} samples/s, "
             f"{out['mb_per_sec']:.1f} MB/s out, {out['mb_per_sec_in']:.1f} MB/s in, "
             f"first batch {first_batch or 0:.2f}s, wait {out['wait_fraction']:.0%}, "
-            f"peak RSS {peak / 2**20:.0f} MiB"
+            f"peak RSS {peak / 2**20:.0f} MiB, CPU {cpu:.2f}s ({1e3 * cpu / max(samples, 1):.2f} ms/sample)"
         )
 
 
