@@ -1,8 +1,13 @@
 package decode_test
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
+	"image"
+	"image/png"
 	"log"
+	"math"
 
 	"github.com/shardload/shardload/decode"
 )
@@ -86,4 +91,34 @@ func npy4(v byte) []byte {
 		b = append(b, v)
 	}
 	return b
+}
+
+// ExampleDecoder_image decodes a PNG into an image field's fixed-shape column: a
+// 6x4 picture, resized so that its shorter side is 2 and center-cropped to 2x2, as
+// CHW float32 scaled to [0, 1]. Random transforms (random-crop, flip) would draw
+// from Seed, set per sample with SampleSeed.
+func ExampleDecoder_image() {
+	f, err := decode.ParseField("img=png:image:float32:3x2x2")
+	if err != nil {
+		log.Fatal(err)
+	}
+	pic := image.NewGray(image.Rect(0, 0, 6, 4))
+	for i := range pic.Pix {
+		pic.Pix[i] = 255 // white
+	}
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, pic); err != nil {
+		log.Fatal(err)
+	}
+	var d decode.Decoder
+	d.Seed = decode.SampleSeed(42, 0, "sample-0001")
+	v, _, err := d.Decode(&f, buf.Bytes(), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(f, v.DType.Name(), v.Shape, len(v.Data), "bytes")
+	fmt.Println(math.Float32frombits(binary.LittleEndian.Uint32(v.Data)))
+	// Output:
+	// img=png:image:float32:3x2x2 float32 [3 2 2] 48 bytes
+	// 1
 }

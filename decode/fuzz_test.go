@@ -4,6 +4,9 @@ import (
 	"bytes"
 	stdgzip "compress/gzip"
 	"errors"
+	"image"
+	"image/color"
+	"image/gif"
 	"io"
 	"reflect"
 	"slices"
@@ -221,4 +224,50 @@ func gzipBytes(b []byte, hdr stdgzip.Header) []byte {
 	w.Write(b)
 	w.Close()
 	return out.Bytes()
+}
+
+// FuzzDecodeImage is seeded with small JPEGs (4:2:0, grayscale, CMYK), a PNG of the
+// real tarproc shard, and a GIF. For any input, with either JPEG decoder, Decode must
+// not panic and must give either the field's exact row or an error wrapping
+// ErrBadImage. Images are capped at 64 KiB decoded so that the fuzzer's
+// bombs stay cheap.
+func FuzzDecodeImage(f *testing.F) {
+	f.Add(encodeJPEG(f, photo(24, 16, 1)))
+	gray := image.NewGray(image.Rect(0, 0, 9, 7))
+	for i := range gray.Pix {
+		gray.Pix[i] = uint8(i * 3)
+	}
+	f.Add(encodeJPEG(f, gray))
+	cmyk := image.NewCMYK(image.Rect(0, 0, 8, 8))
+	f.Add(encodeJPEG(f, cmyk))
+	f.Add(encodePNG(f, photo(5, 3, 2)))
+	for _, s := range tarprocSamples(f)[:2] {
+		f.Add(s)
+	}
+	var g bytes.Buffer
+	pal := image.NewPaletted(image.Rect(0, 0, 4, 4), color.Palette{color.Black, color.White})
+	gif.Encode(&g, pal, nil)
+	f.Add(g.Bytes())
+	fields := []Field{mustField(f, "i=x:image:uint8:8x6x3:random-crop,flip"), mustField(f, "i=x:image:float16:1x5x5:resize=9")}
+	for i := range fields {
+		fields[i].MaxBytes = 64 << 10
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for i := range fields {
+			fd := &fields[i]
+			for _, be := range []ImageDecoder{ImageDecoderAuto, ImageDecoderGo} {
+				d := Decoder{Images: be, Seed: uint64(len(data))}
+				v, _, err := d.Decode(fd, data, nil)
+				if err != nil {
+					if !errors.Is(err, ErrBadImage) {
+						t.Fatalf("%s: error %v does not wrap ErrBadImage", be, err)
+					}
+					continue
+				}
+				if int64(len(v.Data)) != fd.RowBytes() {
+					t.Fatalf("%s: %d bytes, want %d", be, len(v.Data), fd.RowBytes())
+				}
+			}
+		}
+	})
 }

@@ -150,3 +150,22 @@ func wantErr(t *testing.T, err, target error, subs ...string) {
 // ciRequiresTurbo reports whether libjpeg-turbo must load: in CI, where
 // scripts/deps.sh installs it and the binary is built with cgo.
 func ciRequiresTurbo() bool { return os.Getenv("CI") == "true" && cgoEnabled }
+
+// tarprocShard is a real shard of 90 PNG images and labels (see testdata/README.md).
+const tarprocShard = "../testdata/tarproc__sample.tar"
+
+// tarprocSamples returns the PNG members of the tarproc shard, in shard order.
+func tarprocSamples(tb testing.TB) [][]byte {
+	tb.Helper()
+	all, names := readTar(tb, tarprocShard)
+	var out [][]byte
+	for _, n := range names {
+		if strings.HasSuffix(n, ".png") {
+			out = append(out, all[n])
+		}
+	}
+	if len(out) != 90 {
+		tb.Fatalf("%s: %d PNG members, want 90", tarprocShard, len(out))
+	}
+	return out
+}
