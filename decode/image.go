@@ -45,9 +45,13 @@ type ImageOptions struct {
 	// Mean and Std normalise float outputs per channel: (x/255 - Mean) / Std. A zero
 	// Std means no normalisation (x/255). Only for float16 and float32 outputs.
 	Mean, Std [3]float64
-	// FullDecode turns off decoding JPEGs at a reduced scale (libjpeg-turbo only):
-	// by default an image at least twice the size its crop needs is decoded at 1/2,
-	// 1/4 or 1/8 of its size in the DCT, still at least the size the crop needs.
+	// FullDecode turns off decoding JPEGs at a reduced scale (libjpeg-turbo only).
+	// By default a JPEG whose crop region is at least four times the output's size
+	// on both axes is decoded at 1/2, 1/4 or 1/8 of its size in the DCT: the
+	// smallest that leaves at least twice the output's pixels a side, so that the
+	// resize still averages two or more pixels into one. This is much faster on
+	// large photos and within a level or two of PIL's pixels (see the README);
+	// without it the pixels are PIL's.
 	FullDecode bool
 }
 

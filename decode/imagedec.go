@@ -2,6 +2,7 @@ package decode
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"image"
@@ -170,11 +171,12 @@ func (d *Decoder) decodeImage(f *Field, data []byte) (Value, error) {
 	g := f.Image.geometry(iw, ih, ow, oh, &r)
 	flip := f.Image.Flip && r.float() < 0.5
 
-	// Decode, at a reduced scale when libjpeg-turbo can and the crop needs under half.
+	// Decode, at a reduced scale when libjpeg-turbo can and the crop region is four
+	// times the output or more: the smallest scale that keeps twice the output.
 	den := 1
 	if lib != nil && !f.Image.FullDecode {
 		for _, k := range [...]int{8, 4, 2} {
-			if g.W >= k*g.OW && g.H >= k*g.OH {
+			if g.W >= 2*k*g.OW && g.H >= 2*k*g.OH {
 				den = k
 				break
 			}
@@ -248,6 +250,20 @@ func (st *imageState) emit(f *Field, out, px []byte, n, ch int, chw bool) {
 	}
 	if f.DType != Uint8 {
 		st.lut.set(f)
+	}
+	if ch == 3 && f.DType == Float32 {
+		// Float32 RGB, the common normalised output: one table lookup a value.
+		for c := range 3 {
+			t := &st.lut.v[c]
+			for p := range n {
+				i := p*3 + c
+				if chw {
+					i = c*n + p
+				}
+				binary.LittleEndian.PutUint32(out[4*i:], t[px[3*p+c]])
+			}
+		}
+		return
 	}
 	size := f.DType.Size()
 	for p := range n {

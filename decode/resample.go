@@ -18,6 +18,12 @@ type axis struct {
 	start, count []int32
 	w            []int32
 	identity     bool // each output is one source pixel (PIL skips such a pass)
+	// The same taps, k for every output (0 when the axis is too short): an output
+	// with fewer reads from further left, with zero weights first, so that a pass
+	// needs no per-output tap count. The sums are the same integers.
+	k      int
+	kstart []int32
+	kw     []int32
 }
 
 // set computes the taps as PIL's precompute_coeffs and normalize_coeffs_8bpc do,
@@ -74,6 +80,34 @@ func (a *axis) set(lo, hi int, in0, in1 float64, outSize, o0, n int) {
 		}
 		a.start[i], a.count[i] = int32(xmin), int32(xmax)
 	}
+	a.pad(hi)
+}
+
+// pad sets the fixed-count taps from start, count and w.
+func (a *axis) pad(hi int) {
+	n := len(a.start)
+	a.k = 0
+	for _, c := range a.count {
+		a.k = max(a.k, int(c))
+	}
+	for i := range n {
+		if int(a.start[i]+a.count[i]) > hi || int(a.start[i]+a.count[i])-a.k < 0 {
+			a.k = 0 // cannot happen for a k-tap window inside the image; be safe
+			return
+		}
+	}
+	a.kstart = growInt32(a.kstart, n)
+	a.kw = growInt32(a.kw, n*a.k)
+	clear(a.kw)
+	for i := range n {
+		s, c := int(a.start[i]), int(a.count[i])
+		shift := 0
+		if s+a.k > hi {
+			shift = s + a.k - hi
+		}
+		a.kstart[i] = int32(s - shift)
+		copy(a.kw[i*a.k+shift:], a.w[i*a.ksize:i*a.ksize+c])
+	}
 }
 
 func growInt32(s []int32, n int) []int32 {
@@ -83,16 +117,11 @@ func growInt32(s []int32, n int) []int32 {
 	return s[:n]
 }
 
-// clip8 is PIL's: the fixed-point sum, rounded, as a byte.
-func clip8(v int32) byte {
-	if v >= 1<<precisionBits<<8 {
-		return 255
-	}
-	if v <= 0 {
-		return 0
-	}
-	return byte(v >> precisionBits)
-}
+// clip8 is PIL's clip8 for the bilinear filter: its weights are non-negative and
+// their rounded sum is within k/2 of 1<<precisionBits, so a sum of bytes times them,
+// plus the rounding half, lies in [0, 256<<precisionBits) and PIL's clamp never
+// acts: the shift alone gives its result.
+func clip8(v int32) byte { return byte(v >> precisionBits) }
 
 // resampler resizes packed 8-bit images, reusing its scratch between calls.
 type resampler struct {
@@ -120,12 +149,16 @@ func (r *resampler) resize(dst, src []byte, stride, ch int, flip bool) {
 			r.tmp = make([]byte, need)
 		}
 		tmp := r.tmp[:w*(y1-y0)]
-		for y := y0; y < y1; y++ {
-			out := tmp[(y-y0)*w : (y-y0+1)*w]
-			if ch == 3 {
-				horizontal3(out, src[y*stride:], &r.h, flip)
-			} else {
-				horizontal1(out, src[y*stride:], &r.h, flip)
+		if ch == 3 && (r.h.k == 3 || r.h.k == 4) {
+			horizontalRows3(tmp, src, stride, y0, y1, &r.h, flip)
+		} else {
+			for y := y0; y < y1; y++ {
+				out := tmp[(y-y0)*w : (y-y0+1)*w]
+				if ch == 3 {
+					horizontal3(out, src[y*stride:], &r.h, flip)
+				} else {
+					horizontal1(out, src[y*stride:], &r.h, flip)
+				}
 			}
 		}
 		rows, rowStride, rowBase = tmp, w, y0
@@ -148,56 +181,112 @@ func copyRows(dst, src []byte, w, stride int, starts []int32, base int) {
 	}
 }
 
-// horizontal3 is one row of PIL's horizontal pass for 3 channels.
+// horizontal3 is one row of PIL's horizontal pass for 3 channels, mirrored when
+// flip.
 func horizontal3(out, in []byte, a *axis, flip bool) {
 	n := len(a.start)
+	o, step := 0, 3
+	if flip {
+		o, step = 3*(n-1), -3
+	}
 	const half = int32(1 << (precisionBits - 1))
-	for i := range n {
-		x := int(a.start[i]) * 3
-		c := int(a.count[i])
-		k := a.w[i*a.ksize : i*a.ksize+c : i*a.ksize+c]
-		var s0, s1, s2 int32
-		switch c {
-		case 2:
-			p := in[x : x+6 : x+6]
-			k0, k1 := k[0], k[1]
-			s0 = half + int32(p[0])*k0 + int32(p[3])*k1
-			s1 = half + int32(p[1])*k0 + int32(p[4])*k1
-			s2 = half + int32(p[2])*k0 + int32(p[5])*k1
-		case 3:
-			p := in[x : x+9 : x+9]
-			k0, k1, k2 := k[0], k[1], k[2]
-			s0 = half + int32(p[0])*k0 + int32(p[3])*k1 + int32(p[6])*k2
-			s1 = half + int32(p[1])*k0 + int32(p[4])*k1 + int32(p[7])*k2
-			s2 = half + int32(p[2])*k0 + int32(p[5])*k1 + int32(p[8])*k2
-		case 4:
-			p := in[x : x+12 : x+12]
-			k0, k1, k2, k3 := k[0], k[1], k[2], k[3]
-			s0 = half + int32(p[0])*k0 + int32(p[3])*k1 + int32(p[6])*k2 + int32(p[9])*k3
-			s1 = half + int32(p[1])*k0 + int32(p[4])*k1 + int32(p[7])*k2 + int32(p[10])*k3
-			s2 = half + int32(p[2])*k0 + int32(p[5])*k1 + int32(p[8])*k2 + int32(p[11])*k3
-		case 5:
-			p := in[x : x+15 : x+15]
-			k0, k1, k2, k3, k4 := k[0], k[1], k[2], k[3], k[4]
-			s0 = half + int32(p[0])*k0 + int32(p[3])*k1 + int32(p[6])*k2 + int32(p[9])*k3 + int32(p[12])*k4
-			s1 = half + int32(p[1])*k0 + int32(p[4])*k1 + int32(p[7])*k2 + int32(p[10])*k3 + int32(p[13])*k4
-			s2 = half + int32(p[2])*k0 + int32(p[5])*k1 + int32(p[8])*k2 + int32(p[11])*k3 + int32(p[14])*k4
-		default:
+	switch a.k {
+	case 2:
+		for i, x := range a.kstart[:n] {
+			p := in[3*x : 3*x+6 : 3*x+6]
+			k := a.kw[2*i : 2*i+2 : 2*i+2]
+			d := out[o : o+3 : o+3]
+			d[0] = clip8(half + int32(p[0])*k[0] + int32(p[3])*k[1])
+			d[1] = clip8(half + int32(p[1])*k[0] + int32(p[4])*k[1])
+			d[2] = clip8(half + int32(p[2])*k[0] + int32(p[5])*k[1])
+			o += step
+		}
+	case 3:
+		for i, x := range a.kstart[:n] {
+			p := in[3*x : 3*x+9 : 3*x+9]
+			k := a.kw[3*i : 3*i+3 : 3*i+3]
+			d := out[o : o+3 : o+3]
+			d[0] = clip8(half + int32(p[0])*k[0] + int32(p[3])*k[1] + int32(p[6])*k[2])
+			d[1] = clip8(half + int32(p[1])*k[0] + int32(p[4])*k[1] + int32(p[7])*k[2])
+			d[2] = clip8(half + int32(p[2])*k[0] + int32(p[5])*k[1] + int32(p[8])*k[2])
+			o += step
+		}
+	case 4:
+		for i, x := range a.kstart[:n] {
+			p := in[3*x : 3*x+12 : 3*x+12]
+			k := a.kw[4*i : 4*i+4 : 4*i+4]
+			d := out[o : o+3 : o+3]
+			d[0] = clip8(half + int32(p[0])*k[0] + int32(p[3])*k[1] + int32(p[6])*k[2] + int32(p[9])*k[3])
+			d[1] = clip8(half + int32(p[1])*k[0] + int32(p[4])*k[1] + int32(p[7])*k[2] + int32(p[10])*k[3])
+			d[2] = clip8(half + int32(p[2])*k[0] + int32(p[5])*k[1] + int32(p[8])*k[2] + int32(p[11])*k[3])
+			o += step
+		}
+	case 5:
+		for i, x := range a.kstart[:n] {
+			p := in[3*x : 3*x+15 : 3*x+15]
+			k := a.kw[5*i : 5*i+5 : 5*i+5]
+			d := out[o : o+3 : o+3]
+			d[0] = clip8(half + int32(p[0])*k[0] + int32(p[3])*k[1] + int32(p[6])*k[2] + int32(p[9])*k[3] + int32(p[12])*k[4])
+			d[1] = clip8(half + int32(p[1])*k[0] + int32(p[4])*k[1] + int32(p[7])*k[2] + int32(p[10])*k[3] + int32(p[13])*k[4])
+			d[2] = clip8(half + int32(p[2])*k[0] + int32(p[5])*k[1] + int32(p[8])*k[2] + int32(p[11])*k[3] + int32(p[14])*k[4])
+			o += step
+		}
+	default:
+		for i := range n {
+			x := int(a.start[i]) * 3
+			c := int(a.count[i])
+			k := a.w[i*a.ksize : i*a.ksize+c : i*a.ksize+c]
 			p := in[x : x+3*c : x+3*c]
-			s0, s1, s2 = half, half, half
+			s0, s1, s2 := half, half, half
 			for t, w := range k {
 				q := p[3*t : 3*t+3 : 3*t+3]
 				s0 += int32(q[0]) * w
 				s1 += int32(q[1]) * w
 				s2 += int32(q[2]) * w
 			}
+			d := out[o : o+3 : o+3]
+			d[0], d[1], d[2] = clip8(s0), clip8(s1), clip8(s2)
+			o += step
 		}
-		o := i
+	}
+}
+
+// horizontalRows3 is PIL's horizontal pass for 3 channels over rows y0 to y1 of
+// src into tmp, for 3 or 4 taps an output: output by output, each output's taps
+// loaded once for every row.
+func horizontalRows3(tmp, src []byte, stride, y0, y1 int, a *axis, flip bool) {
+	n := len(a.kstart)
+	w := 3 * n
+	const half = int32(1 << (precisionBits - 1))
+	for i, x := range a.kstart {
+		o := 3 * i
 		if flip {
-			o = n - 1 - i
+			o = 3 * (n - 1 - i)
 		}
-		d := out[3*o : 3*o+3 : 3*o+3]
-		d[0], d[1], d[2] = clip8(s0), clip8(s1), clip8(s2)
+		in := src[y0*stride+3*int(x):]
+		out := tmp[o:]
+		rows := y1 - y0
+		if a.k == 4 {
+			k := a.kw[4*i : 4*i+4 : 4*i+4]
+			k0, k1, k2, k3 := k[0], k[1], k[2], k[3]
+			for y := range rows {
+				p := in[y*stride : y*stride+12 : y*stride+12]
+				d := out[y*w : y*w+3 : y*w+3]
+				d[0] = clip8(half + int32(p[0])*k0 + int32(p[3])*k1 + int32(p[6])*k2 + int32(p[9])*k3)
+				d[1] = clip8(half + int32(p[1])*k0 + int32(p[4])*k1 + int32(p[7])*k2 + int32(p[10])*k3)
+				d[2] = clip8(half + int32(p[2])*k0 + int32(p[5])*k1 + int32(p[8])*k2 + int32(p[11])*k3)
+			}
+		} else {
+			k := a.kw[3*i : 3*i+3 : 3*i+3]
+			k0, k1, k2 := k[0], k[1], k[2]
+			for y := range rows {
+				p := in[y*stride : y*stride+9 : y*stride+9]
+				d := out[y*w : y*w+3 : y*w+3]
+				d[0] = clip8(half + int32(p[0])*k0 + int32(p[3])*k1 + int32(p[6])*k2)
+				d[1] = clip8(half + int32(p[1])*k0 + int32(p[4])*k1 + int32(p[7])*k2)
+				d[2] = clip8(half + int32(p[2])*k0 + int32(p[5])*k1 + int32(p[8])*k2)
+			}
+		}
 	}
 }
 

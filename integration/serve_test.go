@@ -106,11 +106,23 @@ func startServer(t *testing.T, socket string, args ...string) *server {
 // startServerAs is startServer with the server running as uid (>= 0).
 func startServerAs(t *testing.T, uid int, socket string, args ...string) *server {
 	t.Helper()
+	return startServerWith(t, uid, nil, socket, args...)
+}
+
+// startServerEnv is startServer with more environment variables (a store's
+// endpoint and credentials).
+func startServerEnv(t *testing.T, env []string, socket string, args ...string) *server {
+	t.Helper()
+	return startServerWith(t, -1, env, socket, args...)
+}
+
+func startServerWith(t *testing.T, uid int, env []string, socket string, args ...string) *server {
+	t.Helper()
 	if socket == "" {
 		socket = filepath.Join(t.TempDir(), "run", "loader.sock")
 	}
 	cmd := exec.Command(bin, append([]string{"serve", "--socket", socket}, args...)...)
-	cmd.Env = append(os.Environ(), "AWS_EC2_METADATA_DISABLED=true")
+	cmd.Env = append(append(os.Environ(), "AWS_EC2_METADATA_DISABLED=true"), env...)
 	if uid >= 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
 	}
