@@ -333,7 +333,10 @@ func TestImageDecodersAgree(t *testing.T) {
 			goImg := decodeImg(t, &Decoder{Images: ImageDecoderGo, Seed: 3}, spec, data)
 			mean, mx := meanAbsDiff(turbo, goImg)
 			t.Logf("%dx%d %s: libjpeg-turbo vs go: mean %.3f, max %d", sz[0], sz[1], spec, mean, mx)
-			if mean > 2 || mx > 40 {
+			// Measured: mean 0.04, max 3 (0.29 and 2 where libjpeg-turbo decodes at
+			// half scale): Go's IDCT differs, its chroma upsampling and colour
+			// conversion are libjpeg's.
+			if mean > 0.5 || mx > 8 {
 				t.Errorf("%dx%d %s: libjpeg-turbo and go differ by %.3f on average, %d at most", sz[0], sz[1], spec, mean, mx)
 			}
 		}

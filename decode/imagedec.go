@@ -32,8 +32,9 @@ const (
 	// decode at 1/2, 1/4 or 1/8 scale in the DCT. A JPEG it cannot decode (CMYK) is
 	// decoded in Go.
 	ImageDecoderTurbo
-	// ImageDecoderGo uses Go's image/jpeg: no C library, slower, and within a level
-	// or two of libjpeg-turbo's pixels.
+	// ImageDecoderGo uses Go's image/jpeg: no C library, about 3x slower. Its
+	// chroma is upsampled and converted to RGB as libjpeg does, so that its pixels are
+	// within a few levels of libjpeg-turbo's (its IDCT differs).
 	ImageDecoderGo
 )
 
@@ -399,6 +400,11 @@ func toRGB(dst []byte, img image.Image) {
 	case *image.NYCbCrA:
 		toRGB(dst, &m.YCbCr)
 	case *image.YCbCr:
+		switch m.SubsampleRatio {
+		case image.YCbCrSubsampleRatio420, image.YCbCrSubsampleRatio422:
+			fancyToRGB(dst, m)
+			return
+		}
 		for y := b.Min.Y; y < b.Max.Y; y++ {
 			out := dst[(y-b.Min.Y)*w*3 : (y-b.Min.Y+1)*w*3]
 			yrow := m.Y[m.YOffset(b.Min.X, y):]
@@ -449,6 +455,111 @@ func toRGB(dst []byte, img image.Image) {
 				i += 3
 			}
 		}
+	}
+}
+
+// fancyToRGB converts a 4:2:0 or 4:2:2 image as libjpeg does by default: chroma
+// upsampled with its "fancy" triangle filter (jdsample.c's h2v2 and h2v1
+// fancy_upsample: each output weighs its nearer chroma sample 3 to 1 against the next
+// one, on each subsampled axis), then libjpeg's colour conversion.
+func fancyToRGB(dst []byte, m *image.YCbCr) {
+	b := m.Bounds()
+	w, h := b.Dx(), b.Dy()
+	cw := (w + 1) / 2
+	v2 := m.SubsampleRatio == image.YCbCrSubsampleRatio420
+	// 4:2:0: column sums of the chroma rows an output row needs, 3 x nearer +
+	// farther, then the horizontal step, in sixteenths.
+	cbSum, crSum := make([]int32, cw), make([]int32, cw)
+	cb, cr := make([]byte, w), make([]byte, w)
+	for y := range h {
+		cy, other := y, y
+		if v2 {
+			cy = y / 2
+			other = cy + 1
+			if y%2 == 0 {
+				other = cy - 1
+			}
+			other = max(0, min(other, (h+1)/2-1))
+		}
+		row := func(c []byte, cy int) []byte {
+			o := m.COffset(b.Min.X, b.Min.Y+min(cy*2, h-1))
+			if !v2 {
+				o = m.COffset(b.Min.X, b.Min.Y+cy)
+			}
+			return c[o : o+cw]
+		}
+		cbThis, crThis := row(m.Cb, cy), row(m.Cr, cy)
+		if v2 {
+			cbOther, crOther := row(m.Cb, other), row(m.Cr, other)
+			for i := range cw {
+				cbSum[i] = 3*int32(cbThis[i]) + int32(cbOther[i])
+				crSum[i] = 3*int32(crThis[i]) + int32(crOther[i])
+			}
+			upsampleRow(cb, cbSum)
+			upsampleRow(cr, crSum)
+		} else {
+			upsampleRow1(cb, cbThis)
+			upsampleRow1(cr, crThis)
+		}
+		out := dst[y*w*3 : (y+1)*w*3]
+		yrow := m.Y[m.YOffset(b.Min.X, b.Min.Y+y):]
+		for x := range w {
+			ycbcrToRGB(out[3*x:3*x+3:3*x+3], yrow[x], cb[x], cr[x])
+		}
+	}
+}
+
+// upsampleRow doubles a row of column sums (in quarters) into bytes: libjpeg's
+// horizontal triangle filter, with its alternating rounding biases of 8 and 7
+// sixteenths, and the edges' outputs from their own column alone.
+func upsampleRow(out []byte, sum []int32) {
+	n := len(sum)
+	w := len(out)
+	if n == 1 {
+		out[0] = byte((sum[0]*4 + 8) >> 4)
+		if w > 1 {
+			out[1] = byte((sum[0]*4 + 7) >> 4)
+		}
+		return
+	}
+	out[0] = byte((sum[0]*4 + 8) >> 4)
+	out[1] = byte((sum[0]*3 + sum[1] + 7) >> 4)
+	for i := 1; i < n-1; i++ {
+		out[2*i] = byte((sum[i]*3 + sum[i-1] + 8) >> 4)
+		out[2*i+1] = byte((sum[i]*3 + sum[i+1] + 7) >> 4)
+	}
+	if 2*(n-1) < w {
+		out[2*(n-1)] = byte((sum[n-1]*3 + sum[n-2] + 8) >> 4)
+	}
+	if 2*(n-1)+1 < w {
+		out[2*(n-1)+1] = byte((sum[n-1]*4 + 7) >> 4)
+	}
+}
+
+// upsampleRow1 doubles a chroma row as libjpeg's h2v1_fancy_upsample does (4:2:2):
+// 3 to 1 with the next sample, in quarters, rounding biases 1 and 2; the edges'
+// outer outputs are their sample.
+func upsampleRow1(out, in []byte) {
+	n, w := len(in), len(out)
+	if n == 1 {
+		out[0] = in[0]
+		if w > 1 {
+			out[1] = in[0]
+		}
+		return
+	}
+	out[0] = in[0]
+	out[1] = byte((int32(in[0])*3 + int32(in[1]) + 2) >> 2)
+	for i := 1; i < n-1; i++ {
+		v := int32(in[i]) * 3
+		out[2*i] = byte((v + int32(in[i-1]) + 1) >> 2)
+		out[2*i+1] = byte((v + int32(in[i+1]) + 2) >> 2)
+	}
+	if 2*(n-1) < w {
+		out[2*(n-1)] = byte((int32(in[n-1])*3 + int32(in[n-2]) + 1) >> 2)
+	}
+	if 2*(n-1)+1 < w {
+		out[2*(n-1)+1] = in[n-1]
 	}
 }
 

@@ -80,21 +80,20 @@ func (a *axis) set(lo, hi int, in0, in1 float64, outSize, o0, n int) {
 		}
 		a.start[i], a.count[i] = int32(xmin), int32(xmax)
 	}
-	a.pad(hi)
+	a.pad(lo, hi)
 }
 
-// pad sets the fixed-count taps from start, count and w.
-func (a *axis) pad(hi int) {
+// pad sets the fixed-count taps from start, count and w, for source pixels lo to
+// hi; it leaves k 0 when k pixels do not fit between them.
+func (a *axis) pad(lo, hi int) {
 	n := len(a.start)
 	a.k = 0
 	for _, c := range a.count {
 		a.k = max(a.k, int(c))
 	}
-	for i := range n {
-		if int(a.start[i]+a.count[i]) > hi || int(a.start[i]+a.count[i])-a.k < 0 {
-			a.k = 0 // cannot happen for a k-tap window inside the image; be safe
-			return
-		}
+	if hi-lo < a.k {
+		a.k = 0
+		return
 	}
 	a.kstart = growInt32(a.kstart, n)
 	a.kw = growInt32(a.kw, n*a.k)

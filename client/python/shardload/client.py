@@ -513,8 +513,9 @@ class Client:
     Settings default to what torchrun sets: rank from $RANK, world from $WORLD_SIZE,
     local rank from $LOCAL_RANK; the socket from $SHARDLOAD_SOCKET (see
     default_socket). ``fields`` are field specs as ``shardload bench --field`` takes
-    them (e.g. ``["jpg", "label=cls:int", "tokens=npy:npy:int32:2048"]``); without
-    them the server's fields are used. ``urls`` names the shards (the server must
+    them (e.g. ``["img=jpg:image:uint8:3x224x224", "label=cls:int"]``: images
+    decoded, resized and cropped by the server, labels as int64); without them the
+    server's fields are used. ``urls`` names the shards (the server must
     allow them); without them the server's dataset is read. ``output`` is
     "numpy" (default when NumPy is installed), "torch" or "memoryview". ``timeout``
     (seconds) bounds every wait for the server.

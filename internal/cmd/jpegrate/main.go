@@ -1,0 +1,175 @@
+// Command jpegrate measures how fast this machine's cores decode the JPEGs of some
+// shards, the ceilings against which image fields are judged: libjpeg-turbo's
+// decode alone (the call PIL makes too), and decode + resize + crop as an image
+// field does it.
+//
+// Usage:
+//
+//	go run ./internal/cmd/jpegrate [--threads N] [--rounds N] [--field SPEC] SHARD...
+//
+// It reads every member with the field's extension (default jpg) of every SHARD (tar
+// files) into memory once, then, for several rounds, has N goroutines (default: the
+// CPUs) take the JPEGs one by one and (1) decode them with libjpeg-turbo into RGB at
+// full size, (2) decode them as the field (default
+// img=jpg:image:uint8:3x224x224) with libjpeg-turbo. Reading is not timed. It prints
+// one JSON object with the median round of each:
+//
+//	{"images":2000,"threads":2,"decode_per_sec":...,"decode_cpu_ms":...,
+//	 "field_per_sec":...,"field_cpu_ms":...,"rounds":5}
+//
+// *_cpu_ms is the CPU time of the process per image over the round (user + system).
+// It lives under internal/cmd because it is a measuring tool for this repository's
+// benchmarks, not part of the shardload command line.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/internal/turbojpeg"
+	"github.com/shardload/shardload/shard"
+)
+
+func main() {
+	threads := flag.Int("threads", runtime.NumCPU(), "goroutines decoding at once")
+	rounds := flag.Int("rounds", 5, "rounds over every image")
+	spec := flag.String("field", "img=jpg:image:uint8:3x224x224", "the image field to decode as")
+	flag.Parse()
+	if err := run(*threads, *rounds, *spec, flag.Args()); err != nil {
+		fmt.Fprintln(os.Stderr, "jpegrate:", err)
+		os.Exit(1)
+	}
+}
+
+func run(threads, rounds int, spec string, paths []string) error {
+	f, err := decode.ParseField(spec)
+	if err != nil {
+		return err
+	}
+	lib, err := turbojpeg.Default()
+	if err != nil {
+		return err
+	}
+	var images [][]byte
+	for _, p := range paths {
+		file, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		r := shard.NewReader(file, shard.Options{URL: p})
+		for {
+			s, err := r.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			if b, ok := s.Get(f.Ext); ok {
+				images = append(images, append([]byte(nil), b...))
+			}
+		}
+		r.Close()
+		file.Close()
+	}
+	if len(images) == 0 {
+		return fmt.Errorf("no .%s members in %v", f.Ext, paths)
+	}
+	decodeOnly := func(buf *[]byte, img []byte) error {
+		h, err := lib.Header(img)
+		if err != nil {
+			return err
+		}
+		if n := h.Width * h.Height * 3; cap(*buf) < n {
+			*buf = make([]byte, n)
+		}
+		return lib.Decode(img, (*buf)[:h.Width*h.Height*3], h.Width, h.Height, turbojpeg.RGB, 0)
+	}
+	asField := func(d *decode.Decoder, img []byte) error {
+		_, _, err := d.Decode(&f, img, nil)
+		return err
+	}
+	type result struct{ perSec, cpuMS float64 }
+	measure := func(work func(state *struct {
+		buf []byte
+		d   decode.Decoder
+	}, img []byte) error) (result, error) {
+		var res []result
+		for range rounds {
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			var firstErr atomic.Value
+			cpu0, t0 := cpuTime(), time.Now()
+			for range threads {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var st struct {
+						buf []byte
+						d   decode.Decoder
+					}
+					st.d.Images = decode.ImageDecoderTurbo
+					for {
+						i := next.Add(1) - 1
+						if i >= int64(len(images)) {
+							return
+						}
+						if err := work(&st, images[i]); err != nil {
+							firstErr.CompareAndSwap(nil, err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if err, _ := firstErr.Load().(error); err != nil {
+				return result{}, err
+			}
+			secs := time.Since(t0).Seconds()
+			res = append(res, result{float64(len(images)) / secs, (cpuTime() - cpu0).Seconds() * 1e3 / float64(len(images))})
+		}
+		sort.Slice(res, func(i, j int) bool { return res[i].perSec < res[j].perSec })
+		return res[len(res)/2], nil
+	}
+	dec, err := measure(func(st *struct {
+		buf []byte
+		d   decode.Decoder
+	}, img []byte) error {
+		return decodeOnly(&st.buf, img)
+	})
+	if err != nil {
+		return err
+	}
+	fld, err := measure(func(st *struct {
+		buf []byte
+		d   decode.Decoder
+	}, img []byte) error {
+		return asField(&st.d, img)
+	})
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(map[string]any{
+		"images": len(images), "threads": threads, "field": f.String(), "rounds": rounds,
+		"decode_per_sec": dec.perSec, "decode_cpu_ms": dec.cpuMS,
+		"field_per_sec": fld.perSec, "field_cpu_ms": fld.cpuMS,
+	})
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
