@@ -20,6 +20,8 @@
 #     (RUSAGE_CHILDREN: the process and every descendant it waited for, DataLoader
 #     workers included) so that CPU time is measured the same way for all; the tools'
 #     own cpu_seconds is reported beside it when they print one.
+#   - the ceilings, once: internal/cmd/jpegrate on every core, the JPEGs in memory:
+#     libjpeg-turbo's decode alone, and decode + resize + crop as the field does;
 #   - medians per kind of run: samples/s, CPU seconds per sample, peak RSS; the ratios
 #     shardload / DataLoader; PASS or FAIL for the target: shardload with libjpeg-turbo
 #     delivers at least 2x the samples/s of the DataLoader with 2 workers.
@@ -292,6 +294,17 @@ for ((i = 1; i <= runs; i++)); do
 	done
 done
 
+# The ceilings on this machine's cores, the same work with no store and no I/O
+# (internal/cmd/jpegrate): libjpeg-turbo decoding every JPEG at full size (the call
+# PIL makes too), and decoding each as the image field (decode, resize, crop).
+log "ceilings: internal/cmd/jpegrate on $(nproc) threads"
+if ! (cd "$root" && go build -o "$out/jpegrate" ./internal/cmd/jpegrate) ||
+	! "$out/jpegrate" --rounds "$runs" --field img=jpg:image:uint8:3x224x224 "$ds"/*.tar > "$out/ceiling.json" 2> "$out/ceiling.err"; then
+	log "jpegrate FAILED: $(tail -n 3 "$out/ceiling.err" 2> /dev/null)"
+	failed+=("ceilings (internal/cmd/jpegrate)")
+	rm -f "$out/ceiling.json"
+fi
+
 # --- summary -------------------------------------------------------------------------
 "$py" - "$out" "$cmdline" "$runs" "$scale" "$endpoint" \
 	"$(git rev-parse --short HEAD 2> /dev/null || echo unknown)$(git diff --quiet HEAD -- 2> /dev/null || echo -dirty)" \
@@ -430,6 +443,15 @@ lines.append("ratios (medians):")
 for k, v in ratios.items():
     lines.append(f"  {k:30} samples/s x{f(v['samples_per_sec'], '{:.2f}')}, CPU per sample x{f(v['cpu_per_sample'], '{:.2f}')} "
                  f"(run only x{f(v['cpu_per_sample_run'], '{:.2f}')}), peak RSS x{f(v['peak_rss'], '{:.2f}')}")
+ceiling = load(os.path.join(out, "ceiling.json"))
+base = results.get("baseline-w2", {}).get("median", {}).get("samples_per_sec")
+if ceiling and base:
+    lines.append("")
+    lines.append(f"ceilings on {ceiling['threads']} threads, the JPEGs in memory (no store, no I/O; medians of {ceiling['rounds']} rounds):")
+    lines.append(f"  libjpeg-turbo decode alone (the call PIL makes): {ceiling['decode_per_sec']:.0f} images/s, "
+                 f"{ceiling['decode_cpu_ms']:.2f} ms CPU each: x{ceiling['decode_per_sec'] / base:.2f} the DataLoader's samples/s")
+    lines.append(f"  decode + resize + crop as the field:              {ceiling['field_per_sec']:.0f} images/s, "
+                 f"{ceiling['field_cpu_ms']:.2f} ms CPU each: x{ceiling['field_per_sec'] / base:.2f}")
 r = ratio("shardload-turbo", "baseline-w2", "samples_per_sec")
 turbo_decoder = results.get("shardload-turbo", {}).get("median", {}).get("image_decoder")
 if r is None:
@@ -453,7 +475,7 @@ env = {
     "cores": os.cpu_count(),
 }
 with open(os.path.join(out, "summary.json"), "w") as fh:
-    json.dump({"env": env, "dataset": ds, "results": results, "ratios": ratios,
+    json.dump({"env": env, "dataset": ds, "results": results, "ratios": ratios, "ceiling": ceiling,
                "target": {"what": "shardload-turbo samples/s >= 2 x baseline-w2", "ratio": r, "verdict": verdict},
                "failed": failed}, fh, indent=1)
 EOF
