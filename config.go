@@ -454,10 +454,12 @@ func (cfg Config) RingBytes() int64 {
 // (FetchParallel x FetchPartSize per open shard, when reads use parts). Not in it:
 // one sample being read per worker beyond its queue (at most MaxSampleSize; a
 // sample larger than a queue holds that queue alone), the decompressors' windows
-// (up to 8 MiB per zstd stream at common levels), and what the process holds once
-// (MemoryOverhead). The shuffle windows hold ShuffleBytes of samples at their stored
-// size (the order is planned from it): samples that inflate when decoded (zstd
-// shards, npy stored compressed) hold more.
+// (up to 8 MiB per zstd stream at common levels), an image field's scratch per
+// worker (the decoded picture, width x height x 3 bytes, at a reduced scale for
+// large JPEGs), and what the process holds once (MemoryOverhead). The shuffle
+// windows hold ShuffleBytes of samples at their stored size (the order is planned
+// from it): samples that inflate when decoded (zstd shards, npy stored compressed,
+// images decoded to more bytes than their JPEG) hold more.
 func (cfg Config) MemoryBudget() int64 {
 	return cfg.withDefaults().Memory
 }
