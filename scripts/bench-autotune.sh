@@ -145,16 +145,7 @@ cases=()
 for c in images tokens small latency; do
 	[[ -z $only || $only == "$c" ]] && cases+=("$c")
 done
-work=$(mkdir -p "$work" && cd "$work" && pwd)
-out=${out:-$work/results/$(date +%Y%m%dT%H%M%S)}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
-
-# All traffic stays on this machine: no proxy for anything.
-export NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost
-unset HTTP_PROXY HTTPS_PROXY http_proxy https_proxy ALL_PROXY all_proxy
-
-log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+bench_dirs
 now() { date +%s.%N; }
 command -v curl > /dev/null || { echo "bench-autotune: curl not found (scripts/deps.sh installs it)" >&2; exit 1; }
 command -v python3 > /dev/null || { echo "bench-autotune: python3 not found (scripts/deps.sh installs it)" >&2; exit 1; }

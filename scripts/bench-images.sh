@@ -74,16 +74,7 @@ if ! [[ $scale =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] || ! awk -v f="$scale" 'BEGIN 
 	exit 2
 fi
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "bench-images: BENCH_RUNS must be a positive integer" >&2; exit 2; }
-work=$(mkdir -p "$work" && cd "$work" && pwd)
-out=${out:-$work/results/$(date +%Y%m%dT%H%M%S)}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
-
-# All traffic stays on this machine: no proxy for anything.
-export NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost
-unset HTTP_PROXY HTTPS_PROXY http_proxy https_proxy ALL_PROXY all_proxy
-
-log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+bench_dirs
 # jfmt FILE KEY [FORMAT]: a number from a JSON file, printf-formatted (default %.1f; "-" if absent).
 jfmt() { python3 -c 'import json,sys; v=json.load(open(sys.argv[1])).get(sys.argv[2]); print("-" if v is None else sys.argv[3] % v)' "$1" "$2" "${3:-%.1f}"; }
 command -v curl > /dev/null || { echo "bench-images: curl not found (scripts/deps.sh installs it)" >&2; exit 1; }

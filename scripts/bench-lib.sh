@@ -70,3 +70,17 @@ bench_workdir() {
 		mkdir -p "$work"
 	fi
 }
+
+# bench_dirs: makes $work absolute (creating it) and $out (default
+# WORK/results/TIMESTAMP) an absolute, existing directory; keeps every request on
+# this machine (no proxy for anything); defines log.
+bench_dirs() {
+	work=$(mkdir -p "$work" && cd "$work" && pwd)
+	out=${out:-$work/results/$(date +%Y%m%dT%H%M%S)}
+	mkdir -p "$out"
+	out=$(cd "$out" && pwd)
+	export NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost
+	unset HTTP_PROXY HTTPS_PROXY http_proxy https_proxy ALL_PROXY all_proxy
+}
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }

@@ -35,6 +35,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+# shellcheck source=scripts/bench-lib.sh
+. scripts/bench-lib.sh
 
 work=${BENCH_WORK:-.demo/bench-pipeline}
 out=${BENCH_OUT:-}
@@ -63,16 +65,7 @@ case $only in "" | images | tokens) ;; *) echo "bench-pipeline: --only images|to
 [[ $scale =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] && awk -v f="$scale" 'BEGIN {exit !(f > 0)}' ||
 	{ echo "bench-pipeline: scale must be a positive number, not $scale" >&2; exit 2; }
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "bench-pipeline: runs must be a positive integer" >&2; exit 2; }
-work=$(mkdir -p "$work" && cd "$work" && pwd)
-out=${out:-$work/results/$(date +%Y%m%dT%H%M%S)}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
-
-# All traffic stays on this machine: no proxy for anything.
-export NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost
-unset HTTP_PROXY HTTPS_PROXY http_proxy https_proxy ALL_PROXY all_proxy
-
-log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+bench_dirs
 now() { date +%s.%N; }
 # jget FILE KEY: a top-level key of a one-object JSON file ("" if absent or null).
 jget() { python3 -c 'import json,sys; v=json.load(open(sys.argv[1])).get(sys.argv[2]); print("" if v is None else v)' "$1" "$2"; }
