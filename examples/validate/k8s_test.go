@@ -1,0 +1,496 @@
+package validate
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+)
+
+// decoder decodes manifests strictly into the typed objects of k8s.io/api: an unknown
+// or duplicated field, a value of the wrong type and a kind the scheme does not know
+// are errors.
+var decoder = func() runtime.Decoder {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			panic(err)
+		}
+	}
+	return serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
+}()
+
+// decodeAll decodes every document of a YAML stream.
+func decodeAll(data []byte) ([]runtime.Object, error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var objs []runtime.Object
+	for i := 0; ; i++ {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		obj, _, err := decoder.Decode(doc, nil, nil)
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
+		}
+		objs = append(objs, obj)
+	}
+}
+
+func stripComments(doc []byte) []byte {
+	var out []byte
+	for _, l := range bytes.Split(doc, []byte("\n")) {
+		if t := bytes.TrimSpace(l); len(t) > 0 && t[0] != '#' {
+			out = append(append(out, l...), '\n')
+		}
+	}
+	return out
+}
+
+func TestK8sDecodingIsStrict(t *testing.T) {
+	for name, doc := range map[string]string{
+		"unknown field": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndatas: {a: b}\n",
+		"nested field":  "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n      containers:\n        - name: a\n          image: b\n          volumeMount: []\n",
+		"wrong type":    "apiVersion: batch/v1\nkind: Job\nmetadata: {name: x}\nspec: {completions: two}\n",
+		"unknown kind":  "apiVersion: v1\nkind: ConfigMapp\nmetadata: {name: x}\n",
+		"unknown group": "apiVersion: jobset.x-k8s.io/v1alpha2\nkind: JobSet\nmetadata: {name: x}\n",
+		"duplicate":     "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\ndata: {c: d}\n",
+	} {
+		if _, err := decodeAll([]byte(doc)); err == nil {
+			t.Errorf("%s: decoded %q", name, doc)
+		}
+	}
+	if objs, err := decodeAll([]byte("# c\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")); err != nil || len(objs) != 1 {
+		t.Errorf("a valid stream: %d objects, %v", len(objs), err)
+	}
+}
+
+// manifests are the objects of examples/k8s, by kind and name.
+type manifests struct {
+	daemonSets map[string]*appsv1.DaemonSet
+	jobs       map[string]*batchv1.Job
+	services   map[string]*corev1.Service
+	configMaps map[string]*corev1.ConfigMap
+	secrets    map[string]*corev1.Secret
+	pvcs       map[string]*corev1.PersistentVolumeClaim
+}
+
+func loadManifests(t *testing.T) manifests {
+	t.Helper()
+	m := manifests{map[string]*appsv1.DaemonSet{}, map[string]*batchv1.Job{}, map[string]*corev1.Service{},
+		map[string]*corev1.ConfigMap{}, map[string]*corev1.Secret{}, map[string]*corev1.PersistentVolumeClaim{}}
+	files, err := filepath.Glob(filepath.Join(root, "examples/k8s/*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in examples/k8s: %v", err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := decodeAll(data)
+		if err != nil {
+			t.Fatalf("%s: %v", filepath.Base(f), err)
+		}
+		for _, o := range objs {
+			switch o := o.(type) {
+			case *appsv1.DaemonSet:
+				m.daemonSets[o.Name] = o
+			case *batchv1.Job:
+				m.jobs[o.Name] = o
+			case *corev1.Service:
+				m.services[o.Name] = o
+			case *corev1.ConfigMap:
+				m.configMaps[o.Name] = o
+			case *corev1.Secret:
+				m.secrets[o.Name] = o
+			case *corev1.PersistentVolumeClaim:
+				m.pvcs[o.Name] = o
+			default:
+				t.Errorf("%s: a %T this test does not check", filepath.Base(f), o)
+			}
+		}
+	}
+	return m
+}
+
+// envOf returns the value of a container's env var (value only) and whether it is set.
+func envOf(c *corev1.Container, name string) (string, bool) {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value, true
+		}
+	}
+	return "", false
+}
+
+// flag returns the value of --name=V or --name V in args.
+func flag(args []string, name string) (string, bool) {
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v, true
+		}
+		if a == "--"+name && i+1 < len(args) {
+			return args[i+1], true
+		}
+	}
+	return "", false
+}
+
+// hostPathOf returns the host path a container path maps to through a hostPath
+// volume mount, and the volume's type.
+func hostPathOf(spec *corev1.PodSpec, c *corev1.Container, p string) (string, corev1.HostPathType, bool) {
+	for _, vm := range c.VolumeMounts {
+		if p != vm.MountPath && !strings.HasPrefix(p, vm.MountPath+"/") {
+			continue
+		}
+		for _, v := range spec.Volumes {
+			if v.Name == vm.Name && v.HostPath != nil {
+				typ := corev1.HostPathUnset
+				if v.HostPath.Type != nil {
+					typ = *v.HostPath.Type
+				}
+				return path.Join(v.HostPath.Path, strings.TrimPrefix(p, vm.MountPath)), typ, true
+			}
+		}
+	}
+	return "", "", false
+}
+
+// mounted reports whether a container path lies on a volume.
+func mounted(c *corev1.Container, p string) bool {
+	for _, vm := range c.VolumeMounts {
+		if p == vm.MountPath || strings.HasPrefix(p, vm.MountPath+"/") {
+			return !vm.ReadOnly
+		}
+	}
+	return false
+}
+
+// uid is the effective runAsUser of a container, or -1.
+func uid(spec *corev1.PodSpec, c *corev1.Container) int64 {
+	if c.SecurityContext != nil && c.SecurityContext.RunAsUser != nil {
+		return *c.SecurityContext.RunAsUser
+	}
+	if spec.SecurityContext != nil && spec.SecurityContext.RunAsUser != nil {
+		return *spec.SecurityContext.RunAsUser
+	}
+	return -1
+}
+
+// checkContainer checks what every container of the examples must have: requests
+// and limits of CPU and memory, no privilege escalation, no capabilities but those
+// allowed, and (unless root is allowed) a non-root user that Kubernetes enforces.
+func checkContainer(t *testing.T, where string, spec *corev1.PodSpec, c *corev1.Container, rootOK bool, caps ...corev1.Capability) {
+	t.Helper()
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if _, ok := c.Resources.Requests[r]; !ok {
+			t.Errorf("%s: container %s requests no %s", where, c.Name, r)
+		}
+		if _, ok := c.Resources.Limits[r]; !ok {
+			t.Errorf("%s: container %s has no %s limit", where, c.Name, r)
+		}
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("%s: container %s may escalate privileges", where, c.Name)
+	}
+	if sc == nil || sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("%s: container %s does not drop ALL capabilities", where, c.Name)
+	} else {
+		for _, a := range sc.Capabilities.Add {
+			if !slicesContains(caps, a) {
+				t.Errorf("%s: container %s adds capability %s", where, c.Name, a)
+			}
+		}
+	}
+	if sc != nil && sc.Privileged != nil && *sc.Privileged {
+		t.Errorf("%s: container %s is privileged", where, c.Name)
+	}
+	if rootOK {
+		return
+	}
+	nonRoot := spec.SecurityContext != nil && spec.SecurityContext.RunAsNonRoot != nil && *spec.SecurityContext.RunAsNonRoot
+	if sc != nil && sc.RunAsNonRoot != nil {
+		nonRoot = *sc.RunAsNonRoot
+	}
+	if u := uid(spec, c); !nonRoot || u <= 0 {
+		t.Errorf("%s: container %s: runAsNonRoot %v, runAsUser %d: want a non-root uid, enforced", where, c.Name, nonRoot, u)
+	}
+}
+
+func slicesContains[T comparable](s []T, v T) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// parseSize reads shardload's sizes: 2GiB, 512MiB, 1024.
+func parseSize(t *testing.T, s string) int64 {
+	t.Helper()
+	m := regexp.MustCompile(`^(\d+)(KiB|MiB|GiB|TiB)?$`).FindStringSubmatch(s)
+	if m == nil {
+		t.Fatalf("size %q", s)
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n << map[string]int{"": 0, "KiB": 10, "MiB": 20, "GiB": 30, "TiB": 40}[m[2]]
+}
+
+// processOverhead is shardload.MemoryOverhead: what the serve process holds beyond
+// the sessions' budgets.
+const processOverhead = 160 << 20
+
+func TestK8s(t *testing.T) {
+	m := loadManifests(t)
+
+	// The server: one per node.
+	ds, ok := m.daemonSets["shardload-serve"]
+	if !ok {
+		t.Fatalf("no DaemonSet shardload-serve (have %v)", m.daemonSets)
+	}
+	sel, err := metav1LabelSelector(ds.Spec.Selector)
+	if err != nil || !sel.Matches(labels.Set(ds.Spec.Template.Labels)) {
+		t.Errorf("DaemonSet: selector %v does not match the template's labels %v (%v)", ds.Spec.Selector, ds.Spec.Template.Labels, err)
+	}
+	sspec := &ds.Spec.Template.Spec
+	var serve *corev1.Container
+	for i := range sspec.Containers {
+		c := &sspec.Containers[i]
+		checkContainer(t, "DaemonSet", sspec, c, false)
+		if len(c.Args) > 0 && c.Args[0] == "serve" {
+			serve = c
+		}
+	}
+	for i := range sspec.InitContainers {
+		c := &sspec.InitContainers[i]
+		checkContainer(t, "DaemonSet init", sspec, c, true, "CHOWN", "FOWNER")
+	}
+	if serve == nil {
+		t.Fatal("DaemonSet: no container runs serve")
+	}
+	if img := serve.Image; !strings.Contains(img, "/shardload:") || strings.HasSuffix(img, ":latest") {
+		t.Errorf("DaemonSet: image %q: want the shardload image of the Dockerfile, with a pinned tag", img)
+	}
+	if sc := serve.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Errorf("DaemonSet: serve's root file system is writable")
+	}
+	sock, ok := envOf(serve, "SHARDLOAD_SOCKET")
+	if v, given := flag(serve.Args, "socket"); given {
+		sock, ok = v, true
+	}
+	if !ok || !path.IsAbs(sock) {
+		t.Fatalf("DaemonSet: socket %q: set SHARDLOAD_SOCKET or --socket", sock)
+	}
+	hostSock, _, ok := hostPathOf(sspec, serve, sock)
+	if !ok {
+		t.Fatalf("DaemonSet: the socket %s is on no hostPath volume: trainers could not reach it", sock)
+	}
+	// Everything the server writes is on a volume (its root file system is read-only).
+	cacheDir, ok := flag(serve.Args, "cache-dir")
+	if !ok {
+		t.Error("DaemonSet: serve has no --cache-dir")
+	} else if _, _, ok := hostPathOf(sspec, serve, cacheDir); !ok {
+		t.Errorf("DaemonSet: --cache-dir %s is not on a hostPath volume (the node's disk)", cacheDir)
+	}
+	indexDir, _ := envOf(serve, "SHARDLOAD_INDEX_DIR")
+	for what, p := range map[string]string{"socket directory": path.Dir(sock), "index store": indexDir} {
+		if !mounted(serve, p) {
+			t.Errorf("DaemonSet: the %s %q is not on a writable volume", what, p)
+		}
+	}
+	// Its memory limit holds every session's budget plus the process.
+	mem, _ := flag(serve.Args, "memory")
+	sessions, _ := flag(serve.Args, "max-sessions")
+	nSessions, err := strconv.Atoi(sessions)
+	if mem == "" || err != nil {
+		t.Errorf("DaemonSet: --memory %q --max-sessions %q: set both, to size the pod", mem, sessions)
+	} else {
+		need := int64(nSessions)*parseSize(t, mem) + processOverhead
+		limit := serve.Resources.Limits[corev1.ResourceMemory]
+		if limit.Value() < need {
+			t.Errorf("DaemonSet: memory limit %s under %d sessions x %s + %d MiB = %d MiB", limit.String(), nSessions, mem, processOverhead>>20, need>>20)
+		}
+		if req := serve.Resources.Requests[corev1.ResourceMemory]; req.Cmp(limit) != 0 {
+			t.Errorf("DaemonSet: memory request %s != limit %s: want Guaranteed QoS", req.String(), limit.String())
+		}
+	}
+	// Its configuration and credentials come from objects defined here, and every
+	// $(VAR) of its arguments is defined (Kubernetes leaves an undefined one as is).
+	defined := map[string]bool{}
+	for _, e := range serve.Env {
+		defined[e.Name] = true
+	}
+	for _, ef := range serve.EnvFrom {
+		switch {
+		case ef.ConfigMapRef != nil:
+			cm, ok := m.configMaps[ef.ConfigMapRef.Name]
+			if !ok {
+				t.Errorf("DaemonSet: ConfigMap %s not defined", ef.ConfigMapRef.Name)
+				continue
+			}
+			for k := range cm.Data {
+				defined[k] = true
+			}
+		case ef.SecretRef != nil:
+			s, ok := m.secrets[ef.SecretRef.Name]
+			if !ok {
+				t.Errorf("DaemonSet: Secret %s not defined", ef.SecretRef.Name)
+				continue
+			}
+			for k := range s.StringData {
+				defined[k] = true
+			}
+			if s.StringData["AWS_SECRET_ACCESS_KEY"] == "" {
+				t.Errorf("Secret %s has no AWS_SECRET_ACCESS_KEY", s.Name)
+			}
+		}
+	}
+	for _, a := range serve.Args {
+		for _, ref := range regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`).FindAllStringSubmatch(a, -1) {
+			if !defined[ref[1]] {
+				t.Errorf("DaemonSet: argument %q refers to $(%s), which nothing defines", a, ref[1])
+			}
+		}
+	}
+	if !defined["AWS_ACCESS_KEY_ID"] || !defined["AWS_SECRET_ACCESS_KEY"] {
+		t.Errorf("DaemonSet: no S3 credentials in serve's environment")
+	}
+	if p := serve.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/metrics" {
+		t.Errorf("DaemonSet: readiness probe %+v: want /metrics", p)
+	} else if addr, _ := flag(serve.Args, "metrics"); !strings.HasSuffix(addr, ":"+strconv.Itoa(int(serve.Ports[0].ContainerPort))) {
+		t.Errorf("DaemonSet: --metrics %q, container port %d", addr, serve.Ports[0].ContainerPort)
+	}
+
+	// The trainers: an Indexed Job, one pod per node, ranks under torchrun.
+	job, ok := m.jobs["train"]
+	if !ok {
+		t.Fatalf("no Job train (have %v)", m.jobs)
+	}
+	jspec := &job.Spec.Template.Spec
+	if job.Spec.CompletionMode == nil || *job.Spec.CompletionMode != batchv1.IndexedCompletion ||
+		job.Spec.Completions == nil || job.Spec.Parallelism == nil || *job.Spec.Completions != *job.Spec.Parallelism {
+		t.Fatalf("Job: want an Indexed Job with completions = parallelism")
+	}
+	if len(jspec.Containers) != 1 {
+		t.Fatalf("Job: %d containers", len(jspec.Containers))
+	}
+	tr := &jspec.Containers[0]
+	checkContainer(t, "Job", jspec, tr, false)
+	if len(tr.Command) == 0 || tr.Command[0] != "torchrun" {
+		t.Fatalf("Job: command %q: want torchrun", tr.Command)
+	}
+	if n, _ := flag(tr.Args, "nnodes"); n != strconv.Itoa(int(*job.Spec.Completions)) {
+		t.Errorf("Job: --nnodes %q for %d pods", n, *job.Spec.Completions)
+	}
+	nproc, _ := flag(tr.Args, "nproc-per-node")
+	gpus := tr.Resources.Limits["nvidia.com/gpu"]
+	if np, err := strconv.Atoi(nproc); err != nil || int64(np) != gpus.Value() || np > nSessions {
+		t.Errorf("Job: --nproc-per-node %q, %s GPUs a pod, the server serves %d sessions: want equal GPUs and ranks, within the sessions", nproc, gpus.String(), nSessions)
+	}
+	// Rendezvous at pod 0 through the headless Service.
+	endpoint, _ := flag(tr.Args, "rdzv-endpoint")
+	host, port, _ := strings.Cut(endpoint, ":")
+	svc, ok := m.services[jspec.Subdomain]
+	if !ok {
+		t.Fatalf("Job: subdomain %q names no Service", jspec.Subdomain)
+	}
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Errorf("Service %s is not headless", svc.Name)
+	}
+	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set{"job-name": job.Name}) {
+		t.Errorf("Service %s selects %v, not the pods of Job %s", svc.Name, svc.Spec.Selector, job.Name)
+	}
+	if want := job.Name + "-0." + svc.Name; host != want {
+		t.Errorf("Job: rendezvous host %q, want pod 0: %s", host, want)
+	}
+	servicePort := false
+	for _, p := range svc.Spec.Ports {
+		servicePort = servicePort || strconv.Itoa(int(p.Port)) == port
+	}
+	if !servicePort {
+		t.Errorf("Job: rendezvous port %q is not a port of Service %s", port, svc.Name)
+	}
+	if job.Spec.Template.Spec.Affinity == nil || job.Spec.Template.Spec.Affinity.PodAntiAffinity == nil {
+		t.Errorf("Job: no pod anti-affinity: two pods on one node would share its server's sessions")
+	}
+	// The trainer finds the node's socket: same host path, same user as the server.
+	tsock, ok := envOf(tr, "SHARDLOAD_SOCKET")
+	if !ok {
+		t.Fatal("Job: the trainer has no SHARDLOAD_SOCKET")
+	}
+	thost, typ, ok := hostPathOf(jspec, tr, tsock)
+	if !ok || thost != hostSock {
+		t.Errorf("Job: the trainer's socket %s is host path %q, the server's is %q", tsock, thost, hostSock)
+	}
+	if typ != corev1.HostPathDirectory {
+		t.Errorf("Job: the socket's hostPath has type %q: want Directory (the server's, never created empty)", typ)
+	}
+	if su, tu := uid(sspec, serve), uid(jspec, tr); su != tu {
+		if trust, _ := envOf(tr, "SHARDLOAD_TRUST_UIDS"); !slicesContains(strings.Split(trust, ","), strconv.FormatInt(su, 10)) {
+			t.Errorf("Job: the trainer runs as uid %d, the server as %d: the client refuses it (set SHARDLOAD_TRUST_UIDS, and --allow-uid on the server)", tu, su)
+		}
+	}
+	// /dev/shm for torch.distributed, in memory.
+	shm := false
+	for _, vm := range tr.VolumeMounts {
+		if vm.MountPath != "/dev/shm" {
+			continue
+		}
+		for _, v := range jspec.Volumes {
+			shm = shm || (v.Name == vm.Name && v.EmptyDir != nil && v.EmptyDir.Medium == corev1.StorageMediumMemory)
+		}
+	}
+	if !shm {
+		t.Error("Job: no memory-backed /dev/shm")
+	}
+	// Checkpoints on a volume every pod mounts.
+	ckpt, _ := flag(tr.Args, "checkpoint")
+	onPVC := false
+	for _, vm := range tr.VolumeMounts {
+		if strings.HasPrefix(ckpt, vm.MountPath+"/") {
+			for _, v := range jspec.Volumes {
+				if v.Name == vm.Name && v.PersistentVolumeClaim != nil {
+					pvc, ok := m.pvcs[v.PersistentVolumeClaim.ClaimName]
+					onPVC = ok && slicesContains(pvc.Spec.AccessModes, corev1.ReadWriteMany)
+				}
+			}
+		}
+	}
+	if !onPVC {
+		t.Errorf("Job: --checkpoint %q is not on a ReadWriteMany volume defined here", ckpt)
+	}
+	if q := tr.Resources.Limits[corev1.ResourceMemory]; q.Cmp(resource.MustParse("1Gi")) < 0 {
+		t.Errorf("Job: memory limit %s", q.String())
+	}
+}
+
+func metav1LabelSelector(s *metav1.LabelSelector) (labels.Selector, error) {
+	return metav1.LabelSelectorAsSelector(s)
+}
