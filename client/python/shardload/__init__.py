@@ -17,6 +17,10 @@ to_torch(copy=True) give owned data. Details: shardload.client.
 
 The core needs only the standard library; numpy and torch are used when installed.
 See shardload.pytorch for a torch IterableDataset and a CUDA prefetcher.
+
+The package is typed (PEP 561: it ships py.typed). Columns are typed Any (numpy
+arrays, torch tensors, memoryviews or Ragged, as the client's output and the field
+decide); State is the TypedDict that state_dict() returns.
 """
 
 from .client import (
@@ -33,6 +37,7 @@ from .client import (
     ServerError,
     ServerGone,
     ShardloadError,
+    State,
     Timeout,
     UntrustedServer,
     check_state,
@@ -43,6 +48,6 @@ from .client import (
 __all__ = [
     "CLIENT_NAME", "MAX_MESSAGE", "PROTOCOL_VERSION", "Batch", "Client", "NoServer", "OrderMismatch",
     "PermissionDenied", "ProtocolError", "Ragged", "ServerError", "ServerGone", "ShardloadError",
-    "Timeout", "UntrustedServer", "check_state", "connect", "default_socket",
+    "State", "Timeout", "UntrustedServer", "check_state", "connect", "default_socket",
 ]
 __version__ = "0.3.0"

@@ -10,8 +10,11 @@ memoryviews) references its slab's ``mmap`` object; when the object dies, it unm
 whatever lies at its address by then: the memfd's pages, or the private copy.
 """
 
+from __future__ import annotations
+
 import ctypes
 import mmap
+from typing import Optional, Tuple
 
 _MAP_FIXED = 0x10  # Linux, every architecture the server builds for
 _MREMAP_MAYMOVE = 1
@@ -21,10 +24,10 @@ _MADV_POPULATE_WRITE = 23
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _RW = mmap.PROT_READ | mmap.PROT_WRITE
 
-_libc = None
+_libc: Optional[ctypes.CDLL] = None
 
 
-def _c():
+def _c() -> ctypes.CDLL:
     global _libc
     if _libc is None:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -40,13 +43,13 @@ def _c():
     return _libc
 
 
-def _oserror(what):
+def _oserror(what: str) -> OSError:
     import os
     e = ctypes.get_errno()
     return OSError(e, f"{what}: {os.strerror(e)}")
 
 
-def address(mm):
+def address(mm: mmap.mmap) -> int:
     """The address of an mmap object's memory."""
     buf = ctypes.c_char.from_buffer(mm)
     try:
@@ -58,7 +61,7 @@ def address(mm):
 _HUGE = 2 << 20
 
 
-def map_fd(fd, size):
+def map_fd(fd: int, size: int) -> Tuple[mmap.mmap, int, int]:
     """A new mmap object whose memory holds the file fd (MAP_SHARED, read and write)
     at offset pad, and that address. For slabs of 2 MiB and more, the address is a
     multiple of 2 MiB, so that huge pages of the file can be mapped as such."""
@@ -74,7 +77,7 @@ def map_fd(fd, size):
     return mm, addr, addr - base
 
 
-def detach(addr, size, used):
+def detach(addr: int, size: int, used: int) -> None:
     """Replace the mapping of [addr, addr+size) with private anonymous memory holding a
     copy of its first used bytes (the rest reads as zeros). Views of that memory keep
     their addresses and their contents; the old mapping's pages are no longer mapped

@@ -27,8 +27,11 @@ and torch tensors, which cannot be made read-only, must not be written either
 ``to_torch(copy=True)`` for data to modify.
 """
 
+from __future__ import annotations
+
 import itertools
 import json
+import mmap
 import os
 import socket
 import struct
@@ -36,16 +39,74 @@ import sys
 import tempfile
 import time
 import warnings
+from types import ModuleType
+from typing import (TYPE_CHECKING, Any, Callable, Dict, ItemsView, Iterable, Iterator, List, Literal,
+                    Mapping, Optional, Protocol, Tuple, TypedDict, Union, cast)
 
 from . import _mem
+
+if TYPE_CHECKING:  # optional at run time
+    import numpy
+    import torch
 
 PROTOCOL_VERSION = 3
 MAX_MESSAGE = 64 << 10
 _MAX_FDS = 253
 CLIENT_NAME = "shardload-python/0.3.0"
 
+
+class State(TypedDict):
+    """A position in the loader's order (the Go library's shardload.State), as
+    Client.state_dict() returns it: a plain dict of ints and strings."""
+
+    epoch: int
+    order: str
+    samples: int
+    runs: str
+    batches: int
+
+
+class Stats(TypedDict):
+    """Client.stats: releases, deferred releases and detaches (copies of batches whose
+    views outlived a step), with the bytes and seconds the detaches took."""
+
+    released: int
+    deferred: int
+    detached: int
+    detached_bytes: int
+    detach_seconds: float
+
+
+# A server message: a JSON object.
+Message = Dict[str, Any]
+
+# What Client's output may be.
+Output = Literal["numpy", "torch", "memoryview"]
+
+# What Client's device may be: a CUDA ordinal, "cuda:N" ("cuda": the current device;
+# any other type: no CUDA device) or a torch.device.
+Device = Union[int, str, "torch.device"]
+
+# A column of a batch: a numpy array, a torch tensor or a memoryview (by the client's
+# output), or a Ragged of those for variable-length fields. Typed Any: which one comes
+# is decided at run time.
+Column = Any
+
+
+class SlabHook(Protocol):
+    """What Client.add_slab_hook takes: an object told when a slab's mapping changes."""
+
+    def slab_mapped(self, i: Optional[int], addr: int, size: int) -> None:
+        """Slab i (None: one already mapped, when the hook registers them itself) is
+        mapped at addr."""
+
+    def slab_unmapping(self, i: Optional[int], addr: int, size: int) -> None:
+        """The memory at addr is about to stop being slab i's."""
+
+
 # The members of a state (the Go library's shardload.State) and their types.
-_STATE_MEMBERS = (("epoch", int), ("order", str), ("samples", int), ("runs", str), ("batches", int))
+_STATE_MEMBERS: Tuple[Tuple[str, type], ...] = (
+    ("epoch", int), ("order", str), ("samples", int), ("runs", str), ("batches", int))
 
 
 class ShardloadError(Exception):
@@ -55,7 +116,7 @@ class ShardloadError(Exception):
 class ServerError(ShardloadError):
     """The server ended the session and said why (``code`` and ``message``)."""
 
-    def __init__(self, code, message):
+    def __init__(self, code: str, message: str) -> None:
         super().__init__(f"shardload server: {message} ({code})")
         self.code = code
         self.message = message
@@ -93,7 +154,7 @@ class OrderMismatch(ShardloadError):
     of each epoch."""
 
 
-def default_socket():
+def default_socket() -> str:
     """The socket path ``shardload serve`` uses by default: $SHARDLOAD_SOCKET, else
     $XDG_RUNTIME_DIR/shardload/loader.sock, else /tmp/shardload-UID/loader.sock."""
     path = os.environ.get("SHARDLOAD_SOCKET")
@@ -105,19 +166,19 @@ def default_socket():
     return os.path.join(tempfile.gettempdir(), f"shardload-{os.getuid()}", "loader.sock")
 
 
-def _env_int(name, default):
+def _env_int(name: str, default: int) -> int:
     v = os.environ.get(name)
-    return int(v) if v not in (None, "") else default
+    return int(v) if v else default
 
 
 # Struct format characters for NumPy descrs, used without NumPy (memoryview.cast).
-_FORMATS = {
+_FORMATS: Dict[str, str] = {
     "|b1": "?", "|i1": "b", "<i2": "h", "<i4": "i", "<i8": "q", "|u1": "B",
     "<u2": "H", "<u4": "I", "<u8": "Q", "<f2": "e", "<f4": "f", "<f8": "d",
 }
 
 
-def _numpy():
+def _numpy() -> Optional[ModuleType]:
     try:
         import numpy
     except ImportError:
@@ -130,14 +191,14 @@ _NOT_WRITABLE = "The given NumPy array is not writable"
 # Whether torch still has to be kept from warning about read-only arrays: it warns
 # once per process, and the warning filter costs more than the rest of a batch's
 # tensors, so the client stops filtering once torch has warned and then stayed quiet.
-_quiet = {"warned": False, "done": False}
+_quiet: Dict[str, bool] = {"warned": False, "done": False}
 
 
 class _NoWritableWarning:
     """Around torch.from_numpy of read-only arrays: without torch's warning (batch
     tensors are documented as not to be written)."""
 
-    def __enter__(self):
+    def __enter__(self) -> _NoWritableWarning:
         if _quiet["done"]:
             return self
         self._cw = warnings.catch_warnings(record=True)
@@ -145,7 +206,7 @@ class _NoWritableWarning:
         warnings.filterwarnings("always", message=_NOT_WRITABLE)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> Literal[False]:
         if _quiet["done"]:
             return False
         self._cw.__exit__(*exc)
@@ -160,12 +221,12 @@ class _NoWritableWarning:
         return False
 
 
-def _from_numpy(torch, arr):
+def _from_numpy(torch: Any, arr: Any) -> Any:
     with _NoWritableWarning():
         return torch.from_numpy(arr)
 
 
-def _torch_ok(arr):
+def _torch_ok(arr: numpy.ndarray[Any, numpy.dtype[Any]]) -> bool:
     # PyTorch has no uint16/32/64 tensors: those columns stay numpy arrays.
     return arr.dtype.kind != "u" or arr.dtype.itemsize == 1
 
@@ -181,15 +242,19 @@ class Ragged:
 
     __slots__ = ("data", "offsets", "kind")
 
-    def __init__(self, data, offsets, kind):
+    data: Any      # a uint8 numpy array or torch tensor, or a memoryview
+    offsets: Any   # an int64 numpy array or torch tensor, or a memoryview of format "q"
+    kind: str      # the field's kind: raw, npy, text, json
+
+    def __init__(self, data: Any, offsets: Any, kind: str) -> None:
         self.data = data
         self.offsets = offsets
         self.kind = kind
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.offsets) - 1
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> Any:
         n = len(self)
         if i < 0:
             i += n
@@ -197,32 +262,32 @@ class Ragged:
             raise IndexError(f"row {i} of a column of {n}")
         return self.data[int(self.offsets[i]):int(self.offsets[i + 1])]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         for i in range(len(self)):
             yield self[i]
 
-    def tolist(self):
+    def tolist(self) -> Union[List[bytes], List[str]]:
         rows = [bytes(_host_bytes(self[i])) for i in range(len(self))]
         if self.kind in ("text", "json"):
             return [r.decode("utf-8") for r in rows]
         return rows
 
-    def copy(self):
+    def copy(self) -> Ragged:
         """A Ragged that owns its data (of the same array type)."""
         return Ragged(_copy_array(self.data), _copy_array(self.offsets), self.kind)
 
 
-def _host_bytes(row):
+def _host_bytes(row: Any) -> Any:
     if hasattr(row, "numpy") and not isinstance(row, memoryview):
         return row.numpy()  # a torch tensor
     return row
 
 
-def _copy_array(a):
+def _copy_array(a: Any) -> Any:
     if hasattr(a, "clone"):  # a torch tensor
         return a.clone()
     if isinstance(a, memoryview):
-        return memoryview(a.tobytes()).cast(a.format, a.shape)
+        return memoryview(a.tobytes()).cast(a.format, a.shape)  # type: ignore[arg-type]
     return a.copy()  # numpy
 
 
@@ -246,23 +311,24 @@ class Batch:
     as torch tensors.
     """
 
-    def __init__(self, client, msg, columns, keys, state=None):
+    def __init__(self, client: Optional[Client], msg: Message, columns: Dict[str, Column], keys: Any,
+                 state: Optional[State] = None) -> None:
         self._client = client
-        self._slab = msg["slab"]
-        self.epoch = msg["epoch"]
-        self.seq = msg["seq"]
+        self._slab: int = msg["slab"]
+        self.epoch: int = msg["epoch"]
+        self.seq: int = msg["seq"]
         self.state = state  # the position after this batch (see Client.state_dict)
-        self.rows = msg["rows"]
-        self.padded = msg.get("padded", 0)
-        self._used = msg.get("used")
-        self._columns = columns
+        self.rows: int = msg["rows"]
+        self.padded: int = msg.get("padded", 0)
+        self._used: Optional[int] = msg.get("used")
+        self._columns: Optional[Dict[str, Column]] = columns
         self._names = list(columns)
-        self._keys = keys
+        self._keys: Any = keys  # the key column (a Ragged), then its list of str
         self._owned = client is None
         self._mark = 0  # the client's step count when the release was deferred
         self.released = False
 
-    def _data(self):
+    def _data(self) -> Dict[str, Column]:
         if self._columns is None:
             raise ShardloadError(
                 f"batch {self.seq} of epoch {self.epoch} was released: its columns are no longer "
@@ -271,43 +337,43 @@ class Batch:
         return self._columns
 
     @property
-    def columns(self):
+    def columns(self) -> Dict[str, Column]:
         """The columns by name (a dict); raises ShardloadError after the release."""
         return self._data()
 
     @property
-    def keys(self):
+    def keys(self) -> List[str]:
         """The samples' keys, in row order (a list of str); available after the release."""
         if isinstance(self._keys, Ragged):
             self._keys = self._keys.tolist()
-        return self._keys
+        return cast(List[str], self._keys)
 
-    def __getitem__(self, name):
+    def __getitem__(self, name: str) -> Column:
         return self._data()[name]
 
-    def __contains__(self, name):
+    def __contains__(self, name: object) -> bool:
         return name in self._names
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self._names)
 
-    def items(self):
+    def items(self) -> ItemsView[str, Column]:
         return self._data().items()
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         """The columns as a dict, plus "__key__": the keys."""
-        d = dict(self._data())
+        d: Dict[str, Any] = dict(self._data())
         d["__key__"] = self.keys
         return d
 
-    def to_torch(self, copy=False):
+    def to_torch(self, copy: bool = False) -> Dict[str, Any]:
         """The columns as torch tensors (a dict, plus "__key__": the keys), whatever the
         client's output. Ragged columns are Ragged of tensors; numpy columns of types
         torch lacks (uint16/32/64) stay numpy arrays. Without copy, the tensors are
         zero-copy views (read them, never write them); with copy=True, owned clones."""
         import torch
         np = _numpy()
-        out = {}
+        out: Dict[str, Any] = {}
         for name, col in self._data().items():
             if isinstance(col, Ragged):
                 r = Ragged(_as_tensor(torch, np, col.data), _as_tensor(torch, np, col.offsets), col.kind)
@@ -318,16 +384,16 @@ class Batch:
         out["__key__"] = list(self.keys)
         return out
 
-    def copy(self):
+    def copy(self) -> Batch:
         """A copy that owns its memory, needs no release and stays usable."""
-        cols = {}
+        cols: Dict[str, Column] = {}
         for name, col in self._data().items():
             cols[name] = col.copy() if isinstance(col, Ragged) else _copy_array(col)
         return Batch(None, {"slab": -1, "epoch": self.epoch, "seq": self.seq, "rows": self.rows,
                             "padded": self.padded}, cols, list(self.keys),
-                     None if self.state is None else dict(self.state))
+                     None if self.state is None else self.state.copy())
 
-    def release(self):
+    def release(self) -> None:
         """Hand the slab back to the server (see the class docstring); idempotent. A
         copy() needs no release: this does nothing to it."""
         if self.released or self._owned:
@@ -337,7 +403,7 @@ class Batch:
         else:
             self._drop()
 
-    def _drop(self):
+    def _drop(self) -> None:
         """Forget the columns; keep the keys (copied out of the slab)."""
         if isinstance(self._keys, Ragged):
             self._keys = self._keys.copy()
@@ -345,7 +411,7 @@ class Batch:
         self.released = True
 
 
-def _as_tensor(torch, np, x):
+def _as_tensor(torch: Any, np: Any, x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return x
     if isinstance(x, memoryview):
@@ -355,7 +421,7 @@ def _as_tensor(torch, np, x):
     return _from_numpy(torch, x)
 
 
-def _parse_device(device):
+def _parse_device(device: Any) -> Union[int, str, None]:
     """A CUDA ordinal, "current" (the current device), or None (not a CUDA device)."""
     if device is None:
         return None
@@ -366,8 +432,8 @@ def _parse_device(device):
             raise ValueError(f"device {device}: a CUDA ordinal is >= 0")
         return device
     if isinstance(device, str):
-        kind, _, idx = device.partition(":")
-        if kind != "cuda":
+        scheme, _, idx = device.partition(":")
+        if scheme != "cuda":
             return None
         if not idx:
             return "current"
@@ -382,7 +448,7 @@ def _parse_device(device):
     return "current" if device.index is None else device.index
 
 
-def _gpu_pci(device):
+def _gpu_pci(device: Union[int, str, None]) -> Optional[str]:
     """The PCI address of the trainer's GPU when it can be known without initialising
     CUDA: torch must be imported and CUDA initialised already. None otherwise."""
     torch = sys.modules.get("torch")
@@ -403,7 +469,7 @@ def _gpu_pci(device):
         return None
 
 
-def _torch_distributed():
+def _torch_distributed() -> Any:
     """torch.distributed when a world of more than one rank is initialised (torch
     already imported), else None."""
     if "torch" not in sys.modules:
@@ -424,17 +490,17 @@ def _torch_distributed():
 _order_checks = itertools.count()
 
 
-def _show(v):
+def _show(v: Any) -> str:
     return v if isinstance(v, str) else json.dumps(v)
 
 
-def check_state(state):
+def check_state(state: Mapping[str, Any]) -> State:
     """A copy of state, a position that Client.state_dict() returned, as a plain dict
     of its five members: epoch, order, samples, runs, batches (ints and strings).
     Raises ValueError for anything else (a checkpoint's other members are not copied)."""
     if not hasattr(state, "keys") or not hasattr(state, "__getitem__"):
         raise ValueError(f"a shardload state is a dict such as Client.state_dict() returns, not {type(state).__name__}")
-    out = {}
+    out: Dict[str, Any] = {}
     for name, kind in _STATE_MEMBERS:
         if name not in state:
             raise ValueError(f"a shardload state has the members {', '.join(n for n, _ in _STATE_MEMBERS)}; "
@@ -449,10 +515,10 @@ def check_state(state):
         out[name] = v
     if out["epoch"] < 0:
         raise ValueError(f"shardload state: epoch {out['epoch']} < 0")
-    return out
+    return cast(State, out)
 
 
-def _state_of(msg, what):
+def _state_of(msg: Message, what: str) -> Optional[State]:
     """The state a server message carries, None when it carries none."""
     st = msg.get("state")
     if st is None:
@@ -463,14 +529,14 @@ def _state_of(msg, what):
         raise ProtocolError(f"the server's {what} carries a state this client cannot read: {e}") from None
 
 
-def _epoch_start(epoch, state):
+def _epoch_start(epoch: int, state: Optional[State]) -> State:
     """The state at the start of epoch, under the order of state (a state of any epoch
     of the same dataset and settings; None when unknown)."""
     order, samples = ("", 0) if state is None else (state["order"], state["samples"])
     return {"epoch": epoch, "order": order, "samples": samples, "runs": "", "batches": 0}
 
 
-def _order_difference(rank, mine, other_rank, other):
+def _order_difference(rank: int, mine: Dict[str, Any], other_rank: int, other: Dict[str, Any]) -> str:
     """The message for two ranks whose orders differ; rank is the one that is not 0."""
     s, o = mine.get("settings") or {}, other.get("settings") or {}
     names = list(o) + [k for k in s if k not in o]
@@ -483,10 +549,10 @@ def _order_difference(rank, mine, other_rank, other):
             + ", ".join(diffs) + "; every rank's server must run with the same settings")
 
 
-def _store_has(store, key):
+def _store_has(store: Any, key: str) -> bool:
     check = getattr(store, "check", None)  # not in every torch version's stores
     if check is not None:
-        return check([key])
+        return bool(check([key]))
     from datetime import timedelta
     try:
         store.wait([key], timedelta(milliseconds=10))
@@ -495,7 +561,7 @@ def _store_has(store, key):
         return False
 
 
-def _order_verdict(orders, rank):
+def _order_verdict(orders: List[Dict[str, Any]], rank: int) -> str:
     """What rank reports of every rank's order: its own difference from rank 0's, else
     the first rank's that differs ("" when all agree)."""
     zero = orders[0]
@@ -556,10 +622,13 @@ class Client:
     A client is used from one thread.
     """
 
-    def __init__(self, socket_path=None, *, rank=None, world=None, local_rank=None,
-                 seed=0, epoch=0, batch_size=32, fields=None, urls=None,
-                 drop_last=False, output=None, timeout=None, device=None,
-                 check_order=True, check_timeout=300, trust_uids=None, state=None):
+    def __init__(self, socket_path: Optional[str] = None, *, rank: Optional[int] = None,
+                 world: Optional[int] = None, local_rank: Optional[int] = None,
+                 seed: int = 0, epoch: int = 0, batch_size: int = 32, fields: Optional[Iterable[str]] = None,
+                 urls: Optional[Iterable[str]] = None, drop_last: bool = False, output: Optional[Output] = None,
+                 timeout: Optional[float] = None, device: Optional[Device] = None,
+                 check_order: bool = True, check_timeout: float = 300, trust_uids: Optional[Iterable[int]] = None,
+                 state: Optional[Mapping[str, Any]] = None) -> None:
         self.socket_path = socket_path or default_socket()
         self.rank = _env_int("RANK", 0) if rank is None else rank
         self.world = _env_int("WORLD_SIZE", 1) if world is None else world
@@ -572,41 +641,42 @@ class Client:
         if output in ("numpy", "torch") and np is None:
             raise ImportError(f"output={output!r} needs numpy")
         self._np = np
-        self._torch = None
+        self._torch: Optional[ModuleType] = None
         if output == "torch":
             import torch
             self._torch = torch
-        self.output = output
+        self.output: Output = output
         self.timeout = timeout
         self.device = device
         ordinal = _parse_device(device)
         self._pid = os.getpid()
-        self._maps = []    # per slab: the mmap object the batch in that slab uses
-        self._addrs = []   # per slab: its address
-        self._pads = []    # per slab: the slab's offset in its mmap object
-        self._fds = []     # per slab: the memfd (for a fresh mapping after a detach)
-        self._used = []    # per slab: bytes the latest batch in it occupies
-        self._held = {}    # slab -> Batch handed out and not released
-        self._pending = []  # released batches whose views were still referenced
+        self._maps: List[mmap.mmap] = []    # per slab: the mmap object the batch in that slab uses
+        self._addrs: List[int] = []   # per slab: its address
+        self._pads: List[int] = []    # per slab: the slab's offset in its mmap object
+        self._fds: List[int] = []     # per slab: the memfd (for a fresh mapping after a detach)
+        self._used: List[Optional[int]] = []    # per slab: bytes the latest batch in it occupies
+        self._held: Dict[int, Batch] = {}    # slab -> Batch handed out and not released
+        self._pending: List[Batch] = []  # released batches whose views were still referenced
         self._takes = 0    # batches taken (the clock of deferred releases)
         self._gen = 0      # bumped by epoch() and close(): older generators stop
-        self._draining = None  # an abandoned epoch whose end has not been read
-        self._slab_hooks = []  # objects told when a slab's mapping changes
+        self._draining: Optional[int] = None  # an abandoned epoch whose end has not been read
+        self._slab_hooks: List[SlabHook] = []  # objects told when a slab's mapping changes
         self._epoch_open = False
-        self._sock = None
+        self._sock: Optional[socket.socket] = None
         self.closed = False
-        self.stats = {"released": 0, "deferred": 0, "detached": 0, "detached_bytes": 0, "detach_seconds": 0.0}
-        self.order = None
-        self.placement = None
-        self._state = None          # the position after the last batch yielded
-        self._pending_state = None  # load_state_dict's, for the next epoch started
+        self.stats: Stats = {"released": 0, "deferred": 0, "detached": 0, "detached_bytes": 0,
+                             "detach_seconds": 0.0}
+        self.order: Optional[Dict[str, Any]] = None
+        self.placement: Optional[Dict[str, Any]] = None
+        self._state: Optional[State] = None          # the position after the last batch yielded
+        self._pending_state: Optional[State] = None  # load_state_dict's, for the next epoch started
         if state is not None:
             state = check_state(state)
             if epoch not in (0, state["epoch"]):
                 raise ValueError(f"epoch {epoch} with a state of epoch {state['epoch']}: a state resumes its own "
                                  "epoch (pass epoch=0 or leave it out)")
             epoch = state["epoch"]
-        hello = {
+        hello: Message = {
             "type": "hello", "version": PROTOCOL_VERSION, "rank": self.rank, "world": self.world,
             "local_rank": self.local_rank, "seed": seed, "epoch": epoch, "batch_size": batch_size,
             "drop_last": drop_last, "client": CLIENT_NAME,
@@ -624,7 +694,7 @@ class Client:
         if visible and len(visible) <= 1024 and all(c.isascii() and (c.isalnum() or c in ",-/ ") for c in visible):
             # Without gpu_pci, the server maps local_rank through it to a GPU.
             hello["cuda_visible_devices"] = visible
-        fds = []
+        fds: List[int] = []
         try:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         except OSError as e:
@@ -669,10 +739,10 @@ class Client:
             self.close()
             raise
 
-    def _ready(self, ready):
+    def _ready(self, ready: Message) -> None:
         if len(self._fds) != ready["slabs"]:
             raise ProtocolError(f"the server announced {ready['slabs']} slabs but passed {len(self._fds)} descriptors")
-        self.slab_bytes = int(ready["slab_bytes"])
+        self.slab_bytes: int = int(ready["slab_bytes"])
         for fd in self._fds:
             mm, addr, pad = _mem.map_fd(fd, self.slab_bytes)
             self._maps.append(mm)
@@ -684,23 +754,23 @@ class Client:
         # references; any view of a batch in it (and views of those views, which keep
         # their base alive) adds to it.
         self._base_refs = self._refs(0) if self._maps else 0
-        self.session = ready["session"]
-        self.fields = ready["fields"]
-        self.batches_per_epoch = ready["batches"]
+        self.session: int = ready["session"]
+        self.fields: List[Dict[str, Any]] = ready["fields"]
+        self.batches_per_epoch: int = ready["batches"]
         # The counts are estimates (no index): a job of one rank may get another
         # number of batches; every rank of a larger one gets batches_per_epoch.
         self.counts_estimated = bool(ready.get("estimated", False))
-        self.samples_per_epoch = ready["samples"]
-        self.current_epoch = ready["epoch"]
+        self.samples_per_epoch: int = ready["samples"]
+        self.current_epoch: int = ready["epoch"]
         self.order = ready.get("order")
         self.placement = ready.get("placement")
         self._state = _state_of(ready, "ready")
-        self.last_end = None
+        self.last_end: Optional[Message] = None
         self._epoch_open = True
 
     # -- connection and messages --
 
-    def _connect(self, sock):
+    def _connect(self, sock: socket.socket) -> None:
         path = self.socket_path
         try:
             sock.connect(path)
@@ -716,7 +786,7 @@ class Client:
         except OSError as e:
             raise self._os_error(e, f"connecting to {path}") from None
 
-    def _check_peer(self, sock, trust_uids):
+    def _check_peer(self, sock: socket.socket, trust_uids: Optional[Iterable[int]]) -> None:
         """Refuse a server that runs as a user not trusted (see the class doc)."""
         if trust_uids is None:
             env = os.environ.get("SHARDLOAD_TRUST_UIDS", "")
@@ -736,7 +806,7 @@ class Client:
                 f"(uid {os.getuid()}) or root: refusing to talk to it (another user may have taken "
                 "the socket's place); pass trust_uids=[...] or set SHARDLOAD_TRUST_UIDS to trust it")
 
-    def _os_error(self, e, doing):
+    def _os_error(self, e: OSError, doing: str) -> ShardloadError:
         """The client's error for an OSError of the socket."""
         if isinstance(e, (socket.timeout, TimeoutError)):
             return Timeout(f"no answer from the shardload server at {self.socket_path} within "
@@ -746,7 +816,7 @@ class Client:
                               f"(it stopped or crashed) while {doing}: {e}")
         return ShardloadError(f"{doing}: {e}")
 
-    def _send(self, obj):
+    def _send(self, obj: Message) -> None:
         if self._sock is None:
             raise ShardloadError("the client is closed")
         try:
@@ -756,8 +826,9 @@ class Client:
                 self._last_word()
             raise self._os_error(e, f"sending {obj.get('type')}") from None
 
-    def _last_word(self):
+    def _last_word(self) -> None:
         """Raise the error message the server sent before it closed, if it sent one."""
+        assert self._sock is not None  # _send's, which calls this
         try:
             self._sock.setblocking(False)
             while True:
@@ -773,7 +844,7 @@ class Client:
         except OSError:
             return
 
-    def _decode(self, msg):
+    def _decode(self, msg: bytes) -> Message:
         if not msg:
             raise ServerGone(f"the shardload server at {self.socket_path} closed the connection "
                              "(it stopped or crashed)")
@@ -789,7 +860,7 @@ class Client:
             raise ServerError(obj.get("code", ""), obj.get("message", ""))
         return obj
 
-    def _recv(self):
+    def _recv(self) -> Message:
         if self._sock is None:
             raise ShardloadError("the client is closed")
         try:
@@ -800,7 +871,7 @@ class Client:
 
     # -- the order check --
 
-    def _check_order(self, timeout):
+    def _check_order(self, timeout: float) -> None:
         k = next(_order_checks)
         order = self.order if isinstance(self.order, dict) else {}
         fp = order.get("fingerprint")
@@ -822,7 +893,7 @@ class Client:
         if msg:
             raise OrderMismatch(msg)
 
-    def _compare_orders(self, dist, k, mine, timeout):
+    def _compare_orders(self, dist: Any, k: int, mine: Dict[str, Any], timeout: float) -> str:
         """The mismatch this rank reports ("" for none). Every rank puts its order in
         the default store; rank 0 compares them all and puts its verdict there; the
         other ranks read rank 0's order and the verdict, so that every rank fails when
@@ -832,13 +903,13 @@ class Client:
         wait = timedelta(seconds=timeout)
         try:
             from torch.distributed import distributed_c10d as c10d
-            store = c10d._get_default_store()
+            store = c10d._get_default_store()  # type: ignore[no-untyped-call]
         except (ImportError, AttributeError):
             store = None
         if store is None:
             # No default store: every rank gathers every rank's order (gloo).
             group = dist.new_group(backend="gloo", timeout=wait)
-            orders = [None] * world
+            orders: List[Any] = [None] * world
             try:
                 dist.all_gather_object(orders, mine, group=group)
             except RuntimeError as e:
@@ -871,25 +942,26 @@ class Client:
         except Exception:
             raise Timeout(f"rank 0 did not compare the ranks' shardload orders within {timeout}s "
                           "(check_timeout): did it create its shardload client, with the order check on?") from None
-        zero, verdict = json.loads(store.get(key + "0")), json.loads(store.get(key + "verdict"))
+        zero: Dict[str, Any] = json.loads(store.get(key + "0"))
+        told: Dict[str, str] = json.loads(store.get(key + "verdict"))
         store.set(key + f"seen/{rank}", "1")
-        if "timeout" in verdict:
-            raise Timeout(verdict["timeout"])
+        if "timeout" in told:
+            raise Timeout(told["timeout"])
         if zero.get("fingerprint") != mine.get("fingerprint"):
             return _order_difference(rank, mine, 0, zero)
-        return verdict.get("mismatch", "")
+        return told.get("mismatch", "")
 
     # -- slabs and their lifetime --
 
-    def _refs(self, i):
+    def _refs(self, i: int) -> int:
         return sys.getrefcount(self._maps[i])
 
-    def _referenced(self, i):
+    def _referenced(self, i: int) -> bool:
         """Whether anything besides this client references slab i's mapping: a view of
         the batch in it, or a view derived from one (which keeps its base alive)."""
         return self._refs(i) > self._base_refs
 
-    def _detach(self, i, used, fresh=True):
+    def _detach(self, i: int, used: Optional[int], fresh: bool = True) -> None:
         """Copy the batch in slab i into private memory at the slab's address (its views
         keep working), and map the slab afresh for the next batch."""
         t0 = time.perf_counter()
@@ -907,11 +979,11 @@ class Client:
         self.stats["detached_bytes"] += used
         self.stats["detach_seconds"] += time.perf_counter() - t0
 
-    def _send_release(self, b):
+    def _send_release(self, b: Batch) -> None:
         self._send({"type": "release", "slab": b._slab, "seq": b.seq, "epoch": b.epoch})
         self.stats["released"] += 1
 
-    def _release_batch(self, b):
+    def _release_batch(self, b: Batch) -> None:
         """Batch.release: give the slab back now if nothing references the batch's
         views, else once they are gone or copied (see _settle)."""
         if b.released:
@@ -928,7 +1000,7 @@ class Client:
         else:
             self._send_release(b)
 
-    def _settle(self, force=False, which=None):
+    def _settle(self, force: bool = False, which: Optional[Callable[[Batch], bool]] = None) -> None:
         """Hand back the deferred batches: those deferred before the latest batch was
         taken (all of them with force; only those which(batch) accepts, if given): free
         ones as they are, the others after a detach."""
@@ -942,20 +1014,20 @@ class Client:
                 self._detach(b._slab, b._used)
             self._send_release(b)
 
-    def _batch(self, msg):
+    def _batch(self, msg: Message) -> Batch:
         try:
             return self._batch_of(msg)
         except (KeyError, TypeError, ValueError) as e:
             raise ProtocolError(f"a batch message this client cannot read ({type(e).__name__}: {e})") from None
 
-    def _batch_of(self, msg):
+    def _batch_of(self, msg: Message) -> Batch:
         i = msg["slab"]
         if not 0 <= i < len(self._maps):
             raise ProtocolError(f"batch in slab {i} of {len(self._maps)}")
         pad = self._pads[i]
         ro = memoryview(self._maps[i])[pad:pad + self.slab_bytes].toreadonly()
         rows = msg["rows"]
-        cols = {}
+        cols: Dict[str, Column] = {}
         keys = None
         if self._torch is not None:
             with _NoWritableWarning():
@@ -975,7 +1047,7 @@ class Client:
         self._used[i] = b._used
         return b
 
-    def _view(self, ro, col, rows, key=False):
+    def _view(self, ro: memoryview, col: Dict[str, Any], rows: int, key: bool = False) -> Column:
         off, length = col["offset"], col["length"]
         np = self._np
         torch = None if key else self._torch
@@ -1003,7 +1075,7 @@ class Client:
 
     # -- epochs --
 
-    def batches(self, auto_release=True):
+    def batches(self, auto_release: bool = True) -> Iterator[Batch]:
         """Yield the batches of the current epoch. With auto_release, each batch is
         released when the next is asked for (and the last when the epoch ends or the
         loop is left); otherwise the caller releases each (the slabs are few: hold too
@@ -1017,8 +1089,8 @@ class Client:
             raise ShardloadError(f"epoch {self.current_epoch} was read already: call epoch(n) for another")
         return self._iterate(self._gen, auto_release)
 
-    def _iterate(self, gen, auto_release):
-        b = None
+    def _iterate(self, gen: int, auto_release: bool) -> Iterator[Batch]:
+        b: Optional[Batch] = None
         try:
             while True:
                 if gen != self._gen:
@@ -1063,10 +1135,10 @@ class Client:
                 except ShardloadError:
                     pass
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Batch]:
         return self.batches()
 
-    def epoch(self, n=None, auto_release=True):
+    def epoch(self, n: Optional[int] = None, auto_release: bool = True) -> Iterator[Batch]:
         """Start epoch n and yield its batches. Called before the current epoch's end
         (the loop was left early), it abandons the current epoch: the batches of it
         still held are released (those whose views are still referenced after a copy,
@@ -1094,12 +1166,12 @@ class Client:
         # and it ends normally. After an abandon the server takes the slabs back
         # itself. Either way the releases that may not come later go first, and the
         # batches whose views live on are copied out.
-        keep = (lambda b: False) if abandon else (lambda b: b.epoch == old)
+        keep: Callable[[Batch], bool] = (lambda b: False) if abandon else (lambda b: b.epoch == old)
         for b in list(self._held.values()):
             if not keep(b):
                 self._release_batch(b)
         self._settle(force=True, which=lambda b: not keep(b))
-        msg = {"type": "epoch", "epoch": n}
+        msg: Message = {"type": "epoch", "epoch": n}
         if state is not None:
             msg["state"] = state
         self._send(msg)
@@ -1110,7 +1182,7 @@ class Client:
         self._draining = old if abandon else None
         return self.batches(auto_release)
 
-    def _drain(self):
+    def _drain(self) -> None:
         """Read up to the end of the epoch being abandoned, dropping its batches."""
         e = self._draining
         late = []
@@ -1135,7 +1207,7 @@ class Client:
 
     # -- checkpoint and resume --
 
-    def state_dict(self):
+    def state_dict(self) -> State:
         """The position after the last batch this client yielded, as a plain dict of
         ints and strings (epoch, order, samples, runs, batches) to save with the
         trainer's checkpoint: before the first batch, the position the session
@@ -1143,13 +1215,13 @@ class Client:
         load_state_dict, the state loaded. Every rank of a job has the same state at
         the same step, and a job of another world size may resume from it."""
         if self._pending_state is not None:
-            return dict(self._pending_state)
+            return self._pending_state.copy()
         if self._state is None:
             raise ShardloadError("the shardload server sent no state (it speaks a protocol older than version 3): "
                                  "upgrade the server to checkpoint the loader's position")
-        return dict(self._state)
+        return self._state.copy()
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Make the next epoch started (``epoch()``, or iterating over the client)
         start at state, a dict that state_dict() returned: at its epoch, after its
         batches. The current epoch, if being read, is abandoned then. A Client made
@@ -1160,7 +1232,7 @@ class Client:
 
     # -- the end --
 
-    def close(self):
+    def close(self) -> None:
         """Say goodbye and unmap the slabs. Views of batches still referenced stay
         valid: those batches are copied out first. Idempotent."""
         if self.closed:
@@ -1205,31 +1277,31 @@ class Client:
             os.close(fd)
         self._fds = []
 
-    def __enter__(self):
+    def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
             pass
 
-    def slab_addresses(self):
+    def slab_addresses(self) -> List[Tuple[int, int]]:
         """(address, size) of each mapped slab, e.g. to register them with CUDA. A slab
         is mapped afresh (at another address) when a batch is copied out of it: see
         add_slab_hook."""
         return [(a, self.slab_bytes) for a in self._addrs]
 
-    def add_slab_hook(self, hook):
+    def add_slab_hook(self, hook: SlabHook) -> None:
         """Tell hook when a slab's mapping changes: hook.slab_unmapping(i, addr, size)
         before the memory at addr stops being slab i's (a detach, or close), and
         hook.slab_mapped(i, addr, size) when slab i is mapped afresh at addr."""
         self._slab_hooks.append(hook)
 
 
-def connect(socket_path=None, **kwargs):
+def connect(socket_path: Optional[str] = None, **kwargs: Any) -> Client:
     """Connect to a shardload server; see Client."""
     return Client(socket_path, **kwargs)

@@ -2,11 +2,14 @@
 copies each batch to the GPU on a side stream while the previous batch computes.
 """
 
+from __future__ import annotations
+
 import os
+from typing import Any, Dict, Iterator, Mapping, Optional, Set, Tuple, Union
 
 import torch
 
-from .client import Client, ShardloadError, check_state
+from .client import Batch, Client, ShardloadError, State, check_state
 
 WORKERS_MESSAGE = (
     "ShardloadDataset in a DataLoader with num_workers={n}: each worker process would connect "
@@ -15,7 +18,7 @@ WORKERS_MESSAGE = (
     "own process): use DataLoader(ds, batch_size=None, num_workers=0)")
 
 
-class ShardloadDataset(torch.utils.data.IterableDataset):
+class ShardloadDataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
     """Yields batches (dicts of tensors plus "__key__") from a shardload server.
 
     Use it with ``DataLoader(ds, batch_size=None, num_workers=0)``: the server does the
@@ -44,31 +47,32 @@ class ShardloadDataset(torch.utils.data.IterableDataset):
     ``StatefulDataLoader`` calls both methods itself.
     """
 
-    def __init__(self, *, epoch=0, copy=False, state=None, **client_kwargs):
+    def __init__(self, *, epoch: int = 0, copy: bool = False, state: Optional[Mapping[str, Any]] = None,
+                 **client_kwargs: Any) -> None:
         super().__init__()
         self._kwargs = dict(client_kwargs, output="torch")
         self._next_epoch = epoch
         self._copy = copy
-        self._client = None
-        self._pending = None    # a loaded state, for the next iter()
+        self._client: Optional[Client] = None
+        self._pending: Optional[State] = None    # a loaded state, for the next iter()
         self._in_epoch = False  # an epoch started and did not end: the client has the position
         self._gen = 0           # numbers the epochs started: an older generator's end changes nothing
         if state is not None:
             self.load_state_dict(state)
 
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch: int) -> None:
         """Read epoch next (from its start, or from a loaded state of that epoch)."""
         self._next_epoch = epoch
         self._in_epoch = False
         if self._pending is not None and self._pending["epoch"] != epoch:
             self._pending = None
 
-    def state_dict(self):
+    def state_dict(self) -> State:
         """The position after the last batch yielded (a dict of ints and strings):
         where a dataset given it by load_state_dict resumes. Between epochs, and
         before the first, the start of the epoch the next ``iter()`` reads."""
         if self._pending is not None:
-            return dict(self._pending)
+            return self._pending.copy()
         c = self._client
         if self._in_epoch and c is not None and not c.closed:
             return c.state_dict()
@@ -78,20 +82,20 @@ class ShardloadDataset(torch.utils.data.IterableDataset):
         return {"epoch": self._next_epoch, "order": known["order"] if known else "",
                 "samples": known["samples"] if known else 0, "runs": "", "batches": 0}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Make the next ``iter()`` resume at state (a dict state_dict() returned): at
         its epoch, after its batches; later ``iter()`` calls read the epochs after it."""
         self._pending = check_state(state)
         self._next_epoch = self._pending["epoch"]
         self._in_epoch = False
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
         info = torch.utils.data.get_worker_info()
         if info is not None and info.num_workers > 1:
             raise ShardloadError(WORKERS_MESSAGE.format(n=info.num_workers))
         return self._epoch()
 
-    def _epoch(self):
+    def _epoch(self) -> Iterator[Dict[str, Any]]:
         # A generator: nothing happens until the first batch is asked for, so that an
         # iterator made and dropped (as StatefulDataLoader does) changes nothing.
         if self._client is not None and self._client._pid != os.getpid():
@@ -116,12 +120,12 @@ class ShardloadDataset(torch.utils.data.IterableDataset):
         if gen == self._gen and self._client is not None and not self._client._epoch_open:
             self._in_epoch = False  # the epoch ended: the position is the next one's start
 
-    def __getstate__(self):
+    def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         state["_client"] = None  # a connection does not travel to another process
         return state
 
-    def close(self):
+    def close(self) -> None:
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -143,7 +147,7 @@ class CudaPrefetcher:
     ``epoch()`` resumes.
     """
 
-    def __init__(self, client, device=None):
+    def __init__(self, client: Client, device: Union[int, str, torch.device, None] = None) -> None:
         if client.output != "torch":
             raise ValueError("CudaPrefetcher needs a Client with output='torch'")
         self.client = client
@@ -155,39 +159,39 @@ class CudaPrefetcher:
         else:
             self.device = torch.device("cpu")
         self.registered = getattr(self, "registered", False)
-        self._state = None  # after the last batch handed over in the current epoch
+        self._state: Optional[State] = None  # after the last batch handed over in the current epoch
 
-    def state_dict(self):
+    def state_dict(self) -> State:
         """The position after the last batch handed over (see Client.state_dict);
         before the first batch of an epoch and after its end, the client's."""
         if self._state is not None:
-            return dict(self._state)
+            return self._state.copy()
         return self.client.state_dict()
 
-    def _register(self):
+    def _register(self) -> None:
         cudart = torch.cuda.cudart()
         self.registered = True
-        self._pinned = set()
+        self._pinned: Set[int] = set()
         for addr, size in self.client.slab_addresses():
             self.slab_mapped(None, addr, size)
         # A slab whose batch the trainer kept is copied out and mapped afresh: the
         # registration follows the slab, not the kept copy.
         self.client.add_slab_hook(self)
 
-    def slab_mapped(self, i, addr, size):
+    def slab_mapped(self, i: Optional[int], addr: int, size: int) -> None:
         # cudaHostRegisterPortable (1): pinned for every context.
         if int(torch.cuda.cudart().cudaHostRegister(addr, size, 1)) == 0:
             self._pinned.add(addr)
         else:
             self.registered = False  # copies still work, synchronously staged
 
-    def slab_unmapping(self, i, addr, size):
+    def slab_unmapping(self, i: Optional[int], addr: int, size: int) -> None:
         if addr in self._pinned:
             self._pinned.discard(addr)
             torch.cuda.cudart().cudaHostUnregister(addr)
 
-    def _issue(self, b):
-        out = {}
+    def _issue(self, b: Batch) -> Tuple[Batch, Dict[str, Any], torch.cuda.Event]:
+        out: Dict[str, Any] = {}
         with torch.cuda.stream(self.stream):
             for name, col in b.items():
                 if isinstance(col, torch.Tensor):
@@ -199,12 +203,12 @@ class CudaPrefetcher:
         out["__key__"] = list(b.keys)
         return b, out, ev
 
-    def epoch(self, n=None):
+    def epoch(self, n: Optional[int] = None) -> Iterator[Dict[str, Any]]:
         """Iterate over the current epoch, or epoch n."""
         it = self.client.epoch(n, auto_release=False) if n is not None else self.client.batches(auto_release=False)
         self._state = None
         if not self.cuda:
-            prev = None
+            prev: Optional[Batch] = None
             for b in it:
                 if prev is not None:
                     prev.release()
@@ -215,7 +219,7 @@ class CudaPrefetcher:
                 prev.release()
             self._state = None
             return
-        cur = None
+        cur: Optional[Tuple[Batch, Dict[str, Any], torch.cuda.Event]] = None
         for b in it:
             nxt = self._issue(b)
             if cur is not None:
@@ -225,17 +229,18 @@ class CudaPrefetcher:
             yield self._hand_over(cur)
         self._state = None
 
-    def _hand_over(self, item):
+    def _hand_over(self, item: Tuple[Batch, Dict[str, Any], torch.cuda.Event]) -> Dict[str, Any]:
         host, out, ev = item
         torch.cuda.current_stream(self.device).wait_event(ev)
         for v in out.values():
             if isinstance(v, torch.Tensor) and v.is_cuda:
-                v.record_stream(torch.cuda.current_stream(self.device))
+                # (torch 1.13's stubs want a torch._C.Stream, which a CUDA stream is not)
+                v.record_stream(torch.cuda.current_stream(self.device))  # type: ignore[arg-type]
         # The copy is done once the event is: then the host slab can be reused.
         ev.synchronize()
         host.release()
         self._state = host.state
         return out
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
         return self.epoch()
