@@ -24,8 +24,9 @@ import (
 var (
 	// ErrClosed means the Cache was used after Close.
 	ErrClosed = errors.New("cache: closed")
-	// ErrBusy means another process holds the cache directory.
-	ErrBusy = errors.New("cache: directory in use by another process")
+	// ErrBusy means an older shardload, which takes a cache directory for itself
+	// alone, holds the directory.
+	ErrBusy = errors.New("cache: directory held by another process")
 	// ErrCorrupt means a cached file does not match its recorded size or checksum.
 	ErrCorrupt = errors.New("cache: corrupt entry")
 	// ErrChanged means an object changed at the source while it was being fetched;
@@ -156,8 +157,9 @@ var (
 )
 
 // New returns a cache in front of upstream. With a Dir it creates the directory
-// (0700), takes its lock, and rebuilds the index from the files there, deleting what
-// it cannot verify (see the package documentation).
+// (0700), takes its shared lock, and reads the index from the files there, deleting
+// what it cannot verify and what dead processes left (see the package
+// documentation). Any number of processes may use one directory at once.
 func New(opts Options, upstream source.Source) (*Cache, error) {
 	if upstream == nil {
 		return nil, errors.New("cache: nil upstream source")
@@ -175,7 +177,7 @@ func New(opts Options, upstream source.Source) (*Cache, error) {
 		}
 	}
 	if opts.Dir != "" {
-		d, err := openDisk(opts.Dir, opts.DiskBytes, opts.Logf)
+		d, err := openDisk(opts.Dir, opts.DiskBytes, &c.mu, opts.Logf)
 		if err != nil {
 			c.cancel()
 			return nil, err
@@ -471,6 +473,9 @@ func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info 
 			de.refs++
 			c.mu.Unlock()
 			r, err := c.openDisk(ctx, url, de, node)
+			if errors.Is(err, errVanished) && attempt < 3 {
+				return c.open(ctx, url, node, attempt+1)
+			}
 			if errors.Is(err, ErrCorrupt) && attempt == 0 {
 				c.opts.Logf("cache: %s: %v; fetching it again", k, err)
 				return c.open(ctx, url, node, attempt+1)
@@ -546,6 +551,9 @@ func (c *Cache) openDisk(ctx context.Context, url string, de *diskEntry, node in
 		v, err, _ := c.loads.Do(key, func() (any, error) { return c.loadToMemory(de, node) })
 		if err != nil {
 			c.release(de)
+			if errors.Is(err, errVanished) {
+				c.vanished(de)
+			}
 			if errors.Is(err, ErrCorrupt) {
 				c.n.corrupt.Add(1)
 				c.drop(de.meta.URL)
@@ -565,6 +573,15 @@ func (c *Cache) openDisk(ctx context.Context, url string, de *diskEntry, node in
 	}
 	path := c.disk.dataPath(de.name)
 	fh, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) || (err == nil && !lockRead(fh)) {
+		// Deleted by another process (evicted, replaced) since this one indexed it.
+		if fh != nil {
+			fh.Close()
+		}
+		c.release(de)
+		c.vanished(de)
+		return nil, errVanished
+	}
 	if err != nil {
 		c.release(de)
 		c.n.corrupt.Add(1)
@@ -733,19 +750,36 @@ func (c *Cache) release(de *diskEntry) {
 	c.reap(victims)
 }
 
-// reap deletes the files of removed entries and gives their bytes back to the budget.
+// vanished takes out of the index an entry another process deleted.
+func (c *Cache) vanished(de *diskEntry) {
+	c.mu.Lock()
+	if cur, ok := c.disk.lru.Peek(de.meta.URL); ok && cur == de {
+		c.disk.lru.Remove(de.meta.URL)
+	}
+	de.gone = true
+	if de.refs == 0 {
+		delete(c.disk.stems, de.name)
+	}
+	c.mu.Unlock()
+}
+
+// reap deletes the files of removed entries and gives their bytes back to the budget;
+// files another process reads stay, and the next look at the directory finds them.
 func (c *Cache) reap(victims []*diskEntry) {
 	if len(victims) == 0 {
 		return
 	}
-	var freed int64
-	for _, e := range victims {
-		c.disk.removeFiles(e.name)
-		freed += e.bytes
-	}
-	c.mu.Lock()
-	c.disk.used -= freed
-	c.mu.Unlock()
+	c.disk.change(func() {
+		for _, e := range victims {
+			deleted := c.disk.tryDelete(e.name)
+			c.mu.Lock()
+			delete(c.disk.stems, e.name)
+			if deleted {
+				c.disk.used -= e.bytes
+			}
+			c.mu.Unlock()
+		}
+	})
 }
 
 // memReader streams a memory entry.

@@ -10,10 +10,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/shardload/shardload/source"
 )
@@ -134,13 +137,15 @@ func readAll(t *testing.T, src source.Source, url string) []byte {
 }
 
 // dirBytes sums the sizes of the regular files under dir.
+// dirBytes returns the bytes and names of the files in dir, but for the tier's two
+// control files (lock and budget, of fixed size).
 func dirBytes(t *testing.T, dir string) (total int64, names []string) {
 	t.Helper()
 	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d.Type().IsRegular() {
+		if d.Type().IsRegular() && d.Name() != "lock" && d.Name() != "budget" {
 			fi, _ := d.Info()
 			total += fi.Size()
 			names = append(names, d.Name())
@@ -219,7 +224,7 @@ func TestDiskEntrySurvivesRestart(t *testing.T) {
 	}
 	_, names := dirBytes(t, dir)
 	for _, n := range names {
-		if n == "lock" {
+		if n == "lock" || n == "budget" {
 			continue
 		}
 		fi, err := os.Stat(filepath.Join(dir, "v1", n))
@@ -476,8 +481,8 @@ func TestNewVersionIsRefetched(t *testing.T) {
 	if st := c.Stats(); st.Stale != 2 || st.Fetches != 3 || st.DiskEntries != 1 {
 		t.Errorf("stats %+v: want 2 stale, 3 fetches, 1 entry", st)
 	}
-	if _, names := dirBytes(t, dir); len(names) != 3 { // lock, data, meta
-		t.Errorf("files %v: want the lock and one entry", names)
+	if _, names := dirBytes(t, dir); len(names) != 2 { // data, meta
+		t.Errorf("files %v: want one entry", names)
 	}
 }
 
@@ -576,12 +581,184 @@ func TestRebuildDropsWhatItCannotVerifyAndKeepsForeignFiles(t *testing.T) {
 	}
 }
 
-func TestSecondProcessOnDirectoryIsBusy(t *testing.T) {
+// Two Caches on one directory hold their locks through separate open files, as two
+// processes do (flock locks belong to the open file, not the process): these tests
+// are the processes of a node sharing its cache directory.
+
+func TestOlderExclusiveHolderIsBusy(t *testing.T) {
 	dir := t.TempDir()
-	newCache(t, Options{Dir: dir}, newFake())
-	_, err := New(Options{Dir: dir}, newFake())
-	if !errors.Is(err, ErrBusy) {
+	os.MkdirAll(filepath.Join(dir, "v1"), 0o700)
+	f, err := os.OpenFile(filepath.Join(dir, "v1", "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Options{Dir: dir}, newFake()); !errors.Is(err, ErrBusy) {
 		t.Fatalf("got %v, want ErrBusy", err)
+	}
+}
+
+func TestProcessesShareEntries(t *testing.T) {
+	up := newFake()
+	a, b := randBytes(1, 300_000), randBytes(2, 200_000)
+	up.put("s3://b/a.tar", a, "v1")
+	up.put("s3://b/b.tar", b, "v1")
+	dir := t.TempDir()
+	c1 := newCache(t, Options{Dir: dir, DiskBytes: 10 << 20}, up)
+	c2 := newCache(t, Options{Dir: dir, DiskBytes: 10 << 20}, up)
+	if !bytes.Equal(readAll(t, c1, "s3://b/a.tar"), a) {
+		t.Fatal("c1: wrong bytes")
+	}
+	// The second process serves what the first fetched, from its files.
+	if !bytes.Equal(readAll(t, c2, "s3://b/a.tar"), a) || !bytes.Equal(readAll(t, c2, "s3://b/a.tar"), a) {
+		t.Fatal("c2: wrong bytes")
+	}
+	if n := up.openCount("s3://b/a.tar"); n != 1 {
+		t.Errorf("a.tar fetched %d times by two processes, want once", n)
+	}
+	if st := c2.Stats(); st.Fetches != 0 || st.DiskHits != 2 || st.DiskEntries != 1 {
+		t.Errorf("c2 stats %+v: want 2 disk hits, no fetch", st)
+	}
+	// A fill in flight in one process: the other waits for it and serves its entry.
+	gate := make(chan struct{})
+	up.mu.Lock()
+	up.gate = gate
+	up.mu.Unlock()
+	r1, err := c1.Open(t.Context(), "s3://b/b.tar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan []byte)
+	go func() { b, _ := io.ReadAll(r1); first <- b }()
+	for up.openCount("s3://b/b.tar") == 0 {
+		runtime.Gosched() // the first process's fetch reaches the source
+	}
+	second := make(chan []byte)
+	go func() { second <- readAll(t, c2, "s3://b/b.tar") }()
+	close(gate)
+	if got := <-first; !bytes.Equal(got, b) {
+		t.Fatal("c1: wrong bytes of b.tar")
+	}
+	r1.Close()
+	if got := <-second; !bytes.Equal(got, b) {
+		t.Fatal("c2: wrong bytes of b.tar")
+	}
+	if n := up.openCount("s3://b/b.tar"); n != 1 {
+		t.Errorf("b.tar fetched %d times while two processes wanted it at once, want once", n)
+	}
+}
+
+func TestProcessesShareTheBudgetAndNeverEvictWhatTheOtherReads(t *testing.T) {
+	const budget = 500_000
+	up := newFake()
+	dir := t.TempDir()
+	c1 := newCache(t, Options{Dir: dir, DiskBytes: budget}, up)
+	c2 := newCache(t, Options{Dir: dir, DiskBytes: budget}, up)
+	held := randBytes(7, 150_000)
+	up.put("s3://b/held.tar", held, "v1")
+	readAll(t, c1, "s3://b/held.tar")
+	r, err := c1.Open(t.Context(), "s3://b/held.tar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := make([]byte, 1000)
+	if _, err := io.ReadFull(r, part); err != nil {
+		t.Fatal(err)
+	}
+	held1 := dataFile(t, dir, "s3://b/held.tar")
+	// Both processes fill the directory with other objects, each many times its
+	// budget: the files never pass the budget, and the entry the first process reads
+	// stays.
+	for i := range 12 {
+		c := []*Cache{c1, c2}[i%2]
+		url := fmt.Sprintf("s3://b/%d.tar", i)
+		data := randBytes(uint64(100+i), 120_000)
+		up.put(url, data, "v1")
+		if !bytes.Equal(readAll(t, c, url), data) {
+			t.Fatalf("%s: wrong bytes", url)
+		}
+		if n, names := dirBytes(t, dir); n > budget {
+			t.Fatalf("after %s: %d bytes on disk (%v), budget %d", url, n, names, budget)
+		}
+		if _, err := os.Stat(held1); err != nil {
+			t.Fatalf("after %s: the entry another process reads was deleted: %v", url, err)
+		}
+	}
+	rest, err := io.ReadAll(r)
+	if err != nil || !bytes.Equal(append(part, rest...), held) {
+		t.Fatalf("the held entry: %d bytes, %v", len(rest)+len(part), err)
+	}
+	r.Close()
+	if st1, st2 := c1.Stats(), c2.Stats(); st1.Evicted+st2.Evicted == 0 {
+		t.Errorf("no eviction: %+v %+v", st1, st2)
+	}
+	// Released, it goes when room is needed.
+	for i := range 6 {
+		url := fmt.Sprintf("s3://b/later-%d.tar", i)
+		up.put(url, randBytes(uint64(200+i), 120_000), "v1")
+		readAll(t, c2, url)
+	}
+	if _, err := os.Stat(held1); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the released entry was never evicted: %v", err)
+	}
+	if n, _ := dirBytes(t, dir); n > budget {
+		t.Fatalf("%d bytes on disk, budget %d", n, budget)
+	}
+}
+
+// TestStartupSparesLiveProcesses: a process starting on the directory deletes what a
+// dead one left (a fetch's temporary file, its fill lock) but not the files of a
+// fetch a live process is making.
+func TestStartupSparesLiveProcesses(t *testing.T) {
+	up := newFake()
+	data := randBytes(5, 200_000)
+	up.put("s3://b/live.tar", data, "v1")
+	dir := t.TempDir()
+	root := filepath.Join(dir, "v1")
+	c1 := newCache(t, Options{Dir: dir, DiskBytes: 10 << 20}, up)
+	gate := make(chan struct{})
+	up.mu.Lock()
+	up.gate = gate
+	up.mu.Unlock()
+	r, err := c1.Open(t.Context(), "s3://b/live.tar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for up.openCount("s3://b/live.tar") == 0 {
+		runtime.Gosched()
+	}
+	live, _ := filepath.Glob(filepath.Join(root, "tmp-"+hashURL("s3://b/live.tar")+"-*.data"))
+	if len(live) != 1 {
+		t.Fatalf("the live fetch's temporary file: %v", live)
+	}
+	// What a killed process left: a temporary file and a fill lock no one holds.
+	dead := filepath.Join(root, "tmp-"+newName("s3://b/dead.tar")+"-1000.data")
+	deadLock := filepath.Join(root, hashURL("s3://b/dead.tar")+".lock")
+	for _, p := range []string{dead, deadLock} {
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newCache(t, Options{Dir: dir, DiskBytes: 10 << 20}, up)
+	for _, p := range []string{dead, deadLock} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left behind: %v", filepath.Base(p), err)
+		}
+	}
+	if _, err := os.Stat(live[0]); err != nil {
+		t.Errorf("the live fetch's file was deleted: %v", err)
+	}
+	close(gate)
+	got, err := io.ReadAll(r)
+	r.Close()
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the live fetch: %d bytes, %v", len(got), err)
+	}
+	if st := c1.Stats(); st.DiskEntries != 1 {
+		t.Errorf("stats %+v: the live fetch was not committed", st)
 	}
 }
 
@@ -690,8 +867,8 @@ func TestCloseCancelsFetchInFlight(t *testing.T) {
 		t.Error("a read of a cancelled fetch ended without an error")
 	}
 	r.Close()
-	if _, names := dirBytes(t, dir); len(names) != 1 {
-		t.Errorf("files %v after a cancelled fetch: want only the lock", names)
+	if _, names := dirBytes(t, dir); len(names) != 0 {
+		t.Errorf("files %v after a cancelled fetch: want none", names)
 	}
 }
 

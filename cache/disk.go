@@ -4,16 +4,21 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -84,8 +89,14 @@ func newName(url string) string {
 	return hashURL(url) + "-" + hex.EncodeToString(g[:])
 }
 
-// fileRE matches every name the disk tier creates, and only those are ever deleted.
-var fileRE = regexp.MustCompile(`^(tmp-)?([0-9a-f]{64})-([0-9a-f]{16})\.(data|meta)$`)
+// fileRE matches every entry file the disk tier creates, and only those are ever
+// deleted: HASH-GEN.data and .meta, and while a fetch runs tmp-HASH-GEN-RESERVED.data
+// (RESERVED: the bytes it reserved, so that every process counts them) and
+// tmp-HASH-GEN.meta.
+var fileRE = regexp.MustCompile(`^(tmp-)?([0-9a-f]{64})-([0-9a-f]{16})(?:-([0-9]{1,19}))?\.(data|meta)$`)
+
+// lockRE matches an object's fill lock, HASH.lock: held by the process fetching it.
+var lockRE = regexp.MustCompile(`^([0-9a-f]{64})\.lock$`)
 
 // diskEntry is one committed object. Fields other than checked and opens are
 // guarded by Cache.mu.
@@ -95,6 +106,7 @@ type diskEntry struct {
 	bytes   int64           // data and meta file sizes
 	refs    int             // open readers
 	gone    bool            // removed from the index; files go when the last reader closes
+	mtime   time.Time       // the data file's, when last seen: the LRU order
 	checked []atomic.Uint64 // a bit per block: its checksum matched in this process
 	opens   atomic.Int32    // opens in this process: the memory tier admits the second
 }
@@ -120,14 +132,21 @@ func (e *diskEntry) isChecked(i int64) bool { return e.checked[i/64].Load()&(1<<
 // setChecked records that block i was checked.
 func (e *diskEntry) setChecked(i int64) { e.checked[i/64].Or(1 << (i % 64)) }
 
-// diskTier is the disk tier: an LRU index of entries in root with a byte budget.
-// Its fields are guarded by Cache.mu; file I/O happens outside that lock.
+// diskTier is the disk tier: an LRU index of entries in root with a byte budget,
+// shared with the other processes that use the directory (see the package
+// documentation). Its index fields are guarded by mu (Cache.mu); file I/O happens
+// outside that lock, and every change to the directory's files inside shared.
 type diskTier struct {
 	root   string
 	budget int64
-	used   int64 // committed entries, reservations, and removed entries not yet deleted
+	mu     *sync.Mutex
+	used   int64 // the directory's files: committed entries, reservations, files of other processes' fetches
 	lru    *simplelru.LRU[string, *diskEntry]
-	lock   *os.File
+	stems  map[string]*diskEntry // the index's entries and this process's gone ones still read, by file stem
+	lock   *os.File              // root/lock, held shared while the tier is open
+	gfile  *os.File              // root/budget: the generation, locked while the files change
+	gmu    sync.Mutex            // this process's holder of gfile's lock
+	gen    uint64                // the generation the index and used were read at
 	logf   func(string, ...any)
 	// fault, when set (by tests), is asked before each write of the tier's files
 	// (op "create", "write", "sync" or "rename") and fails it with the error it
@@ -135,8 +154,8 @@ type diskTier struct {
 	fault func(op, path string) error
 }
 
-// openDisk creates dir/v1, locks it, and rebuilds the index from its files.
-func openDisk(dir string, budget int64, logf func(string, ...any)) (*diskTier, error) {
+// openDisk creates dir/v1, takes its shared lock, and reads the index from its files.
+func openDisk(dir string, budget int64, mu *sync.Mutex, logf func(string, ...any)) (*diskTier, error) {
 	root := filepath.Join(dir, "v1")
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
@@ -145,121 +164,273 @@ func openDisk(dir string, budget int64, logf func(string, ...any)) (*diskTier, e
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
 		lock.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: %s (one process per cache directory; use another --cache-dir)", ErrBusy, root)
+			return nil, fmt.Errorf("%w: %s (an older shardload holds it alone; stop it or use another --cache-dir)", ErrBusy, root)
 		}
 		return nil, fmt.Errorf("cache: locking %s: %w", root, err)
+	}
+	gfile, err := os.OpenFile(filepath.Join(root, "budget"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("cache: %w", err)
 	}
 	lru, err := simplelru.NewLRU[string, *diskEntry](math.MaxInt32, nil)
 	if err != nil {
 		panic(err)
 	}
-	d := &diskTier{root: root, budget: budget, lru: lru, lock: lock, logf: logf}
-	if err := d.rebuild(); err != nil {
+	d := &diskTier{root: root, budget: budget, mu: mu, lru: lru, stems: map[string]*diskEntry{}, lock: lock, gfile: gfile, logf: logf}
+	var rerr error
+	if err := d.shared(true, func() { rerr = d.startup() }); err != nil {
+		rerr = err
+	}
+	if rerr != nil {
 		d.close()
-		return nil, err
+		return nil, rerr
 	}
 	return d, nil
 }
 
-func (d *diskTier) close() { d.lock.Close() }
+func (d *diskTier) close() {
+	d.gfile.Close()
+	d.lock.Close()
+}
 
 func (d *diskTier) dataPath(name string) string { return filepath.Join(d.root, name+".data") }
 func (d *diskTier) metaPath(name string) string { return filepath.Join(d.root, name+".meta") }
-func (d *diskTier) tmpData(name string) string  { return filepath.Join(d.root, "tmp-"+name+".data") }
+func (d *diskTier) tmpData(name string, reserved int64) string {
+	return filepath.Join(d.root, "tmp-"+name+"-"+strconv.FormatInt(reserved, 10)+".data")
+}
 func (d *diskTier) tmpMeta(name string) string  { return filepath.Join(d.root, "tmp-"+name+".meta") }
+func (d *diskTier) lockPath(hash string) string { return filepath.Join(d.root, hash+".lock") }
 
-// rebuild reads the index from the directory, deleting (of its own files only) what
-// cannot be verified without reading the data: see the package documentation.
-func (d *diskTier) rebuild() error {
+// shared runs fn holding the directory's change lock: the other processes change
+// no file meanwhile. When one did since this process last looked (the generation
+// moved), the index and the bytes used are read again first. fn bumps the
+// generation (d.bump) before it changes any file; force reads the directory in any
+// case.
+func (d *diskTier) shared(force bool, fn func()) error {
+	d.gmu.Lock()
+	defer d.gmu.Unlock()
+	if err := unix.Flock(int(d.gfile.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("cache: locking %s: %w", d.gfile.Name(), err)
+	}
+	defer unix.Flock(int(d.gfile.Fd()), unix.LOCK_UN)
+	if g := d.readGen(); force || g != d.gen {
+		d.rescan()
+		d.gen = g
+	}
+	if fn != nil {
+		fn()
+	}
+	return nil
+}
+
+func (d *diskTier) readGen() uint64 {
+	var b [8]byte
+	if n, _ := d.gfile.ReadAt(b[:], 0); n < 8 {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// bump records a change of the directory's files, so that the other processes read
+// it again. Called inside shared, before the change.
+func (d *diskTier) bump() {
+	d.gen = d.readGen() + 1
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], d.gen)
+	if _, err := d.gfile.WriteAt(b[:], 0); err != nil {
+		d.logf("cache: %v", err)
+	}
+}
+
+// refresh reads the index again if another process changed the directory.
+func (d *diskTier) refresh() {
+	d.gmu.Lock()
+	stale := d.readGen() != d.gen
+	d.gmu.Unlock()
+	if stale {
+		if err := d.shared(false, nil); err != nil {
+			d.logf("%v", err)
+		}
+	}
+}
+
+// scanned is what rescan found of one entry's files.
+type scanned struct {
+	meta, data bool
+	size, metaSize int64
+	mtime          time.Time
+}
+
+// rescan reads the directory: the committed entries other processes added join the
+// index, the ones they removed leave it, and used becomes what the files take (a
+// fetch in flight, here or elsewhere, counts what it reserved). Called inside shared.
+func (d *diskTier) rescan() {
 	ents, err := os.ReadDir(d.root)
 	if err != nil {
-		return fmt.Errorf("cache: %w", err)
+		d.logf("cache: %v", err)
+		return
 	}
-	type found struct {
-		meta, data bool
-		size       int64
-		mtime      time.Time
-	}
-	names := map[string]*found{}
+	names := map[string]*scanned{}
+	var other int64 // bytes of files that are not entries of the index
 	for _, de := range ents {
 		m := fileRE.FindStringSubmatch(de.Name())
 		if m == nil || !de.Type().IsRegular() {
-			continue // not ours
+			continue // not an entry's file
+		}
+		fi, err := de.Info()
+		if err != nil {
+			continue // removed meanwhile
 		}
 		if m[1] != "" {
-			d.removePath(filepath.Join(d.root, de.Name())) // a fetch cut short
+			n := fi.Size()
+			if r, err := strconv.ParseInt(m[4], 10, 64); err == nil && r > n {
+				n = r
+			}
+			other += n
 			continue
 		}
 		stem := m[2] + "-" + m[3]
 		f := names[stem]
 		if f == nil {
-			f = &found{}
+			f = &scanned{}
 			names[stem] = f
 		}
-		if m[4] == "meta" {
-			f.meta = true
-			continue
+		if m[5] == "meta" {
+			f.meta, f.metaSize = true, fi.Size()
+		} else {
+			f.data, f.size, f.mtime = true, fi.Size(), fi.ModTime()
 		}
-		fi, err := de.Info()
-		if err != nil {
-			continue
-		}
-		f.data, f.size, f.mtime = true, fi.Size(), fi.ModTime()
 	}
 	type cand struct {
 		e     *diskEntry
 		mtime time.Time
 	}
 	byURL := map[string]cand{}
+	d.mu.Lock()
+	known := maps.Clone(d.stems)
+	d.mu.Unlock()
 	for stem, f := range names {
-		var m meta
-		err := errors.New("data without meta")
-		if f.meta {
-			m, err = d.readMeta(stem)
-		}
-		if err == nil && !f.data {
-			err = errors.New("meta without data")
-		}
-		if err == nil && f.size != m.Size {
-			err = fmt.Errorf("data is %d bytes, meta says %d", f.size, m.Size)
-		}
-		if err != nil {
-			d.logf("cache: dropping entry %s: %v", stem, err)
-			d.removeFiles(stem)
+		e := known[stem]
+		if e != nil && e.gone {
+			other += f.size + f.metaSize // still read here; its files go when it closes
 			continue
 		}
-		mb, _ := os.Stat(d.metaPath(stem))
-		e := newDiskEntry(stem, m, f.size)
-		if mb != nil {
-			e.bytes += mb.Size()
-		}
-		if old, ok := byURL[m.URL]; ok {
-			// Two generations of one object: a crash between commits. Keep the newer.
-			if old.e.meta.Fetched.After(m.Fetched) {
-				d.removeFiles(stem)
+		if e == nil {
+			if !f.meta || !f.data {
+				other += f.size + f.metaSize // being committed, or left by a crash: startup sees to it
 				continue
 			}
-			d.removeFiles(old.e.name)
+			m, err := d.readMeta(stem)
+			if err != nil || f.size != m.Size {
+				other += f.size + f.metaSize
+				continue
+			}
+			e = newDiskEntry(stem, m, f.size+f.metaSize)
 		}
-		byURL[m.URL] = cand{e, f.mtime}
+		e.mtime = f.mtime
+		if old, ok := byURL[e.meta.URL]; ok && !e.meta.Fetched.After(old.e.meta.Fetched) {
+			other += e.bytes // an older generation, to be deleted when no one reads it
+			continue
+		} else if ok {
+			other += old.e.bytes
+		}
+		byURL[e.meta.URL] = cand{e, f.mtime}
 	}
 	cands := make([]cand, 0, len(byURL))
 	for _, c := range byURL {
 		cands = append(cands, c)
 	}
 	sort.Slice(cands, func(i, j int) bool { return cands[i].mtime.Before(cands[j].mtime) })
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	keep := map[string]*diskEntry{}
+	for _, e := range d.stems {
+		if e.gone {
+			if e.refs > 0 {
+				keep[e.name] = e
+			}
+		} else if _, ok := names[e.name]; !ok || byURL[e.meta.URL].e != e {
+			// Removed by another process, or superseded: no longer served from here.
+			e.gone = true
+			if e.refs > 0 {
+				keep[e.name] = e
+			}
+		}
+	}
+	d.lru.Purge()
+	used := other
 	for _, c := range cands {
 		d.lru.Add(c.e.meta.URL, c.e)
-		d.used += c.e.bytes
+		keep[c.e.name] = c.e
+		used += c.e.bytes
 	}
-	for d.used > d.budget { // the budget shrank since the last run
-		_, e, _ := d.lru.RemoveOldest()
-		d.removeFiles(e.name)
-		d.used -= e.bytes
+	d.stems = keep
+	d.used = used
+}
+
+// startup deletes what a process that died left (its fetches' temporary files, an
+// entry it did not finish committing, older generations of an object, stale fill
+// locks), sparing what live processes are doing, and evicts down to the budget.
+// Called inside shared, after rescan.
+func (d *diskTier) startup() error {
+	ents, err := os.ReadDir(d.root)
+	if err != nil {
+		return fmt.Errorf("cache: %w", err)
 	}
+	byHash := map[string][]string{}
+	for _, de := range ents {
+		if m := lockRE.FindStringSubmatch(de.Name()); m != nil {
+			byHash[m[1]] = append(byHash[m[1]], "")
+			continue
+		}
+		m := fileRE.FindStringSubmatch(de.Name())
+		if m == nil || !de.Type().IsRegular() {
+			continue
+		}
+		stem := m[2] + "-" + m[3]
+		d.mu.Lock()
+		e := d.stems[stem]
+		d.mu.Unlock()
+		if m[1] == "" && e != nil {
+			continue // an entry of the index
+		}
+		byHash[m[2]] = append(byHash[m[2]], de.Name())
+	}
+	changed := false
+	logged := map[string]bool{}
+	for hash, files := range byHash {
+		l, ok, _ := d.tryObjectLock(hash)
+		if !ok {
+			continue // a live process is fetching the object (or the directory is read-only)
+		}
+		for _, name := range files {
+			if name == "" {
+				continue
+			}
+			if !changed {
+				d.bump()
+				changed = true
+			}
+			if strings.HasPrefix(name, "tmp-") {
+				d.removePath(filepath.Join(d.root, name)) // a fetch cut short
+				continue
+			}
+			stem := strings.TrimSuffix(strings.TrimSuffix(name, ".data"), ".meta")
+			if !logged[stem] && d.tryDelete(stem) {
+				logged[stem] = true
+				d.logf("cache: dropping entry %s: incomplete, unreadable or an older generation", stem)
+			}
+		}
+		l.release()
+	}
+	if changed {
+		d.rescan()
+	}
+	d.evictTo(0, &counters{}) // the budget shrank since the last run
 	return nil
 }
 
@@ -279,38 +450,79 @@ func (d *diskTier) readMeta(stem string) (meta, error) {
 	return parseMeta(b, stem[:64])
 }
 
-// reserve makes room for n bytes by removing least recently used entries no one is
-// reading, and counts the n bytes as used. The victims' files are still on disk and
-// counted: the caller must reap them before writing. It removes nothing and returns
-// false when there cannot be room. Called with Cache.mu held.
-func (d *diskTier) reserve(n int64, cn *counters) (victims []*diskEntry, ok bool) {
+// evictTo deletes least recently used entries no one reads, here or in another
+// process, until n more bytes fit in the budget; it reports whether they do. Called
+// inside shared (it bumps the generation before deleting).
+func (d *diskTier) evictTo(n int64, cn *counters) bool {
 	if n > d.budget {
-		return nil, false
+		return false
 	}
-	need := d.used + n - d.budget
-	if need > 0 {
-		var free int64
+	tried := map[*diskEntry]bool{}
+	for {
+		d.mu.Lock()
+		if d.used+n <= d.budget {
+			d.mu.Unlock()
+			return true
+		}
+		var victim *diskEntry
 		for _, k := range d.lru.Keys() { // oldest first
 			e, _ := d.lru.Peek(k)
-			if e.refs > 0 {
-				continue
-			}
-			victims = append(victims, e)
-			if free += e.bytes; free >= need {
+			if e.refs == 0 && !tried[e] {
+				victim = e
 				break
 			}
 		}
-		if free < need {
-			return nil, false
+		d.mu.Unlock()
+		if victim == nil {
+			return false
 		}
-		for _, e := range victims {
-			d.lru.Remove(e.meta.URL)
-			e.gone = true
-			cn.evicted.Add(1)
+		tried[victim] = true
+		d.bump()
+		if !d.tryDelete(victim.name) {
+			continue // another process reads it
 		}
+		d.mu.Lock()
+		if cur, ok := d.lru.Peek(victim.meta.URL); ok && cur == victim {
+			d.lru.Remove(victim.meta.URL)
+		}
+		delete(d.stems, victim.name)
+		victim.gone = true
+		d.used -= victim.bytes
+		d.mu.Unlock()
+		cn.evicted.Add(1)
 	}
-	d.used += n
-	return victims, true
+}
+
+// reserve makes room for n bytes (evicting) and counts them as used, then runs
+// create, which makes the file that holds the reservation (its name says how much,
+// for the other processes); a create error undoes the reservation. It reports false
+// when there cannot be room.
+func (d *diskTier) reserve(n int64, cn *counters, create func() error) (ok bool, err error) {
+	serr := d.shared(false, func() {
+		if !d.evictTo(n, cn) {
+			return
+		}
+		d.bump()
+		if err = create(); err != nil {
+			return
+		}
+		d.mu.Lock()
+		d.used += n
+		d.mu.Unlock()
+		ok = true
+	})
+	if serr != nil {
+		return false, serr
+	}
+	return ok, err
+}
+
+// change runs fn, which changes the directory's files, inside shared with the
+// generation bumped.
+func (d *diskTier) change(fn func()) {
+	if err := d.shared(false, func() { d.bump(); fn() }); err != nil {
+		d.logf("%v", err)
+	}
 }
 
 // remove takes e out of the index and returns it for reaping if no one reads it.
@@ -327,6 +539,82 @@ func (d *diskTier) remove(e *diskEntry) []*diskEntry {
 		return []*diskEntry{e}
 	}
 	return nil
+}
+
+// tryDelete deletes an entry's files unless a process reads its data file (holds a
+// shared lock on it): it takes the data file's lock exclusive, without waiting, and
+// deletes both files holding it. It reports whether the files are gone. Called
+// inside shared.
+func (d *diskTier) tryDelete(stem string) bool {
+	fh, err := os.Open(d.dataPath(stem))
+	if errors.Is(err, os.ErrNotExist) {
+		d.removePath(d.metaPath(stem))
+		return true
+	}
+	if err != nil {
+		d.logf("cache: %v", err)
+		return false
+	}
+	defer fh.Close()
+	if err := unix.Flock(int(fh.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return false
+	}
+	d.removeFiles(stem)
+	return true
+}
+
+// errVanished means an entry's files were deleted by another process after this one
+// indexed it: the entry is dropped from the index and the object opened again.
+var errVanished = errors.New("cache: entry deleted by another process")
+
+// lockRead takes a shared lock on an entry's open data file, so that no process
+// deletes it while it is read, and reports whether the file is still the entry's
+// (another process may have deleted it between the open and the lock).
+func lockRead(fh *os.File) bool {
+	if err := unix.Flock(int(fh.Fd()), unix.LOCK_SH); err != nil {
+		return false
+	}
+	var st unix.Stat_t
+	return unix.Fstat(int(fh.Fd()), &st) == nil && st.Nlink > 0
+}
+
+// objectLock is an object's fill lock, held.
+type objectLock struct {
+	f    *os.File
+	path string
+}
+
+// tryObjectLock takes the fill lock of the object whose URL hashes to hash, without
+// waiting; false when another process holds it (it is fetching the object). An
+// error means the lock file cannot be created (the directory cannot be written).
+func (d *diskTier) tryObjectLock(hash string) (*objectLock, bool, error) {
+	path := d.lockPath(hash)
+	for {
+		if err := d.inject("create", path); err != nil {
+			return nil, false, err
+		}
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, false, err
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			return nil, false, nil
+		}
+		// The holder before removes the file holding the lock: the lock taken is the
+		// file's at path only if path still names it.
+		var a, b unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &a) == nil && unix.Stat(path, &b) == nil && a.Ino == b.Ino && a.Dev == b.Dev {
+			return &objectLock{f: f, path: path}, true, nil
+		}
+		f.Close()
+	}
+}
+
+// release removes the lock file, still holding it, then lets it go.
+func (l *objectLock) release() {
+	os.Remove(l.path)
+	l.f.Close()
 }
 
 // removeFiles deletes an entry's two files.
@@ -358,10 +646,16 @@ func (d *diskTier) touch(e *diskEntry) {
 func (d *diskTier) readVerified(e *diskEntry, buf []byte) error {
 	path := d.dataPath(e.name)
 	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return errVanished
+	}
 	if err != nil {
 		return &source.Error{Op: "open", URL: e.meta.URL, Err: fmt.Errorf("%w: %v", ErrCorrupt, err)}
 	}
 	defer f.Close()
+	if !lockRead(f) {
+		return errVanished
+	}
 	if _, err := io.ReadFull(f, buf); err != nil {
 		return &source.Error{Op: "read", URL: e.meta.URL, Err: fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)}
 	}

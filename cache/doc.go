@@ -26,7 +26,7 @@
 // named by the SHA-256 of its URL and a random generation, never by the URL or a tar
 // member: HASH-GEN.data (the object) and HASH-GEN.meta (JSON: URL, version, size,
 // block size, an XXH64 checksum per block, fetch time). A fetch writes
-// tmp-HASH-GEN.data, fsyncs it, reads it back to check its size and checksums against
+// tmp-HASH-GEN-RESERVED.data, fsyncs it, reads it back to check its size and checksums against
 // the bytes received, writes and fsyncs the meta file, renames both into place (data
 // first) and fsyncs the directory. On start the index is rebuilt from the meta files:
 // leftover temporary files, data without meta, meta that does not parse, does not
@@ -54,9 +54,36 @@
 // error number: no space left on device, read-only file system, ...) is logged once
 // through Options.Logf, not once per read.
 //
-// Only names of this pattern inside Dir/v1 are ever deleted; one process at a
-// time uses a directory (an exclusive flock on Dir/v1/lock; a second one gets
-// ErrBusy).
+// Only names of this pattern inside Dir/v1 are ever deleted.
+//
+// # Processes sharing a directory
+//
+// Every process of a node may use one directory at once (a loader process, warm
+// pre-filling the next dataset, cat): each holds a shared flock on Dir/v1/lock.
+// Kernel file locks coordinate them, so that a process killed at any point leaves
+// nothing held:
+//
+//   - Dir/v1/budget holds a generation, bumped (under an exclusive flock on the file)
+//     before any process creates, renames or deletes an entry's files. A process
+//     reserves space, evicts, commits and deletes under that lock; when the
+//     generation moved since it last looked, it first reads the directory again:
+//     the entries other processes committed join its index, those they deleted
+//     leave it, and the bytes used are what the files take, each fetch in flight
+//     counting the bytes it reserved (its temporary file's name says how many). The
+//     budget therefore holds for the directory, whatever process fills it.
+//   - A process reading an entry holds a shared flock on its data file; eviction
+//     deletes an entry only after taking that lock exclusively without waiting, and
+//     skips it otherwise. A reader that finds, once it holds its lock, that the file
+//     was deleted meanwhile opens the object again.
+//   - A fetch holds Dir/v1/HASH.lock exclusively while it runs. A process that wants
+//     the same object waits for that lock (polling) and then serves the entry the
+//     other committed, or fetches it itself if the other died: one fetch per object
+//     for the whole node.
+//   - A starting process deletes temporary files, unfinished entries and fill
+//     locks only when no live process holds the object's fill lock.
+//
+// A directory used by an older shardload, which took Dir/v1/lock exclusively, is
+// refused with ErrBusy.
 //
 // XXH64 is the checksum: it guards against torn writes, truncation and media errors,
 // not against an attacker (the directory is private to its user), and at more than

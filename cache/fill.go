@@ -103,19 +103,40 @@ func (f *fill) fetch() error {
 		reserved      int64
 	)
 	fetched := time.Now().UTC()
+	var tmp string
 	if c.disk != nil {
+		lk, adopted, err := f.lockObject()
+		var we *writeError
+		if errors.As(err, &we) {
+			c.cannotWrite(f.key, we.err)
+			return f.bypassUnwritable(we.err)
+		}
+		if err != nil || adopted {
+			return err
+		}
+		defer lk.release()
 		name = newName(f.key)
 		mb = placeholderMeta(f.key, f.info.Version, size, fetched)
-		if len(mb) > maxMetaBytes || !f.reserveDisk(size+int64(len(mb))) {
+		if len(mb) > maxMetaBytes {
 			return f.bypass()
 		}
 		reserved = size + int64(len(mb))
-		fh, err := c.disk.create(c.disk.tmpData(name))
+		tmp = c.disk.tmpData(name, reserved)
+		var fh *os.File
+		ok, err := c.disk.reserve(reserved, &c.n, func() (err error) {
+			fh, err = c.disk.create(tmp)
+			return err
+		})
 		if err != nil {
-			f.unreserve(reserved)
 			c.cannotWrite(f.key, err)
 			return f.bypassUnwritable(err)
 		}
+		if !ok {
+			return f.bypass()
+		}
+		// Held while this process reads the file: no other one deletes it once it is
+		// committed.
+		lockRead(fh)
 		f.set(func() { f.state, f.fh = streaming, fh })
 	} else {
 		m := c.mem[f.node]
@@ -132,11 +153,13 @@ func (f *fill) fetch() error {
 
 	cleanup := func() {
 		if f.fh != nil {
-			c.disk.removePath(c.disk.tmpData(name))
-			if metaTmp != "" {
-				c.disk.removePath(metaTmp)
-			}
-			f.unreserve(reserved)
+			c.disk.change(func() {
+				c.disk.removePath(tmp)
+				if metaTmp != "" {
+					c.disk.removePath(metaTmp)
+				}
+				f.unreserve(reserved)
+			})
 		} else {
 			c.mu.Lock()
 			c.mem[f.node].used -= size
@@ -193,41 +216,120 @@ func (f *fill) fetch() error {
 	m := meta{Format: metaFormat, URL: f.key, Version: f.info.Version, Size: size, Block: h.block, XXH64: formatSums(sums), Fetched: fetched, sums: sums}
 	mb, _ = json.Marshal(m)
 	mb = append(mb, '\n')
-	if err := d.sync(f.fh, d.tmpData(name)); err != nil {
+	if err := d.sync(f.fh, tmp); err != nil {
 		return unwritable(err)
 	}
-	if err := checkFile(f.fh, m, d.tmpData(name)); err != nil {
+	if err := checkFile(f.fh, m, tmp); err != nil {
 		return fail(err)
 	}
 	metaTmp = d.tmpMeta(name)
 	if err := d.writeFileSync(metaTmp, mb); err != nil {
 		return uncommitted(err)
 	}
-	if err := d.rename(d.tmpData(name), d.dataPath(name)); err != nil {
-		return uncommitted(err)
-	}
-	if err := d.rename(metaTmp, d.metaPath(name)); err != nil {
-		d.removePath(d.dataPath(name))
-		return uncommitted(err)
-	}
-	if err := d.syncDir(); err != nil {
-		c.logOnce("sync dir: "+writeCause(err), "cache: syncing %s: %v (logged once)", d.root, err)
-	}
-	e := newDiskEntry(name, m, size+int64(len(mb)))
-	e.setVerified()
-	c.mu.Lock()
 	var victims []*diskEntry
-	if old, ok := d.lru.Peek(f.key); ok {
-		victims = d.remove(old)
+	var cerr error
+	d.change(func() {
+		if err := d.rename(tmp, d.dataPath(name)); err != nil {
+			cerr = err
+			return
+		}
+		if err := d.rename(metaTmp, d.metaPath(name)); err != nil {
+			d.removePath(d.dataPath(name))
+			cerr = err
+			return
+		}
+		if err := d.syncDir(); err != nil {
+			c.logOnce("sync dir: "+writeCause(err), "cache: syncing %s: %v (logged once)", d.root, err)
+		}
+		e := newDiskEntry(name, m, size+int64(len(mb)))
+		e.setVerified()
+		e.mtime = time.Now()
+		c.mu.Lock()
+		if old, ok := d.lru.Peek(f.key); ok {
+			victims = d.remove(old)
+		}
+		d.used += e.bytes - reserved
+		e.refs = f.readers
+		d.lru.Add(f.key, e)
+		d.stems[name] = e
+		f.diskEnt = e
+		f.unregister()
+		c.mu.Unlock()
+	})
+	if cerr != nil {
+		return uncommitted(cerr)
 	}
-	d.used += e.bytes - reserved
-	e.refs = f.readers
-	d.lru.Add(f.key, e)
+	c.reap(victims)
+	return nil
+}
+
+// lockObject takes the object's fill lock, so that one process at a time fetches it
+// into the directory. While another process holds it, it waits (polling: a lock
+// another process holds cannot be waited on with a deadline), then serves what that
+// process committed; a process that dies lets its lock go. adopted says the fill's
+// readers were given a committed entry of the object instead: there is nothing to
+// fetch. It returns a *writeError when the lock file cannot be created, and
+// ErrClosed when the cache closes.
+func (f *fill) lockObject() (lk *objectLock, adopted bool, err error) {
+	d := f.c.disk
+	hash := hashURL(f.key)
+	wait := 2 * time.Millisecond
+	for {
+		if f.adoptCommitted() {
+			return nil, true, nil
+		}
+		lk, ok, err := d.tryObjectLock(hash)
+		if err != nil {
+			return nil, false, &writeError{err}
+		}
+		if ok {
+			if f.adoptCommitted() { // committed between the look and the lock
+				lk.release()
+				return nil, true, nil
+			}
+			return lk, false, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-f.c.ctx.Done():
+			t.Stop()
+			return nil, false, &source.Error{Op: "open", URL: f.url, Err: ErrClosed}
+		case <-t.C:
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
+// adoptCommitted serves the fill's readers a committed entry of the object at the
+// fill's version, if the directory has one (another process fetched it).
+func (f *fill) adoptCommitted() bool {
+	c, d := f.c, f.c.disk
+	d.refresh()
+	c.mu.Lock()
+	e, ok := d.lru.Peek(f.key)
+	if !ok || e.gone || !e.matches(f.info) {
+		c.mu.Unlock()
+		return false
+	}
+	e.refs++
+	c.mu.Unlock()
+	fh, err := os.Open(d.dataPath(e.name))
+	if err != nil || !lockRead(fh) {
+		if fh != nil {
+			fh.Close()
+		}
+		c.release(e)
+		c.vanished(e)
+		return false
+	}
+	c.mu.Lock()
+	e.refs += f.readers - 1
 	f.diskEnt = e
 	f.unregister()
 	c.mu.Unlock()
-	c.reap(victims)
-	return nil
+	c.n.diskHits.Add(1)
+	f.set(func() { f.state, f.fh, f.n = streaming, fh, e.meta.Size })
+	return true
 }
 
 // copyFrom streams the object from the source into the fill, hashing it, and
@@ -316,15 +418,6 @@ func (f *fill) unwritable() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.writeErr
-}
-
-func (f *fill) reserveDisk(n int64) bool {
-	c := f.c
-	c.mu.Lock()
-	victims, ok := c.disk.reserve(n, &c.n)
-	c.mu.Unlock()
-	c.reap(victims)
-	return ok
 }
 
 func (f *fill) unreserve(n int64) {
