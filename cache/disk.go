@@ -260,7 +260,7 @@ func (d *diskTier) refresh() {
 
 // scanned is what rescan found of one entry's files.
 type scanned struct {
-	meta, data bool
+	meta, data     bool
 	size, metaSize int64
 	mtime          time.Time
 }

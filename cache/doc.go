@@ -26,9 +26,9 @@
 // named by the SHA-256 of its URL and a random generation, never by the URL or a tar
 // member: HASH-GEN.data (the object) and HASH-GEN.meta (JSON: URL, version, size,
 // block size, an XXH64 checksum per block, fetch time). A fetch writes
-// tmp-HASH-GEN-RESERVED.data, fsyncs it, reads it back to check its size and checksums against
-// the bytes received, writes and fsyncs the meta file, renames both into place (data
-// first) and fsyncs the directory. On start the index is rebuilt from the meta files:
+// tmp-HASH-GEN-RESERVED.data, fsyncs it, reads it back to check its size and
+// checksums against the bytes received, writes and fsyncs the meta file, renames
+// both into place (data first) and fsyncs the directory. On start the index is rebuilt from the meta files:
 // leftover temporary files, data without meta, meta that does not parse, does not
 // match its name or is of an older format, and data of the wrong size are deleted; the
 // LRU order is the data files' modification time, which a hit updates.
