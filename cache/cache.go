@@ -276,9 +276,10 @@ func (c *Cache) Open(ctx context.Context, url string) (io.ReadCloser, error) {
 }
 
 // OpenRange returns length bytes of the object from off (to the end when length < 0).
-// A cached object is served from the cache; otherwise the range is read from the
-// source, without caching, when the source is a source.RangeReader, and cut from a
-// whole fetch when it is not.
+// A cached object is served from the cache, and so is the whole object (off 0,
+// length < 0), fetched into the cache when it is not there; any other range of an
+// object not cached is read from the source, without caching, when the source is a
+// source.RangeReader, and cut from a whole fetch when it is not.
 func (c *Cache) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
 	return c.openRange(ctx, url, 0, off, length)
 }
@@ -303,7 +304,7 @@ func (c *Cache) openRange(ctx context.Context, url string, node int, off, length
 	if off < 0 {
 		return nil, &source.Error{Op: "open", URL: url, Err: fmt.Errorf("cache: negative offset %d", off)}
 	}
-	if _, ok := c.cachedVersion(url); !ok {
+	if _, ok := c.cachedVersion(url); !ok && (off > 0 || length >= 0) {
 		if rr := c.rangeReader(url); rr != nil {
 			c.n.bypassed.Add(1)
 			return rr.OpenRange(ctx, url, off, length)

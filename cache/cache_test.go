@@ -1028,3 +1028,43 @@ func TestOpenRangeBehindRegistryBypasses(t *testing.T) {
 		t.Errorf("%d ranged reads, %d whole opens, stats %+v: want one ranged read, bypassing the cache", up.ranges, up.openCount("mem://b/a.tar"), st)
 	}
 }
+
+// TestWholeObjectRangeIsCached: OpenRange and OpenVersion of a whole object (off 0,
+// length < 0, as a loader reading a shard of known version asks) fill the cache even
+// when the source reads ranges, and the next open is a hit.
+func TestWholeObjectRangeIsCached(t *testing.T) {
+	up := &rangeFake{fakeSource: newFake()}
+	data := randBytes(11, 50_000)
+	up.put("mem://b/a.tar", data, "v1")
+	up.put("mem://b/b.tar", data, "v1")
+	reg := &source.Registry{}
+	reg.Register("mem", up)
+	_, c, err := Wrap(Options{Dir: t.TempDir(), DiskBytes: 1 << 20}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	open := []func(url string) (io.ReadCloser, error){
+		func(url string) (io.ReadCloser, error) { return c.OpenRange(t.Context(), url, 0, -1) },
+		func(url string) (io.ReadCloser, error) { return c.OpenVersion(t.Context(), url, "v1", 0, -1) },
+	}
+	for i, url := range []string{"mem://b/a.tar", "mem://b/b.tar"} {
+		for range 2 {
+			r, err := open[i](url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(r)
+			r.Close()
+			if !bytes.Equal(got, data) {
+				t.Fatalf("%s: wrong bytes", url)
+			}
+		}
+		if n := up.openCount(url); n != 1 || up.ranges != 0 {
+			t.Errorf("%s: %d whole opens, %d ranged reads: want one fetch into the cache", url, n, up.ranges)
+		}
+	}
+	if st := c.Stats(); st.Fetches != 2 || st.DiskHits != 2 || st.Bypassed != 0 {
+		t.Errorf("stats %+v: want 2 fetches, 2 hits, no bypass", st)
+	}
+}
