@@ -45,13 +45,20 @@ RUN install -d -m 0700 /out/run/shardload && \
 	install -d -m 0750 /out/cache/shardload /out/cache/shardload/index
 
 # ---- the two binaries; BuildKit builds only the one the target needs ----
+# VERSION and REVISION (e.g. --build-arg VERSION=$(git describe --tags)
+# --build-arg REVISION=$(git rev-parse HEAD)) are what "shardload version" prints:
+# the build context has no .git to read them from.
 FROM src AS build-static
+ARG VERSION=unknown
+ARG REVISION=
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/shardload ./cmd/shardload
+	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.version=${VERSION} -X main.revision=${REVISION}" -o /out/shardload ./cmd/shardload
 
 FROM src AS build-cgo
+ARG VERSION=unknown
+ARG REVISION=
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-	CGO_ENABLED=1 go build -trimpath -ldflags="-s -w" -o /out/shardload ./cmd/shardload
+	CGO_ENABLED=1 go build -trimpath -ldflags="-s -w -X main.version=${VERSION} -X main.revision=${REVISION}" -o /out/shardload ./cmd/shardload
 
 # ---- cgo: Debian with libjpeg-turbo, for JPEG image fields and the CUDA stage ----
 FROM debian:bookworm-slim AS cgo

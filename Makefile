@@ -5,7 +5,7 @@ DEMO    := .demo/data
 PATTERN := $(DEMO)/train-{000000..000007}.tar
 FUZZTIME ?= 50000x
 
-.PHONY: build demo test deps tools lint fuzz bench gpu-check clean
+.PHONY: build demo test deps tools lint validate fuzz bench gpu-check clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/shardload
@@ -37,7 +37,7 @@ demo: build
 # machine, a race in Go's fuzzing coordinator (go.dev/issue/75804).
 # scripts/tools.sh builds the servers once (minutes) and caches them; scripts/deps.sh
 # installs python3 with numpy and PyTorch from Debian when missing.
-test: deps tools lint
+test: deps tools lint validate
 	SHARDLOAD_INDEX_DIR=$$(mktemp -d) $(GO) test -race -count=1 ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) ./shard/
 	$(GO) test -run '^$$' -fuzz '^FuzzExpand$$' -fuzztime 20000x ./shard/
@@ -60,6 +60,11 @@ tools:
 # PyTorch, curl); installs only what is missing.
 deps:
 	scripts/deps.sh
+
+# The compose file, Dockerfiles, .dockerignore files and Kubernetes manifests, checked
+# without Docker or a cluster (a module of its own: compose-go, BuildKit, k8s.io/api).
+validate:
+	cd examples/validate && GOFLAGS=-buildvcs=false $(GO) vet ./... && GOFLAGS=-buildvcs=false $(GO) test -count=1 ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -11,8 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardload/shardload/cache"
-	"github.com/shardload/shardload/source"
+	"golang.org/x/sys/unix"
 )
 
 // captureStderr returns what fn writes to os.Stderr, where the cache's warnings go.
@@ -44,13 +43,20 @@ func unusableCacheDirs(t *testing.T) map[string]string {
 	if err := os.WriteFile(notDir, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A directory an older shardload holds alone (its lock taken exclusively).
 	busy := t.TempDir()
-	c, err := cache.New(cache.Options{Dir: busy}, source.Default)
+	if err := os.MkdirAll(filepath.Join(busy, "v1"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.OpenFile(filepath.Join(busy, "v1", "lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
-	return map[string]string{"not a directory": notDir, "in use by another process": busy}
+	t.Cleanup(func() { lock.Close() })
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	return map[string]string{"not a directory": notDir, "held by another process": busy}
 }
 
 // A cache directory that cannot be used does not stop a command that reads local
@@ -85,7 +91,7 @@ func TestUnusableCacheDirRemoteShard(t *testing.T) {
 		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(data))
 	}))
 	defer srv.Close()
-	wants := map[string]string{"not a directory": "not a directory", "in use by another process": "in use by another process"}
+	wants := map[string]string{"not a directory": "not a directory", "held by another process": "held by another process"}
 	for why, dir := range unusableCacheDirs(t) {
 		var code int
 		var stdout, stderr string

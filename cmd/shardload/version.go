@@ -26,11 +26,22 @@ var versionCommand = command{
 	},
 }
 
+// version and revision, when a build sets them (go build -ldflags "-X
+// main.version=V -X main.revision=R", as the Dockerfile does: a build without the
+// repository's .git has no VCS information), win over the build information's.
+var version, revision string
+
 // versionLine is "shardload VERSION (commit C, TIME[, modified]) goX OS/ARCH".
 func versionLine() string {
-	version, details := "(devel)", []string{}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if v := bi.Main.Version; v != "" {
+	version, details := version, []string{}
+	if version == "" {
+		version = "(devel)"
+	}
+	if revision != "" {
+		details = append(details, "commit "+revision[:min(12, len(revision))])
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && revision == "" {
+		if v := bi.Main.Version; v != "" && version == "(devel)" {
 			version = v
 		}
 		var rev, at string
