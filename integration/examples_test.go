@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -114,23 +113,11 @@ func (r *trainRun) result(t *testing.T) trainResult {
 	return res
 }
 
-// examplePort returns a TCP port on 127.0.0.1 that nothing listened on a moment ago,
-// for torch.distributed's rendezvous.
-func examplePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
-
 // trainRanks runs train.py as world ranks on this node, with the environment torchrun
 // would give them, and returns each rank's process once all have exited.
 func trainRanks(t *testing.T, py, socket string, world int, args ...string) []*trainRun {
 	t.Helper()
-	port := examplePort(t)
+	port := freePort(t)
 	var runs []*trainRun
 	for rank := range world {
 		runs = append(runs, startTrain(t, py, []string{
@@ -264,7 +251,7 @@ func TestExampleTrain(t *testing.T) {
 		// not found by iterating over the IntFlag); each rank's lines come out on
 		// stdout prefixed with "[default<rank>]:".
 		r := startTrain(t, py, []string{sock}, append([]string{"-m", "torch.distributed.run",
-			"--nproc_per_node", "2", "--master_port", examplePort(t), "--redirects", "1", "--tee", "1",
+			"--nproc_per_node", "2", "--master_port", freePort(t), "--redirects", "1", "--tee", "1",
 			"--log_dir", t.TempDir(), trainScript, "--report-keys"}, common...)...)
 		if err := r.wait(); err != nil {
 			t.Fatalf("torchrun: %v; stdout:\n%s\nstderr:\n%s", err, r.stdout.String(), r.stderr.String())
