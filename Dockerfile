@@ -19,10 +19,10 @@
 #   is picked by `--image-decoder auto`), or for `bench --device cuda` on a GPU node
 #   (libcuda comes from the NVIDIA container runtime; no CUDA SDK is needed).
 #
-# Version: cmd/shardload reports the version of its build information, and the build
-# context has no .git (see .dockerignore), so the binary says "(devel)"; VERSION and
-# REVISION go into the image's OCI labels (docker build --build-arg VERSION=v1.2.3
-# --build-arg REVISION=$(git rev-parse HEAD) ...).
+# Version: the build context has no .git (see .dockerignore), so the binary has no VCS
+# information of its own: VERSION and REVISION (docker build --build-arg
+# VERSION=v1.2.3 --build-arg REVISION=$(git rev-parse HEAD) ...) are linked into it
+# (what "shardload version" prints) and go into the image's OCI labels.
 #
 # Both images set SHARDLOAD_SOCKET=/run/shardload/loader.sock (the server's --socket
 # and the Python client's default) and keep the node's index store under
