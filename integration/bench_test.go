@@ -99,8 +99,11 @@ func TestBenchS3(t *testing.T) {
 			t.Errorf("no stage %q in %v", stage, res.Stages)
 		}
 	}
-	if res.Stages["fetch"] <= 0 || res.Stages["inflate"] <= 0 {
-		t.Errorf("zstd shards from S3 but fetch %.3fs inflate %.3fs", res.Stages["fetch"], res.Stages["inflate"])
+	// Inflation is proven by the bytes (decompressed > stored, above), not by its
+	// time: that is derived (reading the decompressed stream less reading the raw one,
+	// shard.Reader.Times) and came out as zero for a dataset this small (seen in CI).
+	if res.Stages["fetch"] <= 0 {
+		t.Errorf("shards from S3 but fetch %.3fs", res.Stages["fetch"])
 	}
 
 	// A simulated trainer with a step far longer than the loader needs barely waits.
