@@ -142,6 +142,9 @@ type Cache struct {
 	disk   *diskTier  // nil: no disk tier
 	mem    []*memTier // nil: no memory tier
 	fills  map[string]*fill
+	behind map[string]bool // objects being fetched in the background (fillBehind)
+	// behindWG counts the background fetches' goroutines (tests wait on it).
+	behindWG sync.WaitGroup
 
 	loads        singleflight.Group // disk -> verify / memory, per entry
 	offlineUntil atomic.Int64       // unix nanoseconds
@@ -168,7 +171,7 @@ func New(opts Options, upstream source.Source) (*Cache, error) {
 		return nil, fmt.Errorf("cache: negative budget (disk %d, memory %d)", opts.DiskBytes, opts.MemoryBytes)
 	}
 	opts = opts.withDefaults()
-	c := &Cache{opts: opts, up: upstream, fills: make(map[string]*fill)}
+	c := &Cache{opts: opts, up: upstream, fills: make(map[string]*fill), behind: make(map[string]bool)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if opts.MemoryBytes > 0 {
 		per := opts.MemoryBytes / int64(opts.Nodes)
@@ -196,6 +199,7 @@ func (c *Cache) Close() error {
 		c.mu.Unlock()
 		c.cancel()
 		c.wg.Wait()
+		c.behindWG.Wait()
 		if c.disk != nil {
 			c.disk.close()
 		}
@@ -277,9 +281,12 @@ func (c *Cache) Open(ctx context.Context, url string) (io.ReadCloser, error) {
 
 // OpenRange returns length bytes of the object from off (to the end when length < 0).
 // A cached object is served from the cache, and so is the whole object (off 0,
-// length < 0), fetched into the cache when it is not there; any other range of an
-// object not cached is read from the source, without caching, when the source is a
-// source.RangeReader, and cut from a whole fetch when it is not.
+// length < 0), fetched into the cache when it is not there. Any other range of an
+// object not cached is read from the source as a range when the source is a
+// source.RangeReader (and cut from a whole fetch when it is not), while the whole
+// object is fetched into the cache in the background for the reads that follow (the
+// node's other ranks, the next epoch): at most maxBehind objects at a time, one fetch
+// per object.
 func (c *Cache) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
 	return c.openRange(ctx, url, 0, off, length)
 }
@@ -307,6 +314,7 @@ func (c *Cache) openRange(ctx context.Context, url string, node int, off, length
 	if _, ok := c.cachedVersion(url); !ok && (off > 0 || length >= 0) {
 		if rr := c.rangeReader(url); rr != nil {
 			c.n.bypassed.Add(1)
+			c.fillBehind(url)
 			return rr.OpenRange(ctx, url, off, length)
 		}
 	}
@@ -330,6 +338,45 @@ func (c *Cache) openRange(ctx context.Context, url string, node int, off, length
 		io.Reader
 		io.Closer
 	}{io.LimitReader(r, length), r}, nil
+}
+
+// maxBehind bounds the objects fetched into the cache in the background at once.
+const maxBehind = 2
+
+// fillBehind starts fetching url into the cache in the background, unless a fetch of
+// it is in flight, the cache is closing, or maxBehind are running. The fetch is an
+// open with no reader: the fill it starts runs to its end whether read or not.
+func (c *Cache) fillBehind(url string) {
+	if c.disk == nil && c.mem == nil {
+		return
+	}
+	k := key(url)
+	c.mu.Lock()
+	if c.closed || c.fills[k] != nil || c.behind[k] || len(c.behind) >= maxBehind {
+		c.mu.Unlock()
+		return
+	}
+	c.behind[k] = true
+	c.behindWG.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.behindWG.Done()
+		defer func() {
+			c.mu.Lock()
+			delete(c.behind, k)
+			c.mu.Unlock()
+		}()
+		r, _, err := c.open(c.ctx, url, 0, 0)
+		if err != nil {
+			return
+		}
+		if fr, ok := r.(*fillReader); ok {
+			// Hold the object in behind until its fill ends (committed, or given up:
+			// no room), without reading it.
+			fr.f.wait(c.ctx)
+		}
+		r.Close()
+	}()
 }
 
 // upstream returns the source that serves url: the upstream itself or, behind a

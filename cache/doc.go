@@ -8,6 +8,9 @@
 // fetch can be read while it fills: every reader of a shard being downloaded reads the
 // bytes as they arrive, from the one temporary file (or memory buffer) they are
 // written to. A reader sees the end of the stream only once the entry is committed.
+// OpenRange of part of an object not cached reads that range from the source (when
+// it reads ranges) and starts fetching the whole object into the cache behind it,
+// at most two objects at a time.
 //
 // # Validation
 //

@@ -413,6 +413,23 @@ func (f *fill) bypassUnwritable(err error) error {
 	return nil
 }
 
+// wait returns when the fill has ended or turned to bypass, or ctx is done.
+func (f *fill) wait(ctx context.Context) {
+	for {
+		f.mu.Lock()
+		end, wake := f.done || f.state == bypass, f.wake
+		f.mu.Unlock()
+		if end {
+			return
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // unwritable returns why the fill could not write the disk tier; nil if it could.
 func (f *fill) unwritable() error {
 	f.mu.Lock()
