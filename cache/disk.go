@@ -106,7 +106,6 @@ type diskEntry struct {
 	bytes   int64           // data and meta file sizes
 	refs    int             // open readers
 	gone    bool            // removed from the index; files go when the last reader closes
-	mtime   time.Time       // the data file's, when last seen: the LRU order
 	checked []atomic.Uint64 // a bit per block: its checksum matched in this process
 	opens   atomic.Int32    // opens in this process: the memory tier admits the second
 }
@@ -331,7 +330,6 @@ func (d *diskTier) rescan() {
 			}
 			e = newDiskEntry(stem, m, f.size+f.metaSize)
 		}
-		e.mtime = f.mtime
 		if old, ok := byURL[e.meta.URL]; ok && !e.meta.Fetched.After(old.e.meta.Fetched) {
 			other += e.bytes // an older generation, to be deleted when no one reads it
 			continue

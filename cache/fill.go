@@ -243,7 +243,6 @@ func (f *fill) fetch() error {
 		}
 		e := newDiskEntry(name, m, size+int64(len(mb)))
 		e.setVerified()
-		e.mtime = time.Now()
 		c.mu.Lock()
 		if old, ok := d.lru.Peek(f.key); ok {
 			victims = d.remove(old)

@@ -222,10 +222,10 @@ func (d *Decoder) decodeImage(f *Field, data []byte) (Value, error) {
 	rowBytes := n * ch * f.DType.Size()
 	st.out = grow(st.out, rowBytes)
 	if ch == 3 && !chw && f.DType == Uint8 {
-		st.rs.resize(st.out, st.rgb, sw*3, 3, flip)
+		st.rs.resize(st.out, st.rgb, sw*3, flip)
 	} else {
 		st.px = grow(st.px, n*3)
-		st.rs.resize(st.px, st.rgb, sw*3, 3, flip)
+		st.rs.resize(st.px, st.rgb, sw*3, flip)
 		st.emit(f, st.out, st.px, n, ch, chw)
 	}
 	return Value{Data: st.out[:rowBytes:rowBytes], DType: f.DType, Shape: f.Shape}, nil

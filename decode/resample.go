@@ -122,17 +122,16 @@ func growInt32(s []int32, n int) []int32 {
 // acts: the shift alone gives its result.
 func clip8(v int32) byte { return byte(v >> precisionBits) }
 
-// resampler resizes packed 8-bit images, reusing its scratch between calls.
+// resampler resizes packed 8-bit RGB images, reusing its scratch between calls.
 type resampler struct {
 	h, v axis
 	tmp  []byte
 }
 
-// resize resamples the source src (sw x sh pixels of ch channels, rows stride
-// bytes apart) into dst (n x m pixels of ch channels, packed, rows n*ch bytes): the
-// axes' windows as set in r.h (n outputs) and r.v (m outputs). flip mirrors the
-// output left to right.
-func (r *resampler) resize(dst, src []byte, stride, ch int, flip bool) {
+// resize resamples the RGB source src (rows stride bytes apart) into dst (n x m RGB
+// pixels, packed, rows 3n bytes): the axes' windows as set in r.h (n outputs) and r.v
+// (m outputs). flip mirrors the output left to right.
+func (r *resampler) resize(dst, src []byte, stride int, flip bool) {
 	n, m := len(r.h.start), len(r.v.start)
 	// The source rows the vertical pass reads.
 	y0, y1 := int(r.v.start[0]), 0
@@ -140,24 +139,19 @@ func (r *resampler) resize(dst, src []byte, stride, ch int, flip bool) {
 		y0 = min(y0, int(r.v.start[i]))
 		y1 = max(y1, int(r.v.start[i]+r.v.count[i]))
 	}
-	w := n * ch
-	rows, rowStride, rowBase := src[int(r.h.start[0])*ch:], stride, 0
+	w := 3 * n
+	rows, rowStride, rowBase := src[3*int(r.h.start[0]):], stride, 0
 	if !r.h.identity || flip {
 		// The horizontal pass, into rows y0 to y1 of tmp; it mirrors the row too.
 		if need := w * (y1 - y0); cap(r.tmp) < need {
 			r.tmp = make([]byte, need)
 		}
 		tmp := r.tmp[:w*(y1-y0)]
-		if ch == 3 && (r.h.k == 3 || r.h.k == 4) {
+		if r.h.k == 3 || r.h.k == 4 {
 			horizontalRows3(tmp, src, stride, y0, y1, &r.h, flip)
 		} else {
 			for y := y0; y < y1; y++ {
-				out := tmp[(y-y0)*w : (y-y0+1)*w]
-				if ch == 3 {
-					horizontal3(out, src[y*stride:], &r.h, flip)
-				} else {
-					horizontal1(out, src[y*stride:], &r.h, flip)
-				}
+				horizontal3(tmp[(y-y0)*w:(y-y0+1)*w], src[y*stride:], &r.h, flip)
 			}
 		}
 		rows, rowStride, rowBase = tmp, w, y0
@@ -181,7 +175,7 @@ func copyRows(dst, src []byte, w, stride int, starts []int32, base int) {
 }
 
 // horizontal3 is one row of PIL's horizontal pass for 3 channels, mirrored when
-// flip.
+// flip, for the tap counts horizontalRows3 does not take (2, 5, or no fixed count).
 func horizontal3(out, in []byte, a *axis, flip bool) {
 	n := len(a.start)
 	o, step := 0, 3
@@ -198,26 +192,6 @@ func horizontal3(out, in []byte, a *axis, flip bool) {
 			d[0] = clip8(half + int32(p[0])*k[0] + int32(p[3])*k[1])
 			d[1] = clip8(half + int32(p[1])*k[0] + int32(p[4])*k[1])
 			d[2] = clip8(half + int32(p[2])*k[0] + int32(p[5])*k[1])
-			o += step
-		}
-	case 3:
-		for i, x := range a.kstart[:n] {
-			p := in[3*x : 3*x+9 : 3*x+9]
-			k := a.kw[3*i : 3*i+3 : 3*i+3]
-			d := out[o : o+3 : o+3]
-			d[0] = clip8(half + int32(p[0])*k[0] + int32(p[3])*k[1] + int32(p[6])*k[2])
-			d[1] = clip8(half + int32(p[1])*k[0] + int32(p[4])*k[1] + int32(p[7])*k[2])
-			d[2] = clip8(half + int32(p[2])*k[0] + int32(p[5])*k[1] + int32(p[8])*k[2])
-			o += step
-		}
-	case 4:
-		for i, x := range a.kstart[:n] {
-			p := in[3*x : 3*x+12 : 3*x+12]
-			k := a.kw[4*i : 4*i+4 : 4*i+4]
-			d := out[o : o+3 : o+3]
-			d[0] = clip8(half + int32(p[0])*k[0] + int32(p[3])*k[1] + int32(p[6])*k[2] + int32(p[9])*k[3])
-			d[1] = clip8(half + int32(p[1])*k[0] + int32(p[4])*k[1] + int32(p[7])*k[2] + int32(p[10])*k[3])
-			d[2] = clip8(half + int32(p[2])*k[0] + int32(p[5])*k[1] + int32(p[8])*k[2] + int32(p[11])*k[3])
 			o += step
 		}
 	case 5:
@@ -286,24 +260,6 @@ func horizontalRows3(tmp, src []byte, stride, y0, y1 int, a *axis, flip bool) {
 				d[2] = clip8(half + int32(p[2])*k0 + int32(p[5])*k1 + int32(p[8])*k2)
 			}
 		}
-	}
-}
-
-// horizontal1 is one row of PIL's horizontal pass for 1 channel.
-func horizontal1(out, in []byte, a *axis, flip bool) {
-	n := len(a.start)
-	for i := range n {
-		k := a.w[i*a.ksize : i*a.ksize+int(a.count[i])]
-		p := in[a.start[i] : int(a.start[i])+len(k)]
-		s := int32(1 << (precisionBits - 1))
-		for t, w := range k {
-			s += int32(p[t]) * w
-		}
-		o := i
-		if flip {
-			o = n - 1 - i
-		}
-		out[o] = clip8(s)
 	}
 }
 

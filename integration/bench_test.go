@@ -53,15 +53,10 @@ func TestBenchS3(t *testing.T) {
 	m := testenv.MinIO(t)
 	m.CreateBucket(t, "bench")
 	spec := shardgen.Spec{Shards: 5, Samples: []int{40, 37, 25, 50, 33}, Compression: shard.Zstd, Fields: shardgen.Presets["tokens"]}
-	paths, err := shardgen.Generate(t.TempDir(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, shards := putShards(t, m, "bench", "tok", "", spec)
 	var stored int64
-	for _, p := range paths {
-		data, _ := os.ReadFile(p)
+	for _, data := range shards {
 		stored += int64(len(data))
-		m.Put(t, "bench", "tok/"+filepath.Base(p), data)
 	}
 	pattern := "s3://bench/tok/" + spec.Pattern()
 	index := filepath.Join(t.TempDir(), "index.jsonl")

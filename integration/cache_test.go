@@ -117,18 +117,10 @@ func cacheDataset(t *testing.T, m *testenv.MinIOServer, shards int) (urls []stri
 	t.Helper()
 	m.CreateBucket(t, "shards")
 	spec := shardgen.Spec{Shards: shards, SamplesPerShard: 40, Seed: 6}
-	paths, err := shardgen.Generate(t.TempDir(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range paths {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.Put(t, "shards", "train/"+filepath.Base(p), data)
+	paths, data := putShards(t, m, "shards", "train", "", spec)
+	for i, p := range paths {
 		urls = append(urls, "s3://shards/train/"+filepath.Base(p))
-		want = append(want, regroup(t, bytes.NewReader(data))...)
+		want = append(want, regroup(t, bytes.NewReader(data[i]))...)
 	}
 	return urls, want, paths
 }

@@ -26,17 +26,9 @@ func TestCacheSharedByServeAndWarm(t *testing.T) {
 	keysOf := map[string][]string{}
 	for _, name := range []string{"a", "b"} {
 		spec := shardgen.Spec{Shards: 3, SamplesPerShard: 24, Seed: 7, Prefix: name}
-		paths, err := shardgen.Generate(t.TempDir(), spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range paths {
-			data, err := os.ReadFile(p)
-			if err != nil {
-				t.Fatal(err)
-			}
+		_, shards := putShards(t, m, "shards", "train", "", spec)
+		for _, data := range shards {
 			total += int64(len(data))
-			m.Put(t, "shards", "train/"+filepath.Base(p), data)
 			for _, s := range regroup(t, bytes.NewReader(data)) {
 				keysOf[name] = append(keysOf[name], s.key)
 			}

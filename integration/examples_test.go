@@ -167,17 +167,7 @@ func TestExampleTrain(t *testing.T) {
 	m := testenv.MinIO(t)
 	m.CreateBucket(t, "examples")
 	spec := shardgen.Spec{Shards: 4, SamplesPerShard: 40, Compression: shard.Zstd, Fields: shardgen.Presets["tokens"]}
-	paths, err := shardgen.Generate(t.TempDir(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range paths {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.Put(t, "examples", "tok/"+filepath.Base(p), data)
-	}
+	putShards(t, m, "examples", "tok", "", spec)
 	const samples, batch = 160, 8
 	pattern := "s3://examples/tok/" + spec.Pattern()
 	// The index beside the shards: exact counts, so that a checkpoint resumes.

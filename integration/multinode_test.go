@@ -78,17 +78,7 @@ func TestMultiNode(t *testing.T) {
 	m.CreateBucket(t, bucket)
 	dir := t.TempDir()
 	spec := shardgen.Spec{Shards: 6, Samples: []int{23, 31, 17, 29, 26, 19}, Prefix: "train"}
-	paths, err := shardgen.Generate(dir, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range paths {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.Put(t, bucket, "train/"+filepath.Base(p), data)
-	}
+	putShards(t, m, bucket, "train", dir, spec)
 	pattern := "s3://" + bucket + "/train/" + spec.Pattern()
 	ok(t, m.Env(), "index", "--output", "s3://"+bucket+"/train/", pattern)
 	all := samplesOf(t, filepath.Join(dir, spec.Pattern()))

@@ -216,17 +216,7 @@ func TestResumeDistributedJob(t *testing.T) {
 	// 197 samples: 98 per rank (one read by neither), 13 batches of 8, the last of 2.
 	spec := shardgen.Spec{Shards: 6, Samples: []int{40, 37, 25, 50, 33, 12}, Seed: 7,
 		Fields: []shardgen.Field{{Ext: "jpg", Kind: shardgen.Random, MinBytes: 1000, MaxBytes: 3000}, {Ext: "cls", Kind: shardgen.Class}}}
-	paths, err := shardgen.Generate(t.TempDir(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range paths {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.Put(t, "train", "ds/"+filepath.Base(p), data)
-	}
+	putShards(t, m, "train", "ds", "", spec)
 	pattern := "s3://train/ds/" + spec.Pattern()
 	ok(t, m.Env(), "index", "--output", "s3://train/ds/", pattern) // exact counts
 	m.SetEnv(t)                                                    // for the server, and the library below

@@ -85,77 +85,28 @@ func run(threads, rounds int, spec string, paths []string) error {
 	if len(images) == 0 {
 		return fmt.Errorf("no .%s members in %v", f.Ext, paths)
 	}
-	decodeOnly := func(buf *[]byte, img []byte) error {
+	// decodeOnly decodes img at full size into the worker's buffer; asField decodes it
+	// as the field does.
+	decodeOnly := func(w *worker, img []byte) error {
 		h, err := lib.Header(img)
 		if err != nil {
 			return err
 		}
-		if n := h.Width * h.Height * 3; cap(*buf) < n {
-			*buf = make([]byte, n)
+		n := h.Width * h.Height * 3
+		if cap(w.buf) < n {
+			w.buf = make([]byte, n)
 		}
-		return lib.Decode(img, (*buf)[:h.Width*h.Height*3], h.Width, h.Height, turbojpeg.RGB, 0)
+		return lib.Decode(img, w.buf[:n], h.Width, h.Height, turbojpeg.RGB, 0)
 	}
-	asField := func(d *decode.Decoder, img []byte) error {
-		_, _, err := d.Decode(&f, img, nil)
+	asField := func(w *worker, img []byte) error {
+		_, _, err := w.d.Decode(&f, img, nil)
 		return err
 	}
-	type result struct{ perSec, cpuMS float64 }
-	measure := func(work func(state *struct {
-		buf []byte
-		d   decode.Decoder
-	}, img []byte) error) (result, error) {
-		var res []result
-		for range rounds {
-			var next atomic.Int64
-			var wg sync.WaitGroup
-			var firstErr atomic.Value
-			cpu0, t0 := cpuTime(), time.Now()
-			for range threads {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					var st struct {
-						buf []byte
-						d   decode.Decoder
-					}
-					st.d.Images = decode.ImageDecoderTurbo
-					for {
-						i := next.Add(1) - 1
-						if i >= int64(len(images)) {
-							return
-						}
-						if err := work(&st, images[i]); err != nil {
-							firstErr.CompareAndSwap(nil, err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			if err, _ := firstErr.Load().(error); err != nil {
-				return result{}, err
-			}
-			secs := time.Since(t0).Seconds()
-			res = append(res, result{float64(len(images)) / secs, (cpuTime() - cpu0).Seconds() * 1e3 / float64(len(images))})
-		}
-		sort.Slice(res, func(i, j int) bool { return res[i].perSec < res[j].perSec })
-		return res[len(res)/2], nil
-	}
-	dec, err := measure(func(st *struct {
-		buf []byte
-		d   decode.Decoder
-	}, img []byte) error {
-		return decodeOnly(&st.buf, img)
-	})
+	dec, err := measure(images, threads, rounds, decodeOnly)
 	if err != nil {
 		return err
 	}
-	fld, err := measure(func(st *struct {
-		buf []byte
-		d   decode.Decoder
-	}, img []byte) error {
-		return asField(&st.d, img)
-	})
+	fld, err := measure(images, threads, rounds, asField)
 	if err != nil {
 		return err
 	}
@@ -164,6 +115,52 @@ func run(threads, rounds int, spec string, paths []string) error {
 		"decode_per_sec": dec.perSec, "decode_cpu_ms": dec.cpuMS,
 		"field_per_sec": fld.perSec, "field_cpu_ms": fld.cpuMS,
 	})
+}
+
+// worker is one decoding goroutine's state.
+type worker struct {
+	buf []byte
+	d   decode.Decoder
+}
+
+// result is one round: images a second, and CPU milliseconds an image.
+type result struct{ perSec, cpuMS float64 }
+
+// measure runs work over every image on threads goroutines, rounds times, and returns
+// the median round.
+func measure(images [][]byte, threads, rounds int, work func(*worker, []byte) error) (result, error) {
+	var res []result
+	for range rounds {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		var firstErr atomic.Value
+		cpu0, t0 := cpuTime(), time.Now()
+		for range threads {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w := &worker{d: decode.Decoder{Images: decode.ImageDecoderTurbo}}
+				for {
+					i := next.Add(1) - 1
+					if i >= int64(len(images)) {
+						return
+					}
+					if err := work(w, images[i]); err != nil {
+						firstErr.CompareAndSwap(nil, err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if err, _ := firstErr.Load().(error); err != nil {
+			return result{}, err
+		}
+		secs := time.Since(t0).Seconds()
+		res = append(res, result{float64(len(images)) / secs, (cpuTime() - cpu0).Seconds() * 1e3 / float64(len(images))})
+	}
+	sort.Slice(res, func(i, j int) bool { return res[i].perSec < res[j].perSec })
+	return res[len(res)/2], nil
 }
 
 func cpuTime() time.Duration {
