@@ -421,8 +421,8 @@ func (cfg Config) Validate() error {
 		}
 	}
 	for _, s := range cfg.Shards {
-		if s.Samples < 0 {
-			bad("shard %s has %d samples", s.URL, s.Samples)
+		if err := s.Check(-1, cfg.MaxRatio); err != nil {
+			errs = append(errs, err)
 			break
 		}
 	}

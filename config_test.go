@@ -170,7 +170,7 @@ func TestOrderFingerprint(t *testing.T) {
 		{func(c *shardload.Config) { c.ShuffleBuffer = 10 }, []string{"window"}},
 		{func(c *shardload.Config) { c.NoShuffle = true }, []string{"shuffle", "lanes", "window"}},
 		{func(c *shardload.Config) { c.Seed = 9; c.BatchSize = 8 }, []string{"seed", "batch_size"}},
-		{func(c *shardload.Config) { c.Shards = slices.Clone(infos); c.Shards[3].Samples-- }, []string{"dataset", "samples"}},
+		{func(c *shardload.Config) { c.Shards = slices.Clone(infos); c.Shards[3].Samples--; c.Shards[3].Offsets = c.Shards[3].Offsets[:c.Shards[3].Samples] }, []string{"dataset", "samples"}},
 	} {
 		o := order(tt.set)
 		if d := base.Diff(o); !slices.Equal(d, tt.want) || o.Fingerprint() == base.Fingerprint() {
@@ -223,14 +223,24 @@ func TestIndexThatDisagrees(t *testing.T) {
 			t.Errorf("count %d, %v: %v; want %q naming %s", tt.count, tt.policy, got, tt.want, p)
 		}
 	}
-	index := filepath.Join(dir, "huge.jsonl")
-	os.WriteFile(index, []byte(fmt.Sprintf("{\"url\": %q, \"samples\": %d}\n{\"url\": %q, \"samples\": %d}\n", p, math.MaxInt64/2+1, p+"x", math.MaxInt64/2+1)), 0o644)
-	l, err := shardload.Open(ctx, shardload.Config{URLs: []string{p, p + "x"}, Index: index, Fields: fields, NoLock: true})
-	if err == nil {
-		l.Close()
-		t.Fatal("counts that overflow were accepted")
+	// Counts the shards' sizes cannot hold (a sample takes at least a 512-byte
+	// header), and counts that overflow, are refused before anything is planned.
+	q := writeTar(t, filepath.Join(dir, "b.tar"), members...)
+	for _, n := range []int64{1_000_000_000, math.MaxInt64/2 + 1} {
+		index := filepath.Join(dir, "huge.jsonl")
+		os.WriteFile(index, []byte(fmt.Sprintf("{\"url\": %q, \"samples\": %d}\n{\"url\": %q, \"samples\": %d}\n", p, n, q, n)), 0o644)
+		l, err := shardload.Open(ctx, shardload.Config{URLs: []string{p, q}, Index: index, Fields: fields, NoLock: true})
+		if err == nil {
+			l.Close()
+			t.Fatalf("counts of %d samples in %s were accepted", n, p)
+		}
+		if !errors.Is(err, shard.ErrBadCount) || !strings.Contains(err.Error(), "cannot hold") || !strings.Contains(err.Error(), p) {
+			t.Errorf("counts of %d samples: %v", n, err)
+		}
 	}
-	if !strings.Contains(err.Error(), "overflow") {
-		t.Errorf("overflowing counts: %v", err)
+	// Library users' counts are checked against the sizes they give.
+	_, err := shardload.Open(ctx, shardload.Config{Shards: []shard.Info{{URL: p, Samples: 1 << 40, Size: 30 << 10}}, Fields: fields, NoLock: true})
+	if !errors.Is(err, shard.ErrBadCount) {
+		t.Errorf("Config.Shards with 2^40 samples in 30 KiB: %v", err)
 	}
 }

@@ -172,12 +172,18 @@ func newPlan(infos []shard.Info, cfg Config, order Order, runs []shard.Run) (sha
 		Seed: cfg.Seed, Epoch: order.Epoch, Rank: cfg.Rank, World: cfg.World,
 		Shuffle: !cfg.NoShuffle, Lanes: order.Lanes, Window: order.Window, Runs: runs,
 		BatchSize: cfg.BatchSize, DropLast: cfg.DropLast, GapBytes: cfg.ReadGap,
+		MaxBytes: cfg.Memory / planShare,
 	})
 	if errors.Is(err, shard.ErrBadRuns) {
 		err = fmt.Errorf("%w: %w", ErrResume, err)
 	}
 	return plan, err
 }
+
+// planShare: a rank's plan may take at most 1/planShare of the memory budget (a
+// plan takes about 100 bytes per window of samples: 64 MB for 100 million samples
+// per rank); counts that would need more are refused as wrong.
+const planShare = 8
 
 // resumeFrom returns the state the loader starts from (cfg.Resume's, or the
 // epoch's start) and its runs, checking that it fits the order.

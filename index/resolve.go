@@ -135,13 +135,14 @@ func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]sh
 // resolveEntries is resolve; changed says whether the entries differ from what the
 // store kept for these URLs together (none kept, or some read again).
 func (lk Lookup) resolveEntries(ctx context.Context, urls []string, known map[string]shard.Info, from string) ([]shard.Info, bool, error) {
-	// The objects' versions, unless every entry is a bare count (an index without
-	// versions is trusted as it is, and costs no request per shard).
+	// The objects' versions and sizes: to know which entries are stale, and to check
+	// every count against its object's size (a bare count, without a version or a
+	// size, is checked up to CheckUpTo shards: a listing per thousand).
 	var check []int
 	local := true
 	for i, u := range urls {
 		e, ok := known[key(u)]
-		if !ok || e.Version != "" {
+		if !ok || e.Version != "" || e.Size <= 0 {
 			check = append(check, i)
 		}
 		if ok && !isLocal(u) {
@@ -184,6 +185,19 @@ func (lk Lookup) resolveEntries(ctx context.Context, urls []string, known map[st
 			e.URL = u
 			if e.Version == "" {
 				e.Offsets = nil // a count without a version: its offsets cannot be trusted
+			}
+			size := int64(-1)
+			if checked[i] && objs[i].Size >= 0 {
+				size = objs[i].Size
+			}
+			if err := e.Check(size, lk.Reader.MaxRatio); err != nil {
+				if from == "" {
+					// The node's own store: counted again, as a stale entry.
+					stale++
+					todo = append(todo, i)
+					continue
+				}
+				return nil, false, fmt.Errorf("shardload: index %s: %w; rebuild it (shardload index)", from, err)
 			}
 			infos[i] = e
 		}

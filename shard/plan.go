@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"unsafe"
 )
 
 // Info is a shard and the number of samples it holds.
@@ -29,6 +30,55 @@ type Info struct {
 	Estimated bool
 }
 
+// MinSampleBytes is the fewest bytes of tar one sample takes: the header block of
+// its one member (an empty file).
+const MinSampleBytes = 512
+
+// ErrBadCount means a shard's count or sample offsets cannot describe an object of
+// its size: an index that is broken, or written for other objects.
+var ErrBadCount = errors.New("shard: the count does not fit the shard")
+
+// Check reports whether the count and offsets of info can describe an object of size
+// bytes (info.Size when size is negative; nothing is checked against an unknown size):
+// an uncompressed shard holds at most size/MinSampleBytes samples, a compressed one
+// at most maxRatio times that (maxRatio 0: DefaultMaxRatio; negative: no cap), and
+// every sample offset lies before the object's end with room for a header. It checks
+// what can be checked without reading the shard, so that a count of a billion
+// samples in a 1 MB shard is refused before an epoch is planned from it.
+func (info Info) Check(size int64, maxRatio float64) error {
+	if size < 0 {
+		size = info.Size
+	}
+	if info.Samples < 0 {
+		return fmt.Errorf("%w: %s has %d samples", ErrBadCount, info.URL, info.Samples)
+	}
+	if len(info.Offsets) > 0 && len(info.Offsets) != info.Samples {
+		return fmt.Errorf("%w: %s has %d sample offsets for %d samples", ErrBadCount, info.URL, len(info.Offsets), info.Samples)
+	}
+	if size <= 0 {
+		return nil
+	}
+	most := size / MinSampleBytes
+	if len(info.Offsets) == 0 {
+		if maxRatio == 0 {
+			maxRatio = DefaultMaxRatio
+		}
+		// A compressed shard may hold more: as much tar as the ratio cap lets it inflate to.
+		if maxRatio > 0 && float64(most)*maxRatio < math.MaxInt64/2 {
+			most = int64(float64(most) * maxRatio)
+		} else {
+			most = math.MaxInt64
+		}
+	}
+	if int64(info.Samples) > most {
+		return fmt.Errorf("%w: %s is %d bytes: it cannot hold the %d samples its count says (a sample takes at least %d bytes of tar)", ErrBadCount, info.URL, size, info.Samples, MinSampleBytes)
+	}
+	if n := len(info.Offsets); n > 0 && info.Offsets[n-1] > size-MinSampleBytes {
+		return fmt.Errorf("%w: %s is %d bytes: its sample %d cannot start at byte %d, as its offsets say", ErrBadCount, info.URL, size, n-1, info.Offsets[n-1])
+	}
+	return nil
+}
+
 // PlanConfig says which part of an epoch one rank reads. The zero value (with
 // BatchSize set) is a single rank reading every shard in order.
 type PlanConfig struct {
@@ -48,6 +98,11 @@ type PlanConfig struct {
 	BatchSize int
 	// DropLast drops a last batch with fewer than BatchSize samples.
 	DropLast bool
+	// MaxBytes, when above zero, bounds the memory the plan may take: a rank's part
+	// that would need more is refused with ErrPlanTooLarge before it is
+	// built. Counts that are wrong by orders of magnitude (a broken index) are
+	// refused this way instead of taking the machine's memory.
+	MaxBytes int64
 	// GapBytes: two wanted runs of samples of one shard are read as one span,
 	// dropping the samples between them, when these take at most GapBytes (and
 	// always when the shard's sample offsets are unknown): one request instead of
@@ -153,6 +208,18 @@ func NewPlan(shards []Info, cfg PlanConfig) (Plan, error) {
 	}
 	lo := int64(cfg.Rank) * per
 	p.Ranges = sub(rest, lo, lo+take)
+	if cfg.MaxBytes > 0 {
+		var windows int64
+		for _, r := range p.Ranges {
+			j0, _, _ := o.window(r.Start)
+			j1, _, _ := o.window(r.End - 1)
+			windows += j1 - j0 + 1
+		}
+		if need := windows * windowBytes(len(o.lanes)); need > cfg.MaxBytes {
+			return Plan{}, fmt.Errorf("%w: rank %d's part of the epoch is %d samples in %d windows of the order, whose plan takes about %d MB, more than the %d MB it may (are the counts right? %d samples in %d shards)",
+				ErrPlanTooLarge, cfg.Rank, take, windows, need>>20, cfg.MaxBytes>>20, o.Len(), len(shards))
+		}
+	}
 	b := planBuilder{p: &p, o: o, shards: shards, gap: cfg.GapBytes, last: make([]int, len(o.lanes)), partial: make([]bool, len(o.lanes))}
 	for i := range b.last {
 		b.last[i] = -1
@@ -161,6 +228,17 @@ func NewPlan(shards []Info, cfg PlanConfig) (Plan, error) {
 		b.addRange(r)
 	}
 	return p, nil
+}
+
+// ErrPlanTooLarge means a rank's plan would take more memory than
+// PlanConfig.MaxBytes allows.
+var ErrPlanTooLarge = errors.New("shard: the epoch's plan is too large")
+
+// windowBytes is about what one window of a plan takes, with its feeds, for lanes
+// lanes: a window holds a feed per lane, and one more per shard a lane's part
+// crosses into.
+func windowBytes(lanes int) int64 {
+	return int64(unsafe.Sizeof(Window{})) + int64(2*lanes+1)*int64(unsafe.Sizeof(Feed{}))
 }
 
 // Order returns the epoch's order the plan reads from.

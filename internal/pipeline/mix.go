@@ -130,7 +130,18 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 		if len(wins) == 0 && len(open) == 0 {
 			break
 		}
-		for len(open) < p.OpenShards+int(pl.live.readAhead.Load()) && nextSpan < len(plan.Spans) {
+		// A span whose reader failed keeps its place in open until the order
+		// reaches its failure (so that the loader fails at the first position the
+		// failure leaves empty, whatever the timing), but not its share of the open
+		// shards: the spans the windows need before that position must still be
+		// read, or the mixer would wait for them forever.
+		reading := 0
+		for _, s := range open {
+			if s.err == nil {
+				reading++
+			}
+		}
+		for reading < p.OpenShards+int(pl.live.readAhead.Load()) && nextSpan < len(plan.Spans) {
 			if bat.n == 0 && len(wins) > 0 && feedsOf[nextSpan][0].win > nextWin-len(wins) {
 				// Until the first batch is out, only what the first window needs is
 				// read: a fresh or resumed rank's first batch does not share the
@@ -145,6 +156,7 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 			nextSpan++
 			open = append(open, s)
 			bySpan[s.index] = s
+			reading++
 			producers.Add(1)
 			go func() { defer producers.Done(); pl.produce(ctx, s.slot) }()
 		}
@@ -157,6 +169,12 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 				return err
 			}
 			progress = progress || moved
+			if s.err != nil && s.cur == len(s.feeds) {
+				// Failed after its last sample of this rank (the shard's end, or its
+				// count, is wrong): no position waits for it, so nothing else would
+				// report it before the epoch's end.
+				return s.err
+			}
 			if s.closed && s.cur == len(s.feeds) && s.err == nil {
 				open = slices.Delete(open, i, i+1)
 				delete(bySpan, s.index)

@@ -121,6 +121,12 @@ type Pipeline struct {
 	images, detached bool
 	detachedBytes    int
 
+	// endRead: per shard index, some span of the plan reads the shard to its end
+	// (and checks its count there). countChecked: the shards whose count a span
+	// that stops before their end has checked (see checkCount).
+	endRead      map[int]bool
+	countChecked sync.Map
+
 	closeOnce sync.Once
 	closed    atomic.Bool
 	closeErr  error
@@ -192,6 +198,12 @@ func Start(ctx context.Context, p Params) *Pipeline {
 		}
 	}
 	pl.detached = pl.detached && pl.images
+	pl.endRead = map[int]bool{}
+	for _, sp := range p.Plan.Spans {
+		if sp.Skip+sp.Take == p.Shards[sp.Shard].Samples {
+			pl.endRead[sp.Shard] = true
+		}
+	}
 	pl.live.queueBytes.Store(p.QueueBytes)
 	pl.live.readAhead.Store(int64(p.ReadAhead))
 	pl.live.fetch.Store(&p.Fetch)

@@ -211,6 +211,13 @@ func (p *producer) run() {
 		if err == io.EOF {
 			err = fmt.Errorf("%w: %s has %d samples, but its count says at least %d (a stale index, or the shard changed since it was counted)", ErrCountMismatch, span.URL, idx, span.Skip+span.Take)
 		}
+		if offs := info.Offsets; err == nil && idx < len(offs) && smp.Offset != offs[idx] {
+			// An index whose offsets are not this shard's: every rank that planned
+			// from it reads the wrong samples.
+			pl.pool.Put(smp.Buf)
+			p.send(slotMsg{err: fmt.Errorf("%w: %s: sample %d (key %q) starts at byte %d, where its index entry says byte %d (a stale or broken index): every rank's plan is wrong; rebuild the index (shardload index)", ErrCountMismatch, span.URL, idx, smp.Key, smp.Offset, offs[idx])})
+			return
+		}
 		var se *shard.Error
 		sampleOnly := errors.As(err, &se) && se.Skippable()
 		if rec != nil && (err == nil || sampleOnly) {
@@ -252,8 +259,95 @@ func (p *producer) run() {
 			return
 		}
 	}
-	if end := span.Skip + span.Take; end == info.Samples && !info.Estimated {
+	switch end := span.Skip + span.Take; {
+	case info.Estimated:
+	case end == info.Samples:
 		p.checkEnd(r, end)
+	case !pl.endRead[span.Shard]:
+		p.checkCount(r, info, end)
+	}
+}
+
+// checkCount checks, after a span that ends before its shard does, that the shard
+// holds the samples its count says, when no span of this rank reads the shard's end:
+// every rank that reads a shard fails on a count that is wrong, not only the one that
+// reads its last samples. It runs once per shard and loader. An entry pinned to the
+// version being read is trusted when it is what "shardload index" writes for such a
+// shard (offsets for every sample of an uncompressed shard, a count for a compressed
+// one): it was taken by reading that very object. Otherwise, with sample offsets, it
+// reads the last sample and the shard's end (one ranged read); without, it reads on
+// to the end.
+func (p *producer) checkCount(r *shard.Reader, info shard.Info, end int) {
+	pl, url := p.pl, p.s.span.URL
+	if info.Version != "" && (len(info.Offsets) == info.Samples || r.Compression() != shard.None) {
+		return
+	}
+	if _, done := pl.countChecked.LoadOrStore(p.s.span.Shard, true); done {
+		return
+	}
+	mismatch := func(format string, args ...any) {
+		p.send(slotMsg{err: fmt.Errorf("%w: %s %s (a stale or broken index, or the shard changed since it was counted): every rank's plan is wrong; rebuild the index (shardload index)", ErrCountMismatch, url, fmt.Sprintf(format, args...))})
+	}
+	if offs := info.Offsets; len(offs) == info.Samples && info.Samples > 0 {
+		last := offs[len(offs)-1]
+		var body io.ReadCloser
+		var err error
+		octx := pl.fetchContext(p.ctx)
+		if info.Version != "" {
+			body, err = pl.p.Sources.OpenVersion(octx, url, info.Version, last, -1)
+		} else {
+			body, err = pl.p.Sources.OpenRange(octx, url, last, -1)
+		}
+		if err != nil {
+			if p.ctx.Err() == nil {
+				mismatch("cannot be read at byte %d, where its index puts sample %d, its last: %v", last, info.Samples-1, err)
+			}
+			return
+		}
+		defer body.Close()
+		opts := pl.p.Reader
+		opts.URL, opts.StartOffset, opts.SizesOnly = url, last, true
+		tr := shard.NewReader(body, opts)
+		defer func() { pl.C.BytesIn.Add(tr.StoredBytes()); tr.Close() }()
+		smp, err := tr.Next()
+		var se *shard.Error
+		switch {
+		case err != nil && !(errors.As(err, &se) && se.Skippable()):
+			if p.ctx.Err() == nil {
+				mismatch("has no sample at byte %d, where its index puts sample %d, its last: %v", last, info.Samples-1, err)
+			}
+			return
+		case err == nil && smp.Offset != last:
+			mismatch("has its sample %d at byte %d, where its index says %d", info.Samples-1, smp.Offset, last)
+			return
+		}
+		if _, err := tr.Next(); err == nil || errors.As(err, &se) && se.Skippable() {
+			mismatch("has more samples than the %d its count says", info.Samples)
+		}
+		return
+	}
+	if r.Compression() != shard.None && info.Version != "" {
+		return
+	}
+	for idx := end; ; idx++ {
+		smp, err := r.Next()
+		if smp != nil {
+			pl.pool.Put(smp.Buf)
+		}
+		var se *shard.Error
+		switch {
+		case err == io.EOF:
+			if idx < info.Samples {
+				mismatch("has %d samples, but its count says %d", idx, info.Samples)
+			}
+			return
+		case err != nil && !(errors.As(err, &se) && se.Skippable()):
+			// A failure in the part of the shard other ranks read: theirs to report.
+			return
+		case idx >= info.Samples:
+			mismatch("has more samples than the %d its count says", info.Samples)
+			return
+		}
 	}
 }
 
