@@ -170,7 +170,11 @@ func TestOrderFingerprint(t *testing.T) {
 		{func(c *shardload.Config) { c.ShuffleBuffer = 10 }, []string{"window"}},
 		{func(c *shardload.Config) { c.NoShuffle = true }, []string{"shuffle", "lanes", "window"}},
 		{func(c *shardload.Config) { c.Seed = 9; c.BatchSize = 8 }, []string{"seed", "batch_size"}},
-		{func(c *shardload.Config) { c.Shards = slices.Clone(infos); c.Shards[3].Samples--; c.Shards[3].Offsets = c.Shards[3].Offsets[:c.Shards[3].Samples] }, []string{"dataset", "samples"}},
+		{func(c *shardload.Config) {
+			c.Shards = slices.Clone(infos)
+			c.Shards[3].Samples--
+			c.Shards[3].Offsets = c.Shards[3].Offsets[:c.Shards[3].Samples]
+		}, []string{"dataset", "samples"}},
 	} {
 		o := order(tt.set)
 		if d := base.Diff(o); !slices.Equal(d, tt.want) || o.Fingerprint() == base.Fingerprint() {
