@@ -77,6 +77,14 @@ type Config struct {
 	// shard with more or fewer samples than estimated makes ranks leave some out or
 	// repeat some.
 	CountFirst bool
+	// AllowEstimate lets a job of more than one rank plan its epochs from estimated
+	// counts (no index, no CountFirst): each rank yields the same number of batches,
+	// but a shard holding more or fewer samples than estimated makes ranks leave some
+	// out (Stats.Trimmed) or repeat some (Stats.Padded), reported at each epoch's end.
+	// Without it such a job fails at Open with ErrEstimated, before any batch: a
+	// silent loss of samples is worse than a clear error. A job of one rank reads
+	// every sample exactly once whatever the estimates, and needs no permission.
+	AllowEstimate bool
 
 	// Fields to decode and collate. Default: every extension of the first sample of
 	// the first shard, each with decode.ParseField's default for it.
@@ -180,9 +188,16 @@ type Config struct {
 	// Slabs is the number of batch slabs in the ring: batches ready or in use at once.
 	// Default 4.
 	Slabs int
-	// SlabBytes is the size of one slab. Default 16 MiB (32 samples of up to 500 KB);
-	// a batch that does not fit is an error that says how much it needs.
+	// SlabBytes is the size of one slab. Default: sized from the batch (SlabSize):
+	// exact for fixed-size fields (images, labels, npy with a shape), from the
+	// shards' mean sample size for ragged ones. A batch that does not fit grows its
+	// slab, as far as MaxSlabBytes and Memory allow (one log line); only a batch
+	// beyond them fails, with the size it needs, and before the first batch when its
+	// fixed-size fields alone do not fit.
 	SlabBytes int64
+	// MaxSlabBytes is the largest a slab may be, given or grown. Default 1 GiB
+	// (DefaultMaxSlabBytes).
+	MaxSlabBytes int64
 	// NoLock does not page-lock the slabs.
 	NoLock bool
 	// Ring, when set, is the slab ring batches are collated into, instead of one the
@@ -274,7 +289,6 @@ const (
 	DefaultOpenShards    = 8
 	DefaultQueueBytes    = 2 << 20
 	DefaultSlabs         = pinned.DefaultSlabs
-	DefaultSlabBytes     = pinned.DefaultSlabBytes
 )
 
 // withDefaults returns cfg with its zero fields set.
@@ -325,8 +339,8 @@ func (cfg Config) withDefaults() Config {
 	if cfg.Slabs == 0 {
 		cfg.Slabs = DefaultSlabs
 	}
-	if cfg.SlabBytes == 0 {
-		cfg.SlabBytes = DefaultSlabBytes
+	if cfg.MaxSlabBytes == 0 {
+		cfg.MaxSlabBytes = DefaultMaxSlabBytes
 	}
 	if cfg.ErrorBudget == nil {
 		b := DefaultErrorBudget
@@ -363,12 +377,15 @@ func (cfg Config) Validate() error {
 		{"BatchSize", int64(cfg.BatchSize)}, {"World", int64(cfg.World)}, {"Epoch", int64(cfg.Epoch)},
 		{"ShuffleBuffer", int64(cfg.ShuffleBuffer)}, {"ShuffleBytes", cfg.ShuffleBytes},
 		{"OpenShards", int64(cfg.OpenShards)}, {"Workers", int64(cfg.Workers)}, {"ReadAhead", int64(cfg.ReadAhead)}, {"QueueBytes", cfg.QueueBytes},
-		{"MaxMemberSize", cfg.MaxMemberSize}, {"MaxSampleSize", cfg.MaxSampleSize}, {"Slabs", int64(cfg.Slabs)}, {"SlabBytes", cfg.SlabBytes},
+		{"MaxMemberSize", cfg.MaxMemberSize}, {"MaxSampleSize", cfg.MaxSampleSize}, {"Slabs", int64(cfg.Slabs)}, {"SlabBytes", cfg.SlabBytes}, {"MaxSlabBytes", cfg.MaxSlabBytes},
 		{"Memory", cfg.Memory}, {"FetchParallel", int64(cfg.FetchParallel)}, {"FetchPartSize", cfg.FetchPartSize},
 	} {
 		if c.v < 0 {
 			bad("%s %d is negative", c.name, c.v)
 		}
+	}
+	if d := cfg.withDefaults(); d.SlabBytes > d.MaxSlabBytes && d.MaxSlabBytes > 0 {
+		bad("SlabBytes %d is more than MaxSlabBytes %d", d.SlabBytes, d.MaxSlabBytes)
 	}
 	if d := cfg.withDefaults(); d.Slabs > 0 && d.SlabBytes > 0 {
 		if d.SlabBytes > math.MaxInt64/int64(d.Slabs) {
@@ -378,19 +395,7 @@ func (cfg Config) Validate() error {
 		}
 	}
 	if d := cfg.withDefaults(); d.Memory > 0 && d.Slabs > 0 && d.SlabBytes > 0 && d.SlabBytes <= math.MaxInt64/int64(d.Slabs) {
-		// The least the settings can take: defaults lowered as far as Open lowers
-		// them, and set ones as they are (remote shards larger than a part, the
-		// worst case for set fetch parts).
-		least := tune.Knobs{QueueBytes: tune.MinQueueBytes, FetchParallel: 1, FetchPartSize: d.FetchPartSize}
-		if d.pins.QueueBytes {
-			least.QueueBytes = d.QueueBytes
-		}
-		if d.pins.ReadAhead {
-			least.ReadAhead = d.ReadAhead
-		}
-		if d.pins.FetchParallel {
-			least.FetchParallel = d.FetchParallel
-		}
+		least := leastKnobs(d)
 		if need := d.memoryOf(least, dataShape{remote: true}); need > d.Memory && need > 0 {
 			bad("%w: Memory %s is less than the %s these settings need at the least: slabs %d x %s, shuffle %s and two batches, queues %d x %s (see MemoryBudget)",
 				ErrMemory, sizeString(d.Memory), sizeString(need), d.Slabs, sizeString(d.SlabBytes), sizeString(d.ShuffleBytes),
@@ -440,7 +445,25 @@ func (cfg Config) Validate() error {
 	return nil
 }
 
-// RingBytes returns the bytes of the slab ring with these settings: Slabs x SlabBytes.
+// leastKnobs returns the least the settings of d (with defaults) can take: defaults
+// lowered as far as Open lowers them, and set ones as they are (for remote shards
+// larger than a part, the worst case for set fetch parts).
+func leastKnobs(d Config) tune.Knobs {
+	least := tune.Knobs{QueueBytes: tune.MinQueueBytes, FetchParallel: 1, FetchPartSize: d.FetchPartSize}
+	if d.pins.QueueBytes {
+		least.QueueBytes = d.QueueBytes
+	}
+	if d.pins.ReadAhead {
+		least.ReadAhead = d.ReadAhead
+	}
+	if d.pins.FetchParallel {
+		least.FetchParallel = d.FetchParallel
+	}
+	return least
+}
+
+// RingBytes returns the bytes of the slab ring with these settings: Slabs x SlabBytes,
+// 0 when the slabs are sized from the batch (SlabBytes 0).
 func (cfg Config) RingBytes() int64 {
 	cfg = cfg.withDefaults()
 	return int64(cfg.Slabs) * cfg.SlabBytes

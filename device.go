@@ -4,26 +4,22 @@ import (
 	"fmt"
 
 	"github.com/shardload/shardload/device"
-	"github.com/shardload/shardload/internal/mem"
 )
 
-// openDevice opens cfg.Device with device buffers as large as a slab can be.
-func openDevice(cfg Config) (*device.Stage, error) {
+// openDevice opens cfg.Device with device buffers as large as a slab can be, and
+// returns the options it opened it with.
+func openDevice(cfg Config) (*device.Stage, device.Options, error) {
 	o := cfg.Device
 	if o.BufferBytes == 0 {
-		if cfg.Ring != nil {
-			o.BufferBytes = cfg.Ring.SlabBytes()
-		} else {
-			// pinned rounds slabs up to a huge page (or the page size, which is less).
-			o.BufferBytes = (cfg.SlabBytes + mem.HugePage - 1) / mem.HugePage * mem.HugePage
-		}
+		// pinned rounds slabs up to a huge page (or the page size, which is less).
+		o.BufferBytes = roundSlab(cfg.SlabBytes)
 	}
 	if o.Logf == nil {
 		o.Logf = cfg.Logf
 	}
 	s, err := device.Open(o)
 	if err != nil {
-		return nil, fmt.Errorf("shardload: %w", err)
+		return nil, o, fmt.Errorf("shardload: %w", err)
 	}
-	return s, nil
+	return s, o, nil
 }

@@ -209,7 +209,7 @@ func TestFailuresReachTheTrainer(t *testing.T) {
 				case "collate":
 					d := t.TempDir()
 					big := failureDataset(t, d, filepath.Base(tg.url), tg.idx)
-					cfg.URLs, cfg.Shards = big, nil
+					cfg.URLs, cfg.Shards, cfg.MaxSlabBytes = big, nil, 2<<20
 					cfg.Shards, err = shardload.Count(ctx, cfg)
 					if err != nil {
 						t.Fatal(err)

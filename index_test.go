@@ -3,6 +3,7 @@ package shardload_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/shardgen"
 	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/source"
 )
 
 // With sample offsets a rank reads only the samples it yields (ReadGap -1: not even
@@ -110,10 +112,14 @@ func TestIndexSourcesAgree(t *testing.T) {
 	if exactPlan.Estimated {
 		t.Fatal("CountFirst planned from estimates")
 	}
+	// A job of several ranks does not plan from estimates unless allowed to.
+	if _, err := shardload.Open(ctx, base); !errors.Is(err, shardload.ErrEstimated) || !strings.Contains(err.Error(), "shardload index --output") {
+		t.Fatalf("a job of 3 ranks without an index: %v; want ErrEstimated naming the fix", err)
+	}
 	est1 := base
-	est1.IndexDir = full
+	est1.IndexDir, est1.AllowEstimate = full, true
 	est2 := base
-	est2.IndexDir = empty
+	est2.IndexDir, est2.AllowEstimate = empty, true
 	o1, p1 := open(est1)
 	o2, p2 := open(est2)
 	if !p1.Estimated || !p2.Estimated {
@@ -167,7 +173,7 @@ func TestEstimatedEpochs(t *testing.T) {
 	}
 	for _, world := range []int{1, 2, 3, 8} {
 		base := shardload.Config{URLs: paths, NoIndexStore: true, World: world, BatchSize: 5, Seed: 1, ShuffleBuffer: 20,
-			NoLock: true, Slabs: 2, SlabBytes: 1 << 20, Logf: t.Logf}
+			NoLock: true, Slabs: 2, SlabBytes: 1 << 20, Logf: t.Logf, AllowEstimate: true}
 		infos, err := shardload.Shards(ctx, base)
 		if err != nil {
 			t.Fatal(err)
@@ -266,4 +272,167 @@ func TestStaleEntryFailsLoudly(t *testing.T) {
 			}
 		}
 	}
+}
+
+// An epoch planned from estimated counts resumes exactly or not at all: a state saved
+// after any batch resumes, in a job of the same world and batch size, to the batches
+// the uninterrupted job yields after it (no sample twice, none lost), also once an
+// index has been written since (the rest of the epoch is planned from the same
+// estimates); in a job of another world size it is refused with ErrResume.
+func TestEstimatedResume(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	paths, err := shardgen.Generate(dir, shardgen.Spec{Shards: 6, Samples: []int{40, 7, 90, 1, 33}, Seed: 4,
+		Fields: []shardgen.Field{{Ext: "bin", Kind: shardgen.Random, MinBytes: 100, MaxBytes: 3000}, {Ext: "cls", Kind: shardgen.Class}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := shardload.Config{URLs: paths, NoIndexStore: true, World: 2, BatchSize: 5, Seed: 1, ShuffleBuffer: 20, AllowEstimate: true,
+		NoLock: true, Slabs: 2, SlabBytes: 1 << 20, Logf: func(string, ...any) {}}
+	type epoch struct {
+		keys   [][]string
+		states []shardload.State
+	}
+	run := func(cfg shardload.Config) epoch {
+		t.Helper()
+		l, err := shardload.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		e := epoch{states: []shardload.State{l.State()}}
+		for b, err := range l.All(ctx) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.keys = append(e.keys, b.Keys())
+			e.states = append(e.states, l.State())
+		}
+		return e
+	}
+	full := map[int]epoch{}
+	for rank := range 2 {
+		cfg := base
+		cfg.Rank = rank
+		full[rank] = run(cfg)
+	}
+	check := func(what string, cfg shardload.Config) {
+		for rank := range 2 {
+			f := full[rank]
+			for k := range len(f.keys) + 1 {
+				c := cfg
+				c.Rank, c.Resume = rank, &f.states[k]
+				got := run(c)
+				if len(got.keys) != len(f.keys)-k {
+					t.Fatalf("%s: rank %d resumed after %d batches: %d batches, want %d", what, rank, k, len(got.keys), len(f.keys)-k)
+				}
+				for i := range got.keys {
+					if !slices.Equal(got.keys[i], f.keys[k+i]) || got.states[i+1] != f.states[k+i+1] {
+						t.Fatalf("%s: rank %d resumed after %d batches: batch %d is %v (state %+v), want %v (%+v)", what, rank, k, k+i, got.keys[i], got.states[i+1], f.keys[k+i], f.states[k+i+1])
+					}
+				}
+			}
+		}
+	}
+	check("estimated", base)
+	// Another world size cannot replay the data-dependent batches: refused.
+	other := base
+	other.World, other.Resume = 3, &full[0].states[2]
+	if _, err := shardload.Open(ctx, other); !errors.Is(err, shardload.ErrResume) || !strings.Contains(err.Error(), "estimated") {
+		t.Errorf("world 3 from a world 2 estimated state: %v; want ErrResume saying why", err)
+	}
+	// An index written since: the epoch the state is in goes on from the estimates.
+	infos, err := shardload.Count(ctx, shardload.Config{URLs: paths, NoIndexStore: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Create(dir + "/" + index.FileName)
+	index.Write(f, infos, true)
+	f.Close()
+	check("indexed since", base)
+}
+
+// An index beside the shards is found, and its counts used, however a loader spells
+// the shards: relative, "./", absolute, file://, a bare name in their directory; an
+// index an older release wrote with relative names too; and a dataset moved to
+// another directory with its index keeps its counts (matched by base name, version
+// and size). A job of two ranks plans from them: no estimate, no counting pass.
+func TestIndexEverySpelling(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	data := root + "/data"
+	if _, err := shardgen.Generate(data, shardgen.Spec{Shards: 3, Samples: []int{9, 30, 14}, Seed: 8}); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"train-000000.tar", "train-000001.tar", "train-000002.tar"}
+	t.Chdir(root)
+	write := func(dir string, infos []shard.Info) {
+		f, err := os.Create(dir + "/" + index.FileName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := index.Write(f, infos, true); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	var rel []string
+	for _, n := range names {
+		rel = append(rel, "data/"+n)
+	}
+	infos, err := shardload.Count(ctx, shardload.Config{URLs: rel, NoIndexStore: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact := func(what string, urls []string) {
+		t.Helper()
+		var logs []string
+		cfg := shardload.Config{URLs: urls, World: 2, BatchSize: 4, NoIndexStore: true, NoLock: true, Slabs: 1,
+			Logf: func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) }}
+		plan, err := shardload.PlanOf(ctx, cfg)
+		if err != nil || plan.Estimated {
+			t.Errorf("%s: plan estimated %v, %v", what, plan.Estimated, err)
+		}
+		for _, l := range logs {
+			if strings.Contains(l, "reading") || strings.Contains(l, "estimated") {
+				t.Errorf("%s: %s", what, l)
+			}
+		}
+	}
+	abs := func(dir string) (out []string) {
+		for _, n := range names {
+			out = append(out, root+"/"+dir+"/"+n)
+		}
+		return out
+	}
+	prefixed := func(p string, in []string) (out []string) {
+		for _, u := range in {
+			out = append(out, p+u)
+		}
+		return out
+	}
+	// As "shardload index" writes it: local shards under their canonical URLs.
+	canon := slices.Clone(infos)
+	for i := range canon {
+		canon[i].URL = source.Canonical(canon[i].URL)
+	}
+	write(data, canon)
+	exact("relative", rel)
+	exact("./", prefixed("./", rel))
+	exact("absolute", abs("data"))
+	exact("file://", prefixed("file://", abs("data")))
+	t.Chdir(data)
+	exact("bare names", names)
+	// An older index, its names relative to where it was run (the parent directory).
+	t.Chdir(root)
+	write(data, infos)
+	exact("legacy, relative", rel)
+	t.Chdir(data)
+	exact("legacy, bare names", names)
+	// Moved (renamed: same files, same modification times) with its index.
+	t.Chdir(root)
+	if err := os.Rename(data, root+"/moved"); err != nil {
+		t.Fatal(err)
+	}
+	exact("moved", abs("moved"))
 }

@@ -36,6 +36,7 @@ type Loader struct {
 	taken  atomic.Int64 // batches Next has returned
 	tuner  *Tuner
 	shape  dataShape
+	slabs  *slabs
 	done   chan struct{}
 	close  sync.Once
 }
@@ -98,12 +99,13 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 		return nil, err
 	}
 	cfg, infos, order, resume, plan := pl.cfg, pl.infos, pl.order, pl.resume, pl.plan
-	fields := cfg.Fields
-	if len(fields) == 0 {
-		opts := shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxRatio: cfg.MaxRatio}
-		if fields, err = pipeline.InferFields(ctx, cfg.Sources, infos, opts); err != nil {
-			return nil, err
-		}
+	firstSeq := resume.Batches
+	if pl.replay > 0 {
+		firstSeq = 0 // the replayed batches are numbered, and dropped
+	}
+	fields, err := Fields(ctx, cfg, infos)
+	if err != nil {
+		return nil, err
 	}
 	imageDecoder, err := cfg.ImageDecoder.Resolve()
 	if err != nil {
@@ -111,6 +113,20 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	}
 	shape := shapeOf(infos, fields)
 	isRemote := shape.remote
+	sized := cfg.SlabBytes == 0
+	if cfg.Ring != nil {
+		cfg.Slabs, cfg.SlabBytes = len(cfg.Ring.Slabs()), cfg.Ring.SlabBytes()
+		for _, s := range cfg.Ring.Slabs() {
+			cfg.SlabBytes = max(cfg.SlabBytes, s.Size())
+		}
+	} else {
+		cfg.SlabBytes = SlabSize(cfg, infos, fields)
+	}
+	if err := cfg.checkBatch(fields, shape, sized); err != nil {
+		return nil, err
+	}
+	sl := &slabs{cfg: cfg, shape: shape}
+	sl.bytes.Store(cfg.SlabBytes)
 	tuner := cfg.Tuner
 	if tuner == nil {
 		tuner = NewTuner()
@@ -120,7 +136,7 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 		return nil, err
 	}
 	lim := tune.Limits{Lanes: cfg.OpenShards, Fetch: isRemote,
-		Fits: func(k tune.Knobs) bool { return cfg.memoryOf(k, shape) <= cfg.Memory }}
+		Fits: func(k tune.Knobs) bool { return sl.memoryOf(k) <= cfg.Memory }}
 	if cfg.NoAutotune {
 		pins = tune.Pins{Workers: true, ReadAhead: true, QueueBytes: true, FetchParallel: true, FetchPartSize: true}
 	}
@@ -135,18 +151,19 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	if cfg.NoAutotune && !cfg.pins.FetchParallel && !cfg.pins.FetchPartSize {
 		fetch = source.Tuning{} // the sources' own settings
 	}
-	dev, err := openDevice(cfg)
+	dev, devOpts, err := openDevice(cfg)
 	if err != nil {
 		return nil, err
 	}
+	sl.limit = deviceLimit(dev, devOpts)
 	maxSamples, maxShards := cfg.ErrorBudget.limits(order.Samples, int64(order.Shards))
-	l = &Loader{cfg: cfg, plan: plan, order: order, fields: fields, dev: dev, start: start, resume: resume,
-		tuner: tuner, shape: shape, done: make(chan struct{})}
+	l = &Loader{cfg: cfg, plan: pl.rest(), order: order, fields: fields, dev: dev, start: start, resume: resume,
+		tuner: tuner, shape: shape, slabs: sl, done: make(chan struct{})}
 	l.p = pipeline.Start(ctx, pipeline.Params{
 		Sources: cfg.Sources, Plan: plan, Shards: infos, Fields: fields,
 		ImageDecoder: imageDecoder, AugmentSeed: cfg.Seed, Epoch: order.Epoch,
 		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxSampleSize: cfg.MaxSampleSize, MaxRatio: cfg.MaxRatio},
-		Rank:   cfg.Rank, FirstSeq: resume.Batches,
+		Rank:   cfg.Rank, FirstSeq: firstSeq, Replay: pl.replay,
 		NoShuffle: cfg.NoShuffle, ShuffleBytes: cfg.ShuffleBytes,
 		OpenShards: cfg.OpenShards, Workers: knobs.Workers, ReadAhead: knobs.ReadAhead, QueueBytes: knobs.QueueBytes, Fetch: fetch,
 		SampleBytes: cfg.Memory - int64(cfg.Slabs)*cfg.SlabBytes - cfg.fetchMemory(knobs, shape),
@@ -158,7 +175,8 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 		Ring: cfg.Ring,
 		RingOptions: pinned.Options{Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, NoLock: cfg.NoLock, Bind: cfg.BindSlabs,
 			Warn: func(msg string) { lockWarning.Do(func() { cfg.Logf("shardload: warning: %s", msg) }) }},
-		Queue: cfg.Slabs, Device: dev, Logf: cfg.Logf,
+		SlabSize: func(need int64) (int64, error) { return sl.grow(need, l.knobs()) },
+		Queue:    cfg.Slabs, Device: dev, Logf: cfg.Logf,
 	})
 	if !cfg.NoAutotune {
 		go l.autotune(tuner, isRemote, l.done)
@@ -201,8 +219,8 @@ func resumeFrom(cfg Config, order Order) (State, []shard.Run, error) {
 		return start, nil, nil // the start of the epoch
 	}
 	if r.Order != start.Order || r.Samples != order.Samples {
-		return State{}, nil, fmt.Errorf("%w: it was saved under another order (state %s with %d samples, this loader %s with %d): the shards, their counts, the seed or the shuffle settings differ (a state saved while counts were estimated, without an index, does not resume once they are known: index a dataset before training on it, shardload index)",
-			ErrResume, r.Order, r.Samples, start.Order, order.Samples)
+		return State{}, nil, fmt.Errorf("%w: %w (state %s with %d samples, this loader %s with %d): the shards, their counts, the seed or the shuffle settings differ",
+			ErrResume, errOtherOrder, r.Order, r.Samples, start.Order, order.Samples)
 	}
 	if r.Batches < 0 {
 		return State{}, nil, fmt.Errorf("%w: %d batches", ErrResume, r.Batches)
@@ -213,6 +231,9 @@ func resumeFrom(cfg Config, order Order) (State, []shard.Run, error) {
 	}
 	return *r, runs, nil
 }
+
+// errOtherOrder: a state was saved under another order.
+var errOtherOrder = errors.New("it was saved under another order")
 
 // lockWarning says once per process that slabs cannot be page-locked.
 var lockWarning sync.Once
@@ -283,11 +304,13 @@ func (l *Loader) Close() error {
 func (l *Loader) Settings() Settings { return l.tuner.Settings() }
 
 // memory returns what the loader's buffers may hold at the settings in effect.
-func (l *Loader) memory() int64 {
+func (l *Loader) memory() int64 { return l.slabs.memoryOf(l.knobs()) }
+
+// knobs returns the tuner's settings in effect (a change on trial too).
+func (l *Loader) knobs() tune.Knobs {
 	l.tuner.mu.Lock()
-	k := l.tuner.t.Knobs() // in effect: a change on trial too
-	l.tuner.mu.Unlock()
-	return l.cfg.memoryOf(k, l.shape)
+	defer l.tuner.mu.Unlock()
+	return l.tuner.t.Knobs()
 }
 
 // Device returns the loader's device-copy stage: its kind and description.

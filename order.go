@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"reflect"
 
+	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/source"
 )
 
 // Order holds every setting that decides which samples each rank of a job reads in an
@@ -48,9 +50,12 @@ func orderOf(cfg Config, shards []shard.Info) Order {
 	var n [8]byte
 	var total int64
 	for _, s := range shards {
-		binary.LittleEndian.PutUint64(n[:], uint64(len(s.URL)))
+		// One spelling per shard (a relative or absolute path, file://, a presigned
+		// URL's signature): ranks that name the same shards differently agree.
+		u := redact.URL(source.Canonical(s.URL))
+		binary.LittleEndian.PutUint64(n[:], uint64(len(u)))
 		h.Write(n[:])
-		h.Write([]byte(s.URL))
+		h.Write([]byte(u))
 		binary.LittleEndian.PutUint64(n[:], uint64(s.Samples))
 		h.Write(n[:])
 		total += int64(s.Samples)

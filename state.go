@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/shard"
 )
 
@@ -120,10 +121,10 @@ func StateAt(ctx context.Context, cfg Config, batches int) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	if batches < 0 || batches > pl.plan.Batches {
-		return State{}, fmt.Errorf("shardload: StateAt: %d batches, the rank's epoch has %d", batches, pl.plan.Batches)
+	if batches < 0 || batches > pl.rest().Batches {
+		return State{}, fmt.Errorf("shardload: StateAt: %d batches, the rank's epoch has %d", batches, pl.rest().Batches)
 	}
-	l := Loader{cfg: pl.cfg, plan: pl.plan, resume: pl.resume}
+	l := Loader{cfg: pl.cfg, plan: pl.rest(), resume: pl.resume}
 	l.taken.Store(int64(batches))
 	return l.State(), nil
 }
@@ -132,7 +133,7 @@ func StateAt(ctx context.Context, cfg Config, batches int) (State, error) {
 // shard: it finds the counts as Open does (see Shards).
 func PlanOf(ctx context.Context, cfg Config) (shard.Plan, error) {
 	pl, err := planOf(ctx, cfg)
-	return pl.plan, err
+	return pl.rest(), err
 }
 
 type planned struct {
@@ -141,6 +142,9 @@ type planned struct {
 	order  Order
 	resume State
 	plan   shard.Plan
+	// replay is the batches an estimated epoch's loader drops before the first it
+	// yields, to resume a state (see replayable); plan then counts those left.
+	replay int
 }
 
 // planOf plans cfg's rank's epoch: the shards' counts, the order, the state it
@@ -155,9 +159,98 @@ func planOf(ctx context.Context, cfg Config) (p planned, err error) {
 	}
 	p.order = orderOf(p.cfg, p.infos)
 	var runs []shard.Run
-	if p.resume, runs, err = resumeFrom(p.cfg, p.order); err != nil {
+	p.resume, runs, err = resumeFrom(p.cfg, p.order)
+	if errors.Is(err, errOtherOrder) && len(p.cfg.Shards) == 0 && !estimated(p.infos) {
+		// A state saved while the counts were estimated, resumed once they are known
+		// (an index written since, or the node's store filled by the epoch): the
+		// rest of that epoch is planned from the same estimates again.
+		if est, eerr := estimatedShards(ctx, p.cfg); eerr == nil && estimated(est) && orderOf(p.cfg, est).resumeKey() == p.cfg.Resume.Order {
+			p.infos, p.order = est, orderOf(p.cfg, est)
+			p.resume, runs, err = resumeFrom(p.cfg, p.order)
+		}
+	}
+	if err != nil {
 		return p, err
+	}
+	if n := countEstimated(p.infos); n > 0 && p.cfg.World > 1 && !p.cfg.AllowEstimate && len(runs) == 0 {
+		return p, fmt.Errorf("%w: %d of the %d shards have no index entry, and a job of %d ranks planned from counts estimated from the shards' sizes would leave samples out or repeat them without an error. Write an index once: shardload index --output DIR/ URL... (a loader finds DIR/%s beside the shards); or count the shards before the first batch (--count-first, Config.CountFirst); or accept approximate epochs (--allow-estimate, Config.AllowEstimate, allow_estimate=True in Python)",
+			ErrEstimated, n, len(p.infos), p.cfg.World, index.FileName)
+	}
+	if estimated(p.infos) && len(runs) > 0 {
+		// An estimated plan's batches follow the data, not its positions: its state
+		// resumes by replaying the epoch from its start and dropping the batches
+		// taken (the same batches, in the same order, as the job that saved it).
+		if p.replay, err = replayable(p.cfg, p.resume, runs, p.infos); err != nil {
+			return p, err
+		}
+		runs = nil
 	}
 	p.plan, err = newPlan(p.infos, p.cfg, p.order, runs)
 	return p, err
+}
+
+// rest returns what the rank yields of its plan: the plan, less the batches an
+// estimated epoch replays.
+func (p planned) rest() shard.Plan {
+	plan := p.plan
+	if p.replay > 0 {
+		plan.Batches = max(plan.Batches-p.replay, 0)
+		plan.Samples = max(plan.Samples-p.replay*p.cfg.BatchSize, 0)
+	}
+	return plan
+}
+
+// ErrEstimated means a job of several ranks would plan its epoch from estimated
+// sample counts without Config.AllowEstimate.
+var ErrEstimated = errors.New("shardload: no exact sample counts for a job of several ranks")
+
+// estimated reports whether any shard's count is an estimate.
+func estimated(infos []shard.Info) bool { return countEstimated(infos) > 0 }
+
+func countEstimated(infos []shard.Info) int {
+	n := 0
+	for _, in := range infos {
+		if in.Estimated {
+			n++
+		}
+	}
+	return n
+}
+
+// estimatedShards returns the shards of cfg with counts estimated as a loader without
+// an index or a node store estimates them.
+func estimatedShards(ctx context.Context, cfg Config) ([]shard.Info, error) {
+	urls, err := shard.ExpandAll(cfg.URLs)
+	if err != nil {
+		return nil, err
+	}
+	if urls, err = cfg.Sources.Expand(ctx, urls); err != nil {
+		return nil, err
+	}
+	lk := lookup(cfg)
+	lk.Store, lk.Index, lk.NoBeside = nil, "", true
+	return lk.Quick(ctx, index.Omit(urls), cfg.World)
+}
+
+// replayable checks that a state saved in an epoch planned from estimated counts can
+// be resumed by replaying the epoch: in a job of the same world size and batch size
+// (the batches of such an epoch depend on the data, so a state names batches, not
+// positions). It returns the batches to replay.
+func replayable(cfg Config, st State, runs []shard.Run, infos []shard.Info) (int, error) {
+	world := max(cfg.World, 1)
+	same := true
+	for _, r := range runs {
+		same = same && r.World == world
+	}
+	if same && len(runs) > 0 && st.Batches >= 0 {
+		consumed := runs[len(runs)-1].Consumed
+		full := int64(st.Batches) * int64(cfg.BatchSize)
+		// The state's samples per rank are its batches' (less the last batch's
+		// shortfall at the epoch's end).
+		if consumed == full || consumed < full && full-consumed < int64(cfg.BatchSize) {
+			return st.Batches, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: the epoch was planned from counts estimated from the shards' sizes (%d shards without an index entry), so its batches follow the data, and a state of it resumes only in a job of its own world size and batch size (it was saved after %d batches by a job of %q; this job has %d ranks and batches of %d); start the epoch anew (a state with only its epoch), or index the dataset before training (shardload index)",
+		ErrResume, countEstimated(infos), st.Batches, st.Runs, world, cfg.BatchSize)
 }

@@ -24,16 +24,20 @@ type Stats struct {
 	PageLocked bool // whether the slabs are page-locked (mlock)
 	Elapsed    time.Duration
 	FirstBatch time.Duration // from Open to the first batch handed to Next's caller
+	// SlabBytes is the size of the ring's largest slab (grown ones included).
+	SlabBytes int64
 	// Stages: fetch (reading sources), inflate (whole-shard decompression), split
 	// (tar parsing and grouping), decode (field decoders, and copying the sample into
 	// memory the loader owns while it waits), shuffle, collate (writing slabs), starve
-	// (the mixer waiting for decoded samples) and wait (Next's caller waiting for a
-	// batch).
+	// (the mixer waiting for decoded samples), wait (Next's caller waiting for a
+	// batch that is not ready: the loader is behind) and backpressure (the loader
+	// waiting for a slab while every one holds a batch its consumer has not
+	// released: the loader is ahead).
 	Stages map[string]time.Duration
 }
 
 // StageNames lists the stages of Stats.Stages in pipeline order.
-var StageNames = []string{"fetch", "inflate", "split", "decode", "shuffle", "collate", "starve", "wait"}
+var StageNames = []string{"fetch", "inflate", "split", "decode", "shuffle", "collate", "starve", "wait", "backpressure"}
 
 // Stats returns counters and per-stage times so far.
 func (l *Loader) Stats() Stats {
@@ -48,12 +52,14 @@ func (l *Loader) Stats() Stats {
 		Stages: map[string]time.Duration{
 			"fetch": d(c.Fetch.Load()), "inflate": d(c.Inflate.Load()), "split": d(c.Split.Load()), "decode": d(c.Decode.Load()),
 			"shuffle": d(c.Shuffle.Load()), "collate": d(c.Collate.Load()), "starve": d(c.Starve.Load()), "wait": d(c.Wait.Load()),
+			"backpressure": d(c.Backpressure.Load()),
 		},
+		SlabBytes: l.slabs.bytes.Load(),
 	}
 }
 
 // Add adds o's counters and stage times to s's (Workers, Memory, Queued and
-// PageLocked become o's),
+// PageLocked become o's, SlabBytes the larger),
 // for totals over epochs or loaders.
 func (s *Stats) Add(o Stats) {
 	s.Samples += o.Samples
@@ -67,6 +73,7 @@ func (s *Stats) Add(o Stats) {
 	s.BytesOut += o.BytesOut
 	s.Elapsed += o.Elapsed
 	s.Workers, s.Memory, s.Queued, s.PageLocked = o.Workers, o.Memory, o.Queued, o.PageLocked
+	s.SlabBytes = max(s.SlabBytes, o.SlabBytes)
 	if s.Stages == nil {
 		s.Stages = make(map[string]time.Duration, len(o.Stages))
 	}

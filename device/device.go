@@ -235,6 +235,22 @@ func (s *Stage) Register(mem []byte) error {
 	return nil
 }
 
+// Unregister undoes Register for mem, which is about to be unmapped (a slab that
+// grows); memory not registered is left alone.
+func (s *Stage) Unregister(mem []byte) error {
+	if s.drv == nil || len(mem) == 0 {
+		return nil
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.regd[base]; !ok || s.shut {
+		return nil
+	}
+	delete(s.regd, base)
+	return s.drv.unregister(mem)
+}
+
 // Copy starts copying src to a free device buffer and returns its Transfer at once,
 // waiting only while every buffer is held by a transfer not yet released (or
 // returning ctx.Err(), or ErrClosed). src must not change until the transfer is

@@ -40,12 +40,14 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"strconv"
 	"strings"
 
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/source"
 )
 
 // FileName is the name of the index object a loader looks for beside the shards when
@@ -214,8 +216,22 @@ func decodeOffsets(s string, samples int) ([]int64, error) {
 	return offs, nil
 }
 
-// key matches shards to lines: the URL without secrets.
-func key(url string) string { return strings.TrimSpace(redact.URL(url)) }
+// key matches shards to lines: the URL's canonical spelling (source.Canonical: a
+// relative path, "./", "..", a symbolic link to a directory and a file:// URL of one
+// file are the same key) without secrets.
+func key(url string) string { return redact.URL(source.Canonical(url)) }
+
+// identity names an object by what it is rather than where: its base name, version
+// and size. A dataset moved to another directory or prefix (renamed or copied with
+// its ETags, generations or modification times kept) keeps its entries: a shard
+// without an entry under its URL takes the entry of the same identity. An object
+// with no version has no identity.
+func identity(url, version string, size int64) string {
+	if version == "" || size < 0 {
+		return ""
+	}
+	return path.Base(pathOf(redact.URL(url))) + "\x00" + version + "\x00" + strconv.FormatInt(size, 10)
+}
 
 // Omit returns urls without the index objects among them (FileName, and the
 // temporary files of one being written), as a listing of the shards' directory

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -171,9 +172,30 @@ func (lk Lookup) resolveEntries(ctx context.Context, urls []string, known map[st
 	}
 	infos := make([]shard.Info, len(urls))
 	var todo []int
-	missing, stale := 0, 0
+	missing, stale, moved := 0, 0, 0
+	var ids map[string]shard.Info // the known entries by their objects' identity
 	for i, u := range urls {
 		e, ok := known[key(u)]
+		if !ok && checked[i] {
+			// No entry under this URL: one of the same object elsewhere (a dataset
+			// moved with its index, or counted on this node under another path).
+			if ids == nil {
+				ids = make(map[string]shard.Info, len(known))
+				for _, k := range known {
+					if id := identity(k.URL, k.Version, k.Size); id != "" {
+						ids[id] = k
+					}
+				}
+			}
+			if id := identity(u, objs[i].Version, objs[i].Size); id != "" {
+				if e, ok = ids[id]; !ok && lk.Store != nil {
+					e, ok = lk.Store.GetIdentity(u, objs[i].Version, objs[i].Size)
+				}
+				if ok {
+					moved++
+				}
+			}
+		}
 		switch {
 		case !ok:
 			missing++
@@ -202,8 +224,11 @@ func (lk Lookup) resolveEntries(ctx context.Context, urls []string, known map[st
 			infos[i] = e
 		}
 	}
+	if moved > 0 {
+		lk.Logf("shardload: %d shards have no index entry under their URLs, but one under another (the same objects: base name, version and size), which is used", moved)
+	}
 	if len(todo) == 0 {
-		return infos, false, nil
+		return infos, moved > 0, nil
 	}
 	if from != "" {
 		lk.Logf("shardload: index %s: %d of %d shards have no entry and %d changed since it was written; reading those %d to count their samples",
@@ -279,24 +304,19 @@ func (lk Lookup) global(ctx context.Context, urls []string) (map[string]shard.In
 		if err != nil {
 			return nil, "", err
 		}
-		for _, e := range infos {
-			known[key(e.URL)] = e
-		}
+		addEntries(known, infos, lk.Index)
 		return known, redact.URL(lk.Index), nil
 	}
 	if lk.NoBeside || len(urls) == 0 {
 		return known, "", nil
 	}
-	dir := dirOf(urls[0])
-	for _, u := range urls {
-		if dirOf(u) != dir {
-			return known, "", nil
-		}
+	// As the user wrote the shards' directory, for messages, unless they are bare
+	// names; none when they do not share one, or when a presigned URL's signature
+	// would not cover an index beside it.
+	name := Beside(urls)
+	if name == "" {
+		return known, "", nil
 	}
-	if dir == "" || strings.HasPrefix(dir, "http://") || strings.HasPrefix(dir, "https://") {
-		return known, "", nil // no directory, or a presigned URL's signature would not cover it
-	}
-	name := dir + FileName
 	infos, err := lk.read(ctx, name)
 	if errors.Is(err, source.ErrNotFound) {
 		return known, "", nil
@@ -308,11 +328,63 @@ func (lk Lookup) global(ctx context.Context, urls []string) (map[string]shard.In
 		lk.Logf("shardload: warning: the index beside the shards is not used: %v", err)
 		return known, "", nil
 	}
-	for _, e := range infos {
-		known[key(e.URL)] = e
-	}
+	addEntries(known, infos, name)
 	return known, redact.URL(name), nil
 }
+
+// Beside returns the URL of the index a loader looks for beside urls (brace-expanded
+// shard URLs, or listing prefixes and globs: their directory counts), or "" when they
+// do not share a directory where one can be looked for.
+func Beside(urls []string) string {
+	if len(urls) == 0 {
+		return ""
+	}
+	canon := besideDir(urls[0])
+	for _, u := range urls {
+		if besideDir(u) != canon {
+			return ""
+		}
+	}
+	dir := dirOf(urls[0])
+	if dir == "" {
+		dir = canon
+	}
+	if dir == "" || strings.HasPrefix(dir, "http://") || strings.HasPrefix(dir, "https://") {
+		return ""
+	}
+	return dir + FileName
+}
+
+// besideDir is the directory of url where an index beside it would be: url's own
+// for remote URLs, the canonical one (file:///abs/dir/) for local paths, so that a
+// bare relative name has one too.
+func besideDir(url string) string {
+	if source.Scheme(url) == "file" {
+		return dirOf(source.Canonical(url))
+	}
+	return dirOf(url)
+}
+
+// addEntries adds the entries of the index named name to known, by key. The relative
+// paths of an index written by an older release are taken both as they were given
+// (from the directory it was run in, if it is this one) and from the index's own
+// directory; the objects' versions tell which is right.
+func addEntries(known map[string]shard.Info, infos []shard.Info, name string) {
+	dir := ""
+	if source.Scheme(name) == "file" {
+		dir = strings.TrimPrefix(dirOf(source.Canonical(name)), "file://")
+	}
+	for _, e := range infos {
+		known[key(e.URL)] = e
+		if dir != "" && source.Scheme(e.URL) == "file" && !strings.Contains(e.URL, "://") && !filepath.IsAbs(e.URL) {
+			if k := key(filepath.Join(dir, e.URL)); !hasKey(known, k) {
+				known[k] = e
+			}
+		}
+	}
+}
+
+func hasKey(m map[string]shard.Info, k string) bool { _, ok := m[k]; return ok }
 
 func (lk Lookup) read(ctx context.Context, url string) ([]shard.Info, error) {
 	body, err := lk.Sources.Open(ctx, url)

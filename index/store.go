@@ -52,26 +52,63 @@ func OpenStore(dir string) (*Store, error) {
 // Dir returns the store's directory.
 func (s *Store) Dir() string { return s.dir }
 
-func (s *Store) path(url string) string {
-	sum := sha256.Sum256([]byte(key(url)))
+func (s *Store) path(url string) string { return s.file(key(url)) }
+
+// file is the store's file of name.
+func (s *Store) file(name string) string {
+	sum := sha256.Sum256([]byte(name))
 	h := hex.EncodeToString(sum[:16])
 	return filepath.Join(s.dir, h[:2], h+".json")
 }
 
-// Put stores info, replacing the shard's previous entry. An entry without a version
-// cannot be checked against its object later and is not stored.
+// idPath is the file of the entry of an object's identity (see identity).
+func (s *Store) idPath(id string) string { return s.file("identity\x00" + id) }
+
+// Put stores info, replacing the shard's previous entry, under its URL and under its
+// object's identity (base name, version and size: see GetIdentity). An entry without
+// a version cannot be checked against its object later and is not stored.
 func (s *Store) Put(info shard.Info) error {
 	if info.Version == "" {
 		return nil
 	}
+	info.URL = key(info.URL)
 	b, err := json.Marshal(lineOf(info))
 	if err != nil {
 		return err
 	}
-	return replace(s.path(info.URL), func(w io.Writer) error {
-		_, err := w.Write(append(b, '\n'))
+	b = append(b, '\n')
+	write := func(w io.Writer) error {
+		_, err := w.Write(b)
 		return err
-	})
+	}
+	if err := replace(s.path(info.URL), write); err != nil {
+		return err
+	}
+	if id := identity(info.URL, info.Version, info.Size); id != "" && info.Size > 0 {
+		return replace(s.idPath(id), write)
+	}
+	return nil
+}
+
+// GetIdentity returns the entry of the object named url (by its base name) at version
+// and size, stored under whichever URL it was counted: the entry of a dataset that
+// moved. Its URL is url.
+func (s *Store) GetIdentity(url, version string, size int64) (shard.Info, bool) {
+	id := identity(url, version, size)
+	if id == "" {
+		return shard.Info{}, false
+	}
+	b, err := os.ReadFile(s.idPath(id))
+	if err != nil {
+		return shard.Info{}, false
+	}
+	infos, err := Read(bytes.NewReader(b), s.idPath(id))
+	if err != nil || len(infos) != 1 || identity(infos[0].URL, infos[0].Version, infos[0].Size) != id {
+		return shard.Info{}, false
+	}
+	info := infos[0]
+	info.URL = url
+	return info, true
 }
 
 // replace writes the file at p (its directory made if need be) through a temporary
@@ -149,13 +186,16 @@ func (s *Store) GetSet(urls []string) ([]shard.Info, bool) {
 // have a version.
 func (s *Store) PutSet(infos []shard.Info) error {
 	urls := make([]string, len(infos))
+	keyed := make([]shard.Info, len(infos))
 	for i, in := range infos {
 		if in.Version == "" {
 			return nil
 		}
 		urls[i] = in.URL
+		keyed[i] = in
+		keyed[i].URL = key(in.URL)
 	}
-	return replace(s.setPath(urls), func(w io.Writer) error { return Write(w, infos, true) })
+	return replace(s.setPath(urls), func(w io.Writer) error { return Write(w, keyed, true) })
 }
 
 // hasSet reports whether the store keeps the entries of exactly urls together.

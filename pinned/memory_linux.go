@@ -55,6 +55,7 @@ func newRing(c config) (_ *Ring, err error) {
 			unmapSlabs(r.slabs)
 		}
 	}()
+	r.c = c
 	populated := make([]bool, c.slabs)
 	for i := range c.slabs {
 		s := &Slab{ring: r, index: i, fd: -1}
@@ -64,31 +65,15 @@ func newRing(c config) (_ *Ring, err error) {
 			return nil, fmt.Errorf("pinned: memfd_create %q: %w", name, err)
 		}
 		r.slabs = append(r.slabs, s)
-		if err = unix.Ftruncate(s.fd, c.slabBytes); err != nil {
-			return nil, fmt.Errorf("pinned: size slab %d to %d bytes: %w", i, c.slabBytes, err)
+		// Sealing against shrinking keeps a process the memfd is shared with from
+		// truncating it, which would make this process's mapping fault; it may grow
+		// (Ring.Grow), which changes nothing for a mapping of the old size. Memfds
+		// have supported seals since Linux 3.17; a kernel that refuses only loses
+		// that protection.
+		_, _ = unix.FcntlInt(uintptr(s.fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK)
+		if populated[i], err = r.mapSlab(s, c.slabBytes); err != nil {
+			return nil, err
 		}
-		// Sealing the size keeps a process the memfd is shared with from truncating
-		// it, which would make this process's mapping fault. Memfds have supported
-		// seals since Linux 3.17; a kernel that refuses only loses that protection.
-		_, _ = unix.FcntlInt(uintptr(s.fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL)
-		s.data, err = mmap(s.fd, 0, int(c.slabBytes), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-		if err != nil {
-			s.data = nil
-			return nil, fmt.Errorf("pinned: mmap slab %d (%d bytes): %w", i, c.slabBytes, err)
-		}
-		if r.bound {
-			if berr := c.bind(s.data); berr != nil {
-				r.bound = false
-				c.warn(fmt.Sprintf("pinned: slab %d of %d not bound: %v; slabs left where the kernel puts them", i, c.slabs, berr))
-			}
-		}
-		if !c.noHuge && unix.Madvise(s.data, unix.MADV_HUGEPAGE) != nil {
-			// EINVAL: no transparent huge pages in this kernel. Not an error.
-			r.huge = false
-		}
-		// Fault every page in now, writable, so the first batch does not. Linux
-		// 5.14+; older kernels say EINVAL and get mlock or touchPages instead.
-		populated[i] = populate(s.data) == nil
 	}
 	if !c.noLock {
 		r.locked = lockSlabs(r.slabs, c)
@@ -99,6 +84,62 @@ func newRing(c config) (_ *Ring, err error) {
 		}
 	}
 	return r, nil
+}
+
+// mapSlab sizes s's memfd to size and maps it, bound, advised and faulted in as the
+// ring's options say; it reports whether the pages were faulted in.
+func (r *Ring) mapSlab(s *Slab, size int64) (populated bool, err error) {
+	c := r.c
+	if err = unix.Ftruncate(s.fd, size); err != nil {
+		return false, fmt.Errorf("pinned: size slab %d to %d bytes: %w", s.index, size, err)
+	}
+	s.data, err = mmap(s.fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		s.data = nil
+		return false, fmt.Errorf("pinned: mmap slab %d (%d bytes): %w", s.index, size, err)
+	}
+	s.size.Store(size)
+	if r.bound {
+		if berr := c.bind(s.data); berr != nil {
+			r.bound = false
+			c.warn(fmt.Sprintf("pinned: slab %d of %d not bound: %v; slabs left where the kernel puts them", s.index, c.slabs, berr))
+		}
+	}
+	if !c.noHuge && unix.Madvise(s.data, unix.MADV_HUGEPAGE) != nil {
+		// EINVAL: no transparent huge pages in this kernel. Not an error.
+		r.huge = false
+	}
+	// Fault every page in now, writable, so the first batch does not. Linux
+	// 5.14+; older kernels say EINVAL and get mlock or touchPages instead.
+	return populate(s.data) == nil, nil
+}
+
+// grow remaps s, acquired and not in use, at size bytes: its memfd grows (its
+// contents are not kept), and the new mapping is bound, faulted in and locked as the
+// ring's were.
+func (r *Ring) grow(s *Slab, size int64) error {
+	old := s.data
+	if s.locked {
+		_ = unix.Munlock(old)
+	}
+	if err := unix.Munmap(old); err != nil {
+		return fmt.Errorf("pinned: munmap slab %d: %w", s.index, err)
+	}
+	s.data = nil
+	populated, err := r.mapSlab(s, size)
+	if err != nil {
+		return err
+	}
+	if s.locked {
+		if err := mlock(s.data); err != nil {
+			s.locked, r.locked = false, false
+			r.c.warn(fmt.Sprintf("pinned: slab %d, grown to %s, cannot be locked (mlock: %v): it works unpinned; raise RLIMIT_MEMLOCK", s.index, formatBytes(uint64(size)), err))
+		}
+	}
+	if !populated && !s.locked {
+		touchPages(s.data)
+	}
+	return nil
 }
 
 // lockSlabs mlocks every slab, or none: it reports false, after one call to c.warn,

@@ -15,6 +15,8 @@ func newRing(config) (*Ring, error) {
 
 func unmapSlabs([]*Slab) error { return nil }
 
+func (r *Ring) grow(*Slab, int64) error { return errors.ErrUnsupported }
+
 // HasCapIPCLock reports whether the calling thread has CAP_IPC_LOCK in its effective
 // set, which lets mlock ignore RLIMIT_MEMLOCK (false where it cannot be known).
 func HasCapIPCLock() bool { return false }

@@ -323,7 +323,7 @@ func TestSharedMemory(t *testing.T) {
 		}
 
 		seals, err := unix.FcntlInt(uintptr(s.FD()), unix.F_GET_SEALS, 0)
-		want := unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+		want := unix.F_SEAL_SHRINK
 		if err != nil || seals&want != want {
 			t.Errorf("slab %d: seals %#x (%v), want %#x set", s.Index(), seals, err, want)
 		}
@@ -336,6 +336,52 @@ func TestSharedMemory(t *testing.T) {
 	b[1] = 2
 	if a[1] != 1 {
 		t.Errorf("writing slab 1 changed slab 0")
+	}
+}
+
+// Grow remaps an acquired slab larger: its memory is the new size, locked as the
+// ring's, the memfd grew (a second mapping of the new size sees the same bytes), the
+// old mapping is handed to unmapping first, and a smaller size or a slab not
+// acquired changes nothing.
+func TestGrow(t *testing.T) {
+	r := newTestRing(t, Options{Slabs: 2, SlabBytes: 2 * mib})
+	s, err := r.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := r.Slabs()[1-s.Index()]
+	if err := r.Grow(other, 8*mib, nil); !errors.Is(err, ErrNotAcquired) {
+		t.Errorf("growing a free slab: %v, want ErrNotAcquired", err)
+	}
+	var gone []byte
+	if err := r.Grow(s, 5*mib, func(old []byte) { gone = old }); err != nil {
+		t.Fatal(err)
+	}
+	if len(gone) != 2*mib || s.Size() != 6*mib || len(s.Bytes()) != 6*mib || r.Bytes() != 8*mib {
+		t.Fatalf("old mapping %d bytes, slab now %d (%d), ring %d; want 2 MiB, 6 MiB (rounded to huge pages), 8 MiB", len(gone), s.Size(), len(s.Bytes()), r.Bytes())
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(s.FD(), &st); err != nil || st.Size != 6*mib {
+		t.Fatalf("memfd size %d (%v), want 6 MiB", st.Size, err)
+	}
+	b := s.Bytes()
+	b[len(b)-1] = 0x5A
+	m, err := unix.Mmap(s.FD(), 0, len(b), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m[len(m)-1] != 0x5A {
+		t.Error("a second mapping of the grown memfd does not see its bytes")
+	}
+	unix.Munmap(m)
+	if err := r.Grow(s, 1*mib, nil); err != nil || s.Size() != 6*mib {
+		t.Errorf("growing to less: %v, size %d", err, s.Size())
+	}
+	if r.Locked() != s.locked {
+		t.Errorf("ring locked %v, grown slab locked %v", r.Locked(), s.locked)
+	}
+	if err := r.Release(s); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -143,26 +143,34 @@ type Slab struct {
 	fd    int
 	data  []byte
 
-	locked   bool // mlocked; set while the ring is built
-	acquired bool // guarded by ring.mu
+	locked   bool         // mlocked; set while the ring is built, and when it grows
+	acquired bool         // guarded by ring.mu
+	size     atomic.Int64 // len(data), for readers other than the slab's holder
 }
 
 // Index returns the slab's position in its ring, 0 to len(Ring.Slabs())-1. It is what
 // a loader tells a trainer to say which of the shared slabs holds a batch.
 func (s *Slab) Index() int { return s.index }
 
-// Bytes returns the slab's memory, len(Bytes()) == Ring.SlabBytes(). It is valid until
-// the ring is closed; touching it after Close faults.
+// Bytes returns the slab's memory: Ring.SlabBytes() long, or Size() once grown
+// (Ring.Grow). It is valid until the ring is closed or the slab grows; touching it
+// after Close faults.
 func (s *Slab) Bytes() []byte { return s.data }
+
+// Size returns the slab's size in bytes: Ring.SlabBytes() unless it grew.
+func (s *Slab) Size() int64 { return s.size.Load() }
 
 // FD returns the slab's memfd, valid until the ring is closed. Another process that
 // receives it (over a unix socket with SCM_RIGHTS) and mmaps it MAP_SHARED sees the
-// same memory. The descriptor is close-on-exec; its size is sealed.
+// same memory. The descriptor is close-on-exec; it may grow (Ring.Grow) but is sealed
+// against shrinking, so that a process it is shared with cannot make the mapping of
+// another fault.
 func (s *Slab) FD() int { return s.fd }
 
 // Ring is a fixed set of slabs handed out one at a time. Its methods are safe for
 // concurrent use.
 type Ring struct {
+	c         config
 	slabs     []*Slab
 	slabBytes int64
 	locked    bool
@@ -278,13 +286,60 @@ func (r *Ring) Release(s *Slab) error {
 	return nil
 }
 
+// Grow makes s, which the caller acquired and does not use, at least size bytes:
+// its memfd grows to size rounded up to the ring's page size, and it is mapped
+// afresh (at another address: Bytes changes; the old contents are not kept), bound,
+// faulted in and locked as the ring's slabs are. unmapping, when set, is called with
+// the old mapping before it goes (to unregister it from a device). A process the
+// memfd was passed to sees the new size once it maps it again; its old mapping stays
+// valid. A slab already as large is left as it is.
+func (r *Ring) Grow(s *Slab, size int64, unmapping func(old []byte)) error {
+	if s == nil || s.ring != r {
+		return ErrNotAcquired
+	}
+	r.mu.Lock()
+	acquired, closed := s.acquired, r.closed
+	r.mu.Unlock()
+	switch {
+	case closed:
+		return ErrClosed
+	case !acquired:
+		return ErrNotAcquired
+	case size <= s.Size():
+		return nil
+	}
+	align := int64(os.Getpagesize())
+	if !r.c.noHuge {
+		align = hugePageSize
+	}
+	if size > math.MaxInt-(align-1) {
+		return fmt.Errorf("%w: slab of %d bytes", ErrInvalidOptions, size)
+	}
+	size = (size + align - 1) / align * align
+	if unmapping != nil {
+		unmapping(s.data)
+	}
+	return r.grow(s, size)
+}
+
+// Bytes returns the memory of all the ring's slabs together, grown ones at their
+// size.
+func (r *Ring) Bytes() int64 {
+	var n int64
+	for _, s := range r.slabs {
+		n += s.Size()
+	}
+	return n
+}
+
 // Slabs returns all slabs of the ring, indexed by Slab.Index, acquired or not: what a
 // loader passes to a trainer when it connects.
 func (r *Ring) Slabs() []*Slab {
 	return append([]*Slab(nil), r.slabs...)
 }
 
-// SlabBytes returns the size of every slab, after rounding.
+// SlabBytes returns the size of every slab as the ring made it, after rounding (see
+// Slab.Size for one that grew).
 func (r *Ring) SlabBytes() int64 { return r.slabBytes }
 
 // Locked reports whether every slab is mlocked. It is false with Options.NoLock and

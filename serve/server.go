@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/mem"
 	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/numa"
@@ -411,10 +412,12 @@ func (s *Server) Close() error {
 	return s.closeErr
 }
 
-// countEntry is the sample counts of one dataset, kept for later sessions.
+// countEntry is the sample counts of one dataset, kept for later sessions, and the
+// version of the index they were taken with (see indexVersion).
 type countEntry struct {
 	key   string
 	infos []shard.Info
+	index string
 }
 
 // countCall is a count in flight, shared by the sessions that wait for it.
@@ -432,11 +435,18 @@ type countCall struct {
 // with ctx; the count is cancelled when no session waits for it any more.
 func (s *Server) count(ctx context.Context, cfg shardload.Config) ([]shard.Info, error) {
 	key := countKey(cfg)
+	// Each session plans from the index as it is now: one written (or rewritten)
+	// since the counts were kept makes them stale.
+	version := indexVersion(ctx, cfg)
 	s.countMu.Lock()
 	if e, ok := s.counts[key]; ok {
-		s.lru.MoveToFront(e)
-		s.countMu.Unlock()
-		return e.Value.(*countEntry).infos, nil
+		if ce := e.Value.(*countEntry); ce.index == version {
+			s.lru.MoveToFront(e)
+			s.countMu.Unlock()
+			return ce.infos, nil
+		}
+		s.lru.Remove(e)
+		delete(s.counts, key)
 	}
 	c, ok := s.counting[key]
 	if !ok {
@@ -456,7 +466,7 @@ func (s *Server) count(ctx context.Context, cfg shardload.Config) ([]shard.Info,
 				delete(s.counting, key)
 			}
 			if err == nil {
-				s.keepCount(key, infos)
+				s.keepCount(key, infos, version)
 			}
 			c.infos, c.err = infos, err
 			close(c.done)
@@ -495,6 +505,34 @@ func countKey(cfg shardload.Config) string {
 	return strings.Join(cfg.URLs, "\x00") + "\x00" + cfg.Index + fmt.Sprintf("\x00%v", cfg.World <= 1)
 }
 
+// indexVersion names the version of the index a session of cfg plans from (its
+// Index, else the one beside its shards): the object's version, "absent", or the
+// error of looking, so that an index written or rewritten since is seen.
+func indexVersion(ctx context.Context, cfg shardload.Config) string {
+	name := cfg.Index
+	if name == "" {
+		urls, err := shard.ExpandAll(cfg.URLs)
+		if err != nil {
+			return "error"
+		}
+		if name = index.Beside(urls); name == "" {
+			return "none"
+		}
+	}
+	sources := cfg.Sources
+	if sources == nil {
+		sources = source.Default
+	}
+	info, err := sources.Stat(ctx, name)
+	switch {
+	case errors.Is(err, source.ErrNotFound):
+		return "absent"
+	case err != nil:
+		return "error: " + err.Error()
+	}
+	return fmt.Sprintf("%s %d", info.Version, info.Size)
+}
+
 // countSafely is shardload.Shards, with a panic made its error.
 func countSafely(ctx context.Context, cfg shardload.Config) (infos []shard.Info, err error) {
 	defer func() {
@@ -507,13 +545,14 @@ func countSafely(ctx context.Context, cfg shardload.Config) (infos []shard.Info,
 
 // keepCount keeps a dataset's counts, dropping the least recently used beyond
 // MaxDatasets. countMu must be held.
-func (s *Server) keepCount(key string, infos []shard.Info) {
+func (s *Server) keepCount(key string, infos []shard.Info, version string) {
 	if e, ok := s.counts[key]; ok {
-		e.Value.(*countEntry).infos = infos
+		ce := e.Value.(*countEntry)
+		ce.infos, ce.index = infos, version
 		s.lru.MoveToFront(e)
 		return
 	}
-	s.counts[key] = s.lru.PushFront(&countEntry{key: key, infos: infos})
+	s.counts[key] = s.lru.PushFront(&countEntry{key: key, infos: infos, index: version})
 	for s.lru.Len() > s.opts.MaxDatasets {
 		e := s.lru.Back()
 		s.lru.Remove(e)

@@ -134,6 +134,8 @@ type loaderFlags struct {
 	queueBytes    byteSize
 	slabs         int
 	slabBytes     byteSize
+	maxSlabBytes  byteSize
+	allowEstimate bool
 	onError       string
 	errorBudget   float64
 	budgetSamples int64
@@ -179,8 +181,10 @@ func (lf *loaderFlags) register(fs *pflag.FlagSet, perRank bool) {
 	fs.Var(&lf.memory, "memory", fmt.Sprintf("budget of the loader's buffers: slabs, decoded samples (queues, shuffle windows, batches) and remote reads' parts; settings left to their defaults are lowered to fit, the tuner never exceeds it (the process holds about %s more)", humanBytes(shardload.MemoryOverhead)))
 	fs.BoolVar(&lf.autotune, "autotune", true, "tune --workers, --read-ahead, --queue-bytes, --fetch-parallel and --fetch-part-size while running, within --memory, from the rate delivered (those given are left alone; --autotune=false keeps the defaults)")
 	fs.IntVar(&lf.slabs, "slabs", shardload.DefaultSlabs, "pinned batch slabs in the ring (batches ready or in use at once)")
-	lf.slabBytes = shardload.DefaultSlabBytes
-	fs.Var(&lf.slabBytes, "slab-size", "bytes per slab; a batch must fit in one")
+	fs.Var(&lf.slabBytes, "slab-size", "bytes per slab (default: sized from the batch: exact for images, labels and npy fields with a shape, from the dataset's mean sample size for the others); a batch that does not fit grows its slab within --max-slab-size and --memory")
+	lf.maxSlabBytes = shardload.DefaultMaxSlabBytes
+	fs.Var(&lf.maxSlabBytes, "max-slab-size", "largest a slab may be, given or grown to hold a batch; a batch larger fails with the size it needs")
+	fs.BoolVar(&lf.allowEstimate, "allow-estimate", false, "let a job of more than one rank without an index plan from counts estimated from the shards' sizes: approximate epochs (samples left out or repeated, reported at each epoch's end) instead of an error before the first batch")
 	fs.StringVar(&lf.onError, "on-error", "fail", "bad samples and shards: fail, or skip (each logged, counted, within the error budget)")
 	fs.Float64Var(&lf.errorBudget, "error-budget", shardload.DefaultErrorBudget.Fraction, "fraction of the whole job's samples, or of its shards (all ranks together), that --on-error=skip may leave out before a rank fails (0: none)")
 	fs.Int64Var(&lf.budgetSamples, "error-budget-samples", 0, "samples --on-error=skip may leave out before a rank fails, whatever --error-budget gives")
@@ -203,11 +207,14 @@ func (lf *loaderFlags) check() error {
 	}{
 		{"batch-size", int64(lf.batchSize)}, {"world", int64(lf.world)}, {"shuffle-buffer", int64(lf.shuffleBuffer)},
 		{"shuffle-bytes", int64(lf.shuffleBytes)}, {"open-shards", int64(lf.openShards)}, {"queue-bytes", int64(lf.queueBytes)},
-		{"slabs", int64(lf.slabs)}, {"slab-size", int64(lf.slabBytes)}, {"memory", int64(lf.memory)}, {"max-member-size", int64(lf.rf.maxMember)}, {"max-sample-size", int64(lf.maxSample)},
+		{"slabs", int64(lf.slabs)}, {"max-slab-size", int64(lf.maxSlabBytes)}, {"memory", int64(lf.memory)}, {"max-member-size", int64(lf.rf.maxMember)}, {"max-sample-size", int64(lf.maxSample)},
 	} {
 		if c.v < 1 {
 			bad = append(bad, fmt.Sprintf("--%s %d: want at least 1", c.name, c.v))
 		}
+	}
+	if lf.slabBytes < 0 || (lf.slabBytes == 0 && lf.fs != nil && lf.fs.Changed("slab-size")) {
+		bad = append(bad, fmt.Sprintf("--slab-size %d: want at least 1 (leave it out to size slabs from the batch)", lf.slabBytes))
 	}
 	if lf.readAhead < 0 {
 		bad = append(bad, fmt.Sprintf("--read-ahead %d: want 0 or more", lf.readAhead))
@@ -275,6 +282,7 @@ func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config
 		OpenShards: lf.openShards, Workers: lf.workers, ReadAhead: lf.readAhead, QueueBytes: queueBytes,
 		FetchParallel: parallel, FetchPartSize: partSize, Memory: int64(lf.memory), NoAutotune: !lf.autotune,
 		MaxMemberSize: int64(lf.rf.maxMember), MaxSampleSize: int64(lf.maxSample), Slabs: lf.slabs, SlabBytes: int64(lf.slabBytes),
+		MaxSlabBytes: int64(lf.maxSlabBytes), AllowEstimate: lf.allowEstimate,
 		OnError: policy, Logf: logf, Sources: lf.rf.sources(), ReadGap: readGap(int64(lf.readGap)),
 		ErrorBudget: &shardload.Budget{Fraction: lf.errorBudget, Samples: lf.budgetSamples, Shards: lf.budgetShards},
 	}, nil

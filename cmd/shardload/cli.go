@@ -155,7 +155,7 @@ type readFlags struct {
 func (rf *readFlags) register(fs *pflag.FlagSet) {
 	rf.maxMember = shard.DefaultMaxMemberSize
 	fs.Var(&rf.maxMember, "max-member-size", "largest tar member held in memory; a larger one fails its sample (e.g. 64MiB, 1GiB)")
-	fs.StringVar(&rf.cacheDir, "cache-dir", "", "directory of the node's shard cache, on local disk (entries in DIR/v1; one process at a time); remote shards are read through it (default: no cache)")
+	fs.StringVar(&rf.cacheDir, "cache-dir", "", "directory of the node's shard cache, on local disk (entries in DIR/v1), shared by every shardload process of the node at once; remote shards are read through it, local files never (default: none, the cache is off)")
 	rf.cacheDisk = cache.DefaultDiskBytes
 	fs.Var(&rf.cacheDisk, "cache-disk", "byte budget of the cache's disk tier, data and metadata (with --cache-dir)")
 	fs.Var(&rf.cacheMemory, "cache-memory", "byte budget of the cache's memory tier in this process (with --cache-dir; 0: none)")

@@ -20,6 +20,9 @@ import (
 	"github.com/shardload/shardload/pinned"
 )
 
+// typicalSlab is the slab doctor checks the memlock limit for by default.
+const typicalSlab = 16 << 20
+
 var doctorCommand = command{
 	name:  "doctor",
 	short: "topology, limits, what to change",
@@ -31,11 +34,11 @@ transparent huge pages, the size of /dev/shm, and the free space for the cache.
 Exit status 0 whatever it finds; --json prints one object.`,
 	setup: func(fs *pflag.FlagSet) func(context.Context, []string, io.Writer, io.Writer) error {
 		asJSON := fs.Bool("json", false, "print one JSON object instead of the report")
-		cacheDir := fs.String("cache-dir", defaultCacheDir(), "the cache directory whose free space to report")
+		cacheDir := fs.String("cache-dir", "", "the cache directory the loaders are given (--cache-dir, $SHARDLOAD_CACHE_DIR), whose free space to report (default: none, the cache is off; the free space where one would go is reported)")
 		sysfs := fs.String("sysfs", "/", "root holding sys/ to read the topology and huge page settings from (a copy of another machine's /sys, for support)")
-		slabBytes := byteSize(shardload.DefaultSlabs * shardload.DefaultSlabBytes)
-		fs.Var(&slabBytes, "ring-size", fmt.Sprintf("bytes of slabs to page-lock, to check the memlock limit against (default: --slabs %d x --slab-size %s)",
-			shardload.DefaultSlabs, formatBytes(shardload.DefaultSlabBytes)))
+		slabBytes := byteSize(shardload.DefaultSlabs * typicalSlab)
+		fs.Var(&slabBytes, "ring-size", fmt.Sprintf("bytes of slabs to page-lock per trainer, to check the memlock limit against (default: %d slabs of %s, a batch of 32 samples of up to 500 KB; slabs are sized from the batch)",
+			shardload.DefaultSlabs, formatBytes(typicalSlab)))
 		return func(_ context.Context, args []string, stdout, _ io.Writer) error {
 			if len(args) != 0 {
 				return fmt.Errorf("%w: doctor takes no arguments", errUsage)
@@ -87,7 +90,9 @@ type hugePageInfo struct {
 }
 
 type spaceInfo struct {
-	Path  string `json:"path"`
+	Path string `json:"path"`
+	// Off (the cache only): no cache directory is set, and Path is where one could go.
+	Off   bool   `json:"off,omitempty"`
 	Total int64  `json:"total_bytes"`
 	Free  int64  `json:"free_bytes"`
 	Err   string `json:"error,omitempty"`
@@ -117,7 +122,12 @@ func diagnose(root, cacheDir string, ringBytes int64) (*doctorReport, error) {
 	thp := filepath.Join(root, "sys/kernel/mm/transparent_hugepage")
 	r.HugePages = hugePageInfo{Enabled: bracketed(filepath.Join(thp, "enabled")), Shmem: bracketed(filepath.Join(thp, "shmem_enabled"))}
 	r.Shm = space("/dev/shm")
-	r.Cache = space(cacheDir)
+	if cacheDir == "" {
+		r.Cache = space(defaultCacheDir())
+		r.Cache.Off = true
+	} else {
+		r.Cache = space(cacheDir)
+	}
 	r.advise()
 	return r, nil
 }
@@ -191,7 +201,7 @@ func (r *doctorReport) advise() {
 	if r.Shm.Err == "" && r.Shm.Total < 1<<30 {
 		add("/dev/shm is only %s: PyTorch DataLoader workers and NCCL use it; in docker give --shm-size=8g or --ipc=host", humanBytes(r.Shm.Total))
 	}
-	if r.Cache.Err == "" && r.Cache.Free < 10<<30 {
+	if r.Cache.Err == "" && r.Cache.Free < 10<<30 && !r.Cache.Off {
 		add("only %s free for the cache at %s: point --cache-dir at a larger local disk", humanBytes(r.Cache.Free), r.Cache.Path)
 	}
 }
@@ -226,6 +236,15 @@ func (r *doctorReport) write(w io.Writer) error {
 		name string
 		si   spaceInfo
 	}{{"/dev/shm", r.Shm}, {"cache", r.Cache}} {
+		if s.si.Off {
+			fmt.Fprintf(bw, "%-10s off (no --cache-dir, $SHARDLOAD_CACHE_DIR unset): remote shards are read from their store every epoch; ", s.name+":")
+			if s.si.Err != "" {
+				fmt.Fprintf(bw, "%s: %s\n", s.si.Path, s.si.Err)
+			} else {
+				fmt.Fprintf(bw, "a cache at %s would have %s free of %s\n", s.si.Path, humanBytes(s.si.Free), humanBytes(s.si.Total))
+			}
+			continue
+		}
 		if s.si.Err != "" {
 			fmt.Fprintf(bw, "%-10s %s: %s\n", s.name+":", s.si.Path, s.si.Err)
 			continue

@@ -176,6 +176,13 @@ func writeIndex(ctx context.Context, patterns []string, rf *readFlags, o indexOp
 	if err != nil {
 		return err
 	}
+	for i := range infos {
+		// Local shards under one spelling (file:///abs/path), which every loader
+		// finds whatever directory it runs in and however it names them.
+		if source.Scheme(infos[i].URL) == "file" {
+			infos[i].URL = source.Canonical(infos[i].URL)
+		}
+	}
 	cw := &countingWriter{w: out}
 	if err := index.Write(cw, infos, o.compress); err != nil {
 		return fmt.Errorf("writing the index to %s: %w", dest, err)

@@ -73,6 +73,9 @@ func checkIndex(t *testing.T, infos []shard.Info, paths []string) {
 			t.Fatal(err)
 		}
 		offs := readerOffsets(t, p)
+		if source.Scheme(p) == "file" {
+			p = source.Canonical(p) // local shards are written under one spelling
+		}
 		if info.URL != p || info.Samples != len(offs) || info.Version != st.Version || info.Size != st.Size {
 			t.Errorf("entry %d = {%s %d samples, version %q, size %d}; want {%s %d samples, version %q, size %d}",
 				i, info.URL, info.Samples, info.Version, info.Size, p, len(offs), st.Version, st.Size)

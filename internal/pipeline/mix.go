@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/numa"
+	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/shard"
 )
 
@@ -646,6 +647,19 @@ func (b *batcher) flush(ctx context.Context) error {
 	if err := b.pad(); err != nil {
 		return err
 	}
+	if b.n < pl.p.Replay {
+		// Taken before the state this loader resumes: dropped, but its rows pad as
+		// they did.
+		b.padded = 0
+		b.seq++
+		b.n++
+		b.done = b.n >= pl.p.Plan.Batches && !pl.p.Stretch
+		for _, it := range b.last {
+			pl.put(it)
+		}
+		b.last, b.rows = b.rows, b.last[:0]
+		return nil
+	}
 	select {
 	case <-pl.ringReady:
 	case <-ctx.Done():
@@ -654,7 +668,9 @@ func (b *batcher) flush(ctx context.Context) error {
 	if pl.ringErr != nil {
 		return pl.ringErr
 	}
+	tb := mono()
 	slab, err := pl.ring.Acquire(ctx)
+	add(&pl.C.Backpressure, mono()-tb)
 	if err != nil {
 		return err
 	}
@@ -666,6 +682,12 @@ func (b *batcher) flush(ctx context.Context) error {
 		b.values = append(b.values, it.values)
 	}
 	db, err := decode.Collate(slab.Bytes(), pl.p.Fields, b.keys, b.values)
+	if errors.Is(err, decode.ErrSlabTooSmall) && pl.p.SlabSize != nil {
+		err = pl.grow(slab, decode.Needed(pl.p.Fields, b.keys, b.values), b.seq)
+		if err == nil {
+			db, err = decode.Collate(slab.Bytes(), pl.p.Fields, b.keys, b.values)
+		}
+	}
 	add(&pl.C.Collate, time.Since(t0))
 	if err != nil {
 		pl.ring.Release(slab)
@@ -689,6 +711,8 @@ func (b *batcher) flush(ctx context.Context) error {
 		pl.put(it)
 	}
 	b.last, b.rows = b.rows, b.last[:0]
+	tb = mono()
+	defer func() { add(&pl.C.Backpressure, mono()-tb) }()
 	select {
 	case pl.out <- msg{b: out}:
 		return nil
@@ -696,6 +720,23 @@ func (b *batcher) flush(ctx context.Context) error {
 		out.Release()
 		return ctx.Err()
 	}
+}
+
+// grow makes slab large enough for a batch of need bytes, as far as SlabSize allows.
+func (pl *Pipeline) grow(slab *pinned.Slab, need int64, seq int) error {
+	size, err := pl.p.SlabSize(need)
+	if err != nil {
+		return err
+	}
+	var unmapping func([]byte)
+	if dev := pl.p.Device; dev != nil {
+		unmapping = func(old []byte) { dev.Unregister(old) }
+	}
+	if err := pl.ring.Grow(slab, size, unmapping); err != nil {
+		return fmt.Errorf("growing slab %d to %d bytes: %w", slab.Index(), size, err)
+	}
+	pl.C.SlabGrowths.Add(1)
+	return nil
 }
 
 // report says at the end of an epoch planned from estimated counts how far the data

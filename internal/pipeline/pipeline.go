@@ -51,7 +51,11 @@ type Params struct {
 	Rank int
 	// FirstSeq is the Seq of the first batch (the batches a resumed epoch's rank
 	// took before).
-	FirstSeq     int
+	FirstSeq int
+	// Replay is the batches dropped before the first one handed out: an epoch planned
+	// from estimated counts resumes by reading its start again (its batches follow
+	// the data, not positions of the order).
+	Replay       int
 	NoShuffle    bool
 	ShuffleBytes int64 // the shuffle windows' budget (with NoShuffle, the queues')
 	OpenShards   int
@@ -84,6 +88,10 @@ type Params struct {
 	// first reads) and closes it.
 	Ring        *pinned.Ring
 	RingOptions pinned.Options
+	// SlabSize, when set, says how large a slab may grow to hold a batch that needs
+	// need bytes: the size to grow it to, or the error that fails the loader (the
+	// batch does not fit the memory budget). Without it such a batch fails the loader.
+	SlabSize func(need int64) (int64, error)
 	// Queue is the number of batches collated ahead of Next (the ring's slabs).
 	Queue int
 	// Device receives each batch after collation; nil hands none over. Close
@@ -149,6 +157,11 @@ type Counters struct {
 	FirstBatch                                                atomic.Int64
 	Fetch, Inflate, Split, Decode, Shuffle, Collate           atomic.Int64
 	Starve, Wait                                              atomic.Int64
+	// Backpressure is the time the batcher waited for a free slab: every slab held
+	// by batches the consumer has not released (the loader is ahead of it).
+	Backpressure atomic.Int64
+	// SlabGrowths counts slabs grown to hold a batch larger than they were.
+	SlabGrowths atomic.Int64
 	// Queued is the bytes the open shards' queues hold now (their samples'
 	// weights, as the queues count them).
 	Queued atomic.Int64

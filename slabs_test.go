@@ -1,0 +1,83 @@
+package shardload_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/decode"
+)
+
+// Slabs are sized from the batch: exact for fixed-size fields, from the shards' mean
+// sample size for ragged ones; a batch larger than its slab grows it (once, logged)
+// instead of failing, and the epoch delivers every sample; a batch whose fixed-size
+// fields cannot fit the memory budget is refused at Open, with the size it needs.
+func TestSlabsFitTheBatch(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	var paths []string
+	for i := range 3 {
+		var members [][2]string
+		for j := range 40 {
+			key := fmt.Sprintf("g%d-%03d", i, j)
+			bin := strings.Repeat("b", 1000)
+			if i == 1 && j == 7 {
+				bin = strings.Repeat("B", 5<<20) // one sample far above the mean
+			}
+			members = append(members, [2]string{key + ".bin", bin}, [2]string{key + ".cls", fmt.Sprint(j)})
+		}
+		paths = append(paths, writeTar(t, filepath.Join(dir, fmt.Sprintf("g-%d.tar", i)), members...))
+	}
+	fields := []decode.Field{mustField(t, "bin"), mustField(t, "cls")}
+	infos, err := shardload.Count(ctx, shardload.Config{URLs: paths, NoIndexStore: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs []string
+	cfg := shardload.Config{Shards: infos, Fields: fields, BatchSize: 16, NoLock: true, Logf: func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) }}
+	size := shardload.SlabSize(cfg, infos, fields)
+	if size > 4<<20 {
+		t.Errorf("slab sized %d for batches of 16 samples of about 1 KB (and one of 5 MiB)", size)
+	}
+	l, err := shardload.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for b, err := range l.All(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += b.Rows
+	}
+	st := l.Stats()
+	l.Close()
+	if n != 120 || st.SlabBytes < 5<<20 {
+		t.Errorf("%d samples, largest slab %d; want 120 and a slab grown past 5 MiB", n, st.SlabBytes)
+	}
+	grew := 0
+	for _, line := range logs {
+		if strings.Contains(line, "did not fit the slabs") {
+			grew++
+		}
+	}
+	if grew != 1 {
+		t.Errorf("%d log lines about growing slabs; want 1: %q", grew, logs)
+	}
+
+	// Images: the slab is exactly what a batch takes.
+	img := []decode.Field{mustField(t, "img=bin:image:uint8:3x224x224"), mustField(t, "cls")}
+	c := shardload.Config{Shards: infos, Fields: img, BatchSize: 256}
+	if got, least := shardload.SlabSize(c, infos, img), int64(256*3*224*224); got < least || got > least+4<<20 {
+		t.Errorf("slab for 256 images of 3x224x224: %d bytes, want %d and a little", got, least)
+	}
+	// One that cannot fit the budget is refused before any batch, naming the size.
+	c.Memory = 64 << 20
+	if _, err := shardload.Open(ctx, c); !errors.Is(err, shardload.ErrMemory) || !strings.Contains(err.Error(), "batch of 256") {
+		t.Errorf("a batch of 256 images in a 64 MiB budget: %v; want ErrMemory naming the batch", err)
+	}
+}
