@@ -16,8 +16,9 @@ import (
 // epoch, and in which order: the dataset (its shards and their sample counts), the
 // seed, the epoch, the world size, the batching and the shuffle settings. Every rank
 // of a job must have the same Order; a rank whose Order differs reads an overlapping
-// or incomplete part of the epoch without any error. Compare Fingerprints across
-// ranks, and name the differing settings with Diff.
+// or incomplete part of the epoch without any error. Compare JobFingerprints across
+// ranks, and name the differing settings with Diff. Fingerprint names the order of
+// the dataset's samples alone (what a State's Order is).
 //
 // Settings that do not change the order under the loader's configuration are zero:
 // the lanes and the window when NoShuffle is set.
@@ -93,16 +94,22 @@ func window(cfg Config, shards []shard.Info) int {
 	return int(max(1, w/2))
 }
 
-// resumeKey is State.Order: the fingerprint of what the order of the dataset's
-// epochs depends on besides the epoch (not the world, the batching or the runs).
-func (o Order) resumeKey() string {
+// resumeKey is State.Order: Fingerprint.
+func (o Order) resumeKey() string { return o.Fingerprint() }
+
+// Fingerprint returns 16 hex digits naming the order of the dataset's samples in every
+// epoch: the dataset (shards and counts), the seed and the shuffle settings, not the
+// epoch, the world size, the batching or a resumed epoch's runs. It is State.Order,
+// and the Python client's order["fingerprint"] and state_dict()["order"]: one value
+// for one order.
+func (o Order) Fingerprint() string {
 	o.Epoch, o.World, o.BatchSize, o.DropLast, o.Runs = 0, 0, 0, false, ""
-	return o.Fingerprint()
+	return o.JobFingerprint()
 }
 
-// Fingerprint returns 16 hex digits that differ between Orders that differ (a digest
-// of the Order's JSON form).
-func (o Order) Fingerprint() string {
+// JobFingerprint returns 16 hex digits that differ between Orders that differ in any
+// setting (a digest of the Order's JSON form): what the ranks of one job compare.
+func (o Order) JobFingerprint() string {
 	b, _ := json.Marshal(o)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])

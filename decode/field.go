@@ -176,7 +176,14 @@ func (f *Field) RowBytes() int64 {
 //
 // Errors quote the spec, e.g. `decode: field "x=npy:npy:float32:3xq": bad shape "3xq"`,
 // and wrap ErrInvalidField. The result passes Validate.
-func ParseField(spec string) (Field, error) {
+func ParseField(spec string) (Field, error) { return parseField(spec, false) }
+
+// ParseFieldCHW is ParseField, except that an image field whose spec names no shape
+// is 3x224x224 (CHW, as torchvision's tensors and models take them) instead of
+// 224x224x3: what a trainer that hands batches to PyTorch asks for.
+func ParseFieldCHW(spec string) (Field, error) { return parseField(spec, true) }
+
+func parseField(spec string, chw bool) (Field, error) {
 	bad := func(format string, args ...any) (Field, error) {
 		return Field{}, &sentinelError{ErrInvalidField, fmt.Sprintf("decode: field %q: ", spec) + fmt.Sprintf(format, args...)}
 	}
@@ -224,6 +231,9 @@ func ParseField(spec string) (Field, error) {
 	}
 	if f.Kind == KindImage {
 		f.DType, f.Shape = Uint8, []int{224, 224, 3}
+		if chw {
+			f.Shape = []int{3, 224, 224}
+		}
 	}
 	if len(parts) > 2 {
 		if f.Kind != KindNPY && f.Kind != KindImage {
@@ -329,10 +339,15 @@ func (f Field) String() string {
 
 // ParseFields parses each spec with ParseField and checks the fields together with
 // Validate (column names must be distinct).
-func ParseFields(specs ...string) ([]Field, error) {
+func ParseFields(specs ...string) ([]Field, error) { return parseFields(specs, false) }
+
+// ParseFieldsCHW is ParseFields with ParseFieldCHW's image default.
+func ParseFieldsCHW(specs ...string) ([]Field, error) { return parseFields(specs, true) }
+
+func parseFields(specs []string, chw bool) ([]Field, error) {
 	fields := make([]Field, 0, len(specs))
 	for _, spec := range specs {
-		f, err := ParseField(spec)
+		f, err := parseField(spec, chw)
 		if err != nil {
 			return nil, err
 		}

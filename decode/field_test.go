@@ -2,6 +2,7 @@ package decode
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -193,4 +194,26 @@ func TestParseFields(t *testing.T) {
 	wantErr(t, err, ErrInvalidField, `"x=npy:npy:float32:3xq"`)
 	_, err = ParseFields("a=jpg", "a=png")
 	wantErr(t, err, ErrInvalidField, `"a"`)
+}
+
+// For a trainer that hands batches to PyTorch, an image field with no shape is CHW;
+// a shape given stays as given, and other fields are as ParseField makes them.
+func TestParseFieldsCHW(t *testing.T) {
+	fs, err := ParseFieldsCHW("img=jpg:image", "f=jpg:image:float32:::imagenet", "hwc=png:image:uint8:64x64x3", "label=cls", "jpg")
+	if err == nil {
+		t.Fatalf("empty parts were accepted: %+v", fs)
+	}
+	fs, err = ParseFieldsCHW("img=jpg:image", "f=jpg:image:float32", "hwc=png:image:uint8:64x64x3", "label=cls", "jpg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range [][]int{{3, 224, 224}, {3, 224, 224}, {64, 64, 3}, nil, nil} {
+		if !slices.Equal(fs[i].Shape, want) {
+			t.Errorf("%s: shape %v, want %v", fs[i].String(), fs[i].Shape, want)
+		}
+	}
+	plain, _ := ParseFields("img=jpg:image")
+	if !slices.Equal(plain[0].Shape, []int{224, 224, 3}) {
+		t.Errorf("ParseFields: image shape %v, want HWC", plain[0].Shape)
+	}
 }

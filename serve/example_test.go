@@ -33,6 +33,6 @@ func ExampleListen() {
 	cancel() // a real server runs until a signal
 	fmt.Println(srv.Serve(ctx))
 	// Output:
-	// listening on loader.sock protocol version 3
+	// listening on loader.sock protocol version 4
 	// <nil>
 }

@@ -12,7 +12,7 @@ import (
 // Version is the newest protocol version this server speaks (docs/protocol.md). A
 // client that says a version outside [MinVersion, Version] in its hello is refused
 // with a message naming the versions.
-const Version = 3
+const Version = 4
 
 // MinVersion is the oldest protocol version this server accepts. A session of
 // version 2 behaves as the server of version 2 did: its messages carry no states.
@@ -76,6 +76,21 @@ type hello struct {
 	// state that a batch or end message of an earlier session carried
 	// (shardload.State, Config.Resume). Epoch is then 0 or the state's epoch.
 	State *shardload.State `json:"state,omitempty"`
+
+	// Version 4: the settings that define a trainer's epochs, each overriding the
+	// server's when set, within its limits (see docs/protocol.md).
+	AllowEstimate bool   `json:"allow_estimate,omitempty"`
+	CountFirst    bool   `json:"count_first,omitempty"`
+	SlabBytes     int64  `json:"slab_bytes,omitempty"`
+	Slabs         int    `json:"slabs,omitempty"`
+	Shuffle       *bool  `json:"shuffle,omitempty"`
+	ShuffleBuffer int    `json:"shuffle_buffer,omitempty"`
+	ShuffleBytes  int64  `json:"shuffle_bytes,omitempty"`
+	OpenShards    int    `json:"open_shards,omitempty"`
+	ReadGap       *int64 `json:"read_gap,omitempty"`
+	// ImageLayout is the shape of image fields the hello names without one: "chw"
+	// (3xHxW, as torchvision's tensors) or "hwc" (the default, HxWx3).
+	ImageLayout string `json:"image_layout,omitempty"`
 }
 
 // fieldInfo describes a field the session decodes.
@@ -105,12 +120,17 @@ type ready struct {
 	// State is the position the session starts from (Loader.State before any
 	// batch): the hello's state, or the start of the epoch. Version 3.
 	State *shardload.State `json:"state,omitempty"`
+	// EpochBatches is the batches of a whole epoch for this rank: Batches plus those
+	// the state took, when it resumes an epoch of the same world. Version 4.
+	EpochBatches int `json:"epoch_batches,omitempty"`
 }
 
 // orderInfo is the order of the session's first epoch: every rank of a job must have
-// the same fingerprint.
+// the same settings. Fingerprint is Order.Fingerprint: what a state's order is (from
+// version 4; before, a digest of every setting, Job's).
 type orderInfo struct {
 	Fingerprint string          `json:"fingerprint"`
+	Job         string          `json:"job,omitempty"` // Order.JobFingerprint, version 4
 	Settings    shardload.Order `json:"settings"`
 }
 
@@ -148,6 +168,13 @@ type batch struct {
 	// State is the position after this batch (Loader.State once Next returned it):
 	// a trainer that saves it resumes after this batch. Version 3.
 	State *shardload.State `json:"state,omitempty"`
+	// SlabBytes is the size of the slab the batch is in: more than the ready's when
+	// the slab grew to hold a larger batch (the trainer maps it again). Version 4.
+	SlabBytes int64 `json:"slab_bytes,omitempty"`
+	// Backpressure is the seconds the session's loader has waited so far for a
+	// slab while the trainer held every one (it is ahead of the trainer).
+	// Version 4.
+	Backpressure float64 `json:"backpressure,omitempty"`
 }
 
 // release hands a slab back.
@@ -156,6 +183,9 @@ type release struct {
 	Slab  int    `json:"slab"`
 	Seq   int    `json:"seq"`
 	Epoch int    `json:"epoch"`
+	// Wait is the seconds the trainer has waited for batches in this session so
+	// far, as it measured them: the time the loader was behind. Version 4.
+	Wait *float64 `json:"wait,omitempty"`
 }
 
 // end closes an epoch: after its last batch, or early when the trainer abandoned it.
@@ -167,6 +197,10 @@ type end struct {
 	Skipped   int64  `json:"skipped"`
 	Padded    int64  `json:"padded"`
 	Abandoned bool   `json:"abandoned"`
+	// Trimmed is the samples read past an epoch's planned batches and left out,
+	// and Estimated says the epoch was planned from estimated counts. Version 4.
+	Trimmed   int64 `json:"trimmed,omitempty"`
+	Estimated bool  `json:"estimated,omitempty"`
 	// State is the position after the batches sent (after the epoch's last batch
 	// unless abandoned); its NextEpoch starts the next epoch. Version 3; absent when
 	// the epoch was abandoned before it started.

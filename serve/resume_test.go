@@ -113,8 +113,8 @@ func TestResumeSession(t *testing.T) {
 	if errm != nil {
 		t.Fatal(errm)
 	}
-	if cl.ready.Version != 3 {
-		t.Errorf("ready of version %d to a hello of version 3", cl.ready.Version)
+	if cl.ready.Version != Version {
+		t.Errorf("ready of version %d to a hello of version %d", cl.ready.Version, Version)
 	}
 	first := cl.ready.State
 	if first == nil || first.Epoch != 3 || first.Order == "" || first.Samples != 100 || first.Runs != "" || first.Batches != 0 {

@@ -1,9 +1,12 @@
 package serve
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -89,6 +92,7 @@ type client struct {
 	ready ready
 	raw   map[string]any // the ready as sent
 	slabs [][]byte
+	fds   []int
 }
 
 // dial connects, says hello and reads the answer: a client with its slabs mapped, or
@@ -150,14 +154,29 @@ func (cl *client) awaitReady() map[string]any {
 	}
 	for _, fd := range fds {
 		b, err := unix.Mmap(fd, 0, int(cl.ready.SlabBytes), unix.PROT_READ, unix.MAP_SHARED)
-		unix.Close(fd)
 		if err != nil {
 			t.Fatal(err)
 		}
 		cl.slabs = append(cl.slabs, b)
-		t.Cleanup(func() { unix.Munmap(b) })
+		cl.fds = append(cl.fds, fd)
 	}
+	t.Cleanup(func() {
+		for i, b := range cl.slabs {
+			unix.Munmap(b)
+			unix.Close(cl.fds[i])
+		}
+	})
 	return nil
+}
+
+// remap maps slab i again at size bytes, as a trainer does when its slab grew.
+func (cl *client) remap(i int, size int64) {
+	b, err := unix.Mmap(cl.fds[i], 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		cl.t.Fatalf("mapping slab %d at %d bytes: %v", i, size, err)
+	}
+	unix.Munmap(cl.slabs[i])
+	cl.slabs[i] = b
 }
 
 func (cl *client) send(v any) {
@@ -192,8 +211,12 @@ func (cl *client) batch() batch {
 	return m
 }
 
-// keys returns the keys of the samples of a batch, read from its slab.
+// keys returns the keys of the samples of a batch, read from its slab (mapped again
+// when it grew).
 func (cl *client) keys(m batch) []string {
+	if m.SlabBytes > int64(len(cl.slabs[m.Slab])) {
+		cl.remap(m.Slab, m.SlabBytes)
+	}
 	kc := m.Columns[len(m.Columns)-1]
 	if kc.Name != decode.KeyColumn {
 		cl.t.Fatalf("last column %q", kc.Name)
@@ -300,8 +323,11 @@ func TestRefusals(t *testing.T) {
 		h          hello
 		code, text string
 	}{
-		{hello{Version: 1, World: 1, BatchSize: 1}, CodeVersion, "protocol version 1 is not supported: this server speaks version 2 or 3"},
-		{hello{Version: 4, World: 1, BatchSize: 1}, CodeVersion, "protocol version 4 is not supported: this server speaks version 2 or 3"},
+		{hello{Version: 1, World: 1, BatchSize: 1}, CodeVersion, "protocol version 1 is not supported: this server speaks version 2, 3 or 4"},
+		{hello{Version: 5, World: 1, BatchSize: 1}, CodeVersion, "protocol version 5 is not supported: this server speaks version 2, 3 or 4"},
+		{hello{Version: Version, World: 1, BatchSize: 4, SlabBytes: 2 << 30}, CodeBadRequest, "slab_bytes 2147483648 outside"},
+		{hello{Version: Version, World: 1, BatchSize: 4, Slabs: 1000}, CodeBadRequest, "slabs 1000 outside"},
+		{hello{Version: Version, World: 1, BatchSize: 4, ImageLayout: "cwh"}, CodeBadRequest, "image_layout"},
 		{hello{Version: Version, World: 1, BatchSize: 0}, CodeBadRequest, "batch size 0"},
 		{hello{Version: Version, Rank: 2, World: 2, BatchSize: 4}, CodeBadRequest, "rank 2 outside [0, world 2)"},
 		{hello{Version: Version, World: 1, BatchSize: 4, Fields: []string{"x:bogus"}}, CodeBadRequest, "bogus"},
@@ -418,5 +444,94 @@ func TestHelloTimeout(t *testing.T) {
 	n, err := c.Read(buf)
 	if err != nil || !strings.Contains(string(buf[:n]), "no hello within 50ms") {
 		t.Errorf("silent client: %q %v", buf[:n], err)
+	}
+}
+
+// A session plans from the index as it is when the session starts: one written while
+// the server runs is used by the next session, without a restart.
+func TestSessionSeesNewIndex(t *testing.T) {
+	pattern := dataset(t)
+	idx := filepath.Join(filepath.Dir(pattern), index.FileName)
+	os.Remove(idx)
+	s := start(t, Options{URLs: []string{pattern}, Pipeline: shardload.Config{Fields: fields(t, "cls:int"), Slabs: 2, NoIndexStore: true}})
+	h := hello{Version: Version, World: 2, BatchSize: 4, AllowEstimate: true}
+	cl, m := dial(t, s.Addr(), h)
+	if m != nil {
+		t.Fatal(m)
+	}
+	if !cl.ready.Estimated {
+		t.Fatal("without an index the counts were not estimated")
+	}
+	cl.c.Close()
+	infos, err := shardload.Count(context.Background(), shardload.Config{URLs: []string{pattern}, NoIndexStore: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Create(idx)
+	index.Write(f, infos, true)
+	f.Close()
+	cl, m = dial(t, s.Addr(), h)
+	if m != nil {
+		t.Fatal(m)
+	}
+	if cl.ready.Estimated {
+		t.Error("the index written since the first session was not used")
+	}
+	// Without permission, a job of two ranks with no index is refused before ready,
+	// naming the fix.
+	os.Remove(idx)
+	_, m = dial(t, s.Addr(), hello{Version: Version, World: 2, BatchSize: 4})
+	if m == nil || !strings.Contains(fmt.Sprint(m["message"]), "shardload index --output") {
+		t.Errorf("two ranks, no index: %v; want an error naming shardload index", m)
+	}
+}
+
+// A batch larger than its slab grows the slab instead of failing: the batch message
+// says the slab's new size, and the trainer reads it whole once it maps it again.
+func TestSessionSlabGrows(t *testing.T) {
+	dir := t.TempDir()
+	var paths []string
+	for i := range 2 {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		for j := range 20 {
+			data := bytes.Repeat([]byte{'x'}, 1000)
+			if i == 1 && j == 3 {
+				data = bytes.Repeat([]byte{'B'}, 5<<20)
+			}
+			key := fmt.Sprintf("g%d-%02d", i, j)
+			tw.WriteHeader(&tar.Header{Name: key + ".bin", Mode: 0o644, Size: int64(len(data))})
+			tw.Write(data)
+		}
+		tw.Close()
+		p := filepath.Join(dir, fmt.Sprintf("g-%d.tar", i))
+		os.WriteFile(p, b.Bytes(), 0o644)
+		paths = append(paths, p)
+	}
+	s := start(t, Options{URLs: paths, Pipeline: shardload.Config{Fields: fields(t, "bin"), Slabs: 2, NoIndexStore: true, CountFirst: true}})
+	cl, m := dial(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 8, Seed: 1})
+	if m != nil {
+		t.Fatal(m)
+	}
+	grown, n := false, 0
+	for {
+		typ, b := cl.recv()
+		if typ == typeEnd {
+			break
+		}
+		var bm batch
+		json.Unmarshal(b, &bm)
+		if bm.SlabBytes > cl.ready.SlabBytes {
+			grown = true
+		}
+		n += len(cl.keys(bm))
+		data := bm.Columns[0]
+		if data.Offset+data.Length > int64(len(cl.slabs[bm.Slab])) {
+			t.Fatalf("batch %d: column ends at %d, the slab mapped is %d", bm.Seq, data.Offset+data.Length, len(cl.slabs[bm.Slab]))
+		}
+		cl.release(bm)
+	}
+	if !grown || n != 40 {
+		t.Errorf("slab grown %v, %d samples; want a grown slab and 40", grown, n)
 	}
 }

@@ -144,8 +144,9 @@ func (s *Server) handle(c *net.UnixConn) {
 // batches, rates and the share of the time it waited for its loader's batches.
 func sessionRates(st SessionStats, life time.Duration) string {
 	sec := max(life.Seconds(), 1e-9)
-	return fmt.Sprintf("rank %d: %d samples in %d batches in %.1fs (%.0f samples/s, %.1f MB/s read), waited for batches %.1f%% of the time",
-		st.Rank, st.Samples, st.Batches, life.Seconds(), float64(st.Samples)/sec, float64(st.BytesIn)/1e6/sec, 100*st.Stages["wait"].Seconds()/sec)
+	return fmt.Sprintf("rank %d: %d samples in %d batches in %.1fs (%.0f samples/s, %.1f MB/s read); the trainer waited for batches %.1f%% of the time (starved: the loader behind), the loader for the trainer's slabs %.1f%% (backpressure: the loader ahead)",
+		st.Rank, st.Samples, st.Batches, life.Seconds(), float64(st.Samples)/sec, float64(st.BytesIn)/1e6/sec,
+		100*st.Stages["wait"].Seconds()/sec, 100*st.Stages["backpressure"].Seconds()/sec)
 }
 
 func (s *Server) uidAllowed(uid int) bool {
@@ -249,8 +250,19 @@ func (s *Server) sessionConfig(h *hello) (shardload.Config, error) {
 		st := *h.State
 		cfg.Epoch, cfg.Resume = epoch, &st
 	}
+	if err := s.epochSettings(h, &cfg); err != nil {
+		return cfg, err
+	}
+	parse := decode.ParseFields
+	switch h.ImageLayout {
+	case "chw":
+		parse = decode.ParseFieldsCHW
+	case "", "hwc":
+	default:
+		return cfg, reject(CodeBadRequest, "image_layout %.20q: want chw or hwc", h.ImageLayout)
+	}
 	if len(h.Fields) > 0 {
-		fields, err := decode.ParseFields(h.Fields...)
+		fields, err := parse(h.Fields...)
 		if err != nil {
 			return cfg, reject(CodeBadRequest, "fields: %v", err)
 		}
@@ -289,6 +301,67 @@ func (s *Server) sessionConfig(h *hello) (shardload.Config, error) {
 	return cfg, nil
 }
 
+// Limits on the epoch settings a hello may ask for, besides the server's memory
+// budget and --max-slab-size.
+const (
+	maxShuffleBuffer = 1 << 24
+	maxOpenShards    = 1 << 12
+)
+
+// epochSettings applies the settings of a hello (version 4) that define the trainer's
+// epochs: the server's are defaults, and its budgets the limits.
+func (s *Server) epochSettings(h *hello, cfg *shardload.Config) error {
+	if h.Version < 4 {
+		return nil
+	}
+	max := cfg.MaxSlabBytes
+	if max == 0 {
+		max = shardload.DefaultMaxSlabBytes
+	}
+	switch {
+	case h.SlabBytes < 0 || h.SlabBytes > max:
+		return reject(CodeBadRequest, "slab_bytes %d outside [1, %d] (the server's --max-slab-size)", h.SlabBytes, max)
+	case h.Slabs < 0 || h.Slabs > maxFDs:
+		return reject(CodeBadRequest, "slabs %d outside [1, %d]", h.Slabs, maxFDs)
+	case h.ShuffleBuffer < 0 || h.ShuffleBuffer > maxShuffleBuffer:
+		return reject(CodeBadRequest, "shuffle_buffer %d outside [1, %d]", h.ShuffleBuffer, maxShuffleBuffer)
+	case h.ShuffleBytes < 0 || h.ShuffleBytes > cfg.MemoryBudget():
+		return reject(CodeBadRequest, "shuffle_bytes %d outside [1, %d] (the server's --memory per session)", h.ShuffleBytes, cfg.MemoryBudget())
+	case h.OpenShards < 0 || h.OpenShards > maxOpenShards:
+		return reject(CodeBadRequest, "open_shards %d outside [1, %d]", h.OpenShards, maxOpenShards)
+	}
+	if h.SlabBytes > 0 {
+		cfg.SlabBytes = h.SlabBytes
+	}
+	if h.Slabs > 0 {
+		cfg.Slabs = h.Slabs
+	}
+	if h.Shuffle != nil {
+		cfg.NoShuffle = !*h.Shuffle
+	}
+	if h.ShuffleBuffer > 0 {
+		cfg.ShuffleBuffer = h.ShuffleBuffer
+	}
+	if h.ShuffleBytes > 0 {
+		cfg.ShuffleBytes = h.ShuffleBytes
+	}
+	if h.OpenShards > 0 {
+		cfg.OpenShards = h.OpenShards
+	}
+	if h.ReadGap != nil {
+		cfg.ReadGap = *h.ReadGap
+		if cfg.ReadGap == 0 {
+			cfg.ReadGap = -1 // none: Config's 0 is the default
+		}
+	}
+	cfg.AllowEstimate = cfg.AllowEstimate || h.AllowEstimate
+	cfg.CountFirst = cfg.CountFirst || h.CountFirst
+	if err := cfg.Validate(); err != nil {
+		return reject(CodeBadRequest, "%v", err)
+	}
+	return nil
+}
+
 // session is one trainer's connection: its slab ring, its loader, the batches it
 // holds, and the epochs it asked for.
 type session struct {
@@ -313,6 +386,7 @@ type session struct {
 	// second epoch message abandons open[0].
 	open       []epochReq
 	abandoning bool               // open[0] is abandoned and its end not yet sent
+	starving   time.Time          // since when the trainer has had no batch to take; zero when it has
 	runs       uint64             // numbers the runs of epochs (one epoch may run twice) from 1
 	cur        uint64             // the run of open[0], 0 before it starts
 	cancelRun  context.CancelFunc // stops the run of open[0], nil before it starts
@@ -372,8 +446,28 @@ func (ss *session) run() error {
 	}()
 
 	cfg := ss.cfg
-	ring, err := pinned.NewRing(pinned.Options{
-		Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, NoLock: cfg.NoLock,
+	if cfg.Slabs > maxFDs {
+		err := fmt.Errorf("%d slabs: a session passes at most %d descriptors", cfg.Slabs, maxFDs)
+		ss.sendError(CodeBadRequest, err.Error())
+		return err
+	}
+	infos, err := s.count(ctx, cfg)
+	if err != nil {
+		return ss.fail(ctx, err)
+	}
+	cfg.Shards = infos
+	// The ring is sized from the batch and its fields (or as the hello or the
+	// server says), and grows as a larger batch needs: a trainer of protocol 4 maps
+	// a grown slab again; an older one cannot, so its slabs stay as made.
+	if cfg.Fields, err = shardload.Fields(ctx, cfg, infos); err != nil {
+		return ss.fail(ctx, err)
+	}
+	slabBytes := shardload.SlabSize(cfg, infos, cfg.Fields)
+	if ss.version < 4 {
+		cfg.MaxSlabBytes = max(slabBytes, cfg.SlabBytes)
+	}
+	ring, err = pinned.NewRing(pinned.Options{
+		Slabs: cfg.Slabs, SlabBytes: slabBytes, NoLock: cfg.NoLock,
 		Name: fmt.Sprintf("shardload-session%d", ss.id),
 		Bind: ss.place.bind(),
 		Warn: func(msg string) { s.opts.Logf("serve: session %d: warning: %s", ss.id, msg) },
@@ -387,17 +481,7 @@ func (ss *session) run() error {
 		ss.place.msg.Node = -1
 		ss.place.msg.Reason += fmt.Sprintf("; memory left unbound: the kernel did not bind the slabs to node %d (see the server's log)", ss.place.node)
 	}
-	if len(ring.Slabs()) > maxFDs {
-		err := fmt.Errorf("%d slabs: a session passes at most %d descriptors", len(ring.Slabs()), maxFDs)
-		ss.sendError(CodeBadRequest, err.Error())
-		return err
-	}
-
-	infos, err := s.count(ctx, cfg)
-	if err != nil {
-		return ss.fail(ctx, err)
-	}
-	cfg.Shards, cfg.Ring = infos, ring
+	cfg.Ring = ring
 	if l, err = shardload.Open(ctx, cfg); err != nil {
 		return ss.fail(ctx, err)
 	}
@@ -406,8 +490,15 @@ func (ss *session) run() error {
 	rd := ready{
 		Type: typeReady, Version: ss.version, Session: ss.id, Slabs: len(ring.Slabs()), SlabBytes: ring.SlabBytes(),
 		Fields: fieldsOf(l.Fields()), Epoch: cfg.Epoch, Batches: plan.Batches, Samples: int64(plan.Samples), Estimated: plan.Estimated, Shards: len(infos),
-		Order:     orderInfo{Fingerprint: order.Fingerprint(), Settings: order},
+		Order:     orderInfo{Fingerprint: order.JobFingerprint(), Settings: order},
 		Placement: ss.place.msg,
+	}
+	if ss.version >= 4 {
+		rd.Order.Fingerprint, rd.Order.Job = order.Fingerprint(), order.JobFingerprint()
+		rd.EpochBatches = plan.Batches
+		if st := cfg.Resume; st != nil && sameWorld(st.Runs, cfg.World) {
+			rd.EpochBatches += st.Batches
+		}
 	}
 	if ss.states {
 		st := l.State()
@@ -419,6 +510,7 @@ func (ss *session) run() error {
 	}
 	ss.mu.Lock()
 	ss.readySent = true
+	ss.starveFrom(time.Now()) // the trainer waits for the first batch
 	ss.mu.Unlock()
 	if err := ss.write(rd, fds); err != nil {
 		return errClientGone
@@ -455,7 +547,11 @@ func (ss *session) run() error {
 		ecancel()
 		e := end{Type: typeEnd, Epoch: epoch, Batches: t.batches, Samples: t.samples, Padded: t.padded, Abandoned: abandoned}
 		if l != nil {
-			e.Skipped = l.Stats().Skipped
+			st := l.Stats()
+			e.Skipped = st.Skipped
+			if ss.version >= 4 {
+				e.Trimmed, e.Estimated = st.Trimmed, l.Plan().Estimated
+			}
 			if ss.states {
 				st := l.State()
 				e.State = &st
@@ -468,6 +564,9 @@ func (ss *session) run() error {
 		if abandoned {
 			ss.releaseRun(run)
 		}
+		ss.mu.Lock()
+		ss.starveTo(time.Now()) // until the trainer asks for another epoch, it waits for nothing
+		ss.mu.Unlock()
 		err = ss.write(e, nil)
 		ss.mu.Lock()
 		ss.dropRun = 0
@@ -535,6 +634,7 @@ func (ss *session) stream(ctx context.Context, l *shardload.Loader, epoch int, r
 		idx := b.Slab().Index()
 		ss.mu.Lock()
 		ss.held[idx] = sent{b: b, epoch: epoch, run: run}
+		ss.starveTo(time.Now())
 		ss.mu.Unlock()
 		m := batch{
 			Type: typeBatch, Epoch: epoch, Seq: b.Seq, Slab: idx, Rows: b.Rows, Padded: b.Padded,
@@ -543,6 +643,10 @@ func (ss *session) stream(ctx context.Context, l *shardload.Loader, epoch int, r
 		if ss.states {
 			st := l.State()
 			m.State = &st
+		}
+		if ss.version >= 4 {
+			m.SlabBytes = b.Slab().Size()
+			m.Backpressure = ss.tally.backpressure(l).Seconds()
 		}
 		if err := ss.write(m, nil); err != nil {
 			return errClientGone
@@ -642,6 +746,7 @@ func (ss *session) askEpoch(req epochReq) error {
 		}
 	}
 	ss.open = append(ss.open, req)
+	ss.starveFrom(time.Now())
 	select {
 	case ss.wake <- struct{}{}:
 	default:
@@ -671,9 +776,47 @@ func (ss *session) release(r release) error {
 		return fmt.Errorf("release of slab %d for batch %d of epoch %d, which the trainer abandoned: the server releases its batches", r.Slab, r.Seq, r.Epoch)
 	}
 	delete(ss.held, r.Slab)
+	if r.Wait != nil {
+		ss.tally.reportWait(time.Duration(*r.Wait * float64(time.Second)))
+	}
+	if len(ss.held) == 0 && len(ss.open) > 0 && !ss.abandoning {
+		// Nothing more on its way to the trainer: it waits from now until the next
+		// batch is sent (the server's view of its starvation, for trainers that do
+		// not report their own).
+		ss.starveFrom(time.Now())
+	}
 	ss.mu.Unlock()
 	h.b.Release()
 	return nil
+}
+
+// starveFrom notes that the trainer has no batch to take from t on; ss.mu held.
+func (ss *session) starveFrom(t time.Time) {
+	if ss.starving.IsZero() {
+		ss.starving = t
+	}
+}
+
+// starveTo notes that a batch reached the trainer at t; ss.mu held.
+func (ss *session) starveTo(t time.Time) {
+	if !ss.starving.IsZero() {
+		ss.tally.addStarved(t.Sub(ss.starving))
+		ss.starving = time.Time{}
+	}
+}
+
+// sameWorld reports whether every run of a state's runs is of world ranks.
+func sameWorld(runs string, world int) bool {
+	rs, err := shardload.ParseRuns(runs)
+	if err != nil {
+		return false
+	}
+	for _, r := range rs {
+		if r.World != world {
+			return false
+		}
+	}
+	return true
 }
 
 // releaseRun releases the batches of an abandoned epoch run that the trainer had not

@@ -42,7 +42,7 @@ func (s *Server) Stats() (sessions []SessionStats, ended shardload.Stats) {
 }
 
 // sessionTally is what a session's loaders counted: those of its ended epochs and
-// the one being read.
+// the one being read; and how long its trainer waited for batches.
 type sessionTally struct {
 	mu      sync.Mutex
 	done    shardload.Stats
@@ -50,6 +50,35 @@ type sessionTally struct {
 	epoch   int
 	started time.Time
 	ring    *pinned.Ring
+	// The trainer's waits for batches that were not ready: as it reports them in
+	// its releases (protocol 4), else as the server sees them (time with no batch
+	// sent and not released; less than the trainer's when it keeps batches a while).
+	reported time.Duration
+	reports  bool
+	starved  time.Duration
+}
+
+// reportWait notes the trainer's own count of its waits so far.
+func (t *sessionTally) reportWait(d time.Duration) {
+	t.mu.Lock()
+	t.reported, t.reports = max(t.reported, d), true
+	t.mu.Unlock()
+}
+
+// addStarved adds a time the trainer had no batch to take.
+func (t *sessionTally) addStarved(d time.Duration) {
+	t.mu.Lock()
+	t.starved += d
+	t.mu.Unlock()
+}
+
+// backpressure returns the time the session's loaders waited for the trainer's
+// slabs, l's included.
+func (t *sessionTally) backpressure(l *shardload.Loader) time.Duration {
+	t.mu.Lock()
+	d := t.done.Stages["backpressure"]
+	t.mu.Unlock()
+	return d + l.Stats().Stages["backpressure"]
 }
 
 // setRing notes the session's ring, for its occupancy.
@@ -82,6 +111,15 @@ func (t *sessionTally) snapshot(ss *session) SessionStats {
 	st.Add(t.done)
 	if t.cur != nil {
 		st.Add(t.cur.Stats())
+	}
+	// The session's "wait" is its trainer's, not the time the session's loop waited
+	// in Next (most of which is backpressure: the trainer holding every slab).
+	if st.Stages == nil {
+		st.Stages = map[string]time.Duration{}
+	}
+	st.Stages["wait"] = t.starved
+	if t.reports {
+		st.Stages["wait"] = t.reported
 	}
 	out := SessionStats{ID: ss.id, Rank: ss.cfg.Rank, World: ss.cfg.World, Epoch: t.epoch, Started: t.started,
 		MemoryBudget: ss.cfg.MemoryBudget(), Stats: st}
