@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/shard"
@@ -176,6 +177,16 @@ func planOf(ctx context.Context, cfg Config) (p planned, err error) {
 		return p, fmt.Errorf("%w: %d of the %d shards have no index entry, and a job of %d ranks planned from counts estimated from the shards' sizes would leave samples out or repeat them without an error. Write an index once: shardload index --output DIR/ URL... (a loader finds DIR/%s beside the shards); or count the shards before the first batch (--count-first, Config.CountFirst); or accept approximate epochs (--allow-estimate, Config.AllowEstimate, allow_estimate=True in Python)",
 			ErrEstimated, n, len(p.infos), p.cfg.World, index.FileName)
 	}
+	if n := countEstimated(p.infos); n > 0 {
+		if _, said := estimateSaid.LoadOrStore(p.order.Dataset, true); !said {
+			what := "a job of one rank reads every sample once, however many batches that makes"
+			if p.cfg.World > 1 {
+				what = "every rank yields the same number of batches, and a shard holding more or fewer samples than estimated makes ranks leave some out or repeat some (Stats.Trimmed and Stats.Padded, reported at each epoch's end)"
+			}
+			p.cfg.Logf("shardload: no index for %d of these %d shards: their sample counts are estimated from their sizes, so that the first batch does not wait for a count; %s. For exact epochs write an index once: shardload index --output DIR/ URL...",
+				n, len(p.infos), what)
+		}
+	}
 	if estimated(p.infos) && len(runs) > 0 {
 		// An estimated plan's batches follow the data, not its positions: its state
 		// resumes by replaying the epoch from its start and dropping the batches
@@ -199,6 +210,10 @@ func (p planned) rest() shard.Plan {
 	}
 	return plan
 }
+
+// estimateSaid holds the datasets (Order.Dataset) whose estimated counts were logged:
+// once per process, not once per rank or epoch.
+var estimateSaid sync.Map
 
 // ErrEstimated means a job of several ranks would plan its epoch from estimated
 // sample counts without Config.AllowEstimate.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardload/shardload/decode"
@@ -220,6 +221,9 @@ func (cfg Config) startKnobs(t *Tuner, d dataShape) (tune.Knobs, tune.Pins, erro
 	return k, pins, nil
 }
 
+// autotuneSaid: a tuner of this process has logged a change it kept.
+var autotuneSaid atomic.Bool
+
 // pipelineKnobs returns the pipeline's form of k.
 func pipelineKnobs(k tune.Knobs, remote bool) pipeline.Knobs {
 	pk := pipeline.Knobs{Workers: k.Workers, ReadAhead: k.ReadAhead, QueueBytes: k.QueueBytes}
@@ -316,8 +320,10 @@ func (l *Loader) autotune(t *Tuner, remote bool, done <-chan struct{}) {
 		t.steps++
 		keptNow := t.t.Changes() > kept
 		t.mu.Unlock()
-		if keptNow {
-			l.cfg.Logf("shardload: rank %d: autotune kept %s: %.0f samples/s", l.cfg.Rank, k0, rate)
+		if keptNow && !autotuneSaid.Swap(true) {
+			// Once per process: a loader process serves many ranks and epochs, whose
+			// settings the metrics (shardload_session_setting) and bench's report show.
+			l.cfg.Logf("shardload: rank %d: autotune kept %s: %.0f samples/s (the tuners' later changes are not logged: see the shardload_session_setting metrics, or bench's autotune line)", l.cfg.Rank, k0, rate)
 		}
 		if k != k0 {
 			l.p.SetKnobs(pipelineKnobs(k, remote))

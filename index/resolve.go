@@ -87,21 +87,7 @@ func (lk Lookup) Quick(ctx context.Context, urls []string, world int) ([]shard.I
 			return lk.resolve(ctx, urls, known, "")
 		}
 	}
-	infos, err := lk.Estimate(ctx, urls, known)
-	if err != nil {
-		return nil, err
-	}
-	n := 0
-	for _, in := range infos {
-		if in.Estimated {
-			n++
-		}
-	}
-	if n > 0 {
-		lk.Logf("shardload: no index for %d of these %d shards: their sample counts are estimated from their sizes, so that the first batch does not wait for a count. Every rank yields the same number of batches; a shard holding more or fewer samples than estimated makes ranks leave some out or repeat some (Stats.Trimmed and Stats.Padded; logged at the epoch's end). For exact epochs write an index once: shardload index --output DIR/ URL...",
-			n, len(infos))
-	}
-	return infos, nil
+	return lk.Estimate(ctx, urls, known)
 }
 
 func (lk Lookup) withDefaults() Lookup {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/shardload/shardload/internal/shardgen"
@@ -59,7 +60,15 @@ func TestRanksAgreeAcrossProcesses(t *testing.T) {
 			t.Errorf("%s: estimated %v and %v, want %v", name, a.Estimated, b.Estimated, estimated)
 		}
 	}
-	est0, est1 := plan(full, 0), plan(empty, 1)
+	// Without an index, a job of two ranks is refused before its first batch, naming
+	// the fix, unless approximate epochs are allowed.
+	for rank, store := range []string{full, empty} {
+		r := shardload(t, "", append(m.Env(), "SHARDLOAD_INDEX_DIR="+store), "bench", "--world", "2", "--rank", strconv.Itoa(rank), "--batches", "1", pattern)
+		if r.code != 1 || !strings.Contains(r.stderr, "shardload index --output") || !strings.Contains(r.stderr, "--allow-estimate") {
+			t.Errorf("rank %d without an index: exit %d, %s", rank, r.code, r.stderr)
+		}
+	}
+	est0, est1 := plan(full, 0, "--allow-estimate"), plan(empty, 1, "--allow-estimate")
 	check("no index", est0, est1, true)
 	cnt0, cnt1 := plan(full, 0, "--count-first"), plan(empty, 1, "--count-first")
 	check("--count-first", cnt0, cnt1, false)

@@ -835,7 +835,7 @@ func TestPythonClientInstallsWithPip(t *testing.T) {
 		t.Fatalf("importing the installed client: %v\n%s", err, out)
 	}
 	lines := strings.Fields(string(out))
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], target) || lines[1] != "3" {
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], target) || lines[1] != "4" {
 		t.Errorf("installed client: %q", out)
 	}
 }

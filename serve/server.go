@@ -190,6 +190,10 @@ func Listen(opts Options) (*Server, error) {
 	// Every line the server logs has the secrets of the URLs it quotes removed.
 	logf := opts.Logf
 	opts.Logf = func(format string, args ...any) { logf("%s", redact.String(fmt.Sprintf(format, args...))) }
+	if opts.Pipeline.Logf == nil {
+		// The sessions' loaders log through the server's logger, not the log package.
+		opts.Pipeline.Logf = opts.Logf
+	}
 	if err := opts.Pipeline.Validate(); err != nil {
 		return nil, err
 	}

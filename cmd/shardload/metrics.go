@@ -36,6 +36,7 @@ type serverMetrics struct {
 	sessions                                               *prometheus.Desc
 	samples, batches, padded, skipped, skippedShards       *prometheus.Desc
 	bytesRead, bytesInflated, bytesOut, stage, wait        *prometheus.Desc
+	backpressure, trimmed, slabBytes                       *prometheus.Desc
 	totalSamples, totalBatches, totalBytesRead, totalStage *prometheus.Desc
 	cacheHits, cacheFetches, cacheEvictions, cacheBytes    *prometheus.Desc
 	cacheEntries, cacheFailures                            *prometheus.Desc
@@ -60,7 +61,10 @@ func newServerMetrics(stats statsFunc, c *cache.Cache) *serverMetrics {
 		bytesInflated: d("session_inflated_bytes_total", "Bytes of tar after whole-shard decompression.", sess...),
 		bytesOut:      d("session_batch_bytes_total", "Bytes of the batches written into slabs.", sess...),
 		stage:         d("session_stage_seconds_total", "Time spent per pipeline stage, summed over the goroutines that run it.", "session", "rank", "stage"),
-		wait:          d("session_wait_seconds_total", "Time the session waited for its loader's next batch: the trainer waits at most this long for data.", sess...),
+		wait:          d("session_wait_seconds_total", "Time the session's trainer waited for a batch that was not ready: the loader behind (starvation), as the trainer measured it (protocol 4), else as the server saw it.", sess...),
+		backpressure:  d("session_backpressure_seconds_total", "Time the session's loader waited for a slab while the trainer held every one: the loader ahead of the trainer.", sess...),
+		trimmed:       d("session_left_out_samples_total", "Samples read past the planned batches of an epoch planned from estimated counts, and left out.", sess...),
+		slabBytes:     d("session_slab_bytes", "The size of the session's largest slab (sized from the batch, grown when a batch needed more).", sess...),
 		totalSamples:  d("samples_total", "Samples collated by all sessions, ended ones included."),
 		totalBatches:  d("batches_total", "Batches collated by all sessions, ended ones included."),
 		totalBytesRead: d("read_bytes_total",
@@ -108,12 +112,15 @@ func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
 		c(m.bytesInflated, float64(s.BytesInflated), id, rank)
 		c(m.bytesOut, float64(s.BytesOut), id, rank)
 		for _, st := range shardload.StageNames {
-			if st == "wait" {
+			if st == "wait" || st == "backpressure" {
 				continue
 			}
 			c(m.stage, s.Stages[st].Seconds(), id, rank, st)
 		}
 		c(m.wait, s.Stages["wait"].Seconds(), id, rank)
+		c(m.backpressure, s.Stages["backpressure"].Seconds(), id, rank)
+		c(m.trimmed, float64(s.Trimmed), id, rank)
+		g(m.slabBytes, float64(s.SlabBytes), id, rank)
 		g(m.budget, float64(s.MemoryBudget), id, rank)
 		g(m.memory, float64(s.Memory), id, rank)
 		g(m.queued, float64(s.Queued), id, rank)

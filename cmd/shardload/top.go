@@ -22,10 +22,12 @@ var topCommand = command{
 	args:  "ADDR",
 	summary: `Show what a running "shardload serve --metrics ADDR" is doing, from its metrics: one
 line per trainer session (its rank) with samples/s, MB/s read from the sources, the
-share of the interval the session waited for its loader's batches (what its trainer
-may have waited), the stage that was busiest, the workers (and shards read ahead)
-its tuner has it at, and the memory its settings take against its --memory budget,
-then the server's totals. ADDR is
+share of the interval its trainer waited for batches that were not ready (starved:
+the loader is behind, the figure that matters), the share its loader waited for slabs
+the trainer held (backpressure: the loader is ahead), what limits the rate (the
+trainer, when the loader is ahead; else the loader's busiest stage), the workers
+(and shards read ahead) its tuner has it at, and the memory its settings take
+against its --memory budget, then the server's totals. ADDR is
 the --metrics address (host:port) or the metrics URL. Every --every it prints anew;
 --once prints one view and exits.`,
 	setup: func(fs *pflag.FlagSet) func(context.Context, []string, io.Writer, io.Writer) error {
@@ -96,8 +98,9 @@ type topRow struct {
 	session, rank string
 	samplesPerSec float64
 	mbPerSec      float64
-	wait          float64 // share of the interval
-	busiest       string  // the stage with the most seconds in the interval
+	wait          float64 // share of the interval the trainer was starved
+	backpressure  float64 // share of the interval the loader waited for the trainer's slabs
+	busiest       string  // what limits the rate: "trainer", or the loader's stage with the most seconds
 	workers       int     // the settings in effect (0: not reported)
 	readAhead     int
 	memory        float64 // bytes the settings in effect may hold, and the budget
@@ -120,19 +123,8 @@ func topView(prev, cur map[string]*dto.MetricFamily, dt time.Duration) (rows []t
 		r.samplesPerSec = delta("shardload_session_samples_total", "session", id) / sec
 		r.mbPerSec = delta("shardload_session_read_bytes_total", "session", id) / 1e6 / sec
 		r.wait = delta("shardload_session_wait_seconds_total", "session", id) / sec
-		most := 0.0
-		for _, sm := range family(cur, "shardload_session_stage_seconds_total") {
-			if label(sm, "session") != id {
-				continue
-			}
-			st := label(sm, "stage")
-			if d := delta("shardload_session_stage_seconds_total", "session", id, "stage", st); d > most {
-				most, r.busiest = d, st
-			}
-		}
-		if r.busiest == "" {
-			r.busiest = "-"
-		}
+		r.backpressure = delta("shardload_session_backpressure_seconds_total", "session", id) / sec
+		r.busiest = busiest(cur, delta, id, r)
 		r.workers = int(counter(cur, "shardload_session_setting", "session", id, "setting", "workers"))
 		r.readAhead = int(counter(cur, "shardload_session_setting", "session", id, "setting", "read_ahead"))
 		r.memory = counter(cur, "shardload_session_memory_bytes", "session", id)
@@ -151,13 +143,37 @@ func topView(prev, cur map[string]*dto.MetricFamily, dt time.Duration) (rows []t
 	return rows, total
 }
 
+// busiest names what limits a session's rate in the interval: its trainer, when
+// the loader waited for the trainer's slabs more than half of it and more than the
+// trainer waited for batches; else the loader's stage with the most seconds (the
+// mixer's starve, its wait for the workers, not counted: a stage of theirs is).
+func busiest(cur map[string]*dto.MetricFamily, delta func(string, ...string) float64, id string, r topRow) string {
+	if r.backpressure > 0.5 && r.backpressure > r.wait {
+		return "trainer"
+	}
+	most, name := 0.0, "-"
+	for _, sm := range family(cur, "shardload_session_stage_seconds_total") {
+		if label(sm, "session") != id {
+			continue
+		}
+		st := label(sm, "stage")
+		if st == "starve" {
+			continue
+		}
+		if d := delta("shardload_session_stage_seconds_total", "session", id, "stage", st); d > most {
+			most, name = d, st
+		}
+	}
+	return name
+}
+
 func writeTop(w io.Writer, rows []topRow, total topRow) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "session\trank\tsamples/s\tMB/s\twait\tbusiest\tworkers\tmemory MB\t\n")
+	fmt.Fprintf(tw, "session\trank\tsamples/s\tMB/s\tstarved\tbackpressure\tlimit\tworkers\tmemory MB\t\n")
 	for _, r := range append(rows, total) {
-		wait, workers, memory := fmt.Sprintf("%.1f%%", 100*r.wait), "-", "-"
+		wait, bp, workers, memory := fmt.Sprintf("%.1f%%", 100*r.wait), fmt.Sprintf("%.1f%%", 100*r.backpressure), "-", "-"
 		if r.session == "all" {
-			wait = "-"
+			wait, bp = "-", "-"
 		}
 		if r.workers > 0 {
 			workers = fmt.Sprint(r.workers)
@@ -168,7 +184,7 @@ func writeTop(w io.Writer, rows []topRow, total topRow) {
 		if r.budget > 0 {
 			memory = fmt.Sprintf("%.0f/%.0f", r.memory/1e6, r.budget/1e6)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t\n", r.session, r.rank, r.samplesPerSec, r.mbPerSec, wait, r.busiest, workers, memory)
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t\n", r.session, r.rank, r.samplesPerSec, r.mbPerSec, wait, bp, r.busiest, workers, memory)
 	}
 	tw.Flush()
 }

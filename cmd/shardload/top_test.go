@@ -56,6 +56,8 @@ shardload_session_read_bytes_total{rank="2",session="8"} 1e7
 shardload_session_wait_seconds_total{rank="1",session="7"} 1.5
 shardload_session_wait_seconds_total{rank="0",session="6"} 1
 shardload_session_wait_seconds_total{rank="2",session="8"} 0
+# TYPE shardload_session_backpressure_seconds_total counter
+shardload_session_backpressure_seconds_total{rank="2",session="8"} 1.6
 # TYPE shardload_session_stage_seconds_total counter
 shardload_session_stage_seconds_total{rank="1",session="7",stage="fetch"} 4
 shardload_session_stage_seconds_total{rank="1",session="7",stage="decode"} 3
@@ -82,7 +84,8 @@ func TestTopView(t *testing.T) {
 	want := []topRow{
 		{session: "6", rank: "0", samplesPerSec: 200, mbPerSec: 20, wait: 0.5, busiest: "fetch"},
 		{session: "7", rank: "1", samplesPerSec: 1000, mbPerSec: 100, wait: 0.25, busiest: "decode", workers: 8, readAhead: 16, memory: 4e8, budget: 1e9},
-		{session: "8", rank: "2", samplesPerSec: 50, mbPerSec: 5, wait: 0, busiest: "fetch"},
+		// Waiting for the trainer's slabs 80% of the time: the trainer is the limit.
+		{session: "8", rank: "2", samplesPerSec: 50, mbPerSec: 5, wait: 0, backpressure: 0.8, busiest: "trainer"},
 	}
 	if len(rows) != len(want) {
 		t.Fatalf("rows %+v", rows)
@@ -98,7 +101,7 @@ func TestTopView(t *testing.T) {
 	var b bytes.Buffer
 	writeTop(&b, rows, total)
 	if !strings.Contains(b.String(), "50.0%") || !strings.Contains(b.String(), "decode") || !strings.Contains(b.String(), "8 (+16 ahead)") ||
-		!strings.Contains(b.String(), "400/1000") || strings.Count(b.String(), "\n") != 5 {
+		!strings.Contains(b.String(), "400/1000") || !strings.Contains(b.String(), "80.0%") || !strings.Contains(b.String(), "trainer") || strings.Count(b.String(), "\n") != 5 {
 		t.Errorf("view:\n%s", b.String())
 	}
 }

@@ -29,6 +29,7 @@ from .client import (
     PROTOCOL_VERSION,
     Batch,
     Client,
+    EpochEnd,
     NoServer,
     OrderMismatch,
     PermissionDenied,
@@ -37,6 +38,7 @@ from .client import (
     ServerError,
     ServerGone,
     ShardloadError,
+    ShardloadWarning,
     State,
     Timeout,
     UntrustedServer,
@@ -46,8 +48,8 @@ from .client import (
 )
 
 __all__ = [
-    "CLIENT_NAME", "MAX_MESSAGE", "PROTOCOL_VERSION", "Batch", "Client", "NoServer", "OrderMismatch",
+    "CLIENT_NAME", "MAX_MESSAGE", "PROTOCOL_VERSION", "Batch", "Client", "EpochEnd", "NoServer", "OrderMismatch",
     "PermissionDenied", "ProtocolError", "Ragged", "ServerError", "ServerGone", "ShardloadError",
-    "State", "Timeout", "UntrustedServer", "check_state", "connect", "default_socket",
+    "ShardloadWarning", "State", "Timeout", "UntrustedServer", "check_state", "connect", "default_socket",
 ]
-__version__ = "0.3.0"
+__version__ = "0.4.0"

@@ -49,10 +49,10 @@ if TYPE_CHECKING:  # optional at run time
     import numpy
     import torch
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 MAX_MESSAGE = 64 << 10
 _MAX_FDS = 253
-CLIENT_NAME = "shardload-python/0.3.0"
+CLIENT_NAME = "shardload-python/0.4.0"
 
 
 class State(TypedDict):
@@ -68,13 +68,35 @@ class State(TypedDict):
 
 class Stats(TypedDict):
     """Client.stats: releases, deferred releases and detaches (copies of batches whose
-    views outlived a step), with the bytes and seconds the detaches took."""
+    views outlived a step), with the bytes and seconds the detaches took; the seconds
+    this client waited for a batch that was not ready (``wait_seconds``: the loader
+    was behind, the figure that matters) and those the server's loader waited for a
+    slab this client still held (``backpressure_seconds``: the loader was ahead)."""
 
     released: int
     deferred: int
     detached: int
     detached_bytes: int
     detach_seconds: float
+    wait_seconds: float
+    backpressure_seconds: float
+
+
+class EpochEnd(TypedDict):
+    """Client.last_epoch: what the server says of the epoch that ended last, for this
+    rank: batches, samples (padding rows not counted), padded (rows repeating other
+    samples), left_out (samples read past the planned batches and dropped), skipped
+    (by the skip policy), estimated (the epoch was planned from estimated counts) and
+    abandoned."""
+
+    epoch: int
+    batches: int
+    samples: int
+    padded: int
+    left_out: int
+    skipped: int
+    estimated: bool
+    abandoned: bool
 
 
 # A server message: a JSON object.
@@ -107,6 +129,11 @@ class SlabHook(Protocol):
 # The members of a state (the Go library's shardload.State) and their types.
 _STATE_MEMBERS: Tuple[Tuple[str, type], ...] = (
     ("epoch", int), ("order", str), ("samples", int), ("runs", str), ("batches", int))
+
+
+class ShardloadWarning(UserWarning):
+    """A warning of the shardload client: an epoch planned from estimated counts left
+    samples out or repeated some, or the server grew the slabs for a larger batch."""
 
 
 class ShardloadError(Exception):
@@ -543,7 +570,7 @@ def _order_difference(rank: int, mine: Dict[str, Any], other_rank: int, other: D
     diffs = [f"{k} {_show(s.get(k))} (rank {rank}) vs {_show(o.get(k))} (rank {other_rank})"
              for k in names if s.get(k) != o.get(k)]
     if not diffs:
-        diffs = [f"fingerprint {mine.get('fingerprint')} (rank {rank}) vs {other.get('fingerprint')} "
+        diffs = [f"job fingerprint {_job(mine)} (rank {rank}) vs {_job(other)} "
                  f"(rank {other_rank}) with the same settings (are the servers of different versions?)"]
     return (f"rank {rank}'s shardload server reads another order than rank {other_rank}'s: "
             + ", ".join(diffs) + "; every rank's server must run with the same settings")
@@ -561,14 +588,21 @@ def _store_has(store: Any, key: str) -> bool:
         return False
 
 
+def _job(order: Dict[str, Any]) -> Any:
+    """The digest of every setting of an order, which the ranks of a job compare: the
+    server's "job" (protocol 4; its "fingerprint" names the order of the samples alone),
+    else its "fingerprint"."""
+    return order.get("job") or order.get("fingerprint")
+
+
 def _order_verdict(orders: List[Dict[str, Any]], rank: int) -> str:
     """What rank reports of every rank's order: its own difference from rank 0's, else
     the first rank's that differs ("" when all agree)."""
     zero = orders[0]
-    if rank != 0 and orders[rank].get("fingerprint") != zero.get("fingerprint"):
+    if rank != 0 and _job(orders[rank]) != _job(zero):
         return _order_difference(rank, orders[rank], 0, zero)
     for r in range(1, len(orders)):
-        if orders[r].get("fingerprint") != zero.get("fingerprint"):
+        if _job(orders[r]) != _job(zero):
             return _order_difference(r, orders[r], 0, zero)
     return ""
 
@@ -593,8 +627,9 @@ class Client:
     the server guesses from the local rank. ``placement`` is what the server did.
 
     Order check (``check_order``, default on): every rank of a job must read the same
-    order (``order``: the server's fingerprint and settings). When
-    $SHARDLOAD_EXPECT_ORDER is set, the fingerprint must equal it. When
+    order (``order``: the server's ``fingerprint`` of the order of the samples, which
+    is also ``state_dict()["order"]``; ``job``, a digest of every setting; and the
+    ``settings``). When $SHARDLOAD_EXPECT_ORDER is set, the fingerprint must equal it. When
     torch.distributed is initialised with more than one rank, the ranks compare their
     orders through its store (every rank creates its clients in the same order) and
     each raises OrderMismatch naming the settings that differ; a rank that does not
@@ -609,6 +644,27 @@ class Client:
 
     Iterating over the client yields the batches of its current epoch; ``epoch(n)``
     starts epoch n on the same slabs, at any time (an epoch left early is abandoned).
+
+    Settings that define the trainer's epochs (each None: the server's): ``slab_bytes``
+    and ``slabs`` (default: slabs sized from the batch by the server, and grown, with
+    one ShardloadWarning, when a batch turns out larger), ``shuffle`` (False: shards
+    and samples in order), ``shuffle_buffer`` (samples), ``shuffle_bytes``,
+    ``open_shards`` and ``read_gap`` (bytes; 0: none). ``image_layout`` is the shape of
+    the image fields named without one: "chw" (3x224x224, what torchvision models
+    take; the default with output="torch") or "hwc" (224x224x3, the default
+    otherwise). ``count_first`` counts a dataset without an index before the first
+    batch (exact epochs); ``allow_estimate`` lets a job of several ranks without an
+    index plan from estimated counts (approximate epochs: samples left out or
+    repeated, said by a ShardloadWarning at each epoch's end and in ``last_epoch``);
+    without either such a job fails before its first batch with a ServerError naming
+    ``shardload index``.
+
+    ``batches_per_epoch`` is the batches of the epoch being read (from a resumed
+    state: those left); ``epoch_batches`` those of a whole epoch (``len()`` of a
+    ShardloadDataset). ``last_epoch`` (an EpochEnd) says what the server counted of
+    the epoch that ended last. ``stats["wait_seconds"]`` is the time this client waited
+    for batches that were not ready; ``stats["backpressure_seconds"]`` the time the
+    server's loader waited for slabs this client held.
 
     Checkpoint and resume: ``state_dict()`` is the position after the last batch the
     client yielded (a dict of ints and strings to save with the trainer's
@@ -628,7 +684,11 @@ class Client:
                  urls: Optional[Iterable[str]] = None, drop_last: bool = False, output: Optional[Output] = None,
                  timeout: Optional[float] = None, device: Optional[Device] = None,
                  check_order: bool = True, check_timeout: float = 300, trust_uids: Optional[Iterable[int]] = None,
-                 state: Optional[Mapping[str, Any]] = None) -> None:
+                 state: Optional[Mapping[str, Any]] = None, allow_estimate: bool = False, count_first: bool = False,
+                 slab_bytes: Optional[int] = None, slabs: Optional[int] = None, shuffle: Optional[bool] = None,
+                 shuffle_buffer: Optional[int] = None, shuffle_bytes: Optional[int] = None,
+                 open_shards: Optional[int] = None, read_gap: Optional[int] = None,
+                 image_layout: Optional[str] = None) -> None:
         self.socket_path = socket_path or default_socket()
         self.rank = _env_int("RANK", 0) if rank is None else rank
         self.world = _env_int("WORLD_SIZE", 1) if world is None else world
@@ -651,6 +711,7 @@ class Client:
         ordinal = _parse_device(device)
         self._pid = os.getpid()
         self._maps: List[mmap.mmap] = []    # per slab: the mmap object the batch in that slab uses
+        self._sizes: List[int] = []   # per slab: its size as mapped (slabs grow)
         self._addrs: List[int] = []   # per slab: its address
         self._pads: List[int] = []    # per slab: the slab's offset in its mmap object
         self._fds: List[int] = []     # per slab: the memfd (for a fresh mapping after a detach)
@@ -665,7 +726,9 @@ class Client:
         self._sock: Optional[socket.socket] = None
         self.closed = False
         self.stats: Stats = {"released": 0, "deferred": 0, "detached": 0, "detached_bytes": 0,
-                             "detach_seconds": 0.0}
+                             "detach_seconds": 0.0, "wait_seconds": 0.0, "backpressure_seconds": 0.0}
+        self.last_epoch: Optional[EpochEnd] = None
+        self._grew = False
         self.order: Optional[Dict[str, Any]] = None
         self.placement: Optional[Dict[str, Any]] = None
         self._state: Optional[State] = None          # the position after the last batch yielded
@@ -685,6 +748,20 @@ class Client:
             hello["fields"] = list(fields)
         if urls:
             hello["urls"] = list(urls)
+        if image_layout is None:
+            image_layout = "chw" if output == "torch" else "hwc"
+        if image_layout not in ("chw", "hwc"):
+            raise ValueError(f"image_layout {image_layout!r}: want 'chw' or 'hwc'")
+        hello["image_layout"] = image_layout
+        for name, value in (("allow_estimate", allow_estimate), ("count_first", count_first),
+                            ("slab_bytes", slab_bytes), ("slabs", slabs), ("shuffle", shuffle),
+                            ("shuffle_buffer", shuffle_buffer), ("shuffle_bytes", shuffle_bytes),
+                            ("open_shards", open_shards), ("read_gap", read_gap)):
+            if value is None or value is False and name in ("allow_estimate", "count_first"):
+                continue
+            if name != "shuffle" and not isinstance(value, bool) and (not isinstance(value, int) or value < 0):
+                raise ValueError(f"{name}={value!r}: want a non-negative int")
+            hello[name] = value
         if state is not None:
             hello["state"] = state
         pci = _gpu_pci(ordinal) if (device is None or ordinal is not None) else None
@@ -748,6 +825,7 @@ class Client:
             self._maps.append(mm)
             self._addrs.append(addr)
             self._pads.append(pad)
+            self._sizes.append(self.slab_bytes)
             self._used.append(None)
             del mm
         # What sys.getrefcount says of a slab's mmap that nothing but this client
@@ -757,6 +835,8 @@ class Client:
         self.session: int = ready["session"]
         self.fields: List[Dict[str, Any]] = ready["fields"]
         self.batches_per_epoch: int = ready["batches"]
+        # A whole epoch's batches for this rank (an older server says only those left).
+        self.epoch_batches: int = int(ready.get("epoch_batches", ready["batches"]))
         # The counts are estimates (no index): a job of one rank may get another
         # number of batches; every rank of a larger one gets batches_per_epoch.
         self.counts_estimated = bool(ready.get("estimated", False))
@@ -883,7 +963,7 @@ class Client:
         dist = _torch_distributed()
         if dist is None:
             return
-        mine = {"fingerprint": fp, "settings": order.get("settings")}
+        mine = {"fingerprint": fp, "job": order.get("job"), "settings": order.get("settings")}
         try:
             msg = self._compare_orders(dist, k, mine, timeout)
         except ShardloadError:
@@ -947,7 +1027,7 @@ class Client:
         store.set(key + f"seen/{rank}", "1")
         if "timeout" in told:
             raise Timeout(told["timeout"])
-        if zero.get("fingerprint") != mine.get("fingerprint"):
+        if _job(zero) != _job(mine):
             return _order_difference(rank, mine, 0, zero)
         return told.get("mismatch", "")
 
@@ -965,7 +1045,7 @@ class Client:
         """Copy the batch in slab i into private memory at the slab's address (its views
         keep working), and map the slab afresh for the next batch."""
         t0 = time.perf_counter()
-        addr, size = self._addrs[i], self.slab_bytes
+        addr, size = self._addrs[i], self._sizes[i]
         used = size if used is None else used
         for h in self._slab_hooks:
             h.slab_unmapping(i, addr, size)
@@ -980,7 +1060,8 @@ class Client:
         self.stats["detach_seconds"] += time.perf_counter() - t0
 
     def _send_release(self, b: Batch) -> None:
-        self._send({"type": "release", "slab": b._slab, "seq": b.seq, "epoch": b.epoch})
+        self._send({"type": "release", "slab": b._slab, "seq": b.seq, "epoch": b.epoch,
+                    "wait": round(self.stats["wait_seconds"], 6)})
         self.stats["released"] += 1
 
     def _release_batch(self, b: Batch) -> None:
@@ -1020,12 +1101,40 @@ class Client:
         except (KeyError, TypeError, ValueError) as e:
             raise ProtocolError(f"a batch message this client cannot read ({type(e).__name__}: {e})") from None
 
+    def _grow(self, i: int, size: int) -> None:
+        """Map slab i again at size bytes: the server grew it for a larger batch. The
+        slab holds no batch of this client (it was released, so nothing references its
+        mapping, or it was copied out and mapped afresh)."""
+        if self._referenced(i):
+            self._detach(i, self._used[i])  # never expected; keeps the views valid if it happens
+        for h in self._slab_hooks:
+            h.slab_unmapping(i, self._addrs[i], self._sizes[i])
+        old = self._maps[i]
+        self._maps[i], self._addrs[i], self._pads[i] = _mem.map_fd(self._fds[i], size)
+        self._sizes[i] = size
+        try:
+            old.close()
+        except BufferError:
+            pass
+        for h in self._slab_hooks:
+            h.slab_mapped(i, self._addrs[i], size)
+        if not self._grew:
+            self._grew = True
+            warnings.warn(ShardloadWarning(
+                f"shardload: a batch did not fit the slabs of {self.slab_bytes} bytes: the server grew them "
+                f"(to {size} bytes so far); pass slab_bytes= to size them up front"), stacklevel=4)
+
     def _batch_of(self, msg: Message) -> Batch:
         i = msg["slab"]
         if not 0 <= i < len(self._maps):
             raise ProtocolError(f"batch in slab {i} of {len(self._maps)}")
+        size = int(msg.get("slab_bytes", 0) or self._sizes[i])
+        if size > self._sizes[i]:
+            self._grow(i, size)
+        if "backpressure" in msg:
+            self.stats["backpressure_seconds"] = float(msg["backpressure"])
         pad = self._pads[i]
-        ro = memoryview(self._maps[i])[pad:pad + self.slab_bytes].toreadonly()
+        ro = memoryview(self._maps[i])[pad:pad + self._sizes[i]].toreadonly()
         rows = msg["rows"]
         cols: Dict[str, Column] = {}
         keys = None
@@ -1108,13 +1217,15 @@ class Client:
                     return
                 if self._pending and len(self._held) + len(self._pending) >= len(self._maps):
                     self._settle(force=True)  # the server has no slab left to fill
+                t0 = time.perf_counter()
                 msg = self._recv()
+                self.stats["wait_seconds"] += time.perf_counter() - t0
                 t = msg.get("type")
                 if t == "end":
                     if msg.get("epoch") != self.current_epoch:
                         raise ProtocolError(f"end of epoch {msg.get('epoch')} while reading epoch {self.current_epoch}")
                     self._epoch_open = False
-                    self.last_end = msg
+                    self._ended(msg)
                     end = _state_of(msg, "end")
                     if end is not None:
                         self._state = _epoch_start(end["epoch"] + 1, end)
@@ -1137,6 +1248,24 @@ class Client:
 
     def __iter__(self) -> Iterator[Batch]:
         return self.batches()
+
+    def _ended(self, msg: Message) -> None:
+        """Note an epoch's end message (last_end, last_epoch), and warn when an epoch
+        planned from estimated counts left samples out or repeated some."""
+        self.last_end = msg
+        e: EpochEnd = {
+            "epoch": int(msg.get("epoch", 0)), "batches": int(msg.get("batches", 0)),
+            "samples": int(msg.get("samples", 0)), "padded": int(msg.get("padded", 0)),
+            "left_out": int(msg.get("trimmed", 0)), "skipped": int(msg.get("skipped", 0)),
+            "estimated": bool(msg.get("estimated", False)), "abandoned": bool(msg.get("abandoned", False)),
+        }
+        self.last_epoch = e
+        if e["estimated"] and not e["abandoned"] and (e["padded"] or e["left_out"]):
+            warnings.warn(ShardloadWarning(
+                f"shardload: epoch {e['epoch']} of rank {self.rank} was planned from sample counts estimated "
+                f"from the shards' sizes (no index): {e['left_out']} samples were left out and {e['padded']} "
+                f"rows repeat other samples; for exact epochs write an index once (shardload index --output "
+                f"DIR/ URL...) or pass count_first=True"), stacklevel=3)
 
     def epoch(self, n: Optional[int] = None, auto_release: bool = True) -> Iterator[Batch]:
         """Start epoch n and yield its batches. Called before the current epoch's end
@@ -1197,7 +1326,7 @@ class Client:
             raise ProtocolError(f"unexpected message {t!r} of epoch {msg.get('epoch')} while waiting for "
                                 f"the end of abandoned epoch {e}")
         self._draining = None
-        self.last_end = msg
+        self._ended(msg)
         if not msg.get("abandoned"):
             # The epoch had ended before the server read the epoch message: it gave
             # back nothing, and the batches dropped here are this client's to release.
@@ -1248,6 +1377,7 @@ class Client:
             for fd in self._fds:
                 os.close(fd)  # this process's copies of the descriptors
             self._maps, self._addrs, self._pads, self._fds, self._held, self._pending = [], [], [], [], {}, []
+            self._sizes = []
             return
         if self._sock is not None:
             try:
@@ -1267,12 +1397,12 @@ class Client:
                     pass  # the mapping stays as it is, valid while referenced
             else:
                 for h in self._slab_hooks:
-                    h.slab_unmapping(i, self._addrs[i], self.slab_bytes)
+                    h.slab_unmapping(i, self._addrs[i], self._sizes[i])
                 try:
                     self._maps[i].close()
                 except BufferError:
                     pass
-        self._maps, self._addrs, self._pads = [], [], []
+        self._maps, self._addrs, self._pads, self._sizes = [], [], [], []
         for fd in self._fds:
             os.close(fd)
         self._fds = []
@@ -1293,7 +1423,7 @@ class Client:
         """(address, size) of each mapped slab, e.g. to register them with CUDA. A slab
         is mapped afresh (at another address) when a batch is copied out of it: see
         add_slab_hook."""
-        return [(a, self.slab_bytes) for a in self._addrs]
+        return [(a, n) for a, n in zip(self._addrs, self._sizes)]
 
     def add_slab_hook(self, hook: SlabHook) -> None:
         """Tell hook when a slab's mapping changes: hook.slab_unmapping(i, addr, size)

@@ -37,6 +37,12 @@ class ShardloadDataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
     read-only views into shared slabs (no in-place ops on them) that stay valid while
     referenced (see shardload.Batch); ``copy=True`` yields owned clones instead.
 
+    ``len(ds)``, and so ``len(DataLoader(ds, batch_size=None))``, is the batches this
+    rank yields in an epoch: exact with an index (or count_first); planned from
+    estimated counts otherwise (allow_estimate, or a job of one rank, whose epochs
+    follow the data and may have a few more or fewer). It connects to the server if
+    the dataset has not yet.
+
     Checkpoint and resume (with ``num_workers=0``): ``state_dict()`` is the position
     after the last batch yielded, a dict of ints and strings (between epochs: the
     start of the next one), to save with the model, e.g.
@@ -57,6 +63,9 @@ class ShardloadDataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
         self._pending: Optional[State] = None    # a loaded state, for the next iter()
         self._in_epoch = False  # an epoch started and did not end: the client has the position
         self._gen = 0           # numbers the epochs started: an older generator's end changes nothing
+        # (epoch, state) the client was made for, whose first epoch (its hello's) has
+        # not been read yet: len() connects ahead of the first iter().
+        self._fresh: Optional[Tuple[int, Optional[State]]] = None
         if state is not None:
             self.load_state_dict(state)
 
@@ -95,20 +104,33 @@ class ShardloadDataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
             raise ShardloadError(WORKERS_MESSAGE.format(n=info.num_workers))
         return self._epoch()
 
+    def __len__(self) -> int:
+        return self._connect().epoch_batches
+
+    def _connect(self) -> Client:
+        """The dataset's client, connected for the next epoch when there is none."""
+        if self._client is not None and self._client._pid != os.getpid():
+            self._client = None  # inherited by a forked worker: its parent's connection
+        if self._client is None:
+            state = self._pending
+            e = state["epoch"] if state is not None else self._next_epoch
+            self._client = Client(epoch=e, state=state, **self._kwargs)
+            self._fresh = (e, state)
+        return self._client
+
     def _epoch(self) -> Iterator[Dict[str, Any]]:
         # A generator: nothing happens until the first batch is asked for, so that an
         # iterator made and dropped (as StatefulDataLoader does) changes nothing.
-        if self._client is not None and self._client._pid != os.getpid():
-            self._client = None  # inherited by a forked worker: its parent's connection
         state = self._pending
         e = state["epoch"] if state is not None else self._next_epoch
-        if self._client is None:
-            self._client = Client(epoch=e, state=state, **self._kwargs)
-            it = self._client.batches()
+        client = self._connect()
+        fresh, self._fresh = self._fresh, None
+        if fresh is not None and fresh[0] == e and fresh[1] is state:
+            it = client.batches()  # the epoch the client's hello asked for
         else:
             if state is not None:
-                self._client.load_state_dict(state)
-            it = self._client.epoch(e)
+                client.load_state_dict(state)
+            it = client.epoch(e)
         # Started: a failure before this point leaves the position to the next try.
         self._pending = None
         self._next_epoch = e + 1
@@ -123,6 +145,7 @@ class ShardloadDataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         state["_client"] = None  # a connection does not travel to another process
+        state["_fresh"] = None
         return state
 
     def close(self) -> None:
