@@ -158,7 +158,9 @@ func (f *Field) RowBytes() int64 {
 // An image field (KIND image) decodes JPEG, PNG, WebP or GIF to a fixed-shape
 // column: DTYPE is uint8 (the default), float16 or float32; SHAPE is HxWx3 (HWC, the
 // default 224x224x3), 3xHxW (CHW), or HxWx1 / 1xHxW for grayscale; OPTIONS (only for
-// images) is a comma-separated list of transforms, see ParseImageOptions. Without
+// images) is a comma-separated list of transforms, see ParseImageOptions; it may
+// stand where SHAPE would, for the default shape ("img=jpg:image:float32:imagenet").
+// Without
 // options an image is resized (bilinear, antialiased, as PIL resizes) so that its
 // shorter side is the crop's larger side, and center-cropped.
 //
@@ -245,7 +247,16 @@ func parseField(spec string, chw bool) (Field, error) {
 		}
 		f.DType = d
 	}
-	if len(parts) > 3 {
+	if len(parts) == 4 && f.Kind == KindImage {
+		if _, ok := parseShape(parts[3]); !ok {
+			if _, err := ParseImageOptions(parts[3]); err == nil {
+				// img=jpg:image:float32:imagenet: options where the shape would be,
+				// and the default shape.
+				parts = append(parts[:3], "", parts[3])
+			}
+		}
+	}
+	if len(parts) > 3 && parts[3] != "" {
 		shape, ok := parseShape(parts[3])
 		if !ok {
 			return bad("bad shape %q", parts[3])

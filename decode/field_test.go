@@ -216,4 +216,12 @@ func TestParseFieldsCHW(t *testing.T) {
 	if !slices.Equal(plain[0].Shape, []int{224, 224, 3}) {
 		t.Errorf("ParseFields: image shape %v, want HWC", plain[0].Shape)
 	}
+	// Options where the shape would be: the default shape, and the options.
+	opt, err := ParseFieldsCHW("img=jpg:image:float32:imagenet,flip")
+	if err != nil || !slices.Equal(opt[0].Shape, []int{3, 224, 224}) || !opt[0].Image.Flip || opt[0].Image.Std == [3]float64{} {
+		t.Errorf("img=jpg:image:float32:imagenet,flip: %+v, %v", opt, err)
+	}
+	if _, err := ParseField("img=jpg:image:float32:bogus"); err == nil {
+		t.Error("a fourth part that is neither a shape nor options was accepted")
+	}
 }

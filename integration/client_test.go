@@ -59,10 +59,17 @@ type checkRun struct {
 
 func startClientCheck(t *testing.T, py string, env []string, args ...string) *checkRun {
 	t.Helper()
+	return startPy(t, py, env, append([]string{clientCheckScript}, args...)...)
+}
+
+// startPy starts py with args (a script and its arguments) and extra environment
+// variables.
+func startPy(t *testing.T, py string, env []string, args ...string) *checkRun {
+	t.Helper()
 	// A guard against a hang, not a measurement.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	r := &checkRun{cancel: cancel}
-	r.cmd = exec.CommandContext(ctx, py, append([]string{clientCheckScript}, args...)...)
+	r.cmd = exec.CommandContext(ctx, py, args...)
 	r.cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
 	r.cmd.Env = append(r.cmd.Env, env...)
 	r.cmd.Stdout, r.cmd.Stderr = &r.stdout, &r.stderr

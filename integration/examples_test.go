@@ -117,6 +117,12 @@ func (r *trainRun) result(t *testing.T) trainResult {
 // would give them, and returns each rank's process once all have exited.
 func trainRanks(t *testing.T, py, socket string, world int, args ...string) []*trainRun {
 	t.Helper()
+	return scriptRanks(t, py, trainScript, socket, world, args...)
+}
+
+// scriptRanks is trainRanks for another script.
+func scriptRanks(t *testing.T, py, script, socket string, world int, args ...string) []*trainRun {
+	t.Helper()
 	port := freePort(t)
 	var runs []*trainRun
 	for rank := range world {
@@ -124,7 +130,7 @@ func trainRanks(t *testing.T, py, socket string, world int, args ...string) []*t
 			"SHARDLOAD_SOCKET=" + socket, "RANK=" + strconv.Itoa(rank), "WORLD_SIZE=" + strconv.Itoa(world),
 			"LOCAL_RANK=" + strconv.Itoa(rank), "LOCAL_WORLD_SIZE=" + strconv.Itoa(world),
 			"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port,
-		}, append([]string{trainScript}, args...)...))
+		}, append([]string{script}, args...)...))
 	}
 	var wg sync.WaitGroup
 	for _, r := range runs {
@@ -273,4 +279,104 @@ func TestExampleTrain(t *testing.T) {
 			}
 		}
 	})
+}
+
+var trainVisionScript = func() string {
+	p, _ := filepath.Abs("../examples/train_vision.py")
+	return p
+}()
+
+// visionResult is train_vision.py's last output line.
+type visionResult struct {
+	trainResult
+	Model           string `json:"model"`
+	BatchesPerEpoch int    `json:"batches_per_epoch"`
+}
+
+// TestExampleTrainVision trains examples/train_vision.py (torchvision's ResNet-18 on
+// 64x64 random crops) on photo-like JPEG shards in MinIO through serve, as two DDP
+// ranks: every sample once per epoch across them and len(loader) batches each; then
+// the ranks are killed after a checkpoint and torchrun restarts the job, which reads
+// exactly what the uninterrupted job read after that step.
+func TestExampleTrainVision(t *testing.T) {
+	py := pythonPIL(t)
+	paths := photoShards(t, py, t.TempDir(), 2, 24, "--seed", "9", "--width", "160", "--height", "120", "--detail", "20")
+	m := testenv.MinIO(t)
+	m.CreateBucket(t, "vision")
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Put(t, "vision", "train/"+filepath.Base(p), data)
+	}
+	pattern := "s3://vision/train/images-{000000..000001}.tar"
+	ok(t, m.Env(), "index", "--output", "s3://vision/train/", pattern)
+	srv := startServerEnv(t, m.Env(), "", pattern)
+	const samples, batch, epochs = 48, 8, 2
+	common := []string{"--batch-size", strconv.Itoa(batch), "--epochs", strconv.Itoa(epochs), "--image-size", "64", "--report-keys"}
+	result := func(r *trainRun, rank int) visionResult {
+		t.Helper()
+		if r.err != nil {
+			t.Fatalf("rank %d: %v; stderr:\n%s", rank, r.err, r.stderr.String())
+		}
+		var res visionResult
+		lines := strings.Split(strings.TrimSpace(r.stdout.String()), "\n")
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
+			t.Fatalf("rank %d's last line %q: %v", rank, lines[len(lines)-1], err)
+		}
+		return res
+	}
+	runs := scriptRanks(t, py, trainVisionScript, srv.socket, 2, common...)
+	var whole [2][]string
+	per := samples / 2
+	for rank, r := range runs {
+		res := result(r, rank)
+		finite(t, fmt.Sprintf("rank %d", rank), res.trainResult)
+		if res.World != 2 || res.BatchesPerEpoch != per/batch || res.Batches != epochs*per/batch || len(res.Keys) != epochs*per || res.Model == "" {
+			t.Fatalf("rank %d: %+v; want len(loader) %d and %d batches", rank, res, per/batch, epochs*per/batch)
+		}
+		whole[rank] = res.Keys
+	}
+	for e := range epochs {
+		onceEach(t, fmt.Sprintf("epoch %d", e), append(slices.Clone(whole[0][e*per:(e+1)*per]), whole[1][e*per:(e+1)*per]...), samples)
+	}
+
+	// Killed after the checkpoint of step 2, then restarted through torchrun.
+	ckpt := filepath.Join(t.TempDir(), "vision.pt")
+	const crash = 2
+	withCkpt := append(slices.Clone(common), "--checkpoint", ckpt)
+	for rank, r := range scriptRanks(t, py, trainVisionScript, srv.socket, 2, append(slices.Clone(withCkpt), "--crash-after-step", strconv.Itoa(crash))...) {
+		var ee *exec.ExitError
+		if r.timedOut() || !errors.As(r.err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("rank %d: %v, want killed by SIGKILL; stderr:\n%s", rank, r.err, r.stderr.String())
+		}
+	}
+	r := startTrain(t, py, []string{"SHARDLOAD_SOCKET=" + srv.socket}, append([]string{"-m", "torch.distributed.run",
+		"--nproc_per_node", "2", "--master_port", freePort(t), "--redirects", "1", "--tee", "1",
+		"--log_dir", t.TempDir(), trainVisionScript}, withCkpt...)...)
+	if err := r.wait(); err != nil {
+		t.Fatalf("torchrun: %v; stdout:\n%s\nstderr:\n%s", err, r.stdout.String(), r.stderr.String())
+	}
+	for rank := range 2 {
+		var res *visionResult
+		for _, l := range strings.Split(r.stdout.String(), "\n") {
+			if rest, found := strings.CutPrefix(l, fmt.Sprintf("[default%d]:", rank)); found && strings.Contains(rest, `"rank"`) {
+				res = &visionResult{}
+				if err := json.Unmarshal([]byte(rest), res); err != nil {
+					t.Fatalf("rank %d printed %q: %v", rank, rest, err)
+				}
+			}
+		}
+		if res == nil {
+			t.Fatalf("no result line of rank %d; stdout:\n%s\nstderr:\n%s", rank, r.stdout.String(), r.stderr.String())
+		}
+		if res.ResumedFrom == nil || *res.ResumedFrom != crash || res.Steps != epochs*per/batch || res.BatchesPerEpoch != per/batch {
+			t.Errorf("rank %d after the restart: %+v; want resumed from step %d, %d steps in all", rank, res, crash, epochs*per/batch)
+		}
+		if want := whole[rank][crash*batch:]; !slices.Equal(res.Keys, want) {
+			t.Errorf("rank %d after the restart read %d samples, want the %d the uninterrupted job read after step %d", rank, len(res.Keys), len(want), crash)
+		}
+		finite(t, fmt.Sprintf("rank %d after the restart", rank), res.trainResult)
+	}
 }

@@ -59,6 +59,7 @@ type server struct {
 	socket string
 	out    *lineReader
 	stderr *strings.Builder
+	lw     *lockedWriter
 	done   chan error
 }
 
@@ -131,7 +132,8 @@ func startServerWith(t *testing.T, uid int, env []string, socket string, args ..
 		t.Fatal(err)
 	}
 	s := &server{cmd: cmd, socket: socket, stderr: &strings.Builder{}, done: make(chan error, 1)}
-	cmd.Stderr = &lockedWriter{w: s.stderr}
+	s.lw = &lockedWriter{w: s.stderr}
+	cmd.Stderr = s.lw
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -160,6 +162,13 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 func (s *server) pid() int { return s.cmd.Process.Pid }
+
+// log returns what the server has written to stderr so far.
+func (s *server) log() string {
+	s.lw.mu.Lock()
+	defer s.lw.mu.Unlock()
+	return s.lw.w.String()
+}
 
 // wait waits for the server to exit and returns its exit status.
 func (s *server) wait(t *testing.T) int {

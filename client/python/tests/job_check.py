@@ -53,6 +53,13 @@ def epoch(sock, rank, world, allow):
 
 
 def batches(sock, batch, fields):
+    try:
+        _batches(sock, batch, fields)
+    except shardload.ShardloadError as e:
+        emit(error=type(e).__name__, message=str(e), batches=0)
+
+
+def _batches(sock, batch, fields):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         n, rows, shapes = 0, 0, {}
@@ -60,11 +67,12 @@ def batches(sock, batch, fields):
             for b in c:
                 n += 1
                 rows += b.rows
-                for name, col in b.items():
-                    if isinstance(col, shardload.Ragged):
-                        shapes[name] = ["ragged", len(col)]
-                    else:
-                        shapes[name] = [list(col.shape), str(col.dtype)]
+                if n == 1:  # the first batch's columns
+                    for name, col in b.items():
+                        if isinstance(col, shardload.Ragged):
+                            shapes[name] = ["ragged", len(col)]
+                        else:
+                            shapes[name] = [list(col.shape), str(col.dtype)]
             emit(batches=n, rows=rows, planned=c.batches_per_epoch, shapes=shapes, slab_bytes=c.slab_bytes,
                  largest_slab=max(n for _, n in c.slab_addresses()),
                  warnings=[str(w.message) for w in caught if issubclass(w.category, shardload.ShardloadWarning)])
