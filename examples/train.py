@@ -12,7 +12,7 @@ same order. CPU by default: no GPU is needed.
     shardload gen --preset tokens --shards 8 --compression zstd /data/tok
     shardload index --output /data/tok/ '/data/tok/train-{000000..000007}.tar.zst'
     shardload serve '/data/tok/train-{000000..000007}.tar.zst' &
-    torchrun --nproc_per_node 2 examples/train.py --epochs 2 --checkpoint /tmp/ckpt.pt
+    torchrun --redirects 1 --tee 1 --nproc_per_node 2 examples/train.py --epochs 2 --checkpoint /tmp/ckpt.pt
 
 Inputs (--input): "tokens" reads the tokens preset of ``shardload gen`` (2048 int32
 token ids as .npy and a cls label) into an EmbeddingBag + MLP; "bytes" reads any

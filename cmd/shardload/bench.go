@@ -49,7 +49,7 @@ would wait for data: the share of its time spent waiting after its first batch
 		cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (for go tool pprof)")
 		verify := fs.Bool("verify", false, "read every batch back from the device and compare it with its slab (slow; fails on a difference)")
 		metrics := fs.String("metrics", "", "serve Prometheus metrics at /metrics on this TCP address while the benchmark runs (as serve --metrics: the loader as session 0; :0 picks a port, printed on stderr)")
-		withPprof := fs.Bool("pprof", false, "with --metrics, also serve Go's profiles at /debug/pprof on that address")
+		withPprof := fs.Bool("pprof", false, "with --metrics on a loopback address, also serve Go's profiles at /debug/pprof there (they can hold URLs and credentials)")
 		resumeAt := fs.Float64("resume-at", 0, "start the first epoch from the state after this fraction of its batches (0.5: half), as a trainer restarted from a checkpoint does: measures the restore (first_batch_seconds, read_before_first_batch_bytes)")
 		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if len(args) == 0 {

@@ -164,28 +164,61 @@ func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 // serveMetrics listens on addr and serves /metrics (the sessions', the cache's and
-// the Go runtime's metrics) and, with withPprof, /debug/pprof. It returns the address
-// it listens on and a function that stops it.
+// the Go runtime's metrics) and, with withPprof, /debug/pprof, which only a loopback
+// address may serve (profiles can hold URLs and credentials: --pprof-addr serves
+// them elsewhere, explicitly). It returns the address it listens on and a function
+// that stops it.
 func serveMetrics(addr string, withPprof bool, stats statsFunc, c *cache.Cache, stderr io.Writer) (string, func(), error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newServerMetrics(stats, c), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: nil}))
-	if withPprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("--metrics %s: %w", addr, err)
 	}
+	if withPprof {
+		if !loopback(ln.Addr()) {
+			ln.Close()
+			return "", nil, fmt.Errorf("%w: --pprof serves Go's profiles (which can hold URLs and credentials) on the --metrics listener only when it is a loopback address, and %s is not (%s listens on every interface): give --metrics 127.0.0.1:PORT, or serve the profiles on an address of your choice with --pprof-addr", errUsage, addr, ln.Addr())
+		}
+		handlePprof(mux)
+	}
+	return serveHTTP(ln, mux, "metrics", stderr)
+}
+
+// servePprof listens on addr and serves Go's profiles at /debug/pprof: where the
+// operator said, loopback or not.
+func servePprof(addr string, stderr io.Writer) (string, func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("--pprof-addr %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	handlePprof(mux)
+	return serveHTTP(ln, mux, "pprof", stderr)
+}
+
+func handlePprof(mux *http.ServeMux) {
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+}
+
+// loopback reports whether a listener's address is a loopback one.
+func loopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
+}
+
+// serveHTTP serves mux on ln until the function it returns is called.
+func serveHTTP(ln net.Listener, mux *http.ServeMux, what string, stderr io.Writer) (string, func(), error) {
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			fmt.Fprintf(stderr, "shardload serve: metrics: %v\n", err)
+			fmt.Fprintf(stderr, "shardload: %s: %v\n", what, err)
 		}
 	}()
 	return ln.Addr().String(), func() {

@@ -36,7 +36,8 @@ removing its socket.`,
 		maxShards := fs.Int("max-shards", serve.DefaultMaxShards, "shards one trainer may name in its hello, after brace expansion")
 		maxDatasets := fs.Int("max-datasets", serve.DefaultMaxDatasets, "datasets whose sample counts the server keeps for later sessions (least recently used dropped)")
 		metrics := fs.String("metrics", "", "serve Prometheus metrics on this TCP address at /metrics (e.g. 127.0.0.1:9400; :0 picks a port, printed at start): per session (label rank) samples, batches, bytes, stage seconds, wait; totals; the cache's hits, fetches, evictions and bytes per tier (default: none)")
-		withPprof := fs.Bool("pprof", false, "with --metrics, also serve Go's profiles at /debug/pprof on that address")
+		withPprof := fs.Bool("pprof", false, "with --metrics on a loopback address, also serve Go's profiles at /debug/pprof there (they can hold URLs and credentials)")
+		pprofAddr := fs.String("pprof-addr", "", "serve Go's profiles at /debug/pprof on this TCP address, loopback or not (no authentication: profiles can hold URLs and credentials)")
 		batchPolicy := fs.Bool("sched-batch", true, "run the loader's threads under SCHED_BATCH (Linux), so that they never delay a trainer that wakes on their CPU")
 		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if len(args) == 0 && len(*allow) == 0 {
@@ -74,7 +75,16 @@ removing its socket.`,
 				metricsAddr = addr
 			} else if *withPprof {
 				srv.Close()
-				return fmt.Errorf("%w: --pprof needs --metrics ADDR", errUsage)
+				return fmt.Errorf("%w: --pprof needs --metrics ADDR (or give --pprof-addr)", errUsage)
+			}
+			if *pprofAddr != "" {
+				addr, stop, err := servePprof(*pprofAddr, stderr)
+				if err != nil {
+					srv.Close()
+					return err
+				}
+				defer stop()
+				fmt.Fprintf(stderr, "shardload serve: profiles on http://%s/debug/pprof/\n", addr)
 			}
 			fmt.Fprintf(stdout, "shardload serve: listening on %s (protocol version %d)\n", srv.Addr(), serve.Version)
 			if metricsAddr != "" {
