@@ -117,6 +117,10 @@ func (cfg Config) checkBatch(fields []decode.Field, d dataShape, sized bool) err
 			ErrMemory, cfg.BatchSize, sizeString(need), sizeString(cfg.MaxSlabBytes))
 	}
 	c := cfg
+	c.SlabBytes = minSlabBytes
+	if c.memoryOf(leastKnobs(c), d) > c.Memory {
+		return nil // not the batch: the other settings do not fit (startKnobs says which)
+	}
 	c.SlabBytes = need
 	if least := c.memoryOf(leastKnobs(c), d); least > c.Memory {
 		return fmt.Errorf("%w: a batch of %d samples of these fields needs %s of slab; %d slabs of it and the other buffers at their least take %s, more than the memory budget %s (--memory, Config.Memory); raise the budget, or lower the batch size or the slabs",

@@ -76,7 +76,7 @@ func TestSlabsFitTheBatch(t *testing.T) {
 		t.Errorf("slab for 256 images of 3x224x224: %d bytes, want %d and a little", got, least)
 	}
 	// One that cannot fit the budget is refused before any batch, naming the size.
-	c.Memory = 64 << 20
+	c.Memory, c.ShuffleBytes = 64<<20, 4<<20
 	if _, err := shardload.Open(ctx, c); !errors.Is(err, shardload.ErrMemory) || !strings.Contains(err.Error(), "batch of 256") {
 		t.Errorf("a batch of 256 images in a 64 MiB budget: %v; want ErrMemory naming the batch", err)
 	}

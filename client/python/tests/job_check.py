@@ -13,6 +13,8 @@
                                                    JPEGs: the largest difference
     job_check.py wait SOCKET STEP_MS BATCHES       a trainer that steps STEP_MS per batch: the share of
                                                    its time it waited, and the server's backpressure
+    job_check.py churn SOCKET N                    N connections closed at once or after one batch
+    job_check.py stall SOCKET                      reads two batches, says so, and holds them until killed
 """
 
 import io
@@ -141,6 +143,24 @@ def wait(sock, step_ms, nbatches):
              backpressure=c.stats["backpressure_seconds"], session=c.session)
 
 
+def churn(sock, n):
+    done = 0
+    for i in range(n):
+        with shardload.Client(sock, batch_size=8, seed=100 + i, fields=["cls:int"], check_order=False, timeout=120) as c:
+            if i % 2:
+                next(iter(c))
+        done += 1
+    emit(connections=done)
+
+
+def stall(sock):
+    c = shardload.Client(sock, batch_size=8, seed=7, fields=["cls:int"], check_order=False, timeout=120)
+    it = c.batches(auto_release=False)
+    held = [next(it), next(it)]
+    emit(stalled=len(held))
+    time.sleep(3600)
+
+
 def main():
     mode, sock = sys.argv[1], sys.argv[2]
     args = sys.argv[3:]
@@ -154,6 +174,10 @@ def main():
         vision(sock, args[0], args[1:])
     elif mode == "wait":
         wait(sock, float(args[0]), int(args[1]))
+    elif mode == "churn":
+        churn(sock, int(args[0]))
+    elif mode == "stall":
+        stall(sock)
     else:
         sys.exit(f"unknown mode {mode}")
 
