@@ -2,7 +2,7 @@
 """One trainer rank of the soak test (scripts/soak.sh): reads epochs from a shardload
 server for ever, and survives being killed, and its server being killed.
 
-    soak_trainer.py --socket PATH --rank R --world W --log FILE [--batch-size B] [--step-ms MS]
+    soak_trainer.py --socket PATH --rank R --world W --log FILE [--batch-size B] [--step-ms MS] [--allow-estimate]
 
 Every batch it takes is appended to FILE as one JSON line {"epoch", "seq", "keys",
 "state"}, written with one write: the batch's keys and the state after it together.
@@ -49,6 +49,7 @@ def main():
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--step-ms", type=float, default=5)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--allow-estimate", action="store_true", help="read a dataset without an index (approximate epochs)")
     args = p.parse_args()
     state = last_state(args.log)
     fd = os.open(args.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -60,7 +61,8 @@ def main():
     while True:
         try:
             c = shardload.Client(args.socket, rank=args.rank, world=args.world, batch_size=args.batch_size,
-                                 seed=args.seed, fields=["cls:int"], check_order=False, timeout=120, state=state)
+                                 seed=args.seed, fields=["cls:int"], check_order=False, timeout=120, state=state,
+                                 allow_estimate=args.allow_estimate)
         except (shardload.NoServer, shardload.ServerGone, shardload.Timeout):
             time.sleep(0.2)
             continue

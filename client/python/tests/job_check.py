@@ -46,9 +46,13 @@ def epoch(sock, rank, world, allow):
             return
         keys, batches = [], 0
         with c:
-            for b in c:
-                batches += 1
-                keys.extend(b.keys[:b.rows - b.padded])
+            try:
+                for b in c:
+                    batches += 1
+                    keys.extend(b.keys[:b.rows - b.padded])
+            except shardload.ShardloadError as e:
+                emit(error=type(e).__name__, message=str(e), batches=batches, keys=keys)
+                return
             last = c.last_epoch
         emit(keys=keys, batches=batches, planned=c.batches_per_epoch, estimated=c.counts_estimated,
              last_epoch=last, warnings=[str(w.message) for w in caught if issubclass(w.category, shardload.ShardloadWarning)])
