@@ -193,6 +193,9 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 			}
 		}
 		t1 := mono()
+		// The batches collated on the way, and the waits for their slabs, are
+		// counted as collate and backpressure, not as shuffle.
+		other := pl.C.Collate.Load() + pl.C.Backpressure.Load()
 		// Yield what the first window has ready, and move on when it is done.
 		for len(wins) > 0 {
 			w := wins[0]
@@ -232,7 +235,7 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 			wins = wins[1:]
 			progress = true
 		}
-		add(&pl.C.Shuffle, mono()-t1)
+		add(&pl.C.Shuffle, mono()-t1-time.Duration(pl.C.Collate.Load()+pl.C.Backpressure.Load()-other))
 		if !progress {
 			select {
 			case <-wake:
