@@ -31,7 +31,7 @@ removing its socket.`,
 		socket := fs.String("socket", defaultSocket(), "path of the unix socket; its directory is created with mode 0700")
 		allow := fs.StringArray("allow", nil, "URL prefix trainers may ask for besides the server's URLs, repeatable (e.g. s3://bucket/train/, file:///data/shards/)")
 		allowUIDs := fs.IntSlice("allow-uid", nil, "uids accepted besides the server's own, comma-separated")
-		maxSessions := fs.Int("max-sessions", serve.DefaultMaxSessions, "trainers served at once; each holds --slabs x --slab-size of page-locked memory, and --memory in all")
+		maxSessions := fs.Int("max-sessions", serve.DefaultMaxSessions, "trainers served at once; each holds --slabs slabs of page-locked memory (each one batch by default, or --slab-size), and --memory in all")
 		place := fs.Bool("numa", true, "place each trainer's session on the NUMA node of its GPU (the GPU the client names, else its local rank as a CUDA device number): the session's loader threads on that node's CPUs, its slabs in that node's memory (nothing to do on one node)")
 		maxShards := fs.Int("max-shards", serve.DefaultMaxShards, "shards one trainer may name in its hello, after brace expansion")
 		maxDatasets := fs.Int("max-datasets", serve.DefaultMaxDatasets, "datasets whose sample counts the server keeps for later sessions (least recently used dropped)")
