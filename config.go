@@ -1,9 +1,11 @@
 package shardload
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
-	"log"
+	"log/slog"
 	"math"
 	"runtime"
 	"strings"
@@ -229,8 +231,12 @@ type Config struct {
 
 	// Sources resolves URLs. Default source.Default.
 	Sources *source.Registry
-	// Logf receives one line per skipped sample or shard and other warnings. Default
-	// log.Printf.
+	// Logger receives the loader's log lines: one per skipped sample or shard, and
+	// the warnings (at level Warn; the others at Info). Default: Logf when set, else
+	// slog.Default(). Nothing the loader logs goes anywhere else.
+	Logger *slog.Logger
+	// Logf, when set and Logger is not, receives the log lines as Printf-style
+	// calls instead.
 	Logf func(format string, args ...any)
 
 	pins      tune.Pins // the tuner's knobs the caller set
@@ -349,8 +355,8 @@ func (cfg Config) withDefaults() Config {
 	if cfg.Sources == nil {
 		cfg.Sources = source.Default
 	}
-	if cfg.Logf == nil {
-		cfg.Logf = log.Printf
+	if cfg.Logger != nil || cfg.Logf == nil {
+		cfg.Logf = slogf(cmp.Or(cfg.Logger, slog.Default()))
 	}
 	return cfg
 }
@@ -443,6 +449,19 @@ func (cfg Config) Validate() error {
 		return fmt.Errorf("shardload: bad config: %w", err)
 	}
 	return nil
+}
+
+// slogf adapts a logger to Printf-style calls: each line a record, at level Warn when
+// it says it is a warning, else Info.
+func slogf(l *slog.Logger) func(format string, args ...any) {
+	return func(format string, args ...any) {
+		msg := strings.TrimSuffix(fmt.Sprintf(format, args...), "\n")
+		level := slog.LevelInfo
+		if strings.Contains(msg, "warning:") {
+			level = slog.LevelWarn
+		}
+		l.Log(context.Background(), level, msg)
+	}
 }
 
 // leastKnobs returns the least the settings of d (with defaults) can take: defaults

@@ -1,9 +1,13 @@
 package shardload_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log"
+	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -79,5 +83,37 @@ func TestSlabsFitTheBatch(t *testing.T) {
 	c.Memory, c.ShuffleBytes = 64<<20, 4<<20
 	if _, err := shardload.Open(ctx, c); !errors.Is(err, shardload.ErrMemory) || !strings.Contains(err.Error(), "batch of 256") {
 		t.Errorf("a batch of 256 images in a 64 MiB budget: %v; want ErrMemory naming the batch", err)
+	}
+}
+
+// A loader given a *slog.Logger logs through it alone: nothing reaches the log
+// package's output.
+func TestLoggerGetsEverything(t *testing.T) {
+	dir := t.TempDir()
+	var members [][2]string
+	for j := range 30 {
+		bin := strings.Repeat("b", 100)
+		if j == 20 {
+			bin = strings.Repeat("B", 3<<20) // a slab grows: one line
+		}
+		members = append(members, [2]string{fmt.Sprintf("k%02d.bin", j), bin})
+	}
+	p := writeTar(t, filepath.Join(dir, "a.tar"), members...)
+	var std bytes.Buffer
+	log.SetOutput(&std)
+	defer log.SetOutput(os.Stderr)
+	var got bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&got, nil))
+	ctx := context.Background()
+	l, err := shardload.Open(ctx, shardload.Config{URLs: []string{p}, NoIndexStore: true, Logger: logger, NoLock: true, BatchSize: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runToError(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if std.Len() > 0 || !strings.Contains(got.String(), "estimated") || !strings.Contains(got.String(), "did not fit the slabs") {
+		t.Errorf("the logger got:\n%s\nthe log package got:\n%s", got.String(), std.String())
 	}
 }
