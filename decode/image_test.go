@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shardload/shardload/internal/turbojpeg"
+	"github.com/shardload/shardload/decode/turbojpeg"
 )
 
 func TestParseImageField(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/image/webp"
 
-	"github.com/shardload/shardload/internal/turbojpeg"
+	"github.com/shardload/shardload/decode/turbojpeg"
 )
 
 // ImageDecoder chooses the JPEG decoder of image fields. PNG, WebP and GIF are

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/shardload/shardload/internal/shardgen"
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 	"github.com/shardload/shardload/shard"
 )
 
@@ -50,7 +50,7 @@ func runBench(t *testing.T, env []string, args ...string) benchJSON {
 
 // TestBenchS3: the whole pipeline over S3 (MinIO), with an index written by ls.
 func TestBenchS3(t *testing.T) {
-	m := testenv.MinIO(t)
+	m := testutil.MinIO(t)
 	m.CreateBucket(t, "bench")
 	spec := shardgen.Spec{Shards: 5, Samples: []int{40, 37, 25, 50, 33}, Compression: shard.Zstd, Fields: shardgen.Presets["tokens"]}
 	_, shards := putShards(t, m, "bench", "tok", "", spec)

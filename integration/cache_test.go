@@ -18,7 +18,7 @@ import (
 
 	"github.com/shardload/shardload/cache"
 	"github.com/shardload/shardload/internal/shardgen"
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 	"github.com/shardload/shardload/source/s3"
 )
 
@@ -40,7 +40,7 @@ type cacheHold struct {
 	once             sync.Once
 }
 
-func newCacheProxy(t *testing.T, m *testenv.MinIOServer) *cacheProxy {
+func newCacheProxy(t *testing.T, m *testutil.MinIOServer) *cacheProxy {
 	t.Helper()
 	target, err := url.Parse(m.Endpoint)
 	if err != nil {
@@ -84,7 +84,7 @@ func (p *cacheProxy) count(path string) int {
 }
 
 // env points a subprocess's AWS configuration at the proxy.
-func (p *cacheProxy) env(m *testenv.MinIOServer) []string {
+func (p *cacheProxy) env(m *testutil.MinIOServer) []string {
 	return append(m.Env(), "AWS_ENDPOINT_URL="+p.srv.URL, "AWS_ENDPOINT_URL_S3="+p.srv.URL)
 }
 
@@ -113,7 +113,7 @@ func (b *heldBody) Read(p []byte) (int, error) {
 
 // cacheDataset writes shards locally and to MinIO and returns their s3 URLs, the
 // samples they hold, and the local paths.
-func cacheDataset(t *testing.T, m *testenv.MinIOServer, shards int) (urls []string, want []refSample, paths []string) {
+func cacheDataset(t *testing.T, m *testutil.MinIOServer, shards int) (urls []string, want []refSample, paths []string) {
 	t.Helper()
 	m.CreateBucket(t, "shards")
 	spec := shardgen.Spec{Shards: shards, SamplesPerShard: 40, Seed: 6}
@@ -148,7 +148,7 @@ func cacheFiles(t *testing.T, dir string) map[string][]string {
 }
 
 func TestCacheWarmThenCatWithSourceStopped(t *testing.T) {
-	m := testenv.MinIO(t)
+	m := testutil.MinIO(t)
 	urls, want, _ := cacheDataset(t, m, 4)
 	dir := t.TempDir()
 	pattern := "s3://shards/train/train-{000000..000003}.tar"
@@ -183,7 +183,7 @@ func TestCacheWarmThenCatWithSourceStopped(t *testing.T) {
 }
 
 func TestCacheWarmKilledMidDownload(t *testing.T) {
-	m := testenv.MinIO(t)
+	m := testutil.MinIO(t)
 	urls, want, _ := cacheDataset(t, m, 3)
 	proxy := newCacheProxy(t, m)
 	held := "/shards/train/train-000001.tar"
@@ -231,7 +231,7 @@ func TestCacheWarmKilledMidDownload(t *testing.T) {
 }
 
 func TestCacheBudgetCorruptionAndNewVersion(t *testing.T) {
-	m := testenv.MinIO(t)
+	m := testutil.MinIO(t)
 	urls, want, paths := cacheDataset(t, m, 6)
 	proxy := newCacheProxy(t, m)
 	env := proxy.env(m)
@@ -292,7 +292,7 @@ func TestCacheBudgetCorruptionAndNewVersion(t *testing.T) {
 // one process, with S3 behind a proxy that counts the GETs MinIO answers.
 func TestCacheConcurrentReadersOneFetch(t *testing.T) {
 	const readers = 12
-	m := testenv.MinIO(t)
+	m := testutil.MinIO(t)
 	urls, _, paths := cacheDataset(t, m, 1)
 	want, err := os.ReadFile(paths[0])
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/shardload/shardload/internal/shardgen"
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 )
 
 // TestCacheSharedByServeAndWarm: one cache directory for every process of a node.
@@ -20,7 +20,7 @@ import (
 // the cache alone, and the directory stays within its budget throughout.
 func TestCacheSharedByServeAndWarm(t *testing.T) {
 	py := python(t)
-	m := testenv.MinIO(t)
+	m := testutil.MinIO(t)
 	m.CreateBucket(t, "shards")
 	var total int64
 	keysOf := map[string][]string{}

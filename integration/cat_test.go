@@ -15,7 +15,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/shardload/shardload/internal/shardgen"
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 	"github.com/shardload/shardload/shard"
 )
 
@@ -145,7 +145,7 @@ func TestCatRoundTripFile(t *testing.T) {
 
 func TestCatRoundTripS3(t *testing.T) {
 	paths := catInputs(t)
-	m := testenv.MinIO(t)
+	m := testutil.MinIO(t)
 	m.CreateBucket(t, "shards")
 	var urls []string
 	var want []refSample
@@ -324,7 +324,7 @@ func checkCutShort(t *testing.T, out []byte, keys []string) {
 }
 
 func TestBadInputS3(t *testing.T) {
-	m := testenv.MinIO(t)
+	m := testutil.MinIO(t)
 	m.CreateBucket(t, "shards")
 	m.Put(t, "shards", "ok.tar", buildTar(t, member1K("a.x")))
 	t.Run("missing object", func(t *testing.T) {

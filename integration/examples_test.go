@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/shardload/shardload/internal/shardgen"
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 	"github.com/shardload/shardload/shard"
 )
 
@@ -170,7 +170,7 @@ func onceEach(t *testing.T, what string, keys []string, want int) {
 // "shardload serve" started with the store's environment.
 func TestExampleTrain(t *testing.T) {
 	py := python(t)
-	m := testenv.MinIO(t)
+	m := testutil.MinIO(t)
 	m.CreateBucket(t, "examples")
 	spec := shardgen.Spec{Shards: 4, SamplesPerShard: 40, Compression: shard.Zstd, Fields: shardgen.Presets["tokens"]}
 	putShards(t, m, "examples", "tok", "", spec)
@@ -301,7 +301,7 @@ type visionResult struct {
 func TestExampleTrainVision(t *testing.T) {
 	py := pythonPIL(t)
 	paths := photoShards(t, py, t.TempDir(), 2, 24, "--seed", "9", "--width", "160", "--height", "120", "--detail", "20")
-	m := testenv.MinIO(t)
+	m := testutil.MinIO(t)
 	m.CreateBucket(t, "vision")
 	for _, p := range paths {
 		data, err := os.ReadFile(p)

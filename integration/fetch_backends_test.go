@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 )
 
 // fetchShards are real shards served by every backend in these tests.
@@ -22,9 +22,9 @@ var fetchShards = []string{"tarproc__sample.tar", "aistore__small-mnist-3.tar"}
 // shards on local disk, S3 (MinIO), GCS (fake-gcs-server) and HTTP, and that a
 // trailing slash or a glob lists a bucket's shards.
 func TestFetchBackendsLsCat(t *testing.T) {
-	minio := testenv.MinIO(t)
+	minio := testutil.MinIO(t)
 	minio.CreateBucket(t, "shards")
-	gcs := testenv.FakeGCS(t)
+	gcs := testutil.FakeGCS(t)
 	gcs.CreateBucket(t, "shards")
 	for _, name := range fetchShards {
 		data, err := os.ReadFile(filepath.Join("../testdata", name))

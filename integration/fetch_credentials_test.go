@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 )
 
 // TestFetchCredentialsNeverPrinted runs the binary with sentinel credentials in every
@@ -17,7 +17,7 @@ import (
 // asks for help, and checks that no sentinel appears in anything it printed.
 func TestFetchCredentialsNeverPrinted(t *testing.T) {
 	const sentinel = "SENTINELcred7f3a"
-	minio := testenv.MinIO(t)
+	minio := testutil.MinIO(t)
 	minio.CreateBucket(t, "shards")
 	data, err := os.ReadFile("../testdata/tarproc__sample.tar")
 	if err != nil {

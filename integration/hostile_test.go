@@ -16,7 +16,7 @@ import (
 
 	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/shardgen"
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 	"github.com/shardload/shardload/shard"
 )
 
@@ -27,7 +27,7 @@ import (
 // no sample twice, and the server alive and small.
 func TestServeHostileIndex(t *testing.T) {
 	py := python(t)
-	m := testenv.MinIO(t)
+	m := testutil.MinIO(t)
 	m.CreateBucket(t, "hostile")
 	spec := shardgen.Spec{Shards: 8, SamplesPerShard: 150, Seed: 31,
 		Fields: []shardgen.Field{{Ext: "bin", Kind: shardgen.Random, MinBytes: 500, MaxBytes: 2000}, {Ext: "cls", Kind: shardgen.Class}}}

@@ -12,7 +12,7 @@ import (
 
 	sl "github.com/shardload/shardload"
 	"github.com/shardload/shardload/decode"
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 )
 
 // Image fields against PIL: the references come from bench/pil_reference.py (PIL's
@@ -218,7 +218,7 @@ func TestImagesAgreeWithPIL(t *testing.T) {
 func TestServeImages(t *testing.T) {
 	py := pythonPIL(t)
 	paths := photoShards(t, py, t.TempDir(), 3, 10, "--seed", "5")
-	m := testenv.MinIO(t)
+	m := testutil.MinIO(t)
 	m.CreateBucket(t, "img")
 	for _, p := range paths {
 		data, err := os.ReadFile(p)

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/shardload/shardload/internal/shardgen"
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 )
 
 // planJSON is the part of "bench --json" that says how the epoch was planned.
@@ -26,7 +26,7 @@ type planJSON struct {
 // by "shardload index", both read it. In each case the ranks' orders are the same,
 // and the exact ones are the same whichever way the counts were found.
 func TestRanksAgreeAcrossProcesses(t *testing.T) {
-	m := testenv.MinIO(t)
+	m := testutil.MinIO(t)
 	m.CreateBucket(t, "data")
 	spec := shardgen.Spec{Shards: 6, Samples: []int{40, 37, 25, 50, 33, 12}, Seed: 11}
 	paths, err := shardgen.Generate(t.TempDir(), spec)

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 )
 
 // provenance is one row of testdata/README.md: a real shard and what WebDataset's
@@ -125,7 +125,7 @@ func TestLsSummaryTestdataFile(t *testing.T) {
 
 func TestLsSummaryTestdataS3(t *testing.T) {
 	rows := readProvenance(t)
-	m := testenv.MinIO(t)
+	m := testutil.MinIO(t)
 	m.CreateBucket(t, "real-shards")
 	var urls []string
 	for _, row := range rows {

@@ -18,7 +18,7 @@ import (
 
 	sl "github.com/shardload/shardload"
 	"github.com/shardload/shardload/internal/shardgen"
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 	"github.com/shardload/shardload/source"
 	"github.com/shardload/shardload/source/s3"
 )
@@ -73,7 +73,7 @@ var sessionLine = regexp.MustCompile(`serve: session (\d+): pid (\d+) rank (\d+)
 // library's for its rank; and each server served its own two ranks only.
 func TestMultiNode(t *testing.T) {
 	py := python(t)
-	m := testenv.MinIO(t)
+	m := testutil.MinIO(t)
 	const bucket = "multinode"
 	m.CreateBucket(t, bucket)
 	dir := t.TempDir()

@@ -17,7 +17,7 @@ import (
 
 	sl "github.com/shardload/shardload"
 	"github.com/shardload/shardload/internal/shardgen"
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 )
 
 // The tests of checkpoint and resume through the loader process (protocol version 3):
@@ -211,7 +211,7 @@ func trained(t *testing.T, dir string, rank int, run string, last int) []stepKey
 // last batch.
 func TestResumeDistributedJob(t *testing.T) {
 	py := python(t)
-	m := testenv.MinIO(t)
+	m := testutil.MinIO(t)
 	m.CreateBucket(t, "train")
 	// 197 samples: 98 per rank (one read by neither), 13 batches of 8, the last of 2.
 	spec := shardgen.Spec{Shards: 6, Samples: []int{40, 37, 25, 50, 33, 12}, Seed: 7,

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/shardload/shardload/internal/shardgen"
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 )
 
 // Sentinel secrets in URLs (user information, presigned-URL signatures, credentials
@@ -37,7 +37,7 @@ func TestSecretsNeverShown(t *testing.T) {
 	missing := secretURL("missing-000000.tar")
 
 	// S3 with a wrong secret key and a session token from the environment.
-	m := testenv.MinIO(t)
+	m := testutil.MinIO(t)
 	m.CreateBucket(t, "shards")
 	data, _ := os.ReadFile(filepath.Join(dir, spec.Name(0)))
 	m.Put(t, "shards", "a.tar", data)

@@ -6,13 +6,13 @@ import (
 	"testing"
 
 	"github.com/shardload/shardload/internal/shardgen"
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 )
 
 // putShards generates spec's shards in dir (a new temporary directory when dir is
 // "") and puts each into bucket (which must exist) as prefix/NAME. It returns the
 // local paths and each shard's bytes, in order.
-func putShards(t *testing.T, m *testenv.MinIOServer, bucket, prefix, dir string, spec shardgen.Spec) (paths []string, data [][]byte) {
+func putShards(t *testing.T, m *testutil.MinIOServer, bucket, prefix, dir string, spec shardgen.Spec) (paths []string, data [][]byte) {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()

@@ -11,7 +11,7 @@
 #   small    the "small" dataset of bench-index.sh: 10,000 shards of 4 samples (the
 #            default preset, ~33 KB jpg + cls + txt), one request per shard;
 #   latency  the first BENCH_LATENCY_SHARDS (1000) shards of "small", read through
-#            internal/cmd/latencyproxy, which holds every request BENCH_DELAY (50ms)
+#            tools/latencyproxy, which holds every request BENCH_DELAY (50ms)
 #            before passing it to MinIO, as a remote store's time to first byte.
 #            Small shards, because there each shard is a request of its own (~130
 #            KB, well under one fetch part; the loader of this writing sends a HEAD,
@@ -164,7 +164,7 @@ else
 fi
 if [[ " ${cases[*]} " == *" latency "* ]]; then
 	log "building bin/latencyproxy"
-	go build -o bin/latencyproxy ./internal/cmd/latencyproxy
+	go build -o bin/latencyproxy ./tools/latencyproxy
 fi
 # Every flag the runs pass must be one this binary's bench knows.
 help=$("$sl" bench --help 2>&1) || { echo "bench-autotune: '$sl bench --help' fails: no shardload bench" >&2; exit 1; }

@@ -16,7 +16,7 @@ size_mib=${1:-512}
 runs=${2:-5}
 parallel=${3:-4}
 
-go build -o bin/fetchbench ./internal/cmd/fetchbench
+go build -o bin/fetchbench ./tools/fetchbench
 
 work=$(mktemp -d)
 cleanup() {

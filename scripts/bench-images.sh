@@ -20,7 +20,7 @@
 #     (RUSAGE_CHILDREN: the process and every descendant it waited for, DataLoader
 #     workers included) so that CPU time is measured the same way for all; the tools'
 #     own cpu_seconds is reported beside it when they print one.
-#   - the ceilings, once: internal/cmd/jpegrate on every core, the JPEGs in memory:
+#   - the ceilings, once: tools/jpegrate on every core, the JPEGs in memory:
 #     libjpeg-turbo's decode alone, and decode + resize + crop as the field does;
 #   - medians per kind of run: samples/s, CPU seconds per sample, peak RSS; the ratios
 #     shardload / DataLoader; PASS or FAIL for the target: shardload with libjpeg-turbo
@@ -286,13 +286,13 @@ for ((i = 1; i <= runs; i++)); do
 done
 
 # The ceilings on this machine's cores, the same work with no store and no I/O
-# (internal/cmd/jpegrate): libjpeg-turbo decoding every JPEG at full size (the call
+# (tools/jpegrate): libjpeg-turbo decoding every JPEG at full size (the call
 # PIL makes too), and decoding each as the image field (decode, resize, crop).
-log "ceilings: internal/cmd/jpegrate on $(nproc) threads"
-if ! (cd "$root" && go build -o "$out/jpegrate" ./internal/cmd/jpegrate) ||
+log "ceilings: tools/jpegrate on $(nproc) threads"
+if ! (cd "$root" && go build -o "$out/jpegrate" ./tools/jpegrate) ||
 	! "$out/jpegrate" --rounds "$runs" --field img=jpg:image:uint8:3x224x224 "$ds"/*.tar > "$out/ceiling.json" 2> "$out/ceiling.err"; then
 	log "jpegrate FAILED: $(tail -n 3 "$out/ceiling.err" 2> /dev/null)"
-	failed+=("ceilings (internal/cmd/jpegrate)")
+	failed+=("ceilings (tools/jpegrate)")
 	rm -f "$out/ceiling.json"
 fi
 

@@ -10,7 +10,7 @@
 #     that is then made public-read, and index files written by `shardload ls`;
 #   - per dataset: the raw fetch ceiling (every object fetched by 4 parallel curl
 #     processes to /dev/null), the PyTorch DataLoader baseline (bench/dataloader_baseline.py),
-#     for zstd the single-core decode rate (internal/cmd/zstdrate), and `shardload bench`
+#     for zstd the single-core decode rate (tools/zstdrate), and `shardload bench`
 #     for throughput (--step-time 0), sustained throughput (--epochs 3: the epochs
 #     after the first) and trainer wait (--step-time 50ms --batches N).
 #     Ceiling and shardload throughput runs alternate; medians are reported.
@@ -85,7 +85,7 @@ else
 		{ echo "bench-pipeline: go build ./cmd/shardload failed (BENCH_SHARDLOAD=BINARY measures a binary built before)" >&2; exit 1; }
 	sl=$root/bin/shardload
 fi
-go build -o bin/zstdrate ./internal/cmd/zstdrate
+go build -o bin/zstdrate ./tools/zstdrate
 have_bench=0
 if "$sl" bench --help > /dev/null 2>&1; then
 	have_bench=1

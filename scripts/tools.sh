@@ -7,7 +7,7 @@
 #   scripts/tools.sh path NAME    print where tool NAME lives (built or not)
 #
 # Cache: ${XDG_CACHE_HOME:-$HOME/.cache}/shardload/tools/NAME-VERSION/NAME.
-# internal/testenv computes the same paths; keep the versions there in step.
+# internal/testutil computes the same paths; keep the versions there in step.
 # A build goes to a temporary directory first, so an interrupted one leaves nothing.
 set -euo pipefail
 

@@ -15,7 +15,7 @@ import (
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/shardgen"
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 	"github.com/shardload/shardload/source/s3"
@@ -236,7 +236,7 @@ func loaderOpens(t *testing.T, urls []string, src source.Source, scheme string) 
 // counts the shards from it without reading one.
 func TestIndexToMinIO(t *testing.T) {
 	t.Setenv(index.StoreDirEnv, t.TempDir())
-	srv := testenv.MinIO(t)
+	srv := testutil.MinIO(t)
 	isolateAWSConfig(t)
 	srv.SetEnv(t)
 	srv.CreateBucket(t, "data")

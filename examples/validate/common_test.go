@@ -41,13 +41,13 @@ func toolVersions(t *testing.T) map[string]string {
 	return out
 }
 
-// TestToolVersions: internal/testenv starts the binaries scripts/tools.sh builds, by
+// TestToolVersions: internal/testutil starts the binaries scripts/tools.sh builds, by
 // version; the compose services and Dockerfiles are checked against tools.sh.
 func TestToolVersions(t *testing.T) {
 	versions := toolVersions(t)
 	for file, c := range map[string][2]string{
-		"internal/testenv/minio.go":   {"MinIOVersion", "MINIO_VERSION"},
-		"internal/testenv/fakegcs.go": {"FakeGCSVersion", "FAKE_GCS_VERSION"},
+		"internal/testutil/minio.go":   {"MinIOVersion", "MINIO_VERSION"},
+		"internal/testutil/fakegcs.go": {"FakeGCSVersion", "FAKE_GCS_VERSION"},
 	} {
 		m := regexp.MustCompile(`const ` + c[0] + ` = "([^"]+)"`).FindSubmatch(read(t, file))
 		if m == nil || string(m[1]) != versions[c[1]] {

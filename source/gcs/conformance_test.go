@@ -6,7 +6,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 	"github.com/shardload/shardload/source"
 	"github.com/shardload/shardload/source/sourcetest"
 )
@@ -14,7 +14,7 @@ import (
 // TestConformance runs the conformance suite against GCS on fake-gcs-server, alone
 // and behind a Fetcher in both modes.
 func TestConformance(t *testing.T) {
-	srv := testenv.FakeGCS(t)
+	srv := testutil.FakeGCS(t)
 	srv.SetEnv(t)
 	srv.CreateBucket(t, "conf")
 	sourcetest.Put(func(name string, data []byte) { srv.Put(t, "conf", name, data) })
@@ -30,7 +30,7 @@ func TestOverwrittenBetweenParts(t *testing.T) {
 	first, second := sourcetest.Data(size), sourcetest.Data(size + 1)[:size]
 	stores := map[string]func(t *testing.T) (source.Source, string, func([]byte)){
 		"gcs": func(t *testing.T) (source.Source, string, func([]byte)) {
-			srv := testenv.FakeGCS(t)
+			srv := testutil.FakeGCS(t)
 			srv.CreateBucket(t, "bkt")
 			put := func(d []byte) { srv.Put(t, "bkt", "x.tar", d) }
 			put(first)

@@ -4,14 +4,14 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 	"github.com/shardload/shardload/source"
 	"github.com/shardload/shardload/source/sourcetest"
 )
 
 // TestGCSCreateFake writes objects to fake-gcs-server and reads them back.
 func TestGCSCreateFake(t *testing.T) {
-	srv := testenv.FakeGCS(t)
+	srv := testutil.FakeGCS(t)
 	srv.SetEnv(t)
 	srv.CreateBucket(t, "out")
 	s := &Source{} // it must find the emulator through STORAGE_EMULATOR_HOST

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 	"github.com/shardload/shardload/source"
 	"github.com/shardload/shardload/source/sourcetest"
 )
@@ -20,7 +20,7 @@ import (
 // TestConformance runs the conformance suite against S3 on MinIO, alone and behind
 // a Fetcher in both modes.
 func TestConformance(t *testing.T) {
-	srv := testenv.MinIO(t)
+	srv := testutil.MinIO(t)
 	isolateAWS(t)
 	srv.SetEnv(t)
 	srv.CreateBucket(t, "conf")
@@ -36,7 +36,7 @@ func TestOverwrittenBetweenParts(t *testing.T) {
 	first, second := sourcetest.Data(size), sourcetest.Data(size + 1)[:size]
 	stores := map[string]func(t *testing.T) (source.Source, string, func([]byte)){
 		"s3": func(t *testing.T) (source.Source, string, func([]byte)) {
-			srv := testenv.MinIO(t)
+			srv := testutil.MinIO(t)
 			isolateAWS(t)
 			srv.SetEnv(t)
 			srv.CreateBucket(t, "bkt")
@@ -75,7 +75,7 @@ func TestOverwrittenBetweenParts(t *testing.T) {
 // GETs with 503 SlowDown and cuts one body short: the S3 backend's errors must be
 // classified so that a Fetcher retries them and delivers the exact bytes.
 func TestS3SlowDownProxy(t *testing.T) {
-	srv := testenv.MinIO(t)
+	srv := testutil.MinIO(t)
 	isolateAWS(t)
 	srv.CreateBucket(t, "bkt")
 	data := sourcetest.Data(3<<20 + 17)

@@ -4,14 +4,14 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 	"github.com/shardload/shardload/source"
 	"github.com/shardload/shardload/source/sourcetest"
 )
 
 // TestS3CreateMinIO writes objects to a real MinIO server and reads them back.
 func TestS3CreateMinIO(t *testing.T) {
-	srv := testenv.MinIO(t)
+	srv := testutil.MinIO(t)
 	isolateAWS(t)
 	srv.SetEnv(t)
 	srv.CreateBucket(t, "out")

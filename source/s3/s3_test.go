@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/shardload/shardload/internal/testenv"
+	"github.com/shardload/shardload/internal/testutil"
 	"github.com/shardload/shardload/source"
 	"github.com/shardload/shardload/source/sourcetest"
 )
@@ -133,7 +133,7 @@ func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 
 // TestS3MinIO runs S3 against a real MinIO server.
 func TestS3MinIO(t *testing.T) {
-	srv := testenv.MinIO(t)
+	srv := testutil.MinIO(t)
 	isolateAWS(t)
 	srv.SetEnv(t)
 	srv.CreateBucket(t, "shards")

@@ -1,4 +1,4 @@
-package testenv
+package testutil
 
 import (
 	"os/exec"

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package testenv
+package testutil
 
 import "os/exec"
 

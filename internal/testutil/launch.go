@@ -1,4 +1,4 @@
-package testenv
+package testutil
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 func launch[S any](t testing.TB, name, bin, binEnv string, start func(testing.TB, string) (S, error), stop func(S), logPath func(S) string) S {
 	t.Helper()
 	if _, err := os.Stat(bin); err != nil {
-		msg := fmt.Sprintf("testenv: %s binary not found (%v): run scripts/tools.sh to build it, or set %s", name, err, binEnv)
+		msg := fmt.Sprintf("testutil: %s binary not found (%v): run scripts/tools.sh to build it, or set %s", name, err, binEnv)
 		if inCI() {
 			t.Fatal(msg)
 		}
@@ -31,7 +31,7 @@ func launch[S any](t testing.TB, name, bin, binEnv string, start func(testing.TB
 			t.Cleanup(func() {
 				stop(s)
 				if t.Failed() {
-					t.Logf("testenv: %s log tail (%s):\n%s", name, logPath(s), tail(logPath(s), 40))
+					t.Logf("testutil: %s log tail (%s):\n%s", name, logPath(s), tail(logPath(s), 40))
 				}
 			})
 			return s
@@ -41,7 +41,7 @@ func launch[S any](t testing.TB, name, bin, binEnv string, start func(testing.TB
 			break
 		}
 	}
-	t.Fatalf("testenv: %v", lastErr)
+	t.Fatalf("testutil: %v", lastErr)
 	var zero S
 	return zero
 }

@@ -1,4 +1,4 @@
-package testenv
+package testutil
 
 import (
 	"context"
@@ -90,7 +90,7 @@ func startFakeGCS(t testing.TB, bin string) (*FakeGCSServer, error) {
 		s.Stop()
 		return nil, fmt.Errorf("GCS client for %s: %w", addr, err)
 	}
-	t.Logf("testenv: fake-gcs-server ready at %s in %v", s.Endpoint, time.Since(start).Round(time.Millisecond))
+	t.Logf("testutil: fake-gcs-server ready at %s in %v", s.Endpoint, time.Since(start).Round(time.Millisecond))
 	return s, nil
 }
 
@@ -111,7 +111,7 @@ func (s *FakeGCSServer) SetEnv(t testing.TB) {
 func (s *FakeGCSServer) CreateBucket(t testing.TB, name string) {
 	t.Helper()
 	if err := s.Client.Bucket(name).Create(t.Context(), "test-project", nil); err != nil {
-		t.Fatalf("testenv: create bucket %q: %v", name, err)
+		t.Fatalf("testutil: create bucket %q: %v", name, err)
 	}
 }
 
@@ -124,7 +124,7 @@ func (s *FakeGCSServer) Put(t testing.TB, bucket, name string, data []byte) {
 		err = cerr
 	}
 	if err != nil {
-		t.Fatalf("testenv: put gs://%s/%s: %v", bucket, name, err)
+		t.Fatalf("testutil: put gs://%s/%s: %v", bucket, name, err)
 	}
 }
 

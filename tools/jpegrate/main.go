@@ -5,7 +5,7 @@
 //
 // Usage:
 //
-//	go run ./internal/cmd/jpegrate [--threads N] [--rounds N] [--field SPEC] SHARD...
+//	go run ./tools/jpegrate [--threads N] [--rounds N] [--field SPEC] SHARD...
 //
 // It reads every member with the field's extension (default jpg) of every SHARD (tar
 // files) into memory once, then, for several rounds, has N goroutines (default: the
@@ -18,7 +18,7 @@
 //	 "field_per_sec":...,"field_cpu_ms":...,"rounds":5}
 //
 // *_cpu_ms is the CPU time of the process per image over the round (user + system).
-// It lives under internal/cmd because it is a measuring tool for this repository's
+// It lives under tools/ because it is a measuring tool for this repository's
 // benchmarks, not part of the shardload command line.
 package main
 
@@ -36,7 +36,7 @@ import (
 	"time"
 
 	"github.com/shardload/shardload/decode"
-	"github.com/shardload/shardload/internal/turbojpeg"
+	"github.com/shardload/shardload/decode/turbojpeg"
 	"github.com/shardload/shardload/shard"
 )
 

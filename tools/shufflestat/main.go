@@ -6,8 +6,8 @@
 //
 // Usage:
 //
-//	go run ./internal/cmd/shufflestat [-preset all|images|tokens|large]
-//	go run ./internal/cmd/shufflestat -shards N -samples N -bytes N
+//	go run ./tools/shufflestat [-preset all|images|tokens|large]
+//	go run ./tools/shufflestat -shards N -samples N -bytes N
 //
 // Presets: images (32 shards x 300 samples of 110 KB, the image dataset of the
 // pipeline benchmark), tokens (64 x 4000 of 8 KB) and large (16 x 10000 of 20 KB).
@@ -50,7 +50,7 @@
 //     the 95th percentile of their positions / from the first to the last, mean over
 //     shards.
 //
-// It lives under internal/cmd because it is a measuring tool for this repository's
+// It lives under tools/ because it is a measuring tool for this repository's
 // benchmarks, not part of the shardload command line.
 package main
 

@@ -1,8 +1,9 @@
-// Package testenv starts real servers for tests as native processes: a MinIO server
-// for everything that speaks S3. The binaries are built by scripts/tools.sh at pinned
+// Package testutil is the tests' support: it starts the real servers tests run
+// against, as native processes on 127.0.0.1: MinIO for everything that speaks S3, and
+// fake-gcs-server for GCS. The binaries are built by scripts/tools.sh at pinned
 // versions; a test that needs a missing binary fails when CI is set, and is skipped
 // loudly otherwise.
-package testenv
+package testutil
 
 import (
 	"bytes"
@@ -142,7 +143,7 @@ func startMinIO(t testing.TB, bin string) (*MinIOServer, error) {
 		return nil, fmt.Errorf("%w: the server at %s refused our credentials: %w\nlog tail (%s):\n%s",
 			errPortTaken, addr, err, logPath, tail(logPath, 40))
 	}
-	t.Logf("testenv: MinIO ready at %s in %v", s.Endpoint, time.Since(start).Round(time.Millisecond))
+	t.Logf("testutil: MinIO ready at %s in %v", s.Endpoint, time.Since(start).Round(time.Millisecond))
 	return s, nil
 }
 
@@ -195,7 +196,7 @@ func (s *MinIOServer) vars() [][2]string {
 func (s *MinIOServer) CreateBucket(t testing.TB, name string) {
 	t.Helper()
 	if _, err := s.Client.CreateBucket(t.Context(), &s3.CreateBucketInput{Bucket: &name}); err != nil {
-		t.Fatalf("testenv: create bucket %q: %v", name, err)
+		t.Fatalf("testutil: create bucket %q: %v", name, err)
 	}
 }
 
@@ -206,7 +207,7 @@ func (s *MinIOServer) Put(t testing.TB, bucket, key string, data []byte) {
 		Bucket: &bucket, Key: &key, Body: bytes.NewReader(data),
 	})
 	if err != nil {
-		t.Fatalf("testenv: put s3://%s/%s: %v", bucket, key, err)
+		t.Fatalf("testutil: put s3://%s/%s: %v", bucket, key, err)
 	}
 }
 

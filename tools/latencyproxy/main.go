@@ -6,7 +6,7 @@
 //
 // Usage:
 //
-//	go run ./internal/cmd/latencyproxy --target http://127.0.0.1:9000 [--listen 127.0.0.1:0] [--delay 50ms]
+//	go run ./tools/latencyproxy --target http://127.0.0.1:9000 [--listen 127.0.0.1:0] [--delay 50ms]
 //
 // It prints the address it listens on as its first line on stdout
 // (http://127.0.0.1:NNNN; --listen 127.0.0.1:0 picks a free port), for a script to
@@ -22,7 +22,7 @@
 // --log-requests writes a line per request to stderr (method, path, Range, status,
 // seconds from arrival to the response headers), to count the requests a run makes.
 //
-// It lives under internal/cmd because it is a measuring tool for this repository's
+// It lives under tools/ because it is a measuring tool for this repository's
 // benchmarks, not part of the shardload command line.
 package main
 

@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	go run ./internal/cmd/zstdrate [--rounds N] FILE...
+//	go run ./tools/zstdrate [--rounds N] FILE...
 //
 // It reads every FILE (whole-file zstd streams, such as the .tar.zst shards that
 // `shardload gen --compression zstd` writes) into memory once, then, with
@@ -22,7 +22,7 @@
 // scripts/bench-pipeline.sh multiplies it by the core count to get the ceiling for a
 // pipeline that decodes on every core.
 //
-// It lives under internal/cmd because it is a measuring tool for this repository's
+// It lives under tools/ because it is a measuring tool for this repository's
 // benchmarks, not part of the shardload command line.
 package main
 

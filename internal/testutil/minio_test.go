@@ -1,4 +1,4 @@
-package testenv
+package testutil
 
 import (
 	"bytes"
@@ -43,7 +43,7 @@ func TestMinIO(t *testing.T) {
 	}
 }
 
-// TestToolsScriptAgrees checks that scripts/tools.sh puts each server where testenv
+// TestToolsScriptAgrees checks that scripts/tools.sh puts each server where testutil
 // looks for it.
 func TestToolsScriptAgrees(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
@@ -55,7 +55,7 @@ func TestToolsScriptAgrees(t *testing.T) {
 			t.Fatalf("scripts/tools.sh path %s: %v", name, err)
 		}
 		if got, want := strings.TrimSpace(string(out)), ToolPath(name, version); got != want {
-			t.Errorf("scripts/tools.sh path %s = %q, testenv uses %q", name, got, want)
+			t.Errorf("scripts/tools.sh path %s = %q, testutil uses %q", name, got, want)
 		}
 	}
 }
