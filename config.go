@@ -102,11 +102,11 @@ type Config struct {
 
 	// Seed and Epoch seed the order of the epoch's samples: a pure function of (the
 	// shards and their counts, Seed, Epoch, the shuffle settings), which World does
-	// not change (see shard.Order); each rank reads a contiguous part of it.
+	// not change (see plan.Order); each rank reads a contiguous part of it.
 	Seed  uint64
 	Epoch int
 	// Rank in [0, World) and World, the number of ranks of a distributed job. Every
-	// rank gets the same number of batches (see shard.NewPlan). Default 0 of 1.
+	// rank gets the same number of batches (see plan.New). Default 0 of 1.
 	Rank, World int
 	// Resume, when set, continues an epoch from a State that Loader.State returned,
 	// in a job of this World (the same or another): the loader reads none of what
@@ -121,7 +121,7 @@ type Config struct {
 	NoShuffle bool
 	// ShuffleBuffer is the most samples the shuffle holds: the order permutes
 	// windows of half as many samples, each drawn from OpenShards regions of the
-	// shuffled shard list (shard.Order), and the loader holds two (the one it
+	// shuffled shard list (plan.Order), and the loader holds two (the one it
 	// yields and the next). Default 1000.
 	ShuffleBuffer int
 	// ShuffleBytes caps the bytes the shuffle holds: the windows hold fewer samples
@@ -175,7 +175,7 @@ type Config struct {
 	// ReadGap: the samples a rank wants of a window it shares with another rank (or
 	// of a resumed window) are read with one request per run of them, and two runs of
 	// one shard are read in one request, dropping the samples between them, when
-	// these take at most ReadGap bytes. Default 1 MiB (shard.DefaultGapBytes): a
+	// these take at most ReadGap bytes. Default 1 MiB (plan.DefaultGapBytes): a
 	// request to an object store costs about the time of reading that much. Negative:
 	// one request per run, reading no sample the rank does not yield.
 	ReadGap int64

@@ -18,7 +18,7 @@
 //
 // Open plans one rank's epoch and starts the loader. Every rank gets the same number of
 // batches, and the order is a pure function of the shards, seed, epoch, rank, world and
-// shuffle settings (shard.NewPlan). Open reads no shard to count it: it plans from
+// shuffle settings (plan.New). Open reads no shard to count it: it plans from
 // an index (Config.Index, or one beside the shards: package index) with exact counts
 // and sample offsets, so that a rank starting inside a shard reads from its sample's
 // offset; without an index, from counts estimated from the objects' sizes, which keep

@@ -12,6 +12,7 @@ import (
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/shardgen"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 )
@@ -94,7 +95,7 @@ func TestIndexSourcesAgree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := func(cfg shardload.Config) (shardload.Order, shard.Plan) {
+	open := func(cfg shardload.Config) (shardload.Order, plan.Plan) {
 		t.Helper()
 		l, err := shardload.Open(ctx, cfg)
 		if err != nil {

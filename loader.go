@@ -17,6 +17,7 @@ import (
 	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/pinned"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 )
@@ -26,7 +27,7 @@ import (
 // concurrent use.
 type Loader struct {
 	cfg    Config
-	plan   shard.Plan
+	plan   plan.Plan
 	order  Order
 	fields []decode.Field
 	dev    *device.Stage
@@ -98,7 +99,7 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, infos, order, resume, plan := pl.cfg, pl.infos, pl.order, pl.resume, pl.plan
+	cfg, infos, order, resume, pln := pl.cfg, pl.infos, pl.order, pl.resume, pl.plan
 	firstSeq := resume.Batches
 	if pl.replay > 0 {
 		firstSeq = 0 // the replayed batches are numbered, and dropped
@@ -160,7 +161,7 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	l = &Loader{cfg: cfg, plan: pl.rest(), order: order, fields: fields, dev: dev, start: start, resume: resume,
 		tuner: tuner, shape: shape, slabs: sl, done: make(chan struct{})}
 	l.p = pipeline.Start(ctx, pipeline.Params{
-		Sources: cfg.Sources, Plan: plan, Shards: infos, Fields: fields,
+		Sources: cfg.Sources, Plan: pln, Shards: infos, Fields: fields,
 		ImageDecoder: imageDecoder, AugmentSeed: cfg.Seed, Epoch: order.Epoch,
 		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxSampleSize: cfg.MaxSampleSize, MaxRatio: cfg.MaxRatio},
 		Rank:   cfg.Rank, FirstSeq: firstSeq, Replay: pl.replay,
@@ -168,7 +169,7 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 		OpenShards: cfg.OpenShards, Workers: knobs.Workers, ReadAhead: knobs.ReadAhead, QueueBytes: knobs.QueueBytes, Fetch: fetch,
 		SampleBytes: cfg.Memory - int64(cfg.Slabs)*cfg.SlabBytes - cfg.fetchMemory(knobs, shape),
 		BatchSize:   cfg.BatchSize, DropLast: cfg.DropLast, CPUs: cfg.CPUs,
-		Stretch: cfg.World == 1 && plan.Estimated, Record: recorder(cfg, infos),
+		Stretch: cfg.World == 1 && pln.Estimated, Record: recorder(cfg, infos),
 		Skip: cfg.OnError == Skip,
 		Budget: pipeline.Budget{MaxSamples: maxSamples, MaxShards: maxShards,
 			JobSamples: order.Samples, JobShards: order.Shards, Text: cfg.ErrorBudget.String()},
@@ -185,17 +186,17 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 }
 
 // newPlan returns cfg's rank's plan under order, after runs.
-func newPlan(infos []shard.Info, cfg Config, order Order, runs []shard.Run) (shard.Plan, error) {
-	plan, err := shard.NewPlan(infos, shard.PlanConfig{
+func newPlan(infos []shard.Info, cfg Config, order Order, runs []plan.Run) (plan.Plan, error) {
+	p, err := plan.New(infos, plan.Config{
 		Seed: cfg.Seed, Epoch: order.Epoch, Rank: cfg.Rank, World: cfg.World,
 		Shuffle: !cfg.NoShuffle, Lanes: order.Lanes, Window: order.Window, Runs: runs,
 		BatchSize: cfg.BatchSize, DropLast: cfg.DropLast, GapBytes: cfg.ReadGap,
 		MaxBytes: cfg.Memory / planShare,
 	})
-	if errors.Is(err, shard.ErrBadRuns) {
+	if errors.Is(err, plan.ErrBadRuns) {
 		err = fmt.Errorf("%w: %w", ErrResume, err)
 	}
-	return plan, err
+	return p, err
 }
 
 // planShare: a rank's plan may take at most 1/planShare of the memory budget (a
@@ -205,7 +206,7 @@ const planShare = 8
 
 // resumeFrom returns the state the loader starts from (cfg.Resume's, or the
 // epoch's start) and its runs, checking that it fits the order.
-func resumeFrom(cfg Config, order Order) (State, []shard.Run, error) {
+func resumeFrom(cfg Config, order Order) (State, []plan.Run, error) {
 	start := State{Epoch: order.Epoch, Order: order.resumeKey(), Samples: order.Samples}
 	r := cfg.Resume
 	if r == nil {
@@ -242,7 +243,7 @@ var lockWarning sync.Once
 var ErrEmpty = pipeline.ErrNoSample
 
 // Plan returns what this rank reads this epoch.
-func (l *Loader) Plan() shard.Plan { return l.plan }
+func (l *Loader) Plan() plan.Plan { return l.plan }
 
 // Order returns the settings that decide this epoch's order and rank split; every
 // rank of a job must have the same (see Order.Fingerprint).

@@ -36,7 +36,7 @@ type Order struct {
 	DropLast  bool   `json:"drop_last"`
 
 	Shuffle bool `json:"shuffle"`
-	// Lanes and Window are the order's (shard.OrderConfig): OpenShards, and
+	// Lanes and Window are the order's (plan.OrderConfig): OpenShards, and
 	// ShuffleBuffer or fewer samples, as ShuffleBytes holds at the dataset's mean
 	// sample size (see Config.ShuffleBytes).
 	Lanes  int `json:"lanes"`

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/shardload/shardload/index"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 )
 
@@ -17,7 +18,7 @@ import (
 // strings (JSON below), the same on every rank of a job at the same step, so a job
 // may keep any rank's.
 //
-// The epoch's order does not depend on the world size (see shard.Order), so a state
+// The epoch's order does not depend on the world size (see plan.Order), so a state
 // restores in a job of any size: the ranks of the new job split what the old one
 // left unread between them, and across the new ranks every sample the old job had
 // not consumed is read exactly once (but for fewer than World samples left to no
@@ -35,7 +36,7 @@ type State struct {
 	Samples int64 `json:"samples"`
 	// Runs are the runs of the epoch so far, as "WORLDxCONSUMED" separated by
 	// commas: the world size of each run and the samples each of its ranks consumed
-	// (shard.Run). Empty at the start of an epoch.
+	// (plan.Run). Empty at the start of an epoch.
 	Runs string `json:"runs"`
 	// Batches is the number of batches each rank has taken in the epoch so far: the
 	// Seq of the next batch.
@@ -59,7 +60,7 @@ var ErrResume = errors.New("shardload: cannot resume from this state")
 const MaxWorld = 1 << 20
 
 // FormatRuns returns runs in State.Runs's form.
-func FormatRuns(runs []shard.Run) string {
+func FormatRuns(runs []plan.Run) string {
 	var b strings.Builder
 	for i, r := range runs {
 		if i > 0 {
@@ -71,11 +72,11 @@ func FormatRuns(runs []shard.Run) string {
 }
 
 // ParseRuns parses State.Runs.
-func ParseRuns(s string) ([]shard.Run, error) {
+func ParseRuns(s string) ([]plan.Run, error) {
 	if s == "" {
 		return nil, nil
 	}
-	var runs []shard.Run
+	var runs []plan.Run
 	for part := range strings.SplitSeq(s, ",") {
 		w, c, ok := strings.Cut(part, "x")
 		world, err1 := strconv.Atoi(w)
@@ -83,7 +84,7 @@ func ParseRuns(s string) ([]shard.Run, error) {
 		if !ok || err1 != nil || err2 != nil || world < 1 || world > MaxWorld || consumed < 0 {
 			return nil, fmt.Errorf("%w: runs %q: %q is not WORLDxCONSUMED (a world of 1 to %d)", ErrResume, s, part, MaxWorld)
 		}
-		runs = append(runs, shard.Run{World: world, Consumed: consumed})
+		runs = append(runs, plan.Run{World: world, Consumed: consumed})
 	}
 	return runs, nil
 }
@@ -104,7 +105,7 @@ func (l *Loader) State() State {
 		if n := len(runs); n > 0 && runs[n-1].World == world {
 			runs[n-1].Consumed += consumed
 		} else {
-			runs = append(runs, shard.Run{World: world, Consumed: consumed})
+			runs = append(runs, plan.Run{World: world, Consumed: consumed})
 		}
 		s.Runs = FormatRuns(runs)
 	}
@@ -132,7 +133,7 @@ func StateAt(ctx context.Context, cfg Config, batches int) (State, error) {
 
 // PlanOf returns what Open would plan for cfg's rank (Loader.Plan), reading no
 // shard: it finds the counts as Open does (see Shards).
-func PlanOf(ctx context.Context, cfg Config) (shard.Plan, error) {
+func PlanOf(ctx context.Context, cfg Config) (plan.Plan, error) {
 	pl, err := planOf(ctx, cfg)
 	return pl.rest(), err
 }
@@ -142,7 +143,7 @@ type planned struct {
 	infos  []shard.Info
 	order  Order
 	resume State
-	plan   shard.Plan
+	plan   plan.Plan
 	// replay is the batches an estimated epoch's loader drops before the first it
 	// yields, to resume a state (see replayable); plan then counts those left.
 	replay int
@@ -159,7 +160,7 @@ func planOf(ctx context.Context, cfg Config) (p planned, err error) {
 		return p, err
 	}
 	p.order = orderOf(p.cfg, p.infos)
-	var runs []shard.Run
+	var runs []plan.Run
 	p.resume, runs, err = resumeFrom(p.cfg, p.order)
 	if errors.Is(err, errOtherOrder) && len(p.cfg.Shards) == 0 && !estimated(p.infos) {
 		// A state saved while the counts were estimated, resumed once they are known
@@ -202,7 +203,7 @@ func planOf(ctx context.Context, cfg Config) (p planned, err error) {
 
 // rest returns what the rank yields of its plan: the plan, less the batches an
 // estimated epoch replays.
-func (p planned) rest() shard.Plan {
+func (p planned) rest() plan.Plan {
 	plan := p.plan
 	if p.replay > 0 {
 		plan.Batches = max(plan.Batches-p.replay, 0)
@@ -251,7 +252,7 @@ func estimatedShards(ctx context.Context, cfg Config) ([]shard.Info, error) {
 // be resumed by replaying the epoch: in a job of the same world size and batch size
 // (the batches of such an epoch depend on the data, so a state names batches, not
 // positions). It returns the batches to replay.
-func replayable(cfg Config, st State, runs []shard.Run, infos []shard.Info) (int, error) {
+func replayable(cfg Config, st State, runs []plan.Run, infos []shard.Info) (int, error) {
 	world := max(cfg.World, 1)
 	same := true
 	for _, r := range runs {

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/shardload/shardload"
-	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/plan"
 )
 
 // FuzzParseRuns: a State's runs parse without panicking, and what parses formats back
@@ -31,7 +31,7 @@ func FuzzParseRuns(f *testing.F) {
 		if total < 0 || total > 1<<40 {
 			return
 		}
-		rest, err := shard.Remaining(total, runs)
+		rest, err := plan.Remaining(total, runs)
 		if err != nil {
 			return
 		}

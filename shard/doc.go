@@ -1,8 +1,8 @@
-// Package shard turns WebDataset tar shards into samples and plans who reads which of
-// them: brace expansion of shard URLs, the streaming sample reader, the epoch order,
-// and the plan of one rank's part of it. It reads from an io.Reader and knows
-// nothing of where the bytes come from (package source) or what the fields mean
-// (package decode).
+// Package shard turns WebDataset tar shards into samples: brace expansion of shard
+// URLs, the streaming sample reader, and a shard's entry (Info: its count, version,
+// size and sample offsets). It reads from an io.Reader and knows nothing of where the
+// bytes come from (package source), what the fields mean (package decode) or who
+// reads which samples (package plan).
 //
 // # Shard URLs
 //
@@ -58,23 +58,5 @@
 //     errors of their sample; two members with one extension in a sample are
 //     ErrDuplicateExtension. MaxSampleSize does not apply to data that is not held
 //     (SizesOnly, Stream); MaxMemberSize does.
-//
-// # The epoch order and plan
-//
-// NewOrder defines an epoch's order from the shards' counts, the seed, the epoch and
-// the shuffle settings alone (not the world size, timing or data): the shards
-// shuffled per (Seed, Epoch), cut into Lanes regions, and windows that take from every
-// lane in proportion and permute their samples uniformly. The position of any sample
-// is computed without reading data (Order.At).
-//
-// NewPlan gives one rank's part of one epoch: the order (what earlier runs left of
-// it, when resuming: Remaining) cut into World contiguous slices of floor(total/World)
-// samples, so every rank yields the same number of samples and batches and none runs
-// out early and hangs a distributed job; the total%World samples left over are read
-// by no rank that epoch (Plan.Dropped). A Plan lists the Spans (runs of consecutive
-// samples of a shard) the rank reads, and its Windows say where each span's samples
-// go and in which order the rank yields them. ErrNoSamples means a rank would get
-// nothing to read: fewer samples than ranks, or, with DropLast, fewer than one batch
-// per rank. The order and the plan, like EpochRand's random sources, are pure
-// functions of their inputs.
+
 package shard

@@ -24,6 +24,7 @@ import (
 	"github.com/shardload/shardload/device"
 	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/numa"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 )
 
@@ -172,7 +173,7 @@ func (lf *loaderFlags) register(fs *pflag.FlagSet, perRank bool) {
 	fs.Var(&lf.shuffleBytes, "shuffle-bytes", "bytes the shuffle may hold: fewer samples per window when the dataset's mean sample size calls for it")
 	fs.IntVar(&lf.openShards, "open-shards", shardload.DefaultOpenShards, "lanes of the shuffled shard list read side by side and mixed in each window: shards read at once")
 	fs.IntVar(&lf.workers, "workers", 0, "shards fetched, inflated and decoded at the same moment (default: CPU count, at most --open-shards + --read-ahead, then tuned; given: the tuner leaves it)")
-	lf.readGap = shard.DefaultGapBytes
+	lf.readGap = plan.DefaultGapBytes
 	fs.Var(&lf.readGap, "read-gap", "a rank reads the samples it wants of a window it shares with another rank (or of a resumed window) with one request per run of them, and two runs of a shard with one request when the samples between them take at most this much (0: one request per run)")
 	lf.queueBytes = shardload.DefaultQueueBytes
 	fs.Var(&lf.queueBytes, "queue-bytes", "decoded bytes waiting per open shard (given: the tuner leaves it)")

@@ -14,7 +14,7 @@ import (
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/numa"
 	"github.com/shardload/shardload/pinned"
-	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/plan"
 )
 
 // run is the mixing goroutine: it opens up to OpenShards (plus ReadAhead) of the
@@ -55,7 +55,7 @@ func isMissing(it *item) bool { return it == missing || it.skip != nil }
 
 // window is a window of the plan being filled and yielded.
 type window struct {
-	w      *shard.Window
+	w      *plan.Window
 	held   []*item         // nil until placed; missing when left out
 	emit   []int32         // held index of each position yielded, in order
 	next   int             // positions yielded
@@ -89,7 +89,7 @@ type mixSlot struct {
 
 type feedRef struct {
 	win  int // index in the plan's windows
-	feed shard.Feed
+	feed plan.Feed
 }
 
 func (pl *Pipeline) mix(ctx context.Context) error {

@@ -20,6 +20,7 @@ import (
 	"github.com/shardload/shardload/internal/mem"
 	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/pinned"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 )
@@ -35,7 +36,7 @@ type Opener interface {
 // Params are what the stages need, with every default applied by the caller.
 type Params struct {
 	Sources Opener
-	Plan    shard.Plan
+	Plan    plan.Plan
 	Shards  []shard.Info // the shard list the plan indexes
 	Fields  []decode.Field
 	// ImageDecoder decodes image fields' JPEGs (resolved: not Auto).

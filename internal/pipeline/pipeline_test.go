@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/internal/shardgen"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 )
@@ -35,7 +36,7 @@ func TestProducerStoppedAfterSendKeepsSample(t *testing.T) {
 	}
 	l := &Pipeline{p: Params{Sources: source.Default, Shards: []shard.Info{{URL: paths[0], Samples: 600}}, Fields: []decode.Field{f}, Logf: t.Logf}, workers: newGate(1)}
 	l.pool.MaxFree = 1 << 20
-	s := newSlot(shard.Span{URL: paths[0], Take: 600}, 64<<10, nil) // a few dozen samples fill it
+	s := newSlot(plan.Span{URL: paths[0], Take: 600}, 64<<10, nil) // a few dozen samples fill it
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
@@ -102,7 +103,7 @@ func TestSlotQueueBoundedByBytes(t *testing.T) {
 		atLeast int // messages a full queue holds at least
 	}{{4 << 20, 16, 8192}, {4 << 20, 64 << 10, 60}, {64 << 10, 1 << 20, 1}} {
 		l := &Pipeline{workers: newGate(1)}
-		s := newSlot(shard.Span{}, tc.queue, nil)
+		s := newSlot(plan.Span{}, tc.queue, nil)
 		ctx, cancel := context.WithCancel(context.Background())
 		p := producer{pl: l, s: s, ctx: ctx}
 		if !p.acquire() {
@@ -145,7 +146,7 @@ func TestSlotQueueBoundedByBytes(t *testing.T) {
 		}
 	}
 	// Notices are charged their message: a shard of bad samples fills the queue too.
-	if w := newSlot(shard.Span{}, 4<<20, nil).weight(slotMsg{skipped: 1, cause: io.ErrUnexpectedEOF}); w <= 0 {
+	if w := newSlot(plan.Span{}, 4<<20, nil).weight(slotMsg{skipped: 1, cause: io.ErrUnexpectedEOF}); w <= 0 {
 		t.Errorf("a skip notice weighs %d bytes", w)
 	}
 }
@@ -160,7 +161,7 @@ func TestSlotQueues(t *testing.T) {
 		it := &item{key: "k", buf: make([]byte, 8), refs: 1}
 		ctx := context.Background()
 		open := func() {
-			s := newSlot(shard.Span{}, queue, nil)
+			s := newSlot(plan.Span{}, queue, nil)
 			for range 4 {
 				w := s.weight(slotMsg{it: it})
 				if !s.q.TryAcquire(w) {

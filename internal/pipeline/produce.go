@@ -14,6 +14,7 @@ import (
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/redact"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 )
@@ -33,7 +34,7 @@ func (it *item) ref() *item { it.refs++; return it }
 // slot is one open span: its producer queues decoded samples on msgs, at most q's
 // capacity of bytes ahead of the mixer.
 type slot struct {
-	span shard.Span
+	span plan.Span
 	msgs slotQueue
 	q    *semaphore.Weighted
 	cap  int64
@@ -52,7 +53,7 @@ type slotMsg struct {
 // newSlot returns the slot of span, whose queue holds up to queueBytes and signals
 // ready (its own channel when nil). What it allocates does not depend on queueBytes:
 // the queue grows with what it holds.
-func newSlot(span shard.Span, queueBytes int64, ready chan struct{}) *slot {
+func newSlot(span plan.Span, queueBytes int64, ready chan struct{}) *slot {
 	s := &slot{span: span, q: semaphore.NewWeighted(queueBytes), cap: queueBytes}
 	s.msgs.init(ready)
 	return s

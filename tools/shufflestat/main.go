@@ -1,5 +1,5 @@
 // Command shufflestat measures how well an epoch's samples are shuffled: the order
-// shard.Order gives (lanes of the shuffled shard sequence, windows permuted whole)
+// plan.Order gives (lanes of the shuffled shard sequence, windows permuted whole)
 // against the order the loader gave before it (open shards picked at random feeding
 // a shuffle buffer), at the same memory budget. It reads no data: both orders are
 // computed on sample IDs for a dataset of equal shards.
@@ -15,16 +15,16 @@
 //
 // Both orders are one rank's (world 1) of the same seed and epoch:
 //
-//   - new: shard.NewOrder with Lanes = -lanes and Window = half of the samples the
+//   - new: plan.NewOrder with Lanes = -lanes and Window = half of the samples the
 //     buffer holds (min(-buffer, -shuffle-bytes / -bytes)), as the loader sets them;
 //     the loader holds two windows.
-//   - old: the mixer before shard.Order: the shards shuffled by the same
-//     shard.EpochRand(seed, epoch, 0), -open of them open at once (the next opened
+//   - old: the mixer before plan.Order: the shards shuffled by the same
+//     plan.EpochRand(seed, epoch, 0), -open of them open at once (the next opened
 //     when one ends), the shard giving the next sample picked with
 //     rng.IntN(len(open)), each sample pushed into a shuffle buffer of -buffer items
 //     (filling from 100, the old ShuffleInitial, growing by one per item out) and
 //     -shuffle-bytes bytes, a random item out whenever it is full, drained at the
-//     end; rng is shard.EpochRand(seed, epoch, 1), shared by the picks and the
+//     end; rng is plan.EpochRand(seed, epoch, 1), shared by the picks and the
 //     buffer.
 //
 // It prints a markdown table, one row per order per dataset. The columns:
@@ -62,6 +62,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 )
 
@@ -196,13 +197,13 @@ func (d dataset) infos() []shard.Info {
 }
 
 // shardPerm returns the shuffled shard order of an epoch: shard indices as the old
-// plan and shard.NewOrder shuffle them.
+// plan and plan.NewOrder shuffle them.
 func shardPerm(n int, seed uint64, epoch int) []int {
 	perm := make([]int, n)
 	for i := range perm {
 		perm[i] = i
 	}
-	shard.EpochRand(seed, epoch, 0).Shuffle(n, func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+	plan.EpochRand(seed, epoch, 0).Shuffle(n, func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
 	return perm
 }
 
@@ -214,11 +215,11 @@ func window(p params, bytesPerSample int64) int {
 	return int(max(1, w/2))
 }
 
-// newOrder returns the order of shard.NewOrder under the loader's settings.
+// newOrder returns the order of plan.NewOrder under the loader's settings.
 func newOrder(infos []shard.Info, bytesPerSample int64, p params) (order, error) {
 	win := window(p, bytesPerSample)
-	cfg := shard.OrderConfig{Seed: p.seed, Epoch: p.epoch, Shuffle: true, Lanes: p.lanes, Window: win}
-	o, err := shard.NewOrder(infos, cfg)
+	cfg := plan.OrderConfig{Seed: p.seed, Epoch: p.epoch, Shuffle: true, Lanes: p.lanes, Window: win}
+	o, err := plan.NewOrder(infos, cfg)
 	if err != nil {
 		return order{}, err
 	}
@@ -226,7 +227,7 @@ func newOrder(infos []shard.Info, bytesPerSample int64, p params) (order, error)
 	// Before the shuffle stage: the same lanes, interleaved in the same proportions,
 	// with nothing permuted.
 	cfg.Window = 1
-	ref, err := shard.NewOrder(infos, cfg)
+	ref, err := plan.NewOrder(infos, cfg)
 	if err != nil {
 		return order{}, err
 	}
@@ -248,7 +249,7 @@ func newOrder(infos []shard.Info, bytesPerSample int64, p params) (order, error)
 
 // windows returns o's samples in order, window by window (as o.At gives them), and
 // the windows' sizes.
-func windows(o *shard.Order) ([]sample, []int) {
+func windows(o *plan.Order) ([]sample, []int) {
 	out := make([]sample, 0, o.Len())
 	var sizes []int
 	for j := range o.Windows() {
@@ -278,12 +279,12 @@ func positions(infos []shard.Info, order []sample) [][]int {
 	return pos
 }
 
-// oldOrder returns the order the mixer gave before shard.Order, for one rank of a
+// oldOrder returns the order the mixer gave before plan.Order, for one rank of a
 // world of 1: the shards in perm's order, p.open of them open, each sample pushed
 // into the shuffle buffer.
 func oldOrder(infos []shard.Info, perm []int, bytesPerSample int64, p params) order {
 	type slot struct{ shard, next, n int }
-	rng := shard.EpochRand(p.seed, p.epoch, 1) // 1 + rank
+	rng := plan.EpochRand(p.seed, p.epoch, 1) // 1 + rank
 	buf := newShuffler(rng, p.buffer, p.shuffleBytes)
 	r := order{note: fmt.Sprintf("old (open %d, buffer %d)", p.open, p.buffer)}
 	pushed := 0

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 )
 
@@ -95,7 +96,7 @@ func TestOrdersArePermutations(t *testing.T) {
 			t.Fatalf("%s: %d samples, want %d", o.note, len(o.out), len(sequence(infos, perm)))
 		}
 	}
-	so, err := shard.NewOrder(infos, shard.OrderConfig{Seed: p.seed, Epoch: p.epoch, Shuffle: true, Lanes: p.lanes, Window: window(p, 110_000)})
+	so, err := plan.NewOrder(infos, plan.OrderConfig{Seed: p.seed, Epoch: p.epoch, Shuffle: true, Lanes: p.lanes, Window: window(p, 110_000)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package shard
+package plan
 
 import (
 	"encoding/binary"
@@ -9,79 +9,13 @@ import (
 	"slices"
 	"sort"
 	"unsafe"
+
+	"github.com/shardload/shardload/shard"
 )
 
-// Info is a shard and the number of samples it holds.
-type Info struct {
-	URL     string
-	Samples int
-	// Version and Size identify the object the count was taken from (source.Info's);
-	// empty and 0 when unknown.
-	Version string
-	Size    int64
-	// Offsets, when known, hold each sample's byte offset in the uncompressed tar
-	// (Sample.Offset): a reader can start at any sample without reading the ones
-	// before it. nil when unknown; otherwise len(Offsets) == Samples.
-	Offsets []int64
-	// Estimated means Samples is an estimate (from the object's size, see
-	// index.Lookup.Estimate): the shard may hold more or fewer samples. A loader then
-	// reads a shard's last span to the shard's end and pads or trims the last batches
-	// to the planned number instead of failing on the difference.
-	Estimated bool
-}
-
-// MinSampleBytes is the fewest bytes of tar one sample takes: the header block of
-// its one member (an empty file).
-const MinSampleBytes = 512
-
-// ErrBadCount means a shard's count or sample offsets cannot describe an object of
-// its size: an index that is broken, or written for other objects.
-var ErrBadCount = errors.New("shard: the count does not fit the shard")
-
-// Check reports whether the count and offsets of info can describe an object of size
-// bytes (info.Size when size is negative; nothing is checked against an unknown size):
-// an uncompressed shard holds at most size/MinSampleBytes samples, a compressed one
-// at most maxRatio times that (maxRatio 0: DefaultMaxRatio; negative: no cap), and
-// every sample offset lies before the object's end with room for a header. It checks
-// what can be checked without reading the shard, so that a count of a billion
-// samples in a 1 MB shard is refused before an epoch is planned from it.
-func (info Info) Check(size int64, maxRatio float64) error {
-	if size < 0 {
-		size = info.Size
-	}
-	if info.Samples < 0 {
-		return fmt.Errorf("%w: %s has %d samples", ErrBadCount, info.URL, info.Samples)
-	}
-	if len(info.Offsets) > 0 && len(info.Offsets) != info.Samples {
-		return fmt.Errorf("%w: %s has %d sample offsets for %d samples", ErrBadCount, info.URL, len(info.Offsets), info.Samples)
-	}
-	if size <= 0 {
-		return nil
-	}
-	most := size / MinSampleBytes
-	if len(info.Offsets) == 0 {
-		if maxRatio == 0 {
-			maxRatio = DefaultMaxRatio
-		}
-		// A compressed shard may hold more: as much tar as the ratio cap lets it inflate to.
-		if maxRatio > 0 && float64(most)*maxRatio < math.MaxInt64/2 {
-			most = int64(float64(most) * maxRatio)
-		} else {
-			most = math.MaxInt64
-		}
-	}
-	if int64(info.Samples) > most {
-		return fmt.Errorf("%w: %s is %d bytes: it cannot hold the %d samples its count says (a sample takes at least %d bytes of tar)", ErrBadCount, info.URL, size, info.Samples, MinSampleBytes)
-	}
-	if n := len(info.Offsets); n > 0 && info.Offsets[n-1] > size-MinSampleBytes {
-		return fmt.Errorf("%w: %s is %d bytes: its sample %d cannot start at byte %d, as its offsets say", ErrBadCount, info.URL, size, n-1, info.Offsets[n-1])
-	}
-	return nil
-}
-
-// PlanConfig says which part of an epoch one rank reads. The zero value (with
+// Config says which part of an epoch one rank reads. The zero value (with
 // BatchSize set) is a single rank reading every shard in order.
-type PlanConfig struct {
+type Config struct {
 	Seed  uint64 // with Epoch, seeds the order (see Order)
 	Epoch int
 	// Rank is this process's rank in [0, World); World is the number of ranks
@@ -110,13 +44,13 @@ type PlanConfig struct {
 	GapBytes int64
 }
 
-// DefaultGapBytes is PlanConfig.GapBytes's default.
+// DefaultGapBytes is Config.GapBytes's default.
 const DefaultGapBytes = 1 << 20
 
 // Span is a run of consecutive samples of one shard: samples [Skip, Skip+Take).
 type Span struct {
 	URL   string
-	Shard int // index in the shard list given to NewPlan
+	Shard int // index in the shard list given to New
 	Skip  int
 	Take  int
 }
@@ -151,7 +85,7 @@ type Plan struct {
 // DropLast), so a rank would get nothing to read.
 var ErrNoSamples = errors.New("shard: not enough samples for the ranks")
 
-// NewPlan returns rank cfg.Rank's part of epoch cfg.Epoch.
+// New returns rank cfg.Rank's part of epoch cfg.Epoch.
 //
 // The epoch's samples are in the order NewOrder gives, which does not depend on the
 // world size. What the runs before this one left (all of it, without Runs) is cut
@@ -165,7 +99,7 @@ var ErrNoSamples = errors.New("shard: not enough samples for the ranks")
 //
 // The plan is a pure function of (shards, cfg). A plan that resumes an epoch whose
 // runs left fewer samples than World has no batches.
-func NewPlan(shards []Info, cfg PlanConfig) (Plan, error) {
+func New(shards []shard.Info, cfg Config) (Plan, error) {
 	world := max(cfg.World, 1)
 	if cfg.Rank < 0 || cfg.Rank >= world {
 		return Plan{}, fmt.Errorf("shard: rank %d outside [0, %d)", cfg.Rank, world)
@@ -231,7 +165,7 @@ func NewPlan(shards []Info, cfg PlanConfig) (Plan, error) {
 }
 
 // ErrPlanTooLarge means a rank's plan would take more memory than
-// PlanConfig.MaxBytes allows.
+// Config.MaxBytes allows.
 var ErrPlanTooLarge = errors.New("shard: the epoch's plan is too large")
 
 // windowBytes is about what one window of a plan takes, with its feeds, for lanes
@@ -271,7 +205,7 @@ func (p *Plan) Emit(w *Window) []int32 {
 type planBuilder struct {
 	p      *Plan
 	o      *Order
-	shards []Info
+	shards []shard.Info
 	gap    int64
 	last   []int // per lane, the index of its last span; -1 before the first
 	// partial: per lane, whether its last span ends in a window the rank yields

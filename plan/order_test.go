@@ -1,23 +1,25 @@
-package shard
+package plan
 
 import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/shardload/shardload/shard"
 )
 
 // sampleID names a sample: shard index and sample index.
 type sampleID struct{ shard, idx int }
 
-func testShards(counts ...int) []Info {
-	infos := make([]Info, len(counts))
+func testShards(counts ...int) []shard.Info {
+	infos := make([]shard.Info, len(counts))
 	for i, n := range counts {
-		infos[i] = Info{URL: fmt.Sprintf("s%03d.tar", i), Samples: n}
+		infos[i] = shard.Info{URL: fmt.Sprintf("s%03d.tar", i), Samples: n}
 	}
 	return infos
 }
 
-func randomShards(rng *rand.Rand, n, maxSamples int) []Info {
+func randomShards(rng *rand.Rand, n, maxSamples int) []shard.Info {
 	counts := make([]int, n)
 	for i := range counts {
 		counts[i] = rng.IntN(maxSamples + 1)
@@ -143,7 +145,7 @@ func TestPlanReadsTheOrder(t *testing.T) {
 				}
 			}
 		}
-		base := PlanConfig{Seed: rng.Uint64(), Epoch: rng.IntN(3), Shuffle: trial%4 != 0, Lanes: 1 + rng.IntN(5),
+		base := Config{Seed: rng.Uint64(), Epoch: rng.IntN(3), Shuffle: trial%4 != 0, Lanes: 1 + rng.IntN(5),
 			Window: 1 + rng.IntN(700), BatchSize: 1 + rng.IntN(40), DropLast: trial%2 == 1}
 		o, _ := NewOrder(shards, OrderConfig{Seed: base.Seed, Epoch: base.Epoch, Shuffle: base.Shuffle, Lanes: base.Lanes, Window: base.Window})
 		for _, world := range []int{1, 2, 3, 7} {
@@ -152,7 +154,7 @@ func TestPlanReadsTheOrder(t *testing.T) {
 			for rank := range world {
 				cfg := base
 				cfg.Rank, cfg.World = rank, world
-				p, err := NewPlan(shards, cfg)
+				p, err := New(shards, cfg)
 				if err != nil {
 					continue // too few samples for this world
 				}
@@ -181,7 +183,7 @@ func TestPlanReadsTheOrder(t *testing.T) {
 func TestRemainingElastic(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	shards := randomShards(rng, 20, 150)
-	base := PlanConfig{Seed: 9, Shuffle: true, Lanes: 4, Window: 300, BatchSize: 8}
+	base := Config{Seed: 9, Shuffle: true, Lanes: 4, Window: 300, BatchSize: 8}
 	o, _ := NewOrder(shards, OrderConfig{Seed: 9, Shuffle: true, Lanes: 4, Window: 300})
 	for trial := range 50 {
 		var runs []Run
@@ -190,7 +192,7 @@ func TestRemainingElastic(t *testing.T) {
 			world := 1 + rng.IntN(9)
 			cfg := base
 			cfg.Runs, cfg.World = runs, world
-			p0, err := NewPlan(shards, cfg)
+			p0, err := New(shards, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -198,7 +200,7 @@ func TestRemainingElastic(t *testing.T) {
 			consumed = min(consumed, int64(p0.Samples))
 			for rank := range world {
 				cfg.Rank = rank
-				p, err := NewPlan(shards, cfg)
+				p, err := New(shards, cfg)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -214,7 +216,7 @@ func TestRemainingElastic(t *testing.T) {
 		var dropped int
 		for rank := range world {
 			cfg.Rank = rank
-			p, err := NewPlan(shards, cfg)
+			p, err := New(shards, cfg)
 			if err != nil {
 				t.Fatalf("trial %d runs %v world %d: %v", trial, runs, world, err)
 			}

@@ -1,4 +1,4 @@
-package shard
+package plan
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/bits"
 	"sort"
+
+	"github.com/shardload/shardload/shard"
 )
 
 // OrderConfig says how an epoch's samples are ordered. The order is a pure function
@@ -45,7 +47,7 @@ type OrderConfig struct {
 // the samples of the windows from there on.
 type Order struct {
 	cfg    OrderConfig
-	shards []Info
+	shards []shard.Info
 	perm   []int   // shard indices in epoch order
 	starts []int64 // starts[i]: position in S of shard perm[i]'s first sample; len(perm)+1
 	lanes  []lane
@@ -65,7 +67,7 @@ type lane struct{ start, n int64 }
 const warmFirst = 64
 
 // NewOrder returns the order of shards' samples under cfg.
-func NewOrder(shards []Info, cfg OrderConfig) (*Order, error) {
+func NewOrder(shards []shard.Info, cfg OrderConfig) (*Order, error) {
 	if !cfg.Shuffle {
 		cfg.Lanes, cfg.Window = 1, 1
 	}

@@ -1,17 +1,19 @@
-package shard
+package plan
 
 import (
 	"errors"
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/shardload/shardload/shard"
 )
 
 // uneven returns n shards with 7..19 samples each.
-func uneven(n int) []Info {
-	out := make([]Info, n)
+func uneven(n int) []shard.Info {
+	out := make([]shard.Info, n)
 	for i := range out {
-		out[i] = Info{URL: fmt.Sprintf("s3://b/%06d.tar", i), Samples: 7 + (i*5)%13}
+		out[i] = shard.Info{URL: fmt.Sprintf("s3://b/%06d.tar", i), Samples: 7 + (i*5)%13}
 	}
 	return out
 }
@@ -41,7 +43,7 @@ func TestPlanCoversEpochOnce(t *testing.T) {
 					seen := map[[2]int]int{}
 					batches := -1
 					for rank := 0; rank < world; rank++ {
-						p, err := NewPlan(shards, PlanConfig{Seed: 7, Epoch: 3, Rank: rank, World: world, Shuffle: true, BatchSize: 4, DropLast: dropLast})
+						p, err := New(shards, Config{Seed: 7, Epoch: 3, Rank: rank, World: world, Shuffle: true, BatchSize: 4, DropLast: dropLast})
 						if errors.Is(err, ErrNoSamples) && total/world < 4 {
 							return
 						}
@@ -99,24 +101,24 @@ func TestPlanCoversEpochOnce(t *testing.T) {
 
 func TestPlanDeterministicAndSeeded(t *testing.T) {
 	shards := uneven(23)
-	cfg := PlanConfig{Seed: 1, Epoch: 0, Rank: 1, World: 3, Shuffle: true, BatchSize: 8}
-	a, _ := NewPlan(shards, cfg)
-	b, _ := NewPlan(shards, cfg)
+	cfg := Config{Seed: 1, Epoch: 0, Rank: 1, World: 3, Shuffle: true, BatchSize: 8}
+	a, _ := New(shards, cfg)
+	b, _ := New(shards, cfg)
 	if !slices.Equal(a.Spans, b.Spans) {
 		t.Fatal("same settings gave different plans")
 	}
-	for _, c := range []PlanConfig{{Seed: 2}, {Epoch: 1}} {
+	for _, c := range []Config{{Seed: 2}, {Epoch: 1}} {
 		other := cfg
 		other.Seed += c.Seed
 		other.Epoch += c.Epoch
-		o, _ := NewPlan(shards, other)
+		o, _ := New(shards, other)
 		if slices.Equal(a.Spans, o.Spans) {
 			t.Errorf("seed %d epoch %d gave the same plan as seed 1 epoch 0", other.Seed, other.Epoch)
 		}
 	}
 	cfg.Shuffle = false
 	cfg.Rank = 0
-	in, _ := NewPlan(shards, cfg)
+	in, _ := New(shards, cfg)
 	for i, s := range in.Spans {
 		if s.Shard != i {
 			t.Fatalf("unshuffled plan reads shard %d at position %d", s.Shard, i)
@@ -125,14 +127,14 @@ func TestPlanDeterministicAndSeeded(t *testing.T) {
 }
 
 func TestPlanErrors(t *testing.T) {
-	shards := []Info{{URL: "a", Samples: 2}}
-	for _, cfg := range []PlanConfig{
+	shards := []shard.Info{{URL: "a", Samples: 2}}
+	for _, cfg := range []Config{
 		{BatchSize: 0},
 		{BatchSize: 1, Rank: 3, World: 3},
 		{BatchSize: 1, World: 3},
 		{BatchSize: 4, DropLast: true},
 	} {
-		if _, err := NewPlan(shards, cfg); err == nil {
+		if _, err := New(shards, cfg); err == nil {
 			t.Errorf("%+v: no error", cfg)
 		}
 	}

@@ -1,0 +1,21 @@
+// Package plan decides which samples of an epoch each rank reads, and in which order:
+// from the shards' entries (shard.Info: their counts) and the settings alone, without
+// reading data.
+//
+// NewOrder defines an epoch's order from the shards' counts, the seed, the epoch and
+// the shuffle settings alone (not the world size, timing or data): the shards
+// shuffled per (Seed, Epoch), cut into Lanes regions, and windows that take from every
+// lane in proportion and permute their samples uniformly. The position of any sample
+// is computed without reading data (Order.At).
+//
+// New gives one rank's part of one epoch: the order (what earlier runs left of
+// it, when resuming: Remaining) cut into World contiguous slices of floor(total/World)
+// samples, so every rank yields the same number of samples and batches and none runs
+// out early and hangs a distributed job; the total%World samples left over are read
+// by no rank that epoch (Plan.Dropped). A Plan lists the Spans (runs of consecutive
+// samples of a shard) the rank reads, and its Windows say where each span's samples
+// go and in which order the rank yields them. ErrNoSamples means a rank would get
+// nothing to read: fewer samples than ranks, or, with DropLast, fewer than one batch
+// per rank. The order and the plan, like EpochRand's random sources, are pure
+// functions of their inputs.
+package plan

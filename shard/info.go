@@ -1,0 +1,75 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Info is a shard and the number of samples it holds.
+type Info struct {
+	URL     string
+	Samples int
+	// Version and Size identify the object the count was taken from (source.Info's);
+	// empty and 0 when unknown.
+	Version string
+	Size    int64
+	// Offsets, when known, hold each sample's byte offset in the uncompressed tar
+	// (Sample.Offset): a reader can start at any sample without reading the ones
+	// before it. nil when unknown; otherwise len(Offsets) == Samples.
+	Offsets []int64
+	// Estimated means Samples is an estimate (from the object's size, see
+	// index.Lookup.Estimate): the shard may hold more or fewer samples. A loader then
+	// reads a shard's last span to the shard's end and pads or trims the last batches
+	// to the planned number instead of failing on the difference.
+	Estimated bool
+}
+
+// MinSampleBytes is the fewest bytes of tar one sample takes: the header block of
+// its one member (an empty file).
+const MinSampleBytes = 512
+
+// ErrBadCount means a shard's count or sample offsets cannot describe an object of
+// its size: an index that is broken, or written for other objects.
+var ErrBadCount = errors.New("shard: the count does not fit the shard")
+
+// Check reports whether the count and offsets of info can describe an object of size
+// bytes (info.Size when size is negative; nothing is checked against an unknown size):
+// an uncompressed shard holds at most size/MinSampleBytes samples, a compressed one
+// at most maxRatio times that (maxRatio 0: DefaultMaxRatio; negative: no cap), and
+// every sample offset lies before the object's end with room for a header. It checks
+// what can be checked without reading the shard, so that a count of a billion
+// samples in a 1 MB shard is refused before an epoch is planned from it.
+func (info Info) Check(size int64, maxRatio float64) error {
+	if size < 0 {
+		size = info.Size
+	}
+	if info.Samples < 0 {
+		return fmt.Errorf("%w: %s has %d samples", ErrBadCount, info.URL, info.Samples)
+	}
+	if len(info.Offsets) > 0 && len(info.Offsets) != info.Samples {
+		return fmt.Errorf("%w: %s has %d sample offsets for %d samples", ErrBadCount, info.URL, len(info.Offsets), info.Samples)
+	}
+	if size <= 0 {
+		return nil
+	}
+	most := size / MinSampleBytes
+	if len(info.Offsets) == 0 {
+		if maxRatio == 0 {
+			maxRatio = DefaultMaxRatio
+		}
+		// A compressed shard may hold more: as much tar as the ratio cap lets it inflate to.
+		if maxRatio > 0 && float64(most)*maxRatio < math.MaxInt64/2 {
+			most = int64(float64(most) * maxRatio)
+		} else {
+			most = math.MaxInt64
+		}
+	}
+	if int64(info.Samples) > most {
+		return fmt.Errorf("%w: %s is %d bytes: it cannot hold the %d samples its count says (a sample takes at least %d bytes of tar)", ErrBadCount, info.URL, size, info.Samples, MinSampleBytes)
+	}
+	if n := len(info.Offsets); n > 0 && info.Offsets[n-1] > size-MinSampleBytes {
+		return fmt.Errorf("%w: %s is %d bytes: its sample %d cannot start at byte %d, as its offsets say", ErrBadCount, info.URL, size, n-1, info.Offsets[n-1])
+	}
+	return nil
+}
