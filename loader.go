@@ -20,6 +20,7 @@ import (
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
+	"github.com/shardload/shardload/wire"
 )
 
 // Loader yields the batches of one rank's epoch. Open one per epoch; Close it when
@@ -45,7 +46,7 @@ type Loader struct {
 // Batch is one batch in a pinned slab. Its columns are views into Data(); they stay
 // valid until Release, which hands the slab back for a later batch.
 type Batch struct {
-	decode.Batch
+	wire.Layout
 	// Seq numbers the batches of an epoch from 0.
 	Seq int
 	// Padded counts rows that repeat earlier samples to keep the epoch's batch count
@@ -264,7 +265,7 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	if l.taken.Add(1) == 1 {
 		l.p.C.FirstBatch.Store(int64(time.Since(l.start)))
 	}
-	return &Batch{Batch: b.Batch, Seq: b.Seq, Padded: b.Padded, b: b}, nil
+	return &Batch{Layout: b.Layout, Seq: b.Seq, Padded: b.Padded, b: b}, nil
 }
 
 // ErrClosed is returned by Next after Close.

@@ -12,6 +12,7 @@ import (
 	"github.com/shardload/shardload/internal/pipeline"
 	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/wire"
 )
 
 // DefaultMaxSlabBytes is Config.MaxSlabBytes's default: 1 GiB.
@@ -75,9 +76,9 @@ func fixedBatchBytes(rows int, fields []decode.Field) int64 {
 		} else {
 			n += 8 * int64(rows+1)
 		}
-		n += 2 * decode.Align
+		n += 2 * wire.Align
 	}
-	return n + 8*int64(rows+1) + 2*decode.Align
+	return n + 8*int64(rows+1) + 2*wire.Align
 }
 
 // roundSlab rounds n up to a huge page, as the ring does.

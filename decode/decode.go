@@ -207,7 +207,7 @@ func (f *Field) decode(d *Decoder, data, buf []byte) (Value, []byte, error) {
 		v := Value{Data: data[h.dataOff:len(data):len(data)], DType: h.dtype}
 		if len(f.Shape) > 0 {
 			if !slices.Equal(h.shape(), f.Shape) {
-				return Value{}, buf, f.err(errf(ErrWrongShape, "got %s, want %s", formatShape(h.shape()), formatShape(f.Shape)))
+				return Value{}, buf, f.err(errf(ErrWrongShape, "got %s, want %s", FormatShape(h.shape()), FormatShape(f.Shape)))
 			}
 			v.Shape = f.Shape
 		} else {

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/shardload/shardload/internal/testutil"
 )
 
 // gz compresses b with the standard library's gzip writer.
@@ -267,7 +269,7 @@ func TestGunzipRealMembers(t *testing.T) {
 }
 
 func TestDecodeAllocs(t *testing.T) {
-	if testing.CoverMode() != "" || raceEnabled {
+	if testing.CoverMode() != "" || testutil.Race {
 		t.Skip("allocation counts differ under -cover and -race")
 	}
 	arr := lhotseNPYs(t)
@@ -292,7 +294,7 @@ func TestDecodeAllocs(t *testing.T) {
 		{"txt", nil, text},
 		{"json", nil, []byte(`{"a": [1, 2, {"b": "c"}]}`)},
 		{"t=txt.gz", nil, zipped},
-		{"n=npy.gz:npy:float32:" + strings.Trim(strings.ReplaceAll(formatShape(a.Shape), ", ", "x"), "()"), nil, zippedNPY},
+		{"n=npy.gz:npy:float32:" + strings.Trim(strings.ReplaceAll(FormatShape(a.Shape), ", ", "x"), "()"), nil, zippedNPY},
 	}
 	for _, c := range cases {
 		f := c.field

@@ -1,7 +1,6 @@
-// Package decode turns the members of WebDataset samples into typed values and
-// collates batches of them into slabs: byte buffers (pinned memory, given by the
-// caller) that the trainer views as NumPy arrays without copying. It never
-// allocates slab memory itself.
+// Package decode turns the members of WebDataset samples into typed values, which
+// package wire collates into slabs that the trainer views as NumPy arrays without
+// copying.
 //
 // # Fields
 //
@@ -32,24 +31,6 @@
 // nothing is copied and, in the steady state, nothing is allocated. ParseNPY reads
 // .npy versions 1.0 to 3.0 of numeric little-endian C-order arrays; it rejects
 // Fortran order, big-endian, and object, string and structured dtypes.
-//
-// # Collation and the slab layout
-//
-// Collate writes a batch of decoded samples into a slab and returns its Batch
-// layout: one Column per field, in order, then "__key__" (the sample keys). Every
-// column's data and every offsets array starts at a multiple of Align (64) bytes
-// from the start of the slab.
-//
-//   - KindInt fields: fixed column of int64, shape [rows].
-//   - KindNPY fields with a Shape, and KindImage fields: fixed column of the
-//     field's dtype, shape [rows, Shape...], C order, rows back to back.
-//   - Every other field, and __key__: ragged. Data holds the rows' bytes back to back
-//     (for NPY the array data without its header); OffsetsOffset holds rows+1
-//     little-endian int64 offsets into Data, offsets[0] = 0, offsets[rows] = Length.
-//     DType is uint8 and Shape [Length].
-//
-// Sizes are computed before anything is written; a batch that does not fit returns
-// ErrSlabTooSmall with the bytes needed, leaving the slab untouched.
 //
 // # Errors
 //

@@ -10,10 +10,11 @@ import (
 	"math"
 
 	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/wire"
 )
 
 // Example parses field specs (as given to --field), decodes two samples' members
-// and collates them into a slab, then reads the batch back.
+// and collates them into a slab (package wire), then reads the batch back.
 func Example() {
 	var fields []decode.Field
 	for _, spec := range []string{"label=cls", "emb=npy:npy:float32:4", "caption=txt"} {
@@ -53,7 +54,7 @@ func Example() {
 	}
 
 	slab := make([]byte, 4096) // in shardload, a pinned.Slab's bytes
-	batch, err := decode.Collate(slab, fields, keys, rows)
+	batch, err := wire.Collate(slab, fields, keys, rows)
 	if err != nil {
 		log.Fatal(err)
 	}

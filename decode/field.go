@@ -434,11 +434,11 @@ func (f *Field) check() string {
 		}
 		for _, d := range f.Shape {
 			if d <= 0 {
-				return "shape " + formatShape(f.Shape) + " has a dimension that is not positive"
+				return "shape " + FormatShape(f.Shape) + " has a dimension that is not positive"
 			}
 		}
 		if _, ok := byteSize(f.Shape, f.DType.Size()); !ok {
-			return "shape " + formatShape(f.Shape) + " is too large"
+			return "shape " + FormatShape(f.Shape) + " is too large"
 		}
 	}
 	if f.MaxBytes < 0 {

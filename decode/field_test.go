@@ -136,7 +136,7 @@ func TestValidate(t *testing.T) {
 		{"negative MaxBytes", []Field{{Ext: "txt.gz", Gunzip: true, MaxBytes: -1}}, "negative MaxBytes"},
 		{"duplicate names", []Field{{Ext: "cls", Kind: KindInt}, {Name: "cls", Ext: "txt"}}, `two fields named "cls"`},
 		{"duplicate ext, distinct names", []Field{{Name: "a", Ext: "cls"}, {Name: "b", Ext: "cls"}}, ""},
-		{"reserved name", []Field{{Name: KeyColumn, Ext: "txt"}}, "reserved"},
+		{"reserved name", []Field{{Name: "__key__", Ext: "txt"}}, "reserved"},
 		{"too many dims", []Field{{Ext: "npy", Kind: KindNPY, DType: Int8, Shape: make([]int, 65)}}, "more than 64 dimensions"},
 	}
 	for _, c := range cases {

@@ -1,15 +1,12 @@
 package decode
 
 import (
-	"archive/tar"
-	"bytes"
-	"encoding/binary"
 	"errors"
-	"io"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/shardload/shardload/internal/testutil"
 )
 
 // lhotseShard is a real Lhotse Shar shard (see ../testdata/README.md): two samples,
@@ -19,34 +16,7 @@ const lhotseShard = "../testdata/lhotse__features.000000.tar"
 // readTar returns the regular members of a tar file, in order, as name -> bytes and
 // the list of names.
 func readTar(tb testing.TB, path string) (map[string][]byte, []string) {
-	tb.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	m := map[string][]byte{}
-	var names []string
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if h.Typeflag != tar.TypeReg {
-			continue
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		m[h.Name] = b
-		names = append(names, h.Name)
-	}
-	return m, names
+	return testutil.ReadTar(tb, path)
 }
 
 // lhotseNPYs returns the .npy members of the Lhotse shard, by member name.
@@ -66,55 +36,20 @@ func lhotseNPYs(tb testing.TB) map[string][]byte {
 }
 
 // pyShape writes a shape as Python's repr of a tuple does.
-func pyShape(shape []int) string { return formatShape(shape) }
+func pyShape(shape []int) string { return FormatShape(shape) }
 
 // numpyHeader returns the header dict text exactly as numpy's _write_array_header
-// writes it (numpy/lib/format.py): keys sorted, repr values, "}" then spare spaces
-// for growing the first axis (GROWTH_AXIS_MAX_DIGITS = 21).
+// writes it (numpy/lib/format.py).
 func numpyHeader(descr string, fortran bool, shape []int) string {
-	fo := "False"
-	if fortran {
-		fo = "True"
-	}
-	h := "{'descr': '" + descr + "', 'fortran_order': " + fo + ", 'shape': " + pyShape(shape) + ", }"
-	if len(shape) > 0 {
-		axis := shape[0]
-		if fortran {
-			axis = shape[len(shape)-1]
-		}
-		h += strings.Repeat(" ", 21-len(strconv.Itoa(axis)))
-	}
-	return h
+	return testutil.NumpyHeader(descr, fortran, shape)
 }
 
-// wrapHeader frames a header dict as numpy's _wrap_header does for a version: magic,
-// version, little-endian length (uint16 for 1.0, uint32 for 2.0 and 3.0), the header
-// padded with spaces and a final newline so the data starts at a multiple of 64.
-func wrapHeader(major byte, header string) []byte {
-	lenSize := 4
-	if major == 1 {
-		lenSize = 2
-	}
-	hlen := len(header) + 1
-	pad := 64 - (8+lenSize+hlen)%64
-	var b bytes.Buffer
-	b.WriteString(npyMagic)
-	b.WriteByte(major)
-	b.WriteByte(0)
-	if lenSize == 2 {
-		binary.Write(&b, binary.LittleEndian, uint16(hlen+pad))
-	} else {
-		binary.Write(&b, binary.LittleEndian, uint32(hlen+pad))
-	}
-	b.WriteString(header)
-	b.WriteString(strings.Repeat(" ", pad))
-	b.WriteByte('\n')
-	return b.Bytes()
-}
+// wrapHeader frames a header dict as numpy's _wrap_header does for a version.
+func wrapHeader(major byte, header string) []byte { return testutil.NPYHeader(major, header) }
 
 // npyFile builds a .npy file as numpy would write it.
 func npyFile(major byte, descr string, fortran bool, shape []int, data []byte) []byte {
-	return append(wrapHeader(major, numpyHeader(descr, fortran, shape)), data...)
+	return testutil.NPY(major, descr, fortran, shape, data)
 }
 
 // rawNPY builds a .npy file around an arbitrary header dict text (version 1.0).

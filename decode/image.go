@@ -232,10 +232,10 @@ func (f *Field) checkImage() string {
 	}
 	h, w, c, _, ok := imageLayout(f.Shape)
 	if !ok {
-		return "an image's shape must be HxWx3, 3xHxW, HxWx1 or 1xHxW, not " + formatShape(f.Shape)
+		return "an image's shape must be HxWx3, 3xHxW, HxWx1 or 1xHxW, not " + FormatShape(f.Shape)
 	}
 	if h <= 0 || w <= 0 || h > 1<<16 || w > 1<<16 {
-		return "image size " + formatShape(f.Shape) + " out of range (1 to 65536 pixels a side)"
+		return "image size " + FormatShape(f.Shape) + " out of range (1 to 65536 pixels a side)"
 	}
 	o := &f.Image
 	if o.RandomCrop && o.Resize != 0 {

@@ -122,7 +122,7 @@ func parseNPYHeader(data []byte, h *npyHeader) error {
 	}
 	n, ok := byteSize(h.shape(), d.Size())
 	if !ok {
-		return badNPY("absurd shape %s: size overflows", formatShape(h.shape()))
+		return badNPY("absurd shape %s: size overflows", FormatShape(h.shape()))
 	}
 	h.nbytes = n
 	if have := int64(len(data) - h.dataOff); have != n {
@@ -130,7 +130,7 @@ func parseNPYHeader(data []byte, h *npyHeader) error {
 		if have > n {
 			what = "extra bytes"
 		}
-		return badNPY("%s: shape %s of %s needs %d data bytes, have %d", what, formatShape(h.shape()), d.Name(), n, have)
+		return badNPY("%s: shape %s of %s needs %d data bytes, have %d", what, FormatShape(h.shape()), d.Name(), n, have)
 	}
 	return nil
 }
@@ -389,8 +389,8 @@ func parseHeaderDict(b []byte, h *npyHeader) error {
 	return nil
 }
 
-// formatShape writes a shape the way Python writes a tuple: (), (5,), (3, 4).
-func formatShape(shape []int) string {
+// FormatShape writes a shape the way Python writes a tuple: (), (5,), (3, 4).
+func FormatShape(shape []int) string {
 	var b strings.Builder
 	b.WriteByte('(')
 	for i, d := range shape {

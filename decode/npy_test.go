@@ -177,8 +177,8 @@ func TestFormatShape(t *testing.T) {
 		s    []int
 		want string
 	}{{nil, "()"}, {[]int{5}, "(5,)"}, {[]int{3, 224, 224}, "(3, 224, 224)"}} {
-		if got := formatShape(c.s); got != c.want {
-			t.Errorf("formatShape(%v) = %q, want %q", c.s, got, c.want)
+		if got := FormatShape(c.s); got != c.want {
+			t.Errorf("FormatShape(%v) = %q, want %q", c.s, got, c.want)
 		}
 	}
 }

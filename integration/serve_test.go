@@ -27,6 +27,7 @@ import (
 	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/shardgen"
 	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/wire"
 )
 
 // The Python that runs the client: Debian's, where scripts/deps.sh installs numpy and
@@ -280,7 +281,7 @@ func (tr *trainer) run(t *testing.T) (batches []trainerLine, errLine *trainerLin
 }
 
 // digest is trainer.py's column digest, computed from a Go batch.
-func digest(c *decode.Column, slab []byte, rows int) string {
+func digest(c *wire.Column, slab []byte, rows int) string {
 	h := sha256.New()
 	if c.Ragged {
 		var n [8]byte
@@ -315,7 +316,7 @@ func libraryBatches(t *testing.T, cfg sl.Config, epochs int) []trainerLine {
 			tl := trainerLine{Epoch: e, Seq: b.Seq, Rows: b.Rows, Padded: b.Padded, Keys: b.Keys(), Columns: map[string]string{}}
 			for i := range b.Columns {
 				col := &b.Columns[i]
-				if col.Name != decode.KeyColumn {
+				if col.Name != wire.KeyColumn {
 					tl.Columns[col.Name] = digest(col, b.Data(), b.Rows)
 				}
 			}

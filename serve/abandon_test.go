@@ -9,6 +9,7 @@ import (
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
+	"github.com/shardload/shardload/wire"
 )
 
 // TestAbandonEpoch breaks out of an epoch part-way: the server stops the epoch's
@@ -19,7 +20,7 @@ func TestAbandonEpoch(t *testing.T) {
 	pattern := dataset(t)
 	s := start(t, Options{URLs: []string{pattern}, Pipeline: shardload.Config{
 		Fields: fields(t, "jpg", "cls:int"), Slabs: 3, SlabBytes: 4 << 20, ShuffleBuffer: 30}})
-	h := hello{Version: Version, World: 1, Seed: 5, Epoch: 0, BatchSize: 7}
+	h := wire.Hello{Version: Version, World: 1, Seed: 5, Epoch: 0, BatchSize: 7}
 	cl, m := dial(t, s.Addr(), h)
 	if m != nil {
 		t.Fatal(m)
@@ -33,19 +34,19 @@ func TestAbandonEpoch(t *testing.T) {
 			t.Fatalf("batch %+v", b)
 		}
 	}
-	cl.send(epochMsg{Type: typeEpoch, Epoch: 1})
+	cl.send(wire.EpochRequest{Type: wire.TypeEpoch, Epoch: 1})
 	// Batches of epoch 0 that were on their way are dropped, unreleased, until its end.
-	var e end
+	var e wire.End
 	for done := false; !done; {
 		typ, b := cl.recv()
 		switch typ {
-		case typeBatch:
-			var m batch
+		case wire.TypeBatch:
+			var m wire.Batch
 			json.Unmarshal(b, &m)
 			if m.Epoch != 0 {
 				t.Fatalf("batch of epoch %d before the end of epoch 0", m.Epoch)
 			}
-		case typeEnd:
+		case wire.TypeEnd:
 			json.Unmarshal(b, &e)
 			done = true
 		default:
@@ -70,12 +71,12 @@ func TestAbandonEpoch(t *testing.T) {
 		t.Fatalf("epoch 1 after an abandoned epoch 0: keys\n%v\nwant, as a fresh session gets them,\n%v", got, want)
 	}
 	// The session goes on: epoch 1 ended normally, and epoch 2 can be abandoned at once.
-	cl.send(epochMsg{Type: typeEpoch, Epoch: 2})
+	cl.send(wire.EpochRequest{Type: wire.TypeEpoch, Epoch: 2})
 	cl.batch()
-	cl.send(epochMsg{Type: typeEpoch, Epoch: 3})
+	cl.send(wire.EpochRequest{Type: wire.TypeEpoch, Epoch: 3})
 	for {
 		typ, b := cl.recv()
-		if typ == typeEnd {
+		if typ == wire.TypeEnd {
 			json.Unmarshal(b, &e)
 			break
 		}
@@ -95,14 +96,14 @@ func TestAbandonedBatchesAreTheServers(t *testing.T) {
 	pattern := dataset(t)
 	s := start(t, Options{URLs: []string{pattern}, Pipeline: shardload.Config{
 		Fields: fields(t, "cls:int"), Slabs: 2, SlabBytes: 4 << 20}})
-	h := hello{Version: Version, World: 1, BatchSize: 10}
+	h := wire.Hello{Version: Version, World: 1, BatchSize: 10}
 
 	errorOf := func(cl *client) string {
 		t.Helper()
 		for {
 			typ, b := cl.recv()
-			if typ == typeError {
-				var m errorMsg
+			if typ == wire.TypeError {
+				var m wire.ErrorMessage
 				json.Unmarshal(b, &m)
 				if m.Code != CodeBadRequest {
 					t.Errorf("error %s", b)
@@ -117,7 +118,7 @@ func TestAbandonedBatchesAreTheServers(t *testing.T) {
 		t.Fatal(m)
 	}
 	b := cl.batch()
-	cl.send(epochMsg{Type: typeEpoch, Epoch: 1})
+	cl.send(wire.EpochRequest{Type: wire.TypeEpoch, Epoch: 1})
 	cl.release(b)
 	if msg := errorOf(cl); !strings.Contains(msg, "release of slab") {
 		t.Errorf("release after abandoning: %q", msg)
@@ -143,7 +144,7 @@ func TestReadyOrder(t *testing.T) {
 	s := start(t, Options{URLs: []string{pattern}, Pipeline: pipe})
 	var fps []string
 	for rank := range 2 {
-		cl, m := dial(t, s.Addr(), hello{Version: Version, Rank: rank, World: 2, Seed: 9, Epoch: 3, BatchSize: 8, DropLast: true})
+		cl, m := dial(t, s.Addr(), wire.Hello{Version: Version, Rank: rank, World: 2, Seed: 9, Epoch: 3, BatchSize: 8, DropLast: true})
 		if m != nil {
 			t.Fatal(m)
 		}
@@ -153,8 +154,8 @@ func TestReadyOrder(t *testing.T) {
 			!o.DropLast || !o.Shuffle || o.Window != 15 {
 			t.Errorf("rank %d: order %+v", rank, o)
 		}
-		if o.Fingerprint() != cl.ready.Order.Fingerprint {
-			t.Errorf("rank %d: fingerprint %s of settings whose fingerprint is %s", rank, cl.ready.Order.Fingerprint, o.Fingerprint())
+		if fp := shardload.Order(o).Fingerprint(); fp != cl.ready.Order.Fingerprint {
+			t.Errorf("rank %d: fingerprint %s of settings whose fingerprint is %s", rank, cl.ready.Order.Fingerprint, fp)
 		}
 	}
 	if fps[0] != fps[1] || len(fps[0]) != 16 {
@@ -185,16 +186,16 @@ func TestAbandonSlowSource(t *testing.T) {
 		infos = append(infos, shard.Info{URL: "block://" + p, Samples: 25})
 	}
 	s := start(t, Options{Pipeline: shardload.Config{Shards: infos, Fields: fields(t, "cls:int"), Slabs: 2, SlabBytes: 4 << 20, Sources: reg}})
-	cl, m := dial(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 10})
+	cl, m := dial(t, s.Addr(), wire.Hello{Version: Version, World: 1, BatchSize: 10})
 	if m != nil {
 		t.Fatal(m)
 	}
 	recvOr(t, bs.opened, "the pipeline's first read")
-	cl.send(epochMsg{Type: typeEpoch, Epoch: 1})
+	cl.send(wire.EpochRequest{Type: wire.TypeEpoch, Epoch: 1})
 	typ, b := cl.recv()
-	var e end
+	var e wire.End
 	json.Unmarshal(b, &e)
-	if typ != typeEnd || e.Epoch != 0 || !e.Abandoned || e.Batches != 0 {
+	if typ != wire.TypeEnd || e.Epoch != 0 || !e.Abandoned || e.Batches != 0 {
 		t.Fatalf("got %s, want the end of epoch 0, abandoned", b)
 	}
 	recvOr(t, bs.cancelled, "the cancelled read")

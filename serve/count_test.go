@@ -13,6 +13,7 @@ import (
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/source"
+	"github.com/shardload/shardload/wire"
 )
 
 // blockSource serves block:///path URLs from the file at path, but each Open waits
@@ -109,10 +110,10 @@ func blockServer(t *testing.T, opts Options) (*Server, *blockSource, []string) {
 // count goes on.
 func TestCountPerDataset(t *testing.T) {
 	s, bs, shards := blockServer(t, Options{})
-	a := dialRaw(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 5, URLs: []string{"block://" + shards[0]}})
+	a := dialRaw(t, s.Addr(), wire.Hello{Version: Version, World: 1, BatchSize: 5, URLs: []string{"block://" + shards[0]}})
 	recvOr(t, bs.opened, "the count of dataset A")
 
-	b, m := dial(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 10})
+	b, m := dial(t, s.Addr(), wire.Hello{Version: Version, World: 1, BatchSize: 10})
 	if m != nil {
 		t.Fatal(m)
 	}
@@ -140,7 +141,7 @@ func TestCountPerDataset(t *testing.T) {
 func TestCountWaitersLeave(t *testing.T) {
 	s, bs, shards := blockServer(t, Options{})
 	url := "block://" + shards[1]
-	h := hello{Version: Version, World: 1, BatchSize: 5, URLs: []string{url}}
+	h := wire.Hello{Version: Version, World: 1, BatchSize: 5, URLs: []string{url}}
 	key := countKey(shardload.Config{URLs: []string{url}})
 	waiters := func() int {
 		s.countMu.Lock()
@@ -197,7 +198,7 @@ func TestCountCacheBounded(t *testing.T) {
 		urls[i] = "block://" + p
 	}
 	for _, i := range []int{0, 1, 0, 2} {
-		cl, m := dial(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 5, URLs: []string{urls[i]}})
+		cl, m := dial(t, s.Addr(), wire.Hello{Version: Version, World: 1, BatchSize: 5, URLs: []string{urls[i]}})
 		if m != nil {
 			t.Fatal(m)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/source"
 	"github.com/shardload/shardload/source/httpsrc"
+	"github.com/shardload/shardload/wire"
 )
 
 // A trainer names URLs the way a source will read them: a "?" or "#" in a file path,
@@ -148,13 +149,13 @@ func TestPanicEndsOneSession(t *testing.T) {
 	s := start(t, Options{URLs: []string{ds}, Allow: []string{"count://b/", "read://b/"},
 		Pipeline: shardload.Config{Sources: reg, Slabs: 2, SlabBytes: 4 << 20}})
 	for _, u := range []string{"count://b/x.tar", "read://b/x.tar"} {
-		cl := dialRaw(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 5, URLs: []string{u}})
+		cl := dialRaw(t, s.Addr(), wire.Hello{Version: Version, World: 1, BatchSize: 5, URLs: []string{u}})
 		m := cl.awaitReady()
 		for m == nil { // ready came: the error follows the batches, if any
 			typ, b := cl.recv()
-			if typ == typeError {
+			if typ == wire.TypeError {
 				json.Unmarshal(b, &m)
-			} else if typ != typeBatch {
+			} else if typ != wire.TypeBatch {
 				t.Fatalf("%s: unexpected %s", u, b)
 			}
 		}
@@ -164,7 +165,7 @@ func TestPanicEndsOneSession(t *testing.T) {
 		cl.c.Close()
 	}
 	// The server still serves its own dataset.
-	cl, m := dial(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 10})
+	cl, m := dial(t, s.Addr(), wire.Hello{Version: Version, World: 1, BatchSize: 10})
 	if m != nil {
 		t.Fatal(m)
 	}
@@ -208,14 +209,14 @@ func TestHelloURLsBounded(t *testing.T) {
 		{[]string{"s3://b/x-{0..1048574}.tar"}, "more than 1000 shards"},
 		{[]string{"s3://b/x-{0..600}.tar", "s3://b/y-{0..600}.tar"}, "more than 1000 shards"},
 	} {
-		cl := dialRaw(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 5, URLs: tt.urls})
+		cl := dialRaw(t, s.Addr(), wire.Hello{Version: Version, World: 1, BatchSize: 5, URLs: tt.urls})
 		m := cl.awaitReady()
 		if m == nil || m["code"] != CodeBadRequest || !strings.Contains(m["message"].(string), tt.want) {
 			t.Errorf("%q: %v; want a bad request saying %q", tt.urls, m, tt.want)
 		}
 		cl.c.Close()
 	}
-	cl, m := dial(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 10})
+	cl, m := dial(t, s.Addr(), wire.Hello{Version: Version, World: 1, BatchSize: 10})
 	if m != nil {
 		t.Fatal(m)
 	}
@@ -245,7 +246,7 @@ func TestRedirectOutOfAllowlist(t *testing.T) {
 	reg := &source.Registry{}
 	reg.Register("http", source.NewFetcher(&httpsrc.Source{}, source.FetchOptions{}))
 	s := start(t, Options{Allow: []string{web.URL + "/allowed/"}, Pipeline: shardload.Config{Sources: reg, Slabs: 2, SlabBytes: 4 << 20}})
-	cl := dialRaw(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 5, URLs: []string{web.URL + "/allowed/a.tar"}})
+	cl := dialRaw(t, s.Addr(), wire.Hello{Version: Version, World: 1, BatchSize: 5, URLs: []string{web.URL + "/allowed/a.tar"}})
 	defer cl.c.Close()
 	m := cl.awaitReady()
 	if m == nil || m["code"] != CodePipeline || !strings.Contains(m["message"].(string), "redirect refused") {

@@ -5,18 +5,19 @@ import (
 	"strings"
 
 	"github.com/shardload/shardload/numa"
+	"github.com/shardload/shardload/wire"
 )
 
 // sessionPlace is where a session's pipeline runs.
 type sessionPlace struct {
-	msg  placement // as the ready message reports it
-	node int       // the node to bind the slabs to, -1 for none
-	cpus []int     // the CPUs of the loader's threads when node >= 0
+	msg  wire.Placement // as the ready message reports it
+	node int            // the node to bind the slabs to, -1 for none
+	cpus []int          // the CPUs of the loader's threads when node >= 0
 }
 
 // unplaced is a placement that restricts nothing, for the reason given.
 func unplaced(reason string) sessionPlace {
-	return sessionPlace{node: -1, msg: placement{GPU: -1, Node: -1, Reason: reason}}
+	return sessionPlace{node: -1, msg: wire.Placement{GPU: -1, Node: -1, Reason: reason}}
 }
 
 // place plans where the session of hello h runs: on the NUMA node of the GPU at
@@ -24,7 +25,7 @@ func unplaced(reason string) sessionPlace {
 // through the trainer's CUDA_VISIBLE_DEVICES (numa.Topology.CUDAIndex). Where there
 // is nothing to place, or the GPU is not found, the session runs unplaced and the
 // reason says why; that never fails the session.
-func (s *Server) place(h *hello) sessionPlace {
+func (s *Server) place(h *wire.Hello) sessionPlace {
 	const everywhere = "threads on every CPU, memory where the kernel puts it"
 	switch {
 	case s.opts.NoPlace:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/numa"
+	"github.com/shardload/shardload/wire"
 )
 
 // fakeSysfs writes a machine of two NUMA nodes (node 0: CPU 0, node 1: CPU 1) with
@@ -110,16 +111,16 @@ func TestPlacement(t *testing.T) {
 
 	for _, tc := range []struct {
 		name   string
-		h      hello
-		want   placement // but Reason
+		h      wire.Hello
+		want   wire.Placement // but Reason
 		reason string
 	}{
-		{"local rank 1", hello{LocalRank: 1}, placement{GPU: 1, PCI: "0000:d8:00.0", Node: 1, CPUs: "1"}, "local rank 1: GPU 1 (0000:d8:00.0) is on node 1"},
-		{"gpu_pci in CUDA's form", hello{LocalRank: 1, GPUPCI: "00000000:3B:00.0"}, placement{GPU: 0, PCI: "0000:3b:00.0", Node: 0, CPUs: "0"}, "gpu_pci 00000000:3B:00.0: GPU 0 (0000:3b:00.0) is on node 0"},
-		{"no GPU of that local rank", hello{LocalRank: 5}, placement{GPU: -1, Node: -1}, "no such GPU"},
-		{"local rank through CUDA_VISIBLE_DEVICES", hello{LocalRank: 0, CUDAVisible: "1,0"}, placement{GPU: 1, PCI: "0000:d8:00.0", Node: 1, CPUs: "1"}, "local rank 0 (CUDA_VISIBLE_DEVICES=1,0): GPU 1 (0000:d8:00.0) is on node 1"},
-		{"CUDA_VISIBLE_DEVICES by UUID", hello{LocalRank: 0, CUDAVisible: "GPU-5e6a"}, placement{GPU: -1, Node: -1}, "by UUID"},
-		{"no GPU at that address", hello{GPUPCI: "0000:01:00.0"}, placement{GPU: -1, Node: -1}, "no such NVIDIA GPU"},
+		{"local rank 1", wire.Hello{LocalRank: 1}, wire.Placement{GPU: 1, PCI: "0000:d8:00.0", Node: 1, CPUs: "1"}, "local rank 1: GPU 1 (0000:d8:00.0) is on node 1"},
+		{"gpu_pci in CUDA's form", wire.Hello{LocalRank: 1, GPUPCI: "00000000:3B:00.0"}, wire.Placement{GPU: 0, PCI: "0000:3b:00.0", Node: 0, CPUs: "0"}, "gpu_pci 00000000:3B:00.0: GPU 0 (0000:3b:00.0) is on node 0"},
+		{"no GPU of that local rank", wire.Hello{LocalRank: 5}, wire.Placement{GPU: -1, Node: -1}, "no such GPU"},
+		{"local rank through CUDA_VISIBLE_DEVICES", wire.Hello{LocalRank: 0, CUDAVisible: "1,0"}, wire.Placement{GPU: 1, PCI: "0000:d8:00.0", Node: 1, CPUs: "1"}, "local rank 0 (CUDA_VISIBLE_DEVICES=1,0): GPU 1 (0000:d8:00.0) is on node 1"},
+		{"CUDA_VISIBLE_DEVICES by UUID", wire.Hello{LocalRank: 0, CUDAVisible: "GPU-5e6a"}, wire.Placement{GPU: -1, Node: -1}, "by UUID"},
+		{"no GPU at that address", wire.Hello{GPUPCI: "0000:01:00.0"}, wire.Placement{GPU: -1, Node: -1}, "no such NVIDIA GPU"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := tc.h
@@ -142,7 +143,7 @@ func TestPlacement(t *testing.T) {
 			}
 			// The batches come, the trainer holds them: the pipeline waits for a slab,
 			// its threads on the node's CPUs.
-			held := []batch{cl.batch(), cl.batch()}
+			held := []wire.Batch{cl.batch(), cl.batch()}
 			if got.CPUs == "1" {
 				waitUntil(t, "a loader thread runs on CPU 1 alone", func() bool { return threadOn("1") })
 			}
@@ -185,7 +186,7 @@ func TestNoPlacement(t *testing.T) {
 			opts := tc.opts
 			opts.URLs, opts.Pipeline = []string{pattern}, shardload.Config{Fields: fields(t, "cls:int"), Slabs: 2, SlabBytes: 4 << 20}
 			s := start(t, opts)
-			cl, m := dial(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 10})
+			cl, m := dial(t, s.Addr(), wire.Hello{Version: Version, World: 1, BatchSize: 10})
 			if m != nil {
 				t.Fatal(m)
 			}

@@ -5,229 +5,26 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/shardload/shardload"
-	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/wire"
 )
 
-// Version is the newest protocol version this server speaks (docs/protocol.md). A
-// client that says a version outside [MinVersion, Version] in its hello is refused
-// with a message naming the versions.
-const Version = 4
-
-// MinVersion is the oldest protocol version this server accepts. A session of
-// version 2 behaves as the server of version 2 did: its messages carry no states.
-const MinVersion = 2
-
-// MaxMessage is the largest message either side may send, in bytes.
-const MaxMessage = 64 << 10
-
-// maxFDs is the most descriptors one SCM_RIGHTS message carries on Linux (SCM_MAX_FD).
-const maxFDs = 253
-
-// Message types.
+// The protocol's versions, limits and error codes, defined in package wire (which
+// holds the messages): Version is the newest protocol version this server speaks
+// (docs/protocol.md), MinVersion the oldest it accepts, MaxMessage the largest
+// message either side may send.
 const (
-	typeHello   = "hello"
-	typeReady   = "ready"
-	typeBatch   = "batch"
-	typeRelease = "release"
-	typeEnd     = "end"
-	typeEpoch   = "epoch"
-	typeBye     = "bye"
-	typeError   = "error"
+	Version    = wire.Version
+	MinVersion = wire.MinVersion
+	MaxMessage = wire.MaxMessage
+
+	CodeVersion    = wire.CodeVersion
+	CodeDenied     = wire.CodeDenied
+	CodeBadRequest = wire.CodeBadRequest
+	CodeBusy       = wire.CodeBusy
+	CodePipeline   = wire.CodePipeline
+	CodeShutdown   = wire.CodeShutdown
+	CodeResume     = wire.CodeResume
 )
-
-// Error codes of an error message.
-const (
-	CodeVersion    = "version"     // the client speaks a protocol version the server does not
-	CodeDenied     = "denied"      // the peer's uid, or a URL it asked for, is not allowed
-	CodeBadRequest = "bad_request" // a malformed or out-of-order message, or bad settings
-	CodeBusy       = "busy"        // the server serves its maximum of sessions
-	CodePipeline   = "pipeline"    // the pipeline failed: the text says what and where
-	CodeShutdown   = "shutdown"    // the server is stopping
-	// CodeResume: the hello's or an epoch message's state cannot resume this dataset
-	// (it was saved under another order, or it does not fit the epoch); the text
-	// says why. Protocol version 3.
-	CodeResume = "resume"
-)
-
-// hello is the client's first message.
-type hello struct {
-	Type      string   `json:"type"`
-	Version   int      `json:"version"`
-	Rank      int      `json:"rank"`
-	World     int      `json:"world"`
-	LocalRank int      `json:"local_rank"`
-	Seed      uint64   `json:"seed"`
-	Epoch     int      `json:"epoch"`
-	BatchSize int      `json:"batch_size"`
-	DropLast  bool     `json:"drop_last"`
-	Fields    []string `json:"fields,omitempty"`
-	URLs      []string `json:"urls,omitempty"`
-	Client    string   `json:"client,omitempty"`
-	// GPUPCI is the PCI address of the trainer's GPU, in CUDA's form
-	// ("00000000:3B:00.0") or sysfs's ("0000:3b:00.0"); "" when the client cannot
-	// tell, and then LocalRank picks the GPU.
-	GPUPCI string `json:"gpu_pci,omitempty"`
-	// CUDAVisible is the trainer's CUDA_VISIBLE_DEVICES ("" when unset): without
-	// GPUPCI, LocalRank is the trainer's CUDA device number, and this list maps it
-	// to a GPU in PCI bus order.
-	CUDAVisible string `json:"cuda_visible_devices,omitempty"`
-	// State, when set (version 3), is where the session's first epoch starts: a
-	// state that a batch or end message of an earlier session carried
-	// (shardload.State, Config.Resume). Epoch is then 0 or the state's epoch.
-	State *shardload.State `json:"state,omitempty"`
-
-	// Version 4: the settings that define a trainer's epochs, each overriding the
-	// server's when set, within its limits (see docs/protocol.md).
-	AllowEstimate bool   `json:"allow_estimate,omitempty"`
-	CountFirst    bool   `json:"count_first,omitempty"`
-	SlabBytes     int64  `json:"slab_bytes,omitempty"`
-	Slabs         int    `json:"slabs,omitempty"`
-	Shuffle       *bool  `json:"shuffle,omitempty"`
-	ShuffleBuffer int    `json:"shuffle_buffer,omitempty"`
-	ShuffleBytes  int64  `json:"shuffle_bytes,omitempty"`
-	OpenShards    int    `json:"open_shards,omitempty"`
-	ReadGap       *int64 `json:"read_gap,omitempty"`
-	// ImageLayout is the shape of image fields the hello names without one: "chw"
-	// (3xHxW, as torchvision's tensors) or "hwc" (the default, HxWx3).
-	ImageLayout string `json:"image_layout,omitempty"`
-}
-
-// fieldInfo describes a field the session decodes.
-type fieldInfo struct {
-	Name  string `json:"name"`
-	Ext   string `json:"ext"`
-	Kind  string `json:"kind"`
-	DType string `json:"dtype,omitempty"`
-	Shape []int  `json:"shape,omitempty"`
-}
-
-// ready answers a hello; the slabs' memfds travel with it.
-type ready struct {
-	Type      string      `json:"type"`
-	Version   int         `json:"version"`
-	Session   uint64      `json:"session"`
-	Slabs     int         `json:"slabs"`
-	SlabBytes int64       `json:"slab_bytes"`
-	Fields    []fieldInfo `json:"fields"`
-	Epoch     int         `json:"epoch"`
-	Batches   int         `json:"batches"`
-	Samples   int64       `json:"samples"`
-	Estimated bool        `json:"estimated,omitempty"` // the counts are estimates (no index)
-	Shards    int         `json:"shards"`
-	Order     orderInfo   `json:"order"`
-	Placement placement   `json:"placement"`
-	// State is the position the session starts from (Loader.State before any
-	// batch): the hello's state, or the start of the epoch. Version 3.
-	State *shardload.State `json:"state,omitempty"`
-	// EpochBatches is the batches of a whole epoch for this rank: Batches plus those
-	// the state took, when it resumes an epoch of the same world. Version 4.
-	EpochBatches int `json:"epoch_batches,omitempty"`
-}
-
-// orderInfo is the order of the session's first epoch: every rank of a job must have
-// the same settings. Fingerprint is Order.Fingerprint: what a state's order is (from
-// version 4; before, a digest of every setting, Job's).
-type orderInfo struct {
-	Fingerprint string          `json:"fingerprint"`
-	Job         string          `json:"job,omitempty"` // Order.JobFingerprint, version 4
-	Settings    shardload.Order `json:"settings"`
-}
-
-// placement says where the session's pipeline runs.
-type placement struct {
-	GPU    int    `json:"gpu"`    // index in PCI bus order, -1 when none was found
-	PCI    string `json:"pci"`    // its PCI address, "" when none was found
-	Node   int    `json:"node"`   // the node the slabs are bound to, -1 when not bound
-	CPUs   string `json:"cpus"`   // the loader threads' CPUs, "" when not restricted
-	Reason string `json:"reason"` // one line: what was done and why
-}
-
-// column is one column of a batch (see decode.Column).
-type column struct {
-	Name          string `json:"name"`
-	Kind          string `json:"kind"`
-	DType         string `json:"dtype"`
-	Shape         []int  `json:"shape"`
-	Offset        int64  `json:"offset"`
-	Length        int64  `json:"length"`
-	Ragged        bool   `json:"ragged"`
-	OffsetsOffset int64  `json:"offsets_offset"`
-}
-
-// batch says a batch is ready in a slab.
-type batch struct {
-	Type    string   `json:"type"`
-	Epoch   int      `json:"epoch"`
-	Seq     int      `json:"seq"`
-	Slab    int      `json:"slab"`
-	Rows    int      `json:"rows"`
-	Padded  int      `json:"padded"`
-	Used    int64    `json:"used"`
-	Columns []column `json:"columns"`
-	// State is the position after this batch (Loader.State once Next returned it):
-	// a trainer that saves it resumes after this batch. Version 3.
-	State *shardload.State `json:"state,omitempty"`
-	// SlabBytes is the size of the slab the batch is in: more than the ready's when
-	// the slab grew to hold a larger batch (the trainer maps it again). Version 4.
-	SlabBytes int64 `json:"slab_bytes,omitempty"`
-	// Backpressure is the seconds the session's loader has waited so far for a
-	// slab while the trainer held every one (it is ahead of the trainer).
-	// Version 4.
-	Backpressure float64 `json:"backpressure,omitempty"`
-}
-
-// release hands a slab back.
-type release struct {
-	Type  string `json:"type"`
-	Slab  int    `json:"slab"`
-	Seq   int    `json:"seq"`
-	Epoch int    `json:"epoch"`
-	// Wait is the seconds the trainer has waited for batches in this session so
-	// far, as it measured them: the time the loader was behind. Version 4.
-	Wait *float64 `json:"wait,omitempty"`
-}
-
-// end closes an epoch: after its last batch, or early when the trainer abandoned it.
-type end struct {
-	Type      string `json:"type"`
-	Epoch     int    `json:"epoch"`
-	Batches   int    `json:"batches"`
-	Samples   int64  `json:"samples"`
-	Skipped   int64  `json:"skipped"`
-	Padded    int64  `json:"padded"`
-	Abandoned bool   `json:"abandoned"`
-	// Trimmed is the samples read past an epoch's planned batches and left out,
-	// and Estimated says the epoch was planned from estimated counts. Version 4.
-	Trimmed   int64 `json:"trimmed,omitempty"`
-	Estimated bool  `json:"estimated,omitempty"`
-	// State is the position after the batches sent (after the epoch's last batch
-	// unless abandoned); its NextEpoch starts the next epoch. Version 3; absent when
-	// the epoch was abandoned before it started.
-	State *shardload.State `json:"state,omitempty"`
-}
-
-// epochMsg asks for another epoch: after an end, or before it to abandon the current
-// epoch.
-type epochMsg struct {
-	Type  string `json:"type"`
-	Epoch int    `json:"epoch"`
-	// State, when set (version 3), is where the epoch starts, as in the hello: Epoch
-	// is then 0 or the state's epoch.
-	State *shardload.State `json:"state,omitempty"`
-}
-
-// errorMsg reports why the server ends the session.
-type errorMsg struct {
-	Type    string `json:"type"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
-// envelope reads a message's type before decoding the rest.
-type envelope struct {
-	Type string `json:"type"`
-}
 
 // errProtocol marks a message the server cannot accept.
 var errProtocol = errors.New("serve: protocol error")
@@ -237,27 +34,4 @@ func decodeMessage(b []byte, v any) error {
 		return fmt.Errorf("%w: %v", errProtocol, err)
 	}
 	return nil
-}
-
-func columnsOf(b *decode.Batch) []column {
-	cols := make([]column, len(b.Columns))
-	for i, c := range b.Columns {
-		cols[i] = column{
-			Name: c.Name, Kind: c.Kind.String(), DType: c.DType.Descr(), Shape: c.Shape,
-			Offset: c.Offset, Length: c.Length, Ragged: c.Ragged, OffsetsOffset: c.OffsetsOffset,
-		}
-	}
-	return cols
-}
-
-func fieldsOf(fs []decode.Field) []fieldInfo {
-	out := make([]fieldInfo, len(fs))
-	for i := range fs {
-		f := &fs[i]
-		out[i] = fieldInfo{Name: f.ColumnName(), Ext: f.Ext, Kind: f.Kind.String(), Shape: f.Shape}
-		if !f.DType.IsZero() {
-			out[i].DType = f.DType.Descr()
-		}
-	}
-	return out
 }

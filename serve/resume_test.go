@@ -9,33 +9,34 @@ import (
 	"testing"
 
 	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/wire"
 )
 
 // seen is a batch a test client read: its number, keys, state and message as sent.
 type seen struct {
 	seq   int
 	keys  []string
-	state *shardload.State
+	state *wire.State
 	raw   []byte
 }
 
-// epochSeen reads one epoch's batches, releasing each, and returns them with the end
+// epochSeen reads one epoch's batches, releasing each, and returns them with the wire.End
 // and the end's message as sent.
-func (cl *client) epochSeen() ([]seen, end, []byte) {
+func (cl *client) epochSeen() ([]seen, wire.End, []byte) {
 	cl.t.Helper()
 	var out []seen
 	for {
 		typ, b := cl.recv()
 		switch typ {
-		case typeBatch:
-			var m batch
+		case wire.TypeBatch:
+			var m wire.Batch
 			if err := json.Unmarshal(b, &m); err != nil {
 				cl.t.Fatal(err)
 			}
 			out = append(out, seen{seq: m.Seq, keys: cl.keys(m), state: m.State, raw: b})
 			cl.release(m)
-		case typeEnd:
-			var e end
+		case wire.TypeEnd:
+			var e wire.End
 			if err := json.Unmarshal(b, &e); err != nil {
 				cl.t.Fatal(err)
 			}
@@ -51,7 +52,7 @@ func (cl *client) untilError() map[string]any {
 	cl.t.Helper()
 	for {
 		typ, b := cl.recv()
-		if typ == typeError {
+		if typ == wire.TypeError {
 			var m map[string]any
 			json.Unmarshal(b, &m)
 			return m
@@ -80,12 +81,12 @@ func sameSeen(t *testing.T, what string, got, want []seen) {
 // order and batch count, and runs that consumed as many samples of the order. (A
 // resumed loader writes its runs after the state's: "2x14,2x7" where an
 // uninterrupted one writes "2x21".)
-func samePosition(t *testing.T, a, b *shardload.State) bool {
+func samePosition(t *testing.T, a, b *wire.State) bool {
 	t.Helper()
 	if a == nil || b == nil {
 		return a == b
 	}
-	consumed := func(s *shardload.State) int64 {
+	consumed := func(s *wire.State) int64 {
 		runs, err := shardload.ParseRuns(s.Runs)
 		if err != nil {
 			t.Fatalf("state %+v: %v", s, err)
@@ -106,7 +107,7 @@ func TestResumeSession(t *testing.T) {
 	pattern := dataset(t)
 	fs := fields(t, "cls:int")
 	s := start(t, Options{URLs: []string{pattern}, Pipeline: shardload.Config{Fields: fs, Slabs: 3, SlabBytes: 4 << 20, ShuffleBuffer: 30}})
-	h := hello{Version: Version, Rank: 1, World: 2, Seed: 5, Epoch: 3, BatchSize: 7}
+	h := wire.Hello{Version: Version, Rank: 1, World: 2, Seed: 5, Epoch: 3, BatchSize: 7}
 
 	// The uninterrupted session: epochs 3 and 4.
 	cl, errm := dial(t, s.Addr(), h)
@@ -132,15 +133,15 @@ func TestResumeSession(t *testing.T) {
 	if end3.State == nil || *end3.State != *e3[len(e3)-1].state {
 		t.Fatalf("end of epoch 3: state %+v, want the last batch's %+v", end3.State, e3[len(e3)-1].state)
 	}
-	if next := end3.State.NextEpoch(); next.Epoch != 4 || next.Batches != 0 || next.Runs != "" {
+	if next := shardload.State(*end3.State).NextEpoch(); next.Epoch != 4 || next.Batches != 0 || next.Runs != "" {
 		t.Fatalf("the next epoch's start %+v", next)
 	}
-	cl.send(epochMsg{Type: typeEpoch, Epoch: 4})
+	cl.send(wire.EpochRequest{Type: wire.TypeEpoch, Epoch: 4})
 	e4, end4, _ := cl.epochSeen()
 	if len(e4) != 8 || end4.State == nil || end4.State.Epoch != 4 {
 		t.Fatalf("epoch 4: %d batches, end %+v", len(e4), end4)
 	}
-	cl.send(map[string]string{"type": typeBye})
+	cl.send(map[string]string{"type": wire.TypeBye})
 	// The library agrees with the uninterrupted session.
 	want := libraryKeys(t, shardload.Config{URLs: []string{pattern}, Fields: fs, Rank: 1, World: 2, Seed: 5, Epoch: 3,
 		BatchSize: 7, ShuffleBuffer: 30, Logf: t.Logf})
@@ -151,7 +152,7 @@ func TestResumeSession(t *testing.T) {
 	}
 
 	// after returns the state after k batches of an epoch read in full.
-	after := func(batches []seen, start shardload.State, k int) shardload.State {
+	after := func(batches []seen, start wire.State, k int) wire.State {
 		if k == 0 {
 			return start
 		}
@@ -179,14 +180,14 @@ func TestResumeSession(t *testing.T) {
 		}
 		// The next epoch from a state in it, through the epoch message.
 		j := (k + 2) % 8
-		st4 := after(e4, end3.State.NextEpoch(), j)
-		rc.send(epochMsg{Type: typeEpoch, State: &st4})
+		st4 := after(e4, wire.State(shardload.State(*end3.State).NextEpoch()), j)
+		rc.send(wire.EpochRequest{Type: wire.TypeEpoch, State: &st4})
 		got, e, _ = rc.epochSeen()
 		sameSeen(t, "epoch 4 resumed after "+strconv.Itoa(j)+" batches (epoch message)", got, e4[j:])
 		if !samePosition(t, e.State, end4.State) {
 			t.Fatalf("end of epoch 4 resumed after %d batches: state %+v, want %+v", j, e.State, end4.State)
 		}
-		rc.send(map[string]string{"type": typeBye})
+		rc.send(map[string]string{"type": wire.TypeBye})
 	}
 
 	// An epoch message with a state abandons the epoch being read, and the epoch it
@@ -203,18 +204,18 @@ func TestResumeSession(t *testing.T) {
 		t.Fatalf("first batch after a state after 3 batches: seq %d", b.Seq)
 	}
 	st4 := *e4[4].state
-	rc.send(epochMsg{Type: typeEpoch, Epoch: 4, State: &st4})
+	rc.send(wire.EpochRequest{Type: wire.TypeEpoch, Epoch: 4, State: &st4})
 	for {
 		typ, msg := rc.recv()
-		if typ == typeEnd {
-			var e end
+		if typ == wire.TypeEnd {
+			var e wire.End
 			json.Unmarshal(msg, &e)
 			if e.Epoch != 3 || !e.Abandoned {
 				t.Fatalf("end after the epoch message: %s", msg)
 			}
 			break
 		}
-		if typ != typeBatch {
+		if typ != wire.TypeBatch {
 			t.Fatalf("while epoch 3 is abandoned: %s", msg)
 		}
 	}
@@ -227,7 +228,7 @@ func TestResumeRefusals(t *testing.T) {
 	pattern := dataset(t)
 	fs := fields(t, "cls:int")
 	s := start(t, Options{URLs: []string{pattern}, Pipeline: shardload.Config{Fields: fs, Slabs: 3, SlabBytes: 4 << 20, ShuffleBuffer: 30}})
-	h := hello{Version: Version, Rank: 0, World: 2, Seed: 5, Epoch: 3, BatchSize: 7}
+	h := wire.Hello{Version: Version, Rank: 0, World: 2, Seed: 5, Epoch: 3, BatchSize: 7}
 	cl, errm := dial(t, s.Addr(), h)
 	if errm != nil {
 		t.Fatal(errm)
@@ -240,14 +241,14 @@ func TestResumeRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		epoch      int
-		state      shardload.State
+		state      wire.State
 		code, text string
 	}{
 		{"another epoch", 5, saved, CodeBadRequest, "hello: epoch 5, but the state is in epoch 3"},
-		{"negative epoch", 0, shardload.State{Epoch: -1}, CodeBadRequest, "the state's epoch -1 < 0"},
-		{"another order", 3, shardload.State{Epoch: 3, Order: "0123456789abcdef", Samples: 100, Runs: "2x7", Batches: 1}, CodeResume, "saved under another order"},
-		{"another dataset size", 3, shardload.State{Epoch: 3, Order: good.Order, Samples: 99, Runs: "2x7", Batches: 1}, CodeResume, "saved under another order"},
-		{"bad runs", 3, shardload.State{Epoch: 3, Order: good.Order, Samples: 100, Runs: "2y7", Batches: 1}, CodeResume, "is not WORLDxCONSUMED"},
+		{"negative epoch", 0, wire.State{Epoch: -1}, CodeBadRequest, "the state's epoch -1 < 0"},
+		{"another order", 3, wire.State{Epoch: 3, Order: "0123456789abcdef", Samples: 100, Runs: "2x7", Batches: 1}, CodeResume, "saved under another order"},
+		{"another dataset size", 3, wire.State{Epoch: 3, Order: good.Order, Samples: 99, Runs: "2x7", Batches: 1}, CodeResume, "saved under another order"},
+		{"bad runs", 3, wire.State{Epoch: 3, Order: good.Order, Samples: 100, Runs: "2y7", Batches: 1}, CodeResume, "is not WORLDxCONSUMED"},
 	} {
 		hk := h
 		hk.Epoch, hk.State = tc.epoch, &tc.state
@@ -259,7 +260,7 @@ func TestResumeRefusals(t *testing.T) {
 
 	// In an epoch message: a mismatched epoch is a protocol error, a state of
 	// another order a resume error.
-	cl.send(epochMsg{Type: typeEpoch, Epoch: 9, State: &saved})
+	cl.send(wire.EpochRequest{Type: wire.TypeEpoch, Epoch: 9, State: &saved})
 	if m := cl.untilError(); m["code"] != CodeBadRequest || !strings.Contains(m["message"].(string), "epoch: epoch 9, but the state is in epoch 3") {
 		t.Errorf("epoch message for epoch 9 with a state of epoch 3: %v", m)
 	}
@@ -267,8 +268,8 @@ func TestResumeRefusals(t *testing.T) {
 	if errm != nil {
 		t.Fatal(errm)
 	}
-	other := shardload.State{Epoch: 4, Order: "0123456789abcdef", Samples: 100, Runs: "2x7", Batches: 1}
-	cl.send(epochMsg{Type: typeEpoch, State: &other})
+	other := wire.State{Epoch: 4, Order: "0123456789abcdef", Samples: 100, Runs: "2x7", Batches: 1}
+	cl.send(wire.EpochRequest{Type: wire.TypeEpoch, State: &other})
 	if m := cl.untilError(); m["code"] != CodeResume || !strings.Contains(m["message"].(string), "another order") {
 		t.Errorf("epoch message with a state of another order: %v", m)
 	}
@@ -280,8 +281,8 @@ func TestResumeVersion2(t *testing.T) {
 	pattern := dataset(t)
 	fs := fields(t, "cls:int")
 	s := start(t, Options{URLs: []string{pattern}, Pipeline: shardload.Config{Fields: fs, Slabs: 3, SlabBytes: 4 << 20, ShuffleBuffer: 30}})
-	st := shardload.State{Epoch: 1, Order: "0123456789abcdef", Samples: 100, Runs: "2x7", Batches: 1}
-	cl, errm := dial(t, s.Addr(), hello{Version: 2, Rank: 1, World: 2, Seed: 5, Epoch: 3, BatchSize: 7, State: &st})
+	st := wire.State{Epoch: 1, Order: "0123456789abcdef", Samples: 100, Runs: "2x7", Batches: 1}
+	cl, errm := dial(t, s.Addr(), wire.Hello{Version: 2, Rank: 1, World: 2, Seed: 5, Epoch: 3, BatchSize: 7, State: &st})
 	if errm != nil {
 		t.Fatal(errm)
 	}
@@ -295,7 +296,7 @@ func TestResumeVersion2(t *testing.T) {
 		BatchSize: 7, ShuffleBuffer: 30, Logf: t.Logf})
 	for _, epoch := range []int{3, 4} {
 		if epoch == 4 {
-			cl.send(epochMsg{Type: typeEpoch, Epoch: 4, State: &st}) // the state is no member of version 2
+			cl.send(wire.EpochRequest{Type: wire.TypeEpoch, Epoch: 4, State: &st}) // the state is no member of version 2
 			want = libraryKeys(t, shardload.Config{URLs: []string{pattern}, Fields: fs, Rank: 1, World: 2, Seed: 5, Epoch: 4,
 				BatchSize: 7, ShuffleBuffer: 30, Logf: t.Logf})
 		}

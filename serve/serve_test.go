@@ -21,6 +21,7 @@ import (
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/shardgen"
+	"github.com/shardload/shardload/wire"
 )
 
 // dataset writes a small dataset and returns its pattern: 4 shards of 25 samples.
@@ -89,7 +90,7 @@ func start(t *testing.T, opts Options) *Server {
 type client struct {
 	t     *testing.T
 	c     *net.UnixConn
-	ready ready
+	ready wire.Ready
 	raw   map[string]any // the ready as sent
 	slabs [][]byte
 	fds   []int
@@ -97,7 +98,7 @@ type client struct {
 
 // dial connects, says hello and reads the answer: a client with its slabs mapped, or
 // the server's error message.
-func dial(t *testing.T, socket string, h hello) (*client, map[string]any) {
+func dial(t *testing.T, socket string, h wire.Hello) (*client, map[string]any) {
 	t.Helper()
 	cl := dialRaw(t, socket, h)
 	if m := cl.awaitReady(); m != nil {
@@ -107,14 +108,14 @@ func dial(t *testing.T, socket string, h hello) (*client, map[string]any) {
 }
 
 // dialRaw connects and says hello without waiting for the answer.
-func dialRaw(t *testing.T, socket string, h hello) *client {
+func dialRaw(t *testing.T, socket string, h wire.Hello) *client {
 	t.Helper()
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: socket, Net: "unixpacket"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	h.Type = typeHello
+	h.Type = wire.TypeHello
 	cl := &client{t: t, c: c}
 	cl.send(h)
 	return cl
@@ -126,7 +127,7 @@ func (cl *client) awaitReady() map[string]any {
 	t := cl.t
 	t.Helper()
 	buf := make([]byte, MaxMessage)
-	oob := make([]byte, unix.CmsgSpace(4*maxFDs))
+	oob := make([]byte, unix.CmsgSpace(4*wire.MaxFDs))
 	cl.c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	n, oobn, _, _, err := cl.c.ReadMsgUnix(buf, oob)
 	if err != nil {
@@ -136,7 +137,7 @@ func (cl *client) awaitReady() map[string]any {
 	if err := json.Unmarshal(buf[:n], &m); err != nil {
 		t.Fatal(err)
 	}
-	if m["type"] != typeReady {
+	if m["type"] != wire.TypeReady {
 		return m
 	}
 	json.Unmarshal(buf[:n], &cl.ready)
@@ -194,34 +195,34 @@ func (cl *client) recv() (string, []byte) {
 	if err != nil {
 		cl.t.Fatalf("reading: %v", err)
 	}
-	var env envelope
+	var env wire.Envelope
 	json.Unmarshal(buf[:n], &env)
 	return env.Type, buf[:n]
 }
 
 // batch reads the next message, which must be a batch.
-func (cl *client) batch() batch {
+func (cl *client) batch() wire.Batch {
 	cl.t.Helper()
 	typ, b := cl.recv()
-	if typ != typeBatch {
-		cl.t.Fatalf("want a batch, got %s", b)
+	if typ != wire.TypeBatch {
+		cl.t.Fatalf("want a wire.Batch, got %s", b)
 	}
-	var m batch
+	var m wire.Batch
 	json.Unmarshal(b, &m)
 	return m
 }
 
-// keys returns the keys of the samples of a batch, read from its slab (mapped again
+// keys returns the keys of the samples of a wire.Batch, read from its slab (mapped again
 // when it grew).
-func (cl *client) keys(m batch) []string {
+func (cl *client) keys(m wire.Batch) []string {
 	if m.SlabBytes > int64(len(cl.slabs[m.Slab])) {
 		cl.remap(m.Slab, m.SlabBytes)
 	}
 	kc := m.Columns[len(m.Columns)-1]
-	if kc.Name != decode.KeyColumn {
+	if kc.Name != wire.KeyColumn {
 		cl.t.Fatalf("last column %q", kc.Name)
 	}
-	col := decode.Column{Ragged: true, Offset: kc.Offset, Length: kc.Length, OffsetsOffset: kc.OffsetsOffset}
+	col := wire.Column{Ragged: true, Offset: kc.Offset, Length: kc.Length, OffsetsOffset: kc.OffsetsOffset}
 	var ks []string
 	for i := range m.Rows {
 		ks = append(ks, string(col.Row(cl.slabs[m.Slab], i)))
@@ -230,23 +231,23 @@ func (cl *client) keys(m batch) []string {
 }
 
 // release hands a batch back.
-func (cl *client) release(m batch) {
-	cl.send(release{Type: typeRelease, Slab: m.Slab, Seq: m.Seq, Epoch: m.Epoch})
+func (cl *client) release(m wire.Batch) {
+	cl.send(wire.Release{Type: wire.TypeRelease, Slab: m.Slab, Seq: m.Seq, Epoch: m.Epoch})
 }
 
 // epoch reads one epoch's batches, releasing each, and returns their keys.
-func (cl *client) epoch() ([][]string, end) {
+func (cl *client) epoch() ([][]string, wire.End) {
 	var keys [][]string
 	for {
 		typ, b := cl.recv()
 		switch typ {
-		case typeBatch:
-			var m batch
+		case wire.TypeBatch:
+			var m wire.Batch
 			json.Unmarshal(b, &m)
 			keys = append(keys, cl.keys(m))
 			cl.release(m)
-		case typeEnd:
-			var e end
+		case wire.TypeEnd:
+			var e wire.End
 			json.Unmarshal(b, &e)
 			return keys, e
 		default:
@@ -288,7 +289,7 @@ func TestSessionMatchesLibrary(t *testing.T) {
 	pattern := dataset(t)
 	fs := fields(t, "jpg", "cls:int")
 	s := start(t, Options{URLs: []string{pattern}, Pipeline: shardload.Config{Fields: fs, Slabs: 3, SlabBytes: 4 << 20, ShuffleBuffer: 30}})
-	cl, errm := dial(t, s.Addr(), hello{Version: Version, Rank: 1, World: 2, Seed: 5, Epoch: 3, BatchSize: 7})
+	cl, errm := dial(t, s.Addr(), wire.Hello{Version: Version, Rank: 1, World: 2, Seed: 5, Epoch: 3, BatchSize: 7})
 	if errm != nil {
 		t.Fatal(errm)
 	}
@@ -297,7 +298,7 @@ func TestSessionMatchesLibrary(t *testing.T) {
 	}
 	for _, epoch := range []int{3, 4} {
 		if epoch == 4 {
-			cl.send(epochMsg{Type: typeEpoch, Epoch: 4})
+			cl.send(wire.EpochRequest{Type: wire.TypeEpoch, Epoch: 4})
 		}
 		got, e := cl.epoch()
 		want := libraryKeys(t, shardload.Config{URLs: []string{pattern}, Fields: fs, Rank: 1, World: 2, Seed: 5, Epoch: epoch,
@@ -309,7 +310,7 @@ func TestSessionMatchesLibrary(t *testing.T) {
 			t.Errorf("end %+v", e)
 		}
 	}
-	cl.send(map[string]string{"type": typeBye})
+	cl.send(map[string]string{"type": wire.TypeBye})
 	if _, err := cl.c.Read(make([]byte, 10)); err == nil {
 		t.Error("connection still open after bye")
 	}
@@ -320,21 +321,21 @@ func TestRefusals(t *testing.T) {
 	s := start(t, Options{URLs: []string{pattern}, Allow: []string{"s3://bucket/train/"}, MaxSessions: 1,
 		Pipeline: shardload.Config{Slabs: 2, SlabBytes: 4 << 20}})
 	for _, tc := range []struct {
-		h          hello
+		h          wire.Hello
 		code, text string
 	}{
-		{hello{Version: 1, World: 1, BatchSize: 1}, CodeVersion, "protocol version 1 is not supported: this server speaks version 2, 3 or 4"},
-		{hello{Version: 5, World: 1, BatchSize: 1}, CodeVersion, "protocol version 5 is not supported: this server speaks version 2, 3 or 4"},
-		{hello{Version: Version, World: 1, BatchSize: 4, SlabBytes: 2 << 30}, CodeBadRequest, "slab_bytes 2147483648 outside"},
-		{hello{Version: Version, World: 1, BatchSize: 4, Slabs: 1000}, CodeBadRequest, "slabs 1000 outside"},
-		{hello{Version: Version, World: 1, BatchSize: 4, ImageLayout: "cwh"}, CodeBadRequest, "image_layout"},
-		{hello{Version: Version, World: 1, BatchSize: 0}, CodeBadRequest, "batch size 0"},
-		{hello{Version: Version, Rank: 2, World: 2, BatchSize: 4}, CodeBadRequest, "rank 2 outside [0, world 2)"},
-		{hello{Version: Version, World: 1, BatchSize: 4, Fields: []string{"x:bogus"}}, CodeBadRequest, "bogus"},
-		{hello{Version: Version, World: 1, BatchSize: 4, GPUPCI: "0000:3b:00.0\nforged log line"}, CodeBadRequest, "gpu_pci \"0000:3b:00.0\\nforged log line\" is not a PCI address"},
-		{hello{Version: Version, World: 1, BatchSize: 4, URLs: []string{"s3://bucket/train-evil/x.tar"}}, CodeDenied, "does not serve s3://bucket/train-evil/x.tar"},
-		{hello{Version: Version, World: 1, BatchSize: 4, URLs: []string{"s3://bucket/train/../secret/x.tar"}}, CodeDenied, "does not serve"},
-		{hello{Version: Version, World: 1, BatchSize: 4, URLs: []string{"file:///etc/passwd"}}, CodeDenied, "does not serve"},
+		{wire.Hello{Version: 1, World: 1, BatchSize: 1}, CodeVersion, "protocol version 1 is not supported: this server speaks version 2, 3 or 4"},
+		{wire.Hello{Version: 5, World: 1, BatchSize: 1}, CodeVersion, "protocol version 5 is not supported: this server speaks version 2, 3 or 4"},
+		{wire.Hello{Version: Version, World: 1, BatchSize: 4, SlabBytes: 2 << 30}, CodeBadRequest, "slab_bytes 2147483648 outside"},
+		{wire.Hello{Version: Version, World: 1, BatchSize: 4, Slabs: 1000}, CodeBadRequest, "slabs 1000 outside"},
+		{wire.Hello{Version: Version, World: 1, BatchSize: 4, ImageLayout: "cwh"}, CodeBadRequest, "image_layout"},
+		{wire.Hello{Version: Version, World: 1, BatchSize: 0}, CodeBadRequest, "batch size 0"},
+		{wire.Hello{Version: Version, Rank: 2, World: 2, BatchSize: 4}, CodeBadRequest, "rank 2 outside [0, world 2)"},
+		{wire.Hello{Version: Version, World: 1, BatchSize: 4, Fields: []string{"x:bogus"}}, CodeBadRequest, "bogus"},
+		{wire.Hello{Version: Version, World: 1, BatchSize: 4, GPUPCI: "0000:3b:00.0\nforged log line"}, CodeBadRequest, "gpu_pci \"0000:3b:00.0\\nforged log line\" is not a PCI address"},
+		{wire.Hello{Version: Version, World: 1, BatchSize: 4, URLs: []string{"s3://bucket/train-evil/x.tar"}}, CodeDenied, "does not serve s3://bucket/train-evil/x.tar"},
+		{wire.Hello{Version: Version, World: 1, BatchSize: 4, URLs: []string{"s3://bucket/train/../secret/x.tar"}}, CodeDenied, "does not serve"},
+		{wire.Hello{Version: Version, World: 1, BatchSize: 4, URLs: []string{"file:///etc/passwd"}}, CodeDenied, "does not serve"},
 	} {
 		_, m := dial(t, s.Addr(), tc.h)
 		if m == nil || m["code"] != tc.code || !strings.Contains(m["message"].(string), tc.text) {
@@ -342,19 +343,19 @@ func TestRefusals(t *testing.T) {
 		}
 	}
 	// One session at a time: a second trainer hears the server is busy.
-	cl, m := dial(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 4, Fields: []string{"cls:int"}})
+	cl, m := dial(t, s.Addr(), wire.Hello{Version: Version, World: 1, BatchSize: 4, Fields: []string{"cls:int"}})
 	if m != nil {
 		t.Fatal(m)
 	}
-	_, m = dial(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 4})
+	_, m = dial(t, s.Addr(), wire.Hello{Version: Version, World: 1, BatchSize: 4})
 	if m == nil || m["code"] != CodeBusy {
 		t.Errorf("second session: %v", m)
 	}
 	// A release of a slab the trainer does not hold is a protocol error.
-	cl.send(release{Type: typeRelease, Slab: 1000, Seq: 0})
+	cl.send(wire.Release{Type: wire.TypeRelease, Slab: 1000, Seq: 0})
 	for {
 		typ, b := cl.recv()
-		if typ == typeError {
+		if typ == wire.TypeError {
 			if !strings.Contains(string(b), "slab 1000") {
 				t.Errorf("error %s", b)
 			}
@@ -366,13 +367,13 @@ func TestRefusals(t *testing.T) {
 func TestCloseEndsSessions(t *testing.T) {
 	pattern := dataset(t)
 	s := start(t, Options{URLs: []string{pattern}, Pipeline: shardload.Config{Slabs: 2, SlabBytes: 4 << 20}})
-	cl, m := dial(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 4})
+	cl, m := dial(t, s.Addr(), wire.Hello{Version: Version, World: 1, BatchSize: 4})
 	if m != nil {
 		t.Fatal(m)
 	}
 	// The trainer holds the batches it was sent and releases nothing.
 	typ, _ := cl.recv()
-	if typ != typeBatch {
+	if typ != wire.TypeBatch {
 		t.Fatalf("got %s", typ)
 	}
 	if err := s.Close(); err != nil {
@@ -380,7 +381,7 @@ func TestCloseEndsSessions(t *testing.T) {
 	}
 	for {
 		typ, b := cl.recv()
-		if typ == typeError {
+		if typ == wire.TypeError {
 			if !strings.Contains(string(b), CodeShutdown) {
 				t.Errorf("error %s", b)
 			}
@@ -454,7 +455,7 @@ func TestSessionSeesNewIndex(t *testing.T) {
 	idx := filepath.Join(filepath.Dir(pattern), index.FileName)
 	os.Remove(idx)
 	s := start(t, Options{URLs: []string{pattern}, Pipeline: shardload.Config{Fields: fields(t, "cls:int"), Slabs: 2, NoIndexStore: true}})
-	h := hello{Version: Version, World: 2, BatchSize: 4, AllowEstimate: true}
+	h := wire.Hello{Version: Version, World: 2, BatchSize: 4, AllowEstimate: true}
 	cl, m := dial(t, s.Addr(), h)
 	if m != nil {
 		t.Fatal(m)
@@ -477,10 +478,10 @@ func TestSessionSeesNewIndex(t *testing.T) {
 	if cl.ready.Estimated {
 		t.Error("the index written since the first session was not used")
 	}
-	// Without permission, a job of two ranks with no index is refused before ready,
+	// Without permission, a job of two ranks with no index is refused before wire.Ready,
 	// naming the fix.
 	os.Remove(idx)
-	_, m = dial(t, s.Addr(), hello{Version: Version, World: 2, BatchSize: 4})
+	_, m = dial(t, s.Addr(), wire.Hello{Version: Version, World: 2, BatchSize: 4})
 	if m == nil || !strings.Contains(fmt.Sprint(m["message"]), "shardload index --output") {
 		t.Errorf("two ranks, no index: %v; want an error naming shardload index", m)
 	}
@@ -509,17 +510,17 @@ func TestSessionSlabGrows(t *testing.T) {
 		paths = append(paths, p)
 	}
 	s := start(t, Options{URLs: paths, Pipeline: shardload.Config{Fields: fields(t, "bin"), Slabs: 2, NoIndexStore: true, CountFirst: true}})
-	cl, m := dial(t, s.Addr(), hello{Version: Version, World: 1, BatchSize: 8, Seed: 1})
+	cl, m := dial(t, s.Addr(), wire.Hello{Version: Version, World: 1, BatchSize: 8, Seed: 1})
 	if m != nil {
 		t.Fatal(m)
 	}
 	grown, n := false, 0
 	for {
 		typ, b := cl.recv()
-		if typ == typeEnd {
+		if typ == wire.TypeEnd {
 			break
 		}
-		var bm batch
+		var bm wire.Batch
 		json.Unmarshal(b, &bm)
 		if bm.SlabBytes > cl.ready.SlabBytes {
 			grown = true

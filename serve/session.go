@@ -21,6 +21,7 @@ import (
 	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/wire"
 )
 
 // Limits on what a hello may ask for.
@@ -29,7 +30,7 @@ const (
 	maxWorld     = 1 << 16
 )
 
-// Causes of a session's end, other than the pipeline's errors.
+// Causes of a session's wire.End, other than the pipeline's errors.
 var (
 	errClientGone = errors.New("serve: trainer disconnected")
 	errBye        = errors.New("serve: trainer said bye")
@@ -154,7 +155,7 @@ func (s *Server) uidAllowed(uid int) bool {
 }
 
 // readHello reads and checks the client's first message.
-func (s *Server) readHello(c *net.UnixConn) (*hello, error) {
+func (s *Server) readHello(c *net.UnixConn) (*wire.Hello, error) {
 	c.SetReadDeadline(time.Now().Add(s.opts.HelloTimeout))
 	defer c.SetReadDeadline(time.Time{})
 	msg, err := readMessage(c, make([]byte, MaxMessage+1))
@@ -165,14 +166,14 @@ func (s *Server) readHello(c *net.UnixConn) (*hello, error) {
 		}
 		return nil, err
 	}
-	var env envelope
+	var env wire.Envelope
 	if err := decodeMessage(msg, &env); err != nil {
 		return nil, reject(CodeBadRequest, "hello: %v", err)
 	}
-	if env.Type != typeHello {
-		return nil, reject(CodeBadRequest, "the first message must be a hello, not %q", env.Type)
+	if env.Type != wire.TypeHello {
+		return nil, reject(CodeBadRequest, "the first message must be a wire.Hello, not %q", env.Type)
 	}
-	var h hello
+	var h wire.Hello
 	if err := decodeMessage(msg, &h); err != nil {
 		return nil, reject(CodeBadRequest, "hello: %v", err)
 	}
@@ -221,7 +222,7 @@ func clientName(c string) string {
 }
 
 // sessionConfig builds a session's pipeline settings from the server's and the hello.
-func (s *Server) sessionConfig(h *hello) (shardload.Config, error) {
+func (s *Server) sessionConfig(h *wire.Hello) (shardload.Config, error) {
 	cfg := s.opts.Pipeline
 	switch {
 	case h.World < 1 || h.World > maxWorld:
@@ -243,11 +244,11 @@ func (s *Server) sessionConfig(h *hello) (shardload.Config, error) {
 		cfg.Tuner = shardload.NewTuner() // the session's epochs go on from the last one's settings
 	}
 	if h.State != nil {
-		epoch, err := checkState("hello", h.Epoch, h.State)
+		st := shardload.State(*h.State)
+		epoch, err := checkState("hello", h.Epoch, &st)
 		if err != nil {
 			return cfg, reject(CodeBadRequest, "%v", err)
 		}
-		st := *h.State
 		cfg.Epoch, cfg.Resume = epoch, &st
 	}
 	if err := s.epochSettings(h, &cfg); err != nil {
@@ -310,7 +311,7 @@ const (
 
 // epochSettings applies the settings of a hello (version 4) that define the trainer's
 // epochs: the server's are defaults, and its budgets the limits.
-func (s *Server) epochSettings(h *hello, cfg *shardload.Config) error {
+func (s *Server) epochSettings(h *wire.Hello, cfg *shardload.Config) error {
 	if h.Version < 4 {
 		return nil
 	}
@@ -321,8 +322,8 @@ func (s *Server) epochSettings(h *hello, cfg *shardload.Config) error {
 	switch {
 	case h.SlabBytes < 0 || h.SlabBytes > max:
 		return reject(CodeBadRequest, "slab_bytes %d outside [1, %d] (the server's --max-slab-size)", h.SlabBytes, max)
-	case h.Slabs < 0 || h.Slabs > maxFDs:
-		return reject(CodeBadRequest, "slabs %d outside [1, %d]", h.Slabs, maxFDs)
+	case h.Slabs < 0 || h.Slabs > wire.MaxFDs:
+		return reject(CodeBadRequest, "slabs %d outside [1, %d]", h.Slabs, wire.MaxFDs)
 	case h.ShuffleBuffer < 0 || h.ShuffleBuffer > maxShuffleBuffer:
 		return reject(CodeBadRequest, "shuffle_buffer %d outside [1, %d]", h.ShuffleBuffer, maxShuffleBuffer)
 	case h.ShuffleBytes < 0 || h.ShuffleBytes > cfg.MemoryBudget():
@@ -371,8 +372,8 @@ type session struct {
 	cfg   shardload.Config
 	place sessionPlace
 	wake  chan struct{} // a new epoch was asked for (capacity 1)
-	// version is the protocol version of the trainer's hello, which the ready
-	// repeats; states: it is 3 or more, so ready, batch and end messages carry
+	// version is the protocol version of the trainer's wire.Hello, which the wire.Ready
+	// repeats; states: it is 3 or more, so wire.Ready, batch and end messages carry
 	// states, and epoch messages may.
 	version int
 	states  bool
@@ -381,7 +382,7 @@ type session struct {
 	mu        sync.Mutex
 	held      map[int]sent // by slab index: batches sent and not released
 	readySent bool         // the trainer may send messages from now on
-	// open are the epochs asked for (the first by the hello) whose end has not been
+	// open are the epochs asked for (the first by the wire.Hello) whose end has not been
 	// sent: open[0] is being streamed or is about to be. There are at most two: a
 	// second epoch message abandons open[0].
 	open       []epochReq
@@ -431,7 +432,7 @@ func (ss *session) run() error {
 		ss.readLoop(ctx, cancel)
 	}()
 	defer func() {
-		// The reader stops first: it releases batches, and the connection's end
+		// The reader stops first: it releases batches, and the connection's wire.End
 		// needs it gone.
 		cancel(nil)
 		<-readerDone
@@ -446,8 +447,8 @@ func (ss *session) run() error {
 	}()
 
 	cfg := ss.cfg
-	if cfg.Slabs > maxFDs {
-		err := fmt.Errorf("%d slabs: a session passes at most %d descriptors", cfg.Slabs, maxFDs)
+	if cfg.Slabs > wire.MaxFDs {
+		err := fmt.Errorf("%d slabs: a session passes at most %d descriptors", cfg.Slabs, wire.MaxFDs)
 		ss.sendError(CodeBadRequest, err.Error())
 		return err
 	}
@@ -487,10 +488,10 @@ func (ss *session) run() error {
 	}
 	ss.tally.open(l, cfg.Epoch)
 	plan, order := l.Plan(), l.Order()
-	rd := ready{
-		Type: typeReady, Version: ss.version, Session: ss.id, Slabs: len(ring.Slabs()), SlabBytes: ring.SlabBytes(),
-		Fields: fieldsOf(l.Fields()), Epoch: cfg.Epoch, Batches: plan.Batches, Samples: int64(plan.Samples), Estimated: plan.Estimated, Shards: len(infos),
-		Order:     orderInfo{Fingerprint: order.JobFingerprint(), Settings: order},
+	rd := wire.Ready{
+		Type: wire.TypeReady, Version: ss.version, Session: ss.id, Slabs: len(ring.Slabs()), SlabBytes: ring.SlabBytes(),
+		Fields: wire.Fields(l.Fields()), Epoch: cfg.Epoch, Batches: plan.Batches, Samples: int64(plan.Samples), Estimated: plan.Estimated, Shards: len(infos),
+		Order:     wire.OrderInfo{Fingerprint: order.JobFingerprint(), Settings: wire.OrderSettings(order)},
 		Placement: ss.place.msg,
 	}
 	if ss.version >= 4 {
@@ -501,7 +502,7 @@ func (ss *session) run() error {
 		}
 	}
 	if ss.states {
-		st := l.State()
+		st := wire.State(l.State())
 		rd.State = &st
 	}
 	fds := make([]int, len(ring.Slabs()))
@@ -510,7 +511,7 @@ func (ss *session) run() error {
 	}
 	ss.mu.Lock()
 	ss.readySent = true
-	ss.starveFrom(time.Now()) // the trainer waits for the first batch
+	ss.starveFrom(time.Now()) // the trainer waits for the first wire.Batch
 	ss.mu.Unlock()
 	if err := ss.write(rd, fds); err != nil {
 		return errClientGone
@@ -545,7 +546,7 @@ func (ss *session) run() error {
 		}
 		abandoned := ss.endEpoch()
 		ecancel()
-		e := end{Type: typeEnd, Epoch: epoch, Batches: t.batches, Samples: t.samples, Padded: t.padded, Abandoned: abandoned}
+		e := wire.End{Type: wire.TypeEnd, Epoch: epoch, Batches: t.batches, Samples: t.samples, Padded: t.padded, Abandoned: abandoned}
 		if l != nil {
 			st := l.Stats()
 			e.Skipped = st.Skipped
@@ -553,7 +554,7 @@ func (ss *session) run() error {
 				e.Trimmed, e.Estimated = st.Trimmed, l.Plan().Estimated
 			}
 			if ss.states {
-				st := l.State()
+				st := wire.State(l.State())
 				e.State = &st
 			}
 			// Stops the pipeline; the batches the trainer holds stay in the ring.
@@ -636,12 +637,12 @@ func (ss *session) stream(ctx context.Context, l *shardload.Loader, epoch int, r
 		ss.held[idx] = sent{b: b, epoch: epoch, run: run}
 		ss.starveTo(time.Now())
 		ss.mu.Unlock()
-		m := batch{
-			Type: typeBatch, Epoch: epoch, Seq: b.Seq, Slab: idx, Rows: b.Rows, Padded: b.Padded,
-			Used: b.Used, Columns: columnsOf(&b.Batch),
+		m := wire.Batch{
+			Type: wire.TypeBatch, Epoch: epoch, Seq: b.Seq, Slab: idx, Rows: b.Rows, Padded: b.Padded,
+			Used: b.Used, Columns: wire.Columns(&b.Layout),
 		}
 		if ss.states {
-			st := l.State()
+			st := wire.State(l.State())
 			m.State = &st
 		}
 		if ss.version >= 4 {
@@ -678,7 +679,7 @@ func (ss *session) readLoop(ctx context.Context, cancel context.CancelCauseFunc)
 			}
 			return
 		}
-		var env envelope
+		var env wire.Envelope
 		if err := decodeMessage(msg, &env); err != nil {
 			ss.protocolError(cancel, "%v", err)
 			return
@@ -686,13 +687,13 @@ func (ss *session) readLoop(ctx context.Context, cancel context.CancelCauseFunc)
 		ss.mu.Lock()
 		early := !ss.readySent
 		ss.mu.Unlock()
-		if early && env.Type != typeBye {
+		if early && env.Type != wire.TypeBye {
 			ss.protocolError(cancel, "%q sent before the server's ready", env.Type)
 			return
 		}
 		switch env.Type {
-		case typeRelease:
-			var r release
+		case wire.TypeRelease:
+			var r wire.Release
 			if err := decodeMessage(msg, &r); err != nil {
 				ss.protocolError(cancel, "release: %v", err)
 				return
@@ -701,27 +702,27 @@ func (ss *session) readLoop(ctx context.Context, cancel context.CancelCauseFunc)
 				ss.protocolError(cancel, "%v", err)
 				return
 			}
-		case typeEpoch:
-			var e epochMsg
+		case wire.TypeEpoch:
+			var e wire.EpochRequest
 			if err := decodeMessage(msg, &e); err != nil || e.Epoch < 0 {
 				ss.protocolError(cancel, "epoch: want {\"type\": \"epoch\", \"epoch\": N >= 0}")
 				return
 			}
 			req := epochReq{epoch: e.Epoch}
 			if ss.states && e.State != nil {
-				epoch, err := checkState("epoch", e.Epoch, e.State)
+				st := shardload.State(*e.State)
+				epoch, err := checkState("epoch", e.Epoch, &st)
 				if err != nil {
 					ss.protocolError(cancel, "%v", err)
 					return
 				}
-				st := *e.State
 				req = epochReq{epoch: epoch, state: &st}
 			}
 			if err := ss.askEpoch(req); err != nil {
 				ss.protocolError(cancel, "%v", err)
 				return
 			}
-		case typeBye:
+		case wire.TypeBye:
 			cancel(errBye)
 			return
 		default:
@@ -761,7 +762,7 @@ func (ss *session) protocolError(cancel context.CancelCauseFunc, format string, 
 }
 
 // release hands a slab the trainer is done with back to the ring.
-func (ss *session) release(r release) error {
+func (ss *session) release(r wire.Release) error {
 	ss.mu.Lock()
 	h, ok := ss.held[r.Slab]
 	switch {
@@ -900,7 +901,7 @@ func linger(c *net.UnixConn) {
 // sendError sends an error message, best effort: the session ends after it. The
 // secrets of the URLs it quotes are removed.
 func sendError(c *net.UnixConn, code, msg string) {
-	b, _ := json.Marshal(errorMsg{Type: typeError, Code: code, Message: redact.String(msg)})
+	b, _ := json.Marshal(wire.ErrorMessage{Type: wire.TypeError, Code: code, Message: redact.String(msg)})
 	c.SetWriteDeadline(time.Now().Add(time.Second))
 	c.Write(b)
 }

@@ -20,7 +20,7 @@ type SessionStats struct {
 	// NoAutotune.
 	Settings shardload.Settings
 	// RingSlabs is the session's slabs, and RingInUse those holding a batch that is
-	// being collated, is ready, or is with the trainer.
+	// being collated, is wire.Ready, or is with the trainer.
 	RingSlabs, RingInUse int
 	shardload.Stats
 }
@@ -51,7 +51,7 @@ type sessionTally struct {
 	started time.Time
 	ring    *pinned.Ring
 	// The trainer's waits for batches that were not ready: as it reports them in
-	// its releases (protocol 4), else as the server sees them (time with no batch
+	// its releases (protocol 4), else as the server sees them (time with no wire.Batch
 	// sent and not released; less than the trainer's when it keeps batches a while).
 	reported time.Duration
 	reports  bool

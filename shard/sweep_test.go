@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/shardload/shardload/internal/testutil"
 )
 
 // sweepShard is a small shard of samples with fields of several sizes (empty, under a
@@ -142,7 +144,7 @@ func TestCutAndFlipSweep(t *testing.T) {
 			data = compress(t, c, plain)
 			step = 2
 		}
-		if testing.Short() || raceEnabled {
+		if testing.Short() || testutil.Race {
 			step *= 3
 		}
 		t.Run(c.String(), func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/shardload/shardload/numa"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/plan"
+	"github.com/shardload/shardload/wire"
 )
 
 // run is the mixing goroutine: it opens up to OpenShards (plus ReadAhead) of the
@@ -684,11 +685,11 @@ func (b *batcher) flush(ctx context.Context) error {
 		b.keys = append(b.keys, it.key)
 		b.values = append(b.values, it.values)
 	}
-	db, err := decode.Collate(slab.Bytes(), pl.p.Fields, b.keys, b.values)
-	if errors.Is(err, decode.ErrSlabTooSmall) && pl.p.SlabSize != nil {
-		err = pl.grow(slab, decode.Needed(pl.p.Fields, b.keys, b.values), b.seq)
+	db, err := wire.Collate(slab.Bytes(), pl.p.Fields, b.keys, b.values)
+	if errors.Is(err, wire.ErrSlabTooSmall) && pl.p.SlabSize != nil {
+		err = pl.grow(slab, wire.Needed(pl.p.Fields, b.keys, b.values), b.seq)
 		if err == nil {
-			db, err = decode.Collate(slab.Bytes(), pl.p.Fields, b.keys, b.values)
+			db, err = wire.Collate(slab.Bytes(), pl.p.Fields, b.keys, b.values)
 		}
 	}
 	add(&pl.C.Collate, time.Since(t0))
@@ -696,7 +697,7 @@ func (b *batcher) flush(ctx context.Context) error {
 		pl.ring.Release(slab)
 		return fmt.Errorf("shardload: batch %d: %w", b.seq, err)
 	}
-	out := &Batch{Batch: db, Seq: b.seq, Padded: b.padded, Slab: slab, ring: pl.ring}
+	out := &Batch{Layout: db, Seq: b.seq, Padded: b.padded, Slab: slab, ring: pl.ring}
 	if err := pl.toDevice(ctx, out); err != nil {
 		out.Release()
 		return err

@@ -23,6 +23,7 @@ import (
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
+	"github.com/shardload/shardload/wire"
 )
 
 // Opener opens a shard by URL, whole or from an offset, pinned to a version where it
@@ -170,7 +171,7 @@ type Counters struct {
 
 // Batch is one collated batch in a slab of the ring.
 type Batch struct {
-	decode.Batch
+	wire.Layout
 	Seq      int              // numbers the batches of an epoch from 0
 	Padded   int              // rows that repeat earlier samples
 	Slab     *pinned.Slab     // the slab the batch lives in

@@ -1,9 +1,12 @@
-package decode
+package wire
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/shardload/shardload/decode"
 )
 
 // Align is the alignment in bytes of every column's data and of every ragged
@@ -27,12 +30,12 @@ type Column struct {
 	// Name is the field's column name, or KeyColumn.
 	Name string
 	// Kind is the field's kind; KindText for the key column.
-	Kind Kind
+	Kind decode.Kind
 	// Ragged says the column is variable-length (offsets plus bytes).
 	Ragged bool
 	// DType is the element type: a fixed NPY field's dtype, int64 for KindInt
 	// fields, uint8 for ragged columns.
-	DType DType
+	DType decode.DType
 	// Shape is [rows, per-sample shape...] for a fixed column ([rows] for KindInt)
 	// and [Length] (total bytes) for a ragged one.
 	Shape []int
@@ -47,8 +50,8 @@ type Column struct {
 	OffsetsOffset int64
 }
 
-// Batch is the layout of one collated batch in its slab.
-type Batch struct {
+// Layout is where one collated batch lies in its slab.
+type Layout struct {
 	// Rows is the number of samples.
 	Rows int
 	// Columns holds one column per field, in the order of the fields, then the
@@ -59,7 +62,7 @@ type Batch struct {
 }
 
 // Column returns the column called name.
-func (b *Batch) Column(name string) (*Column, bool) {
+func (b *Layout) Column(name string) (*Column, bool) {
 	for i := range b.Columns {
 		if b.Columns[i].Name == name {
 			return &b.Columns[i], true
@@ -104,7 +107,7 @@ func (c *Column) Offsets(slab []byte, rows int) []int64 {
 // Int64s returns a copy of the values of a fixed int64 column (a KindInt field, or
 // an NPY field of dtype int64), flattened; nil for any other column.
 func (c *Column) Int64s(slab []byte) []int64 {
-	if c.Ragged || c.DType != Int64 {
+	if c.Ragged || c.DType != decode.Int64 {
 		return nil
 	}
 	data := slab[c.Offset : c.Offset+c.Length]
@@ -120,7 +123,7 @@ func alignUp(n int64) int64 { return (n + Align - 1) &^ (Align - 1) }
 // Needed returns the bytes of slab that Collate would use for this batch
 // (Batch.Used), or -1 when Collate would reject the input for another reason than
 // the slab's size.
-func Needed(fields []Field, keys []string, rows [][]Value) int64 {
+func Needed(fields []decode.Field, keys []string, rows [][]decode.Value) int64 {
 	n, err := layout(nil, fields, keys, rows)
 	if err != nil {
 		return -1
@@ -131,10 +134,10 @@ func Needed(fields []Field, keys []string, rows [][]Value) int64 {
 // Collate writes a batch into slab and returns its layout. rows[i][j] is the value
 // of fields[j] for the i-th sample, as Decode returned it, and keys[i] is the
 // sample's key. See CollateInto.
-func Collate(slab []byte, fields []Field, keys []string, rows [][]Value) (Batch, error) {
-	var b Batch
+func Collate(slab []byte, fields []decode.Field, keys []string, rows [][]decode.Value) (Layout, error) {
+	var b Layout
 	if err := CollateInto(&b, slab, fields, keys, rows); err != nil {
-		return Batch{}, err
+		return Layout{}, err
 	}
 	return b, nil
 }
@@ -155,7 +158,7 @@ func Collate(slab []byte, fields []Field, keys []string, rows [][]Value) (Batch,
 // and slab is left untouched. A fixed NPY value whose data size, dtype or shape
 // does not fit its field gives a *FieldError wrapping ErrWrongShape or
 // ErrWrongDType, also before anything is written.
-func CollateInto(b *Batch, slab []byte, fields []Field, keys []string, rows [][]Value) error {
+func CollateInto(b *Layout, slab []byte, fields []decode.Field, keys []string, rows [][]decode.Value) error {
 	nc := len(fields) + 1
 	if cap(b.Columns) < nc {
 		b.Columns = slices.Grow(b.Columns[:0], nc)
@@ -168,7 +171,7 @@ func CollateInto(b *Batch, slab []byte, fields []Field, keys []string, rows [][]
 	}
 	b.Used = used
 	if used > int64(len(slab)) {
-		return errf(ErrSlabTooSmall, "needs %d bytes, slab has %d (raise the slab size, --slab-size)", used, len(slab))
+		return fmt.Errorf("%w: needs %d bytes, slab has %d (raise the slab size, --slab-size)", ErrSlabTooSmall, used, len(slab))
 	}
 	slab = slab[:used]
 	var prev int64
@@ -192,7 +195,7 @@ func CollateInto(b *Batch, slab []byte, fields []Field, keys []string, rows [][]
 		} else {
 			clear(slab[prev:c.Offset])
 			data := slab[c.Offset : c.Offset+c.Length]
-			if fields[j].Kind == KindInt {
+			if fields[j].Kind == decode.KindInt {
 				for i := range rows {
 					binary.LittleEndian.PutUint64(data[8*i:], uint64(rows[i][j].Int))
 				}
@@ -210,7 +213,7 @@ func CollateInto(b *Batch, slab []byte, fields []Field, keys []string, rows [][]
 
 // layout checks the batch and computes its columns into cols (when not nil, of
 // length len(fields)+1); it returns the bytes used.
-func layout(cols []Column, fields []Field, keys []string, rows [][]Value) (int64, error) {
+func layout(cols []Column, fields []decode.Field, keys []string, rows [][]decode.Value) (int64, error) {
 	n := len(rows)
 	if len(keys) != n {
 		return 0, fmt.Errorf("decode: collate: %d keys for %d rows", len(keys), n)
@@ -222,14 +225,14 @@ func layout(cols []Column, fields []Field, keys []string, rows [][]Value) (int64
 	}
 	var cur int64
 	for j := range len(fields) + 1 {
-		var f *Field
+		var f *decode.Field
 		if j < len(fields) {
 			f = &fields[j]
 		}
 		var c Column
-		if f != nil && f.fixed() {
+		if f != nil && f.RowBytes() >= 0 {
 			rb := f.RowBytes()
-			if f.Kind == KindNPY {
+			if f.Kind == decode.KindNPY {
 				for i := range rows {
 					if err := checkFixed(f, &rows[i][j], rb); err != nil {
 						return 0, err
@@ -263,17 +266,17 @@ func layout(cols []Column, fields []Field, keys []string, rows [][]Value) (int64
 		col.Offset, col.Length, col.OffsetsOffset = c.Offset, c.Length, c.OffsetsOffset
 		switch {
 		case f == nil:
-			col.Name, col.Kind, col.Ragged, col.DType = KeyColumn, KindText, true, Uint8
+			col.Name, col.Kind, col.Ragged, col.DType = KeyColumn, decode.KindText, true, decode.Uint8
 			shape = append(shape, int(c.Length))
-		case f.Kind == KindInt:
-			col.Name, col.Kind, col.Ragged, col.DType = f.ColumnName(), KindInt, false, Int64
+		case f.Kind == decode.KindInt:
+			col.Name, col.Kind, col.Ragged, col.DType = f.ColumnName(), decode.KindInt, false, decode.Int64
 			shape = append(shape, n)
-		case f.fixed():
+		case f.RowBytes() >= 0:
 			col.Name, col.Kind, col.Ragged, col.DType = f.ColumnName(), f.Kind, false, f.DType
 			shape = append(shape, n)
 			shape = append(shape, f.Shape...)
 		default:
-			col.Name, col.Kind, col.Ragged, col.DType = f.ColumnName(), f.Kind, true, Uint8
+			col.Name, col.Kind, col.Ragged, col.DType = f.ColumnName(), f.Kind, true, decode.Uint8
 			shape = append(shape, int(c.Length))
 		}
 		col.Shape = shape
@@ -282,15 +285,21 @@ func layout(cols []Column, fields []Field, keys []string, rows [][]Value) (int64
 }
 
 // checkFixed checks that a value fits a fixed NPY column.
-func checkFixed(f *Field, v *Value, rowBytes int64) error {
+func checkFixed(f *decode.Field, v *decode.Value, rowBytes int64) error {
+	bad := func(sentinel error, format string, args ...any) error {
+		return &decode.FieldError{Field: f.ColumnName(), Ext: f.Ext, Err: fmt.Errorf("%w: collate: "+format, append([]any{sentinel}, args...)...)}
+	}
 	if !v.DType.IsZero() && v.DType != f.DType {
-		return f.err(errf(ErrWrongDType, "collate: got %s, want %s", v.DType.Name(), f.DType.Name()))
+		return bad(decode.ErrWrongDType, "got %s, want %s", v.DType.Name(), f.DType.Name())
 	}
 	if v.Shape != nil && !slices.Equal(v.Shape, f.Shape) {
-		return f.err(errf(ErrWrongShape, "collate: got %s, want %s", formatShape(v.Shape), formatShape(f.Shape)))
+		return bad(decode.ErrWrongShape, "got %s, want %s", decode.FormatShape(v.Shape), decode.FormatShape(f.Shape))
 	}
 	if int64(len(v.Data)) != rowBytes {
-		return f.err(errf(ErrWrongShape, "collate: %d data bytes, want %d for %s %s", len(v.Data), rowBytes, formatShape(f.Shape), f.DType.Name()))
+		return bad(decode.ErrWrongShape, "%d data bytes, want %d for %s %s", len(v.Data), rowBytes, decode.FormatShape(f.Shape), f.DType.Name())
 	}
 	return nil
 }
+
+// ErrSlabTooSmall means a batch does not fit in the slab given to Collate.
+var ErrSlabTooSmall = errors.New("wire: batch does not fit in the slab")

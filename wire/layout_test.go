@@ -1,4 +1,4 @@
-package decode
+package wire
 
 import (
 	"bytes"
@@ -9,15 +9,19 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/shardload/shardload/decode"
+
+	"github.com/shardload/shardload/internal/testutil"
 )
 
 // batchFixture decodes a batch of samples with mixed fields: an int label, a
 // fixed-shape int16 array, a ragged float32 array (the real Lhotse features and small
 // hand-built ones), raw bytes, text (one gzipped), and JSON.
 type batchFixture struct {
-	fields []Field
+	fields []decode.Field
 	keys   []string
-	rows   [][]Value
+	rows   [][]decode.Value
 }
 
 func newBatchFixture(t *testing.T, n int) batchFixture {
@@ -30,7 +34,7 @@ func newBatchFixture(t *testing.T, n int) batchFixture {
 	for _, b := range lhotseNPYs(t) {
 		lhotse = append(lhotse, b)
 	}
-	var d Decoder
+	var d decode.Decoder
 	for i := range n {
 		key := fmt.Sprintf("shard-%03d/sample-%d", i%3, i)
 		if i == 2 {
@@ -51,7 +55,7 @@ func newBatchFixture(t *testing.T, n int) batchFixture {
 			gz(t, []byte(strings.Repeat("word ", i)), stdgzip.Header{}),
 			fmt.Appendf(nil, `{"i": %d}`, i),
 		}
-		row := make([]Value, len(fx.fields))
+		row := make([]decode.Value, len(fx.fields))
 		for j := range fx.fields {
 			v, _, err := d.Decode(&fx.fields[j], members[j], nil) // fresh buf per value
 			if err != nil {
@@ -90,7 +94,7 @@ func TestCollate(t *testing.T) {
 }
 
 // checkBatch checks every column and row of a collated batch against the values.
-func checkBatch(t *testing.T, slab []byte, b *Batch, fx batchFixture) {
+func checkBatch(t *testing.T, slab []byte, b *Layout, fx batchFixture) {
 	t.Helper()
 	n := len(fx.rows)
 	var prevEnd int64
@@ -116,7 +120,7 @@ func checkBatch(t *testing.T, slab []byte, b *Batch, fx batchFixture) {
 		}
 		if j == len(fx.fields) {
 			// the key column
-			if c.Name != KeyColumn || !c.Ragged || c.DType != Uint8 || c.Kind != KindText {
+			if c.Name != KeyColumn || !c.Ragged || c.DType != decode.Uint8 || c.Kind != decode.KindText {
 				t.Fatalf("key column %+v", c)
 			}
 			checkRagged(t, slab, c, n, func(i int) []byte { return []byte(fx.keys[i]) })
@@ -127,8 +131,8 @@ func checkBatch(t *testing.T, slab []byte, b *Batch, fx batchFixture) {
 			t.Fatalf("column %d: %+v for field %v", j, c, f)
 		}
 		switch {
-		case f.Kind == KindInt:
-			if c.Ragged || c.DType != Int64 || !slices.Equal(c.Shape, []int{n}) || c.Length != int64(8*n) {
+		case f.Kind == decode.KindInt:
+			if c.Ragged || c.DType != decode.Int64 || !slices.Equal(c.Shape, []int{n}) || c.Length != int64(8*n) {
 				t.Fatalf("%s: %+v", c.Name, c)
 			}
 			want := make([]int64, n)
@@ -159,7 +163,7 @@ func checkBatch(t *testing.T, slab []byte, b *Batch, fx batchFixture) {
 				t.Fatalf("%s: Int64s or Offsets of an int16 column", c.Name)
 			}
 		default:
-			if !c.Ragged || c.DType != Uint8 {
+			if !c.Ragged || c.DType != decode.Uint8 {
 				t.Fatalf("%s: %+v", c.Name, c)
 			}
 			checkRagged(t, slab, c, n, func(i int) []byte { return fx.rows[i][j].Data })
@@ -217,9 +221,9 @@ func allZero(b []byte) bool {
 
 func TestCollateLayout(t *testing.T) {
 	// Hand-computed layout of a small batch: 3 rows, an int column and a raw column.
-	fields := []Field{{Name: "y", Ext: "cls", Kind: KindInt}, {Name: "x", Ext: "bin"}}
+	fields := []decode.Field{{Name: "y", Ext: "cls", Kind: decode.KindInt}, {Name: "x", Ext: "bin"}}
 	keys := []string{"a", "bb", "ccc"}
-	rows := [][]Value{
+	rows := [][]decode.Value{
 		{{Int: 1}, {Data: []byte("x")}},
 		{{Int: -2}, {Data: nil}},
 		{{Int: 3}, {Data: []byte("zzzz")}},
@@ -230,11 +234,11 @@ func TestCollateLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Column{
-		{Name: "y", Kind: KindInt, DType: Int64, Shape: []int{3}, Offset: 0, Length: 24},
+		{Name: "y", Kind: decode.KindInt, DType: decode.Int64, Shape: []int{3}, Offset: 0, Length: 24},
 		// offsets at 64 (4 x 8 bytes), data at 128
-		{Name: "x", Kind: KindRaw, Ragged: true, DType: Uint8, Shape: []int{5}, Offset: 128, Length: 5, OffsetsOffset: 64},
+		{Name: "x", Kind: decode.KindRaw, Ragged: true, DType: decode.Uint8, Shape: []int{5}, Offset: 128, Length: 5, OffsetsOffset: 64},
 		// offsets at 192, data at 256
-		{Name: KeyColumn, Kind: KindText, Ragged: true, DType: Uint8, Shape: []int{6}, Offset: 256, Length: 6, OffsetsOffset: 192},
+		{Name: KeyColumn, Kind: decode.KindText, Ragged: true, DType: decode.Uint8, Shape: []int{6}, Offset: 256, Length: 6, OffsetsOffset: 192},
 	}
 	if b.Rows != 3 || b.Used != 262 || !slices.EqualFunc(b.Columns, want, func(a, b Column) bool {
 		return fmt.Sprint(a) == fmt.Sprint(b)
@@ -275,22 +279,22 @@ func TestCollateSlabTooSmall(t *testing.T) {
 }
 
 func TestCollateErrors(t *testing.T) {
-	fields := []Field{mustField(t, "a=npy:npy:float32:2"), mustField(t, "cls")}
-	good := func() []Value {
-		return []Value{{Data: seq(8), DType: Float32, Shape: []int{2}}, {Int: 1}}
+	fields := []decode.Field{mustField(t, "a=npy:npy:float32:2"), mustField(t, "cls")}
+	good := func() []decode.Value {
+		return []decode.Value{{Data: seq(8), DType: decode.Float32, Shape: []int{2}}, {Int: 1}}
 	}
 	cases := []struct {
 		name   string
 		keys   []string
-		rows   [][]Value
+		rows   [][]decode.Value
 		target error
 		msg    string
 	}{
-		{"keys", []string{"a"}, [][]Value{good(), good()}, nil, "1 keys for 2 rows"},
-		{"row length", []string{"a"}, [][]Value{good()[:1]}, nil, "row 0 has 1 values for 2 fields"},
-		{"data size", []string{"a"}, [][]Value{{{Data: seq(12)}, {}}}, ErrWrongShape, "12 data bytes, want 8"},
-		{"shape", []string{"a"}, [][]Value{{{Data: seq(8), Shape: []int{1, 2}}, {}}}, ErrWrongShape, "got (1, 2), want (2,)"},
-		{"dtype", []string{"a"}, [][]Value{{{Data: seq(8), DType: Int32}, {}}}, ErrWrongDType, "got int32, want float32"},
+		{"keys", []string{"a"}, [][]decode.Value{good(), good()}, nil, "1 keys for 2 rows"},
+		{"row length", []string{"a"}, [][]decode.Value{good()[:1]}, nil, "row 0 has 1 values for 2 fields"},
+		{"data size", []string{"a"}, [][]decode.Value{{{Data: seq(12)}, {}}}, decode.ErrWrongShape, "12 data bytes, want 8"},
+		{"shape", []string{"a"}, [][]decode.Value{{{Data: seq(8), Shape: []int{1, 2}}, {}}}, decode.ErrWrongShape, "got (1, 2), want (2,)"},
+		{"dtype", []string{"a"}, [][]decode.Value{{{Data: seq(8), DType: decode.Int32}, {}}}, decode.ErrWrongDType, "got int32, want float32"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -304,9 +308,9 @@ func TestCollateErrors(t *testing.T) {
 				t.Fatal("Needed of a bad batch is not -1")
 			}
 			if c.target != nil {
-				var fe *FieldError
+				var fe *decode.FieldError
 				if !errors.As(err, &fe) || fe.Field != "a" {
-					t.Fatalf("%v is not a FieldError of field a", err)
+					t.Fatalf("%v is not a decode.FieldError of field a", err)
 				}
 			}
 		})
@@ -316,19 +320,19 @@ func TestCollateErrors(t *testing.T) {
 func TestCollateIntoReuse(t *testing.T) {
 	fx := newBatchFixture(t, 16)
 	slab := make([]byte, Needed(fx.fields, fx.keys, fx.rows))
-	var b Batch
+	var b Layout
 	if err := CollateInto(&b, slab, fx.fields, fx.keys, fx.rows); err != nil {
 		t.Fatal(err)
 	}
 	checkBatch(t, slab, &b, fx)
-	// A smaller batch into the same Batch: the layout is recomputed.
+	// A smaller batch into the same Layout: the layout is recomputed.
 	small := batchFixture{fields: fx.fields, keys: fx.keys[5:9], rows: fx.rows[5:9]}
 	clear(slab)
 	if err := CollateInto(&b, slab, small.fields, small.keys, small.rows); err != nil {
 		t.Fatal(err)
 	}
 	checkBatch(t, slab, &b, small)
-	if testing.CoverMode() == "" && !raceEnabled {
+	if testing.CoverMode() == "" && !testutil.Race {
 		got := testing.AllocsPerRun(20, func() {
 			if err := CollateInto(&b, slab, fx.fields, fx.keys, fx.rows); err != nil {
 				t.Fatal(err)
@@ -340,7 +344,7 @@ func TestCollateIntoReuse(t *testing.T) {
 	}
 	// Fewer fields than last time, then more.
 	one := fx.fields[:1]
-	rows := make([][]Value, len(fx.rows))
+	rows := make([][]decode.Value, len(fx.rows))
 	for i := range rows {
 		rows[i] = fx.rows[i][:1]
 	}

@@ -1,6 +1,0 @@
-//go:build !race
-
-package decode
-
-// raceEnabled: the race detector is off.
-const raceEnabled = false
