@@ -303,8 +303,7 @@ func (cfg Config) withDefaults() Config {
 		return cfg
 	}
 	cfg.defaulted = true
-	cfg.pins = tune.Pins{Workers: cfg.Workers != 0, ReadAhead: cfg.ReadAhead != 0, QueueBytes: cfg.QueueBytes != 0,
-		FetchParallel: cfg.FetchParallel != 0, FetchPartSize: cfg.FetchPartSize != 0}
+	cfg.pins = pinsOf(&cfg)
 	if cfg.Memory == 0 {
 		cfg.Memory = DefaultMemory
 	}
@@ -469,13 +468,13 @@ func slogf(l *slog.Logger) func(format string, args ...any) {
 // larger than a part, the worst case for set fetch parts).
 func leastKnobs(d Config) tune.Knobs {
 	least := tune.Knobs{QueueBytes: tune.MinQueueBytes, FetchParallel: 1, FetchPartSize: d.FetchPartSize}
-	if d.pins.QueueBytes {
+	if d.pins.Pinned(tune.QueueBytes) {
 		least.QueueBytes = d.QueueBytes
 	}
-	if d.pins.ReadAhead {
+	if d.pins.Pinned(tune.ReadAhead) {
 		least.ReadAhead = d.ReadAhead
 	}
-	if d.pins.FetchParallel {
+	if d.pins.Pinned(tune.FetchParallel) {
 		least.FetchParallel = d.FetchParallel
 	}
 	return least

@@ -140,7 +140,7 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	lim := tune.Limits{Lanes: cfg.OpenShards, Fetch: isRemote,
 		Fits: func(k tune.Knobs) bool { return sl.memoryOf(k) <= cfg.Memory }}
 	if cfg.NoAutotune {
-		pins = tune.Pins{Workers: true, ReadAhead: true, QueueBytes: true, FetchParallel: true, FetchPartSize: true}
+		pins = tune.AllPins
 	}
 	tuner.mu.Lock()
 	if tuner.t == nil {
@@ -149,8 +149,8 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 		tuner.t.Restart(knobs, pins, lim)
 	}
 	tuner.mu.Unlock()
-	fetch := pipelineKnobs(knobs, isRemote).Fetch
-	if cfg.NoAutotune && !cfg.pins.FetchParallel && !cfg.pins.FetchPartSize {
+	fetch := fetchTuning(knobs, isRemote)
+	if cfg.NoAutotune && !cfg.pins.Pinned(tune.FetchParallel) && !cfg.pins.Pinned(tune.FetchPartSize) {
 		fetch = source.Tuning{} // the sources' own settings
 	}
 	dev, devOpts, err := openDevice(cfg)

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/shardload/shardload/decode"
-	"github.com/shardload/shardload/internal/pipeline"
 	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
@@ -181,19 +180,19 @@ func (cfg Config) startKnobs(t *Tuner, d dataShape) (tune.Knobs, tune.Pins, erro
 	k := tune.Knobs{Workers: cfg.Workers, ReadAhead: cfg.ReadAhead, QueueBytes: cfg.QueueBytes, FetchParallel: cfg.FetchParallel, FetchPartSize: cfg.FetchPartSize}
 	if t != nil {
 		if s := t.Settings(); s.Workers > 0 {
-			if !pins.ReadAhead {
+			if !pins.Pinned(tune.ReadAhead) {
 				k.ReadAhead = s.ReadAhead
 			}
-			if !pins.Workers {
+			if !pins.Pinned(tune.Workers) {
 				k.Workers = min(s.Workers, cfg.OpenShards+k.ReadAhead)
 			}
-			if !pins.QueueBytes {
+			if !pins.Pinned(tune.QueueBytes) {
 				k.QueueBytes = s.QueueBytes
 			}
-			if !pins.FetchParallel {
+			if !pins.Pinned(tune.FetchParallel) {
 				k.FetchParallel = s.FetchParallel
 			}
-			if !pins.FetchPartSize {
+			if !pins.Pinned(tune.FetchPartSize) {
 				k.FetchPartSize = s.FetchPartSize
 			}
 		}
@@ -201,14 +200,14 @@ func (cfg Config) startKnobs(t *Tuner, d dataShape) (tune.Knobs, tune.Pins, erro
 	budget := cfg.Memory
 	for cfg.memoryOf(k, d) > budget {
 		switch {
-		case !pins.ReadAhead && k.ReadAhead > 0:
+		case !pins.Pinned(tune.ReadAhead) && k.ReadAhead > 0:
 			k.ReadAhead = 0
-			if !pins.Workers {
+			if !pins.Pinned(tune.Workers) {
 				k.Workers = min(k.Workers, cfg.OpenShards)
 			}
-		case !pins.FetchParallel && d.partsCap(k) > 0:
+		case !pins.Pinned(tune.FetchParallel) && d.partsCap(k) > 0:
 			k.FetchParallel = 1
-		case !pins.QueueBytes && k.QueueBytes > tune.MinQueueBytes:
+		case !pins.Pinned(tune.QueueBytes) && k.QueueBytes > tune.MinQueueBytes:
 			k.QueueBytes = max(k.QueueBytes/2, tune.MinQueueBytes)
 		default:
 			ring := int64(cfg.Slabs) * cfg.SlabBytes
@@ -224,13 +223,12 @@ func (cfg Config) startKnobs(t *Tuner, d dataShape) (tune.Knobs, tune.Pins, erro
 // autotuneSaid: a tuner of this process has logged a change it kept.
 var autotuneSaid atomic.Bool
 
-// pipelineKnobs returns the pipeline's form of k.
-func pipelineKnobs(k tune.Knobs, remote bool) pipeline.Knobs {
-	pk := pipeline.Knobs{Workers: k.Workers, ReadAhead: k.ReadAhead, QueueBytes: k.QueueBytes}
-	if remote {
-		pk.Fetch = source.Tuning{PartSize: k.FetchPartSize, Parallel: k.FetchParallel}
+// fetchTuning returns the remote reads' settings of k: none when no shard is remote.
+func fetchTuning(k tune.Knobs, remote bool) source.Tuning {
+	if !remote {
+		return source.Tuning{}
 	}
-	return pk
+	return source.Tuning{PartSize: k.FetchPartSize, Parallel: k.FetchParallel}
 }
 
 // cpuTimes returns the machine's idle and total CPU time so far, in clock ticks,
@@ -326,7 +324,7 @@ func (l *Loader) autotune(t *Tuner, remote bool, done <-chan struct{}) {
 			l.cfg.Logf("shardload: rank %d: autotune kept %s: %.0f samples/s (the tuners' later changes are not logged: see the shardload_session_setting metrics, or bench's autotune line)", l.cfg.Rank, k0, rate)
 		}
 		if k != k0 {
-			l.p.SetKnobs(pipelineKnobs(k, remote))
+			l.p.SetKnobs(k.Workers, k.ReadAhead, k.QueueBytes, fetchTuning(k, remote))
 		}
 	}
 	for {

@@ -10,10 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardload/shardload/internal/pipeline"
+	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/internal/shardgen"
 	"github.com/shardload/shardload/shard"
-	"github.com/shardload/shardload/source"
 )
 
 // keysOf runs an epoch and returns its keys in batch order; turn, when set, is called
@@ -53,15 +52,16 @@ func TestKnobsKeepTheBatches(t *testing.T) {
 	if len(want) == 0 || slices.IsSorted(want) {
 		t.Fatalf("%d keys, sorted: %v", len(want), slices.IsSorted(want))
 	}
-	settings := []pipeline.Knobs{
+	settings := []tune.Knobs{
 		{Workers: 1, QueueBytes: 64 << 10},
-		{Workers: 6, ReadAhead: 5, QueueBytes: 4 << 20, Fetch: source.Tuning{Parallel: 8, PartSize: 1 << 20}},
+		{Workers: 6, ReadAhead: 5, QueueBytes: 4 << 20, FetchParallel: 8, FetchPartSize: 1 << 20},
 		{Workers: 2, ReadAhead: 1, QueueBytes: 256 << 10},
 		{Workers: 9, ReadAhead: 12, QueueBytes: 8 << 10},
 	}
 	queued := int64(0)
 	got, st := keysOf(t, base, func(l *Loader, n int) {
-		l.p.SetKnobs(settings[n%len(settings)])
+		k := settings[n%len(settings)]
+		l.p.SetKnobs(k.Workers, k.ReadAhead, k.QueueBytes, fetchTuning(k, true))
 		queued = max(queued, l.Stats().Queued)
 	})
 	if !slices.Equal(got, want) {

@@ -22,9 +22,12 @@ step_ms=${SOAK_STEP_MS:-20}
 work=${1:-$(mktemp -d /tmp/shardload-soak.XXXXXX)}
 mkdir -p "$work"
 py=${PYTHON:-/usr/bin/python3}
-bin=bin/shardload
 
 make build > /dev/null
+# Its own copy of the binary: a rebuild while the soak runs must not change what it
+# restarts.
+cp bin/shardload "$work/shardload"
+bin=$work/shardload
 data=$work/data
 if [[ ! -f $data/shardload.index ]]; then
 	$bin gen --shards 16 --samples 400 "$data" > /dev/null

@@ -24,8 +24,6 @@ import (
 	"github.com/shardload/shardload/device"
 	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/numa"
-	"github.com/shardload/shardload/plan"
-	"github.com/shardload/shardload/shard"
 )
 
 var benchCommand = command{
@@ -116,39 +114,52 @@ would wait for data: the share of its time spent waiting after its first batch
 }
 
 // loaderFlags are the flags that configure a pipeline, shared by the commands that
-// run one. Those of the device-copy stage and of placement are bench's alone
+// run one: a flag per shardload.Knob (written straight into cfg), and those that are
+// not scalars. Those of the device-copy stage and of placement are bench's alone
 // (deviceFlags): serve places each session itself.
 type loaderFlags struct {
 	rf            readFlags
 	fs            *pflag.FlagSet
+	cfg           shardload.Config // the knobs' flags' values: zero fields for those not given
 	fields        []string
-	batchSize     int
-	dropLast      bool
-	seed          uint64
-	epoch         int
-	rank, world   int
-	noShuffle     bool
-	shuffleBuffer int
-	shuffleBytes  byteSize
-	openShards    int
-	workers       int
-	queueBytes    byteSize
-	slabs         int
-	slabBytes     byteSize
-	maxSlabBytes  byteSize
-	allowEstimate bool
 	onError       string
 	errorBudget   float64
 	budgetSamples int64
 	budgetShards  int64
 	index         string
-	countFirst    bool
-	maxSample     byteSize
-	readGap       byteSize
-	memory        byteSize
-	autotune      bool
-	readAhead     int
 	imageDecoder  string
+}
+
+// knobFlag is a shardload.Knob as a flag: it sets the knob in a Config.
+type knobFlag struct {
+	k   shardload.Knob
+	cfg *shardload.Config
+	set bool
+}
+
+func (f *knobFlag) String() string {
+	if !f.set {
+		return f.k.DefaultText()
+	}
+	return f.k.Value(f.cfg)
+}
+
+func (f *knobFlag) Set(s string) error {
+	if err := f.k.Set(f.cfg, s); err != nil {
+		return err
+	}
+	f.set = true
+	return nil
+}
+
+func (f *knobFlag) Type() string {
+	switch {
+	case f.k.Bytes:
+		return "size"
+	case f.k.Value(&shardload.Config{}) == "false" || f.k.Value(&shardload.Config{}) == "true":
+		return "bool"
+	}
+	return "int"
 }
 
 // register registers the pipeline's flags; with perRank, also those a trainer's
@@ -158,76 +169,33 @@ func (lf *loaderFlags) register(fs *pflag.FlagSet, perRank bool) {
 	lf.fs = fs
 	fs.StringArrayVar(&lf.fields, "field", nil, "field to decode, repeatable: [NAME=]EXT[:KIND[:DTYPE[:SHAPE[:OPTIONS]]]], e.g. jpg, label=cls:int, tokens=npy:npy:int32:2048, img=jpg:image:uint8:224x224x3 (default: the extensions of the first sample). Kinds: raw, npy, int, text, json, image. An image (JPEG, PNG, WebP, GIF) is decoded to RGB, resized (bilinear, as PIL) and cropped: dtype uint8 (default), float16 or float32; shape HxWx3 (default 224x224x3), 3xHxW for CHW, HxWx1 or 1xHxW for grayscale; options, comma-separated: resize=N (shorter side before the center crop; default the crop's larger side), random-crop (RandomResizedCrop) with scale=A-B (0.08-1) and ratio=A-B (0.75-1.333), flip (random horizontal flip), mean=R/G/B and std=R/G/B or imagenet (float outputs: (x/255-mean)/std), full-decode (no reduced-scale JPEG decoding). Random transforms are seeded by --seed, the epoch and the sample's key")
 	fs.StringVar(&lf.imageDecoder, "image-decoder", "auto", "JPEG decoder of image fields: libjpeg-turbo (loaded at run time from libturbojpeg.so.0, or $SHARDLOAD_TURBOJPEG), go (Go's image/jpeg, no C library, slower), or auto (libjpeg-turbo when it loads, else go)")
-	lf.batchSize, lf.world = shardload.DefaultBatchSize, 1
-	if perRank {
-		fs.IntVar(&lf.batchSize, "batch-size", shardload.DefaultBatchSize, "samples per batch")
-		fs.BoolVar(&lf.dropLast, "drop-last", false, "drop the last batch of an epoch when it is not full")
-		fs.Uint64Var(&lf.seed, "seed", 0, "seed of the shard order and the shuffle")
-		fs.IntVar(&lf.epoch, "epoch", 0, "first epoch (seeds the order with --seed)")
-		fs.IntVar(&lf.rank, "rank", 0, "this rank, in [0, --world)")
-		fs.IntVar(&lf.world, "world", 1, "number of ranks; each gets the same number of batches")
+	for _, k := range shardload.Knobs {
+		if k.Source || k.PerRank && !perRank {
+			continue
+		}
+		f := &knobFlag{k: k, cfg: &lf.cfg}
+		fs.Var(f, k.Name, k.Help)
+		if f.Type() == "bool" {
+			fs.Lookup(k.Name).NoOptDefVal = "true"
+		}
 	}
-	fs.BoolVar(&lf.noShuffle, "no-shuffle", false, "read shards and samples in order (--shuffle-bytes then goes to the open shards' queues, to decode the next shards ahead)")
-	fs.IntVar(&lf.shuffleBuffer, "shuffle-buffer", shardload.DefaultShuffleBuffer, "samples the shuffle holds: the order permutes windows of half as many, from --open-shards regions of the shuffled shards, and the loader holds two")
-	lf.shuffleBytes = shardload.DefaultShuffleBytes
-	fs.Var(&lf.shuffleBytes, "shuffle-bytes", "bytes the shuffle may hold: fewer samples per window when the dataset's mean sample size calls for it")
-	fs.IntVar(&lf.openShards, "open-shards", shardload.DefaultOpenShards, "lanes of the shuffled shard list read side by side and mixed in each window: shards read at once")
-	fs.IntVar(&lf.workers, "workers", 0, "shards fetched, inflated and decoded at the same moment (default: CPU count, at most --open-shards + --read-ahead, then tuned; given: the tuner leaves it)")
-	lf.readGap = plan.DefaultGapBytes
-	fs.Var(&lf.readGap, "read-gap", "a rank reads the samples it wants of a window it shares with another rank (or of a resumed window) with one request per run of them, and two runs of a shard with one request when the samples between them take at most this much (0: one request per run)")
-	lf.queueBytes = shardload.DefaultQueueBytes
-	fs.Var(&lf.queueBytes, "queue-bytes", "decoded bytes waiting per open shard (given: the tuner leaves it)")
-	fs.IntVar(&lf.readAhead, "read-ahead", 0, "shards opened beyond --open-shards, ahead of the order, to hide a store's latency per request (does not change the order; default 0, then tuned; given: the tuner leaves it)")
-	lf.memory = shardload.DefaultMemory
-	fs.Var(&lf.memory, "memory", fmt.Sprintf("budget of the loader's buffers: slabs, decoded samples (queues, shuffle windows, batches) and remote reads' parts; settings left to their defaults are lowered to fit, the tuner never exceeds it (the process holds about %s more)", humanBytes(shardload.MemoryOverhead)))
-	fs.BoolVar(&lf.autotune, "autotune", true, "tune --workers, --read-ahead, --queue-bytes, --fetch-parallel and --fetch-part-size while running, within --memory, from the rate delivered (those given are left alone; --autotune=false keeps the defaults)")
-	fs.IntVar(&lf.slabs, "slabs", shardload.DefaultSlabs, "pinned batch slabs in the ring (batches ready or in use at once)")
-	fs.Var(&lf.slabBytes, "slab-size", "bytes per slab (default: sized from the batch: exact for images, labels and npy fields with a shape, from the dataset's mean sample size for the others); a batch that does not fit grows its slab within --max-slab-size and --memory")
-	lf.maxSlabBytes = shardload.DefaultMaxSlabBytes
-	fs.Var(&lf.maxSlabBytes, "max-slab-size", "largest a slab may be, given or grown to hold a batch; a batch larger fails with the size it needs")
-	fs.BoolVar(&lf.allowEstimate, "allow-estimate", false, "let a job of more than one rank without an index plan from counts estimated from the shards' sizes: approximate epochs (samples left out or repeated, reported at each epoch's end) instead of an error before the first batch")
 	fs.StringVar(&lf.onError, "on-error", "fail", "bad samples and shards: fail, or skip (each logged, counted, within the error budget)")
 	fs.Float64Var(&lf.errorBudget, "error-budget", shardload.DefaultErrorBudget.Fraction, "fraction of the whole job's samples, or of its shards (all ranks together), that --on-error=skip may leave out before a rank fails (0: none)")
 	fs.Int64Var(&lf.budgetSamples, "error-budget-samples", 0, "samples --on-error=skip may leave out before a rank fails, whatever --error-budget gives")
 	fs.Int64Var(&lf.budgetShards, "error-budget-shards", 0, "shards --on-error=skip may leave out before a rank fails, whatever --error-budget gives")
-	fs.BoolVar(&lf.countFirst, "count-first", false, "without an index, read every shard to count its samples before the first batch (exact epochs) instead of estimating the counts from the shards' sizes")
 	fs.StringVar(&lf.index, "index", "", `index file or URL (from "shardload index"; JSON lines {"url","samples"} from "ls --summary --json" work too); without it the node's index store and an index object `+index.FileName+` beside the shards are used, and only shards none has are counted`)
-	lf.maxSample = shard.DefaultMaxSampleSize
-	fs.Var(&lf.maxSample, "max-sample-size", "largest sample (its members together) held in memory; a larger one is an error of that sample")
 	lf.rf.register(fs)
 }
 
-// check refuses values that make no sense: counts and sizes below 1 (a flag whose
-// default is "automatic" may be left out, not set to 0), a rank outside the world,
-// a budget outside [0, 1].
+// check refuses what the knobs' flags do not (each refuses a value under its least
+// on its own): a rank outside the world, a budget outside [0, 1].
 func (lf *loaderFlags) check() error {
 	var bad []string
-	for _, c := range []struct {
-		name string
-		v    int64
-	}{
-		{"batch-size", int64(lf.batchSize)}, {"world", int64(lf.world)}, {"shuffle-buffer", int64(lf.shuffleBuffer)},
-		{"shuffle-bytes", int64(lf.shuffleBytes)}, {"open-shards", int64(lf.openShards)}, {"queue-bytes", int64(lf.queueBytes)},
-		{"slabs", int64(lf.slabs)}, {"max-slab-size", int64(lf.maxSlabBytes)}, {"memory", int64(lf.memory)}, {"max-member-size", int64(lf.rf.maxMember)}, {"max-sample-size", int64(lf.maxSample)},
-	} {
-		if c.v < 1 {
-			bad = append(bad, fmt.Sprintf("--%s %d: want at least 1", c.name, c.v))
-		}
+	if world := max(lf.cfg.World, 1); lf.cfg.Rank >= world {
+		bad = append(bad, fmt.Sprintf("--rank %d: want 0 to --world %d minus 1", lf.cfg.Rank, world))
 	}
-	if lf.slabBytes < 0 || (lf.slabBytes == 0 && lf.fs != nil && lf.fs.Changed("slab-size")) {
-		bad = append(bad, fmt.Sprintf("--slab-size %d: want at least 1 (leave it out to size slabs from the batch)", lf.slabBytes))
-	}
-	if lf.readAhead < 0 {
-		bad = append(bad, fmt.Sprintf("--read-ahead %d: want 0 or more", lf.readAhead))
-	}
-	if lf.workers < 0 || (lf.workers == 0 && lf.fs != nil && lf.fs.Changed("workers")) {
-		bad = append(bad, fmt.Sprintf("--workers %d: want at least 1 (leave it out for the CPU count)", lf.workers))
-	}
-	if lf.epoch < 0 {
-		bad = append(bad, fmt.Sprintf("--epoch %d: want 0 or more", lf.epoch))
-	}
-	if lf.world >= 1 && (lf.rank < 0 || lf.rank >= lf.world) {
-		bad = append(bad, fmt.Sprintf("--rank %d: want 0 to --world %d minus 1", lf.rank, lf.world))
+	if int64(lf.rf.maxMember) < 1 {
+		bad = append(bad, fmt.Sprintf("--max-member-size %d: want at least 1", int64(lf.rf.maxMember)))
 	}
 	if !(lf.errorBudget >= 0 && lf.errorBudget <= 1) {
 		bad = append(bad, fmt.Sprintf("--error-budget %g: want a fraction in [0, 1]", lf.errorBudget))
@@ -262,31 +230,20 @@ func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config
 	if err != nil {
 		return shardload.Config{}, err
 	}
-	logf := logfOf(logger)
-	// The knobs the tuner may change are pinned only when their flags are given.
+	cfg := lf.cfg
+	// The fetch flags are every reading command's; given, they pin the loader's knobs.
 	changed := func(name string) bool { return lf.fs != nil && lf.fs.Changed(name) }
-	var queueBytes, partSize int64
-	var parallel int
-	if changed("queue-bytes") {
-		queueBytes = int64(lf.queueBytes)
-	}
 	if changed("fetch-parallel") {
-		parallel = lf.rf.parallel
+		cfg.FetchParallel = lf.rf.parallel
 	}
 	if changed("fetch-part-size") {
-		partSize = int64(lf.rf.partSize)
+		cfg.FetchPartSize = int64(lf.rf.partSize)
 	}
-	return shardload.Config{
-		URLs: urls, Index: lf.index, IndexDir: lf.rf.indexDir, NoIndexStore: lf.rf.noIndex || lf.rf.indexDir == "", CountFirst: lf.countFirst, Fields: fields, ImageDecoder: imageDecoder, BatchSize: lf.batchSize, DropLast: lf.dropLast,
-		Seed: lf.seed, Epoch: lf.epoch, Rank: lf.rank, World: lf.world,
-		NoShuffle: lf.noShuffle, ShuffleBuffer: lf.shuffleBuffer, ShuffleBytes: int64(lf.shuffleBytes),
-		OpenShards: lf.openShards, Workers: lf.workers, ReadAhead: lf.readAhead, QueueBytes: queueBytes,
-		FetchParallel: parallel, FetchPartSize: partSize, Memory: int64(lf.memory), NoAutotune: !lf.autotune,
-		MaxMemberSize: int64(lf.rf.maxMember), MaxSampleSize: int64(lf.maxSample), Slabs: lf.slabs, SlabBytes: int64(lf.slabBytes),
-		MaxSlabBytes: int64(lf.maxSlabBytes), AllowEstimate: lf.allowEstimate,
-		OnError: policy, Logf: logf, Sources: lf.rf.sources(), ReadGap: readGap(int64(lf.readGap)),
-		ErrorBudget: &shardload.Budget{Fraction: lf.errorBudget, Samples: lf.budgetSamples, Shards: lf.budgetShards},
-	}, nil
+	cfg.URLs, cfg.Index, cfg.IndexDir, cfg.NoIndexStore = urls, lf.index, lf.rf.indexDir, lf.rf.noIndex || lf.rf.indexDir == ""
+	cfg.Fields, cfg.ImageDecoder, cfg.MaxMemberSize = fields, imageDecoder, int64(lf.rf.maxMember)
+	cfg.OnError, cfg.Logf, cfg.Sources = policy, logfOf(logger), lf.rf.sources()
+	cfg.ErrorBudget = &shardload.Budget{Fraction: lf.errorBudget, Samples: lf.budgetSamples, Shards: lf.budgetShards}
+	return cfg, nil
 }
 
 // setMemoryLimit sets the Go runtime's soft memory limit of a loader process to its
@@ -299,13 +256,6 @@ func setMemoryLimit(budgets int64) {
 	}
 }
 
-// readGap is Config.ReadGap for a --read-gap: 0 means never (Config's negative).
-func readGap(n int64) int64 {
-	if n == 0 {
-		return -1
-	}
-	return n
-}
 
 // deviceFlags choose bench's device-copy stage and where its loader runs.
 type deviceFlags struct {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/shardload/shardload/cache"
 	"github.com/shardload/shardload/index"
+	"github.com/shardload/shardload/internal/mem"
 	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
@@ -382,39 +382,9 @@ func (b *byteSize) Set(s string) error {
 	return nil
 }
 
-var byteUnits = map[string]int64{
-	"": 1, "b": 1,
-	"k": 1 << 10, "kb": 1e3, "kib": 1 << 10,
-	"m": 1 << 20, "mb": 1e6, "mib": 1 << 20,
-	"g": 1 << 30, "gb": 1e9, "gib": 1 << 30,
-	"t": 1 << 40, "tb": 1e12, "tib": 1 << 40,
-}
+func parseBytes(s string) (int64, error) { return mem.ParseSize(s) }
 
-func parseBytes(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
-	num, unit := t, ""
-	if i >= 0 {
-		num, unit = t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
-	}
-	mult, ok := byteUnits[unit]
-	f, err := strconv.ParseFloat(num, 64)
-	if !ok || err != nil || f < 0 || f*float64(mult) > 1<<62 {
-		return 0, fmt.Errorf("invalid size %q (use e.g. 512, 64KiB, 8MB, 1GiB)", s)
-	}
-	return int64(f * float64(mult)), nil
-}
-
-func formatBytes(n int64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
-	f, i := float64(n), 0
-	for f >= 1024 && i < len(units)-1 && n%1024 == 0 {
-		f /= 1024
-		n /= 1024
-		i++
-	}
-	return strconv.FormatFloat(f, 'f', -1, 64) + units[i]
-}
+func formatBytes(n int64) string { return mem.FormatSize(n) }
 
 func sortedExts(m map[string]bool) []string {
 	out := make([]string, 0, len(m))

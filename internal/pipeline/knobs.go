@@ -8,22 +8,6 @@ import (
 	"github.com/shardload/shardload/source"
 )
 
-// Knobs are the settings that may change while the pipeline runs (see SetKnobs):
-// none of them changes what it yields.
-type Knobs struct {
-	// Workers is the most producers reading at once.
-	Workers int
-	// ReadAhead is the shards opened beyond OpenShards, ahead of the order: each
-	// reads and queues its first QueueBytes of samples before the windows need them,
-	// which hides a store's latency per request.
-	ReadAhead int
-	// QueueBytes is the queue of each shard opened from now on.
-	QueueBytes int64
-	// Fetch is the part size and parallelism of the remote reads opened from now on
-	// (zero fields: the sources' own).
-	Fetch source.Tuning
-}
-
 // gate bounds the producers that read at once; its limit may change at any time.
 type gate struct {
 	mu    sync.Mutex
@@ -89,16 +73,17 @@ type live struct {
 	fetch      atomic.Pointer[source.Tuning]
 }
 
-// SetKnobs changes the pipeline's knobs: the worker limit at once, the queues and
-// fetch settings of the shards opened from now on.
-func (pl *Pipeline) SetKnobs(k Knobs) {
-	pl.workers.setLimit(k.Workers)
-	pl.live.readAhead.Store(int64(max(k.ReadAhead, 0)))
-	if k.QueueBytes > 0 {
-		pl.live.queueBytes.Store(k.QueueBytes)
+// SetKnobs changes the settings that do not change what the pipeline yields (the
+// tuner's, see Params): the worker limit at once; the shards opened ahead, the queues
+// and the fetch settings (zero fields: the sources' own) of the shards opened from
+// now on.
+func (pl *Pipeline) SetKnobs(workers, readAhead int, queueBytes int64, fetch source.Tuning) {
+	pl.workers.setLimit(workers)
+	pl.live.readAhead.Store(int64(max(readAhead, 0)))
+	if queueBytes > 0 {
+		pl.live.queueBytes.Store(queueBytes)
 	}
-	f := k.Fetch
-	pl.live.fetch.Store(&f)
+	pl.live.fetch.Store(&fetch)
 }
 
 // fetchContext returns ctx carrying the fetch settings for a shard opened now.

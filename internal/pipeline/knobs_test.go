@@ -50,7 +50,7 @@ func TestFetchContext(t *testing.T) {
 	if pl.fetchContext(ctx) != ctx {
 		t.Error("a context changed with no fetch settings")
 	}
-	pl.SetKnobs(Knobs{Workers: 1, Fetch: source.Tuning{Parallel: 8, PartSize: 4 << 20}})
+	pl.SetKnobs(1, 0, 0, source.Tuning{Parallel: 8, PartSize: 4 << 20})
 	if pl.fetchContext(ctx) == ctx {
 		t.Error("fetch settings not carried")
 	}

@@ -205,11 +205,11 @@ func TestSlotQueues(t *testing.T) {
 	if got := pl.slotQueueBytes(); got != cfg.QueueBytes {
 		t.Errorf("shuffled: queue %d, want %d", got, cfg.QueueBytes)
 	}
-	pl.SetKnobs(Knobs{Workers: 2, QueueBytes: 8 << 20})
+	pl.SetKnobs(2, 0, 8<<20, source.Tuning{})
 	if got := pl.slotQueueBytes(); got != 8<<20 {
 		t.Errorf("after SetKnobs: queue %d, want %d", got, 8<<20)
 	}
-	pl.SetKnobs(Knobs{Workers: 2, QueueBytes: cfg.QueueBytes})
+	pl.SetKnobs(2, 0, cfg.QueueBytes, source.Tuning{})
 	pl.p.NoShuffle, cfg.NoShuffle = true, true
 	got := pl.slotQueueBytes()
 	if got != cfg.QueueBytes+cfg.ShuffleBytes/int64(cfg.OpenShards) {

@@ -11,22 +11,53 @@ package tune
 
 import "fmt"
 
-// Knobs are the settings the tuner changes.
+// Knobs are the settings the tuner changes: the one definition of them, which the
+// pipeline reads as it goes and the loader reports.
 type Knobs struct {
-	Workers       int
-	ReadAhead     int // shards opened beyond the lanes
-	QueueBytes    int64
-	FetchParallel int
-	FetchPartSize int64
+	// Workers is the most shards fetched, inflated and decoded at the same moment.
+	Workers int `json:"workers"`
+	// ReadAhead is the shards opened beyond the lanes, ahead of the order.
+	ReadAhead int `json:"read_ahead"`
+	// QueueBytes is the decoded bytes waiting per open shard.
+	QueueBytes int64 `json:"queue_bytes"`
+	// FetchParallel and FetchPartSize are the remote reads' parts in flight per
+	// shard and their size.
+	FetchParallel int   `json:"fetch_parallel"`
+	FetchPartSize int64 `json:"fetch_part_size"`
 }
 
 func (k Knobs) String() string {
 	return fmt.Sprintf("workers %d, read-ahead %d, queue %d KiB, fetch %d x %d KiB", k.Workers, k.ReadAhead, k.QueueBytes>>10, k.FetchParallel, k.FetchPartSize>>10)
 }
 
-// Pins are the knobs the user set: the tuner leaves them alone.
-type Pins struct {
-	Workers, ReadAhead, QueueBytes, FetchParallel, FetchPartSize bool
+// Knob names one of Knobs' settings.
+type Knob uint8
+
+// The knobs, in Knobs' order.
+const (
+	Workers Knob = iota
+	ReadAhead
+	QueueBytes
+	FetchParallel
+	FetchPartSize
+	numKnobs
+)
+
+// Pins is the set of knobs the user set: the tuner leaves them alone.
+type Pins uint8
+
+// AllPins pins every knob.
+const AllPins = Pins(1<<numKnobs - 1)
+
+// Pinned reports whether k is in p.
+func (p Pins) Pinned(k Knob) bool { return p&(1<<k) != 0 }
+
+// With returns p with k in it when set.
+func (p Pins) With(k Knob, set bool) Pins {
+	if set {
+		return p | 1<<k
+	}
+	return p
 }
 
 // Limits bound the knobs.
@@ -293,17 +324,17 @@ func (t *Tuner) apply(m move) (Knobs, bool) {
 	}
 	switch m.knob {
 	case 0:
-		if t.pins.Workers {
+		if t.pins.Pinned(Workers) {
 			return k, false
 		}
 		k.Workers = min(t.factor*k.Workers, t.lim.Lanes+k.ReadAhead)
 	case 1:
-		if t.pins.QueueBytes {
+		if t.pins.Pinned(QueueBytes) {
 			return k, false
 		}
 		k.QueueBytes = min(2*k.QueueBytes, MaxQueueBytes)
 	case 2:
-		if t.pins.FetchParallel || !t.lim.Fetch {
+		if t.pins.Pinned(FetchParallel) || !t.lim.Fetch {
 			return k, false
 		}
 		if m.up {
@@ -313,19 +344,19 @@ func (t *Tuner) apply(m move) (Knobs, bool) {
 			k.FetchParallel = 1
 		}
 	case 3:
-		if t.pins.FetchPartSize || !t.lim.Fetch || k.FetchParallel <= 1 {
+		if t.pins.Pinned(FetchPartSize) || !t.lim.Fetch || k.FetchParallel <= 1 {
 			return k, false
 		}
 		k.FetchPartSize = min(2*k.FetchPartSize, MaxPartSize)
 	case 4:
 		// More shards open, and as many more workers to read them: a shard opened
 		// ahead with no worker free waits like the rest.
-		if t.pins.ReadAhead {
+		if t.pins.Pinned(ReadAhead) {
 			return k, false
 		}
 		open := t.lim.Lanes + k.ReadAhead
 		k.ReadAhead = min(max(t.factor*k.ReadAhead, t.lim.Lanes), MaxReadAhead*t.lim.Lanes)
-		if !t.pins.Workers {
+		if !t.pins.Pinned(Workers) {
 			k.Workers = max(min(k.Workers*(t.lim.Lanes+k.ReadAhead)/open, t.lim.Lanes+k.ReadAhead), 1)
 		}
 	case 5:
@@ -335,7 +366,7 @@ func (t *Tuner) apply(m move) (Knobs, bool) {
 		// from enough: stepping up 4x at a time took the intervals a short job has
 		// (the latency case in BENCHMARKS.md), and readers beyond what the source
 		// needs cost their queues' memory, within the budget, and no CPU.
-		if t.pins.Workers || t.pins.ReadAhead {
+		if t.pins.Pinned(Workers) || t.pins.Pinned(ReadAhead) {
 			return k, false
 		}
 		// Shards in flight stand in for parts within a shard: where the parts are
@@ -344,7 +375,7 @@ func (t *Tuner) apply(m move) (Knobs, bool) {
 		for ; open > t.lim.Lanes; open = max(open*3/4, t.lim.Lanes) {
 			j := k
 			j.ReadAhead, j.Workers = open-t.lim.Lanes, open
-			if !t.lim.Fits(j) && !t.pins.FetchParallel {
+			if !t.lim.Fits(j) && !t.pins.Pinned(FetchParallel) {
 				j.FetchParallel = 1
 			}
 			if t.lim.Fits(j) {

@@ -83,7 +83,7 @@ func TestConverges(t *testing.T) {
 		{"big shards", model{cores: 2, cpu: 0.1, latency: 0.01, transfer: 0.4, shardBytes: 8 << 20}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			tu := New(start, Pins{}, Limits{Lanes: 8, Fetch: true})
+			tu := New(start, Pins(0), Limits{Lanes: 8, Fetch: true})
 			_, _ = run(t, tu, c.m, 60, 0.03, nil)
 			if !tu.Settled() && tu.holdFor == firstHold {
 				t.Errorf("no round ended without a change in 60 intervals (at %v)", tu.Knobs())
@@ -109,7 +109,7 @@ func TestBudgetAndPins(t *testing.T) {
 	fits := func(k Knobs) bool {
 		return int64(k.Workers)*(k.QueueBytes+int64(k.FetchParallel)*k.FetchPartSize) <= 160<<20
 	}
-	tu := New(start, Pins{QueueBytes: true}, Limits{Lanes: 8, Fetch: true, Fits: fits})
+	tu := New(start, Pins(0).With(QueueBytes, true), Limits{Lanes: 8, Fetch: true, Fits: fits})
 	_, k := run(t, tu, m, 200, 0.02, fits)
 	if k.QueueBytes != start.QueueBytes {
 		t.Errorf("pinned queue bytes changed to %d", k.QueueBytes)
@@ -121,7 +121,7 @@ func TestBudgetAndPins(t *testing.T) {
 
 func TestHoldsWhenNotBound(t *testing.T) {
 	start := Knobs{Workers: 2, QueueBytes: 2 << 20, FetchParallel: 4, FetchPartSize: 8 << 20}
-	tu := New(start, Pins{}, Limits{Lanes: 8, Fetch: true})
+	tu := New(start, Pins(0), Limits{Lanes: 8, Fetch: true})
 	for range 50 {
 		if k := tu.Step(Observation{Rate: 1000, Bound: false}); k != start {
 			t.Fatalf("changed to %v while the consumer did not wait", k)
@@ -132,7 +132,7 @@ func TestHoldsWhenNotBound(t *testing.T) {
 func TestNoFetchKnobsForLocalShards(t *testing.T) {
 	m := model{cores: 2, cpu: 0.002, latency: 0.05, transfer: 0.1, shardBytes: 400 << 10}
 	start := Knobs{Workers: 2, QueueBytes: 2 << 20, FetchParallel: 4, FetchPartSize: 8 << 20}
-	tu := New(start, Pins{}, Limits{Lanes: 8})
+	tu := New(start, Pins(0), Limits{Lanes: 8})
 	_, k := run(t, tu, m, 100, 0, nil)
 	if k.FetchParallel != start.FetchParallel || k.FetchPartSize != start.FetchPartSize {
 		t.Errorf("fetch knobs moved to %v with no remote shards", k)
@@ -145,7 +145,7 @@ func TestNoFetchKnobsForLocalShards(t *testing.T) {
 func TestSaturatedCPU(t *testing.T) {
 	m := model{cores: 8, cpu: 0.002, latency: 0.05, transfer: 0.01, shardBytes: 400 << 10}
 	start := Knobs{Workers: 2, QueueBytes: 2 << 20, FetchParallel: 1, FetchPartSize: 8 << 20}
-	tu := New(start, Pins{}, Limits{Lanes: 8, Fetch: true})
+	tu := New(start, Pins(0), Limits{Lanes: 8, Fetch: true})
 	k := start
 	for range 100 {
 		k = tu.Step(Observation{Rate: m.rate(k), Bound: true, FetchShare: m.fetchShare(k), Saturated: true})
@@ -158,7 +158,7 @@ func TestSaturatedCPU(t *testing.T) {
 // TestOneLuckyInterval: a change measured faster once and then not is undone.
 func TestOneLuckyInterval(t *testing.T) {
 	start := Knobs{Workers: 2, QueueBytes: 2 << 20, FetchParallel: 1, FetchPartSize: 8 << 20}
-	tu := New(start, Pins{}, Limits{Lanes: 8, Fetch: true})
+	tu := New(start, Pins(0), Limits{Lanes: 8, Fetch: true})
 	k := tu.Step(Observation{Rate: 1000, Bound: true, FetchShare: 1})
 	if k == start {
 		t.Fatal("no change tried")
@@ -178,7 +178,7 @@ func TestOneLuckyInterval(t *testing.T) {
 // TestSureGain: a change that shows a gain no noise explains is kept at once.
 func TestSureGain(t *testing.T) {
 	start := Knobs{Workers: 2, QueueBytes: 2 << 20, FetchParallel: 1, FetchPartSize: 8 << 20}
-	tu := New(start, Pins{}, Limits{Lanes: 8, Fetch: true})
+	tu := New(start, Pins(0), Limits{Lanes: 8, Fetch: true})
 	tried := tu.Step(Observation{Rate: 1000, Bound: true, FetchShare: 1})
 	tu.Step(Observation{Rate: 3000, Bound: true, FetchShare: 1})
 	if tu.Changes() != 1 || tu.Kept() != tried {
@@ -192,7 +192,7 @@ func TestJump(t *testing.T) {
 	m := model{cores: 2, cpu: 0.002, latency: 0.1, transfer: 0.001, shardBytes: 100 << 10}
 	start := Knobs{Workers: 2, QueueBytes: 2 << 20, FetchParallel: 4, FetchPartSize: 8 << 20}
 	fits := func(k Knobs) bool { return int64(8+k.ReadAhead)*k.QueueBytes <= 100<<20 } // 50 open shards at most
-	tu := New(start, Pins{}, Limits{Lanes: 8, Fetch: true, Fits: fits})
+	tu := New(start, Pins(0), Limits{Lanes: 8, Fetch: true, Fits: fits})
 	k := tu.Step(Observation{Rate: m.rate(start), Bound: true, FetchShare: m.fetchShare(start)})
 	if k.Workers < 32 || 8+k.ReadAhead > 50 || k.Workers != 8+k.ReadAhead {
 		t.Fatalf("first trial %v: want a jump to 32-50 workers, as many shards open", k)
@@ -214,12 +214,12 @@ func TestJumpTradesParts(t *testing.T) {
 		}
 		return int64(8+k.ReadAhead)*(k.QueueBytes+parts) <= 800<<20
 	}
-	tu := New(start, Pins{}, Limits{Lanes: 8, Fetch: true, Fits: fits})
+	tu := New(start, Pins(0), Limits{Lanes: 8, Fetch: true, Fits: fits})
 	k := tu.Step(Observation{Rate: 100, Bound: true, FetchShare: 1})
 	if k.Workers != 72 || k.ReadAhead != 64 || k.FetchParallel != 1 {
 		t.Errorf("jump to %v: want 72 workers, 64 read ahead, one stream", k)
 	}
-	tu = New(start, Pins{FetchParallel: true}, Limits{Lanes: 8, Fetch: true, Fits: fits})
+	tu = New(start, Pins(0).With(FetchParallel, true), Limits{Lanes: 8, Fetch: true, Fits: fits})
 	if k := tu.Step(Observation{Rate: 100, Bound: true, FetchShare: 1}); k.FetchParallel != 4 || !fits(k) || k.Workers < 16 {
 		t.Errorf("jump with pinned parts to %v: want the parts kept, fewer shards", k)
 	}
