@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/internal/shardgen"
+	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/shard"
 )
 

@@ -256,7 +256,6 @@ func setMemoryLimit(budgets int64) {
 	}
 }
 
-
 // deviceFlags choose bench's device-copy stage and where its loader runs.
 type deviceFlags struct {
 	device string
