@@ -463,6 +463,13 @@ func slogf(l *slog.Logger) func(format string, args ...any) {
 	}
 }
 
+// pinsOf returns the tuned settings cfg sets (non-zero): the tuner leaves them.
+func pinsOf(cfg *Config) tune.Pins {
+	var p tune.Pins
+	p = p.With(tune.Workers, cfg.Workers != 0).With(tune.ReadAhead, cfg.ReadAhead != 0).With(tune.QueueBytes, cfg.QueueBytes != 0)
+	return p.With(tune.FetchParallel, cfg.FetchParallel != 0).With(tune.FetchPartSize, cfg.FetchPartSize != 0)
+}
+
 // leastKnobs returns the least the settings of d (with defaults) can take: defaults
 // lowered as far as Open lowers them, and set ones as they are (for remote shards
 // larger than a part, the worst case for set fetch parts).

@@ -326,8 +326,11 @@ func TestRefusals(t *testing.T) {
 	}{
 		{wire.Hello{Version: 1, World: 1, BatchSize: 1}, CodeVersion, "protocol version 1 is not supported: this server speaks version 2, 3 or 4"},
 		{wire.Hello{Version: 5, World: 1, BatchSize: 1}, CodeVersion, "protocol version 5 is not supported: this server speaks version 2, 3 or 4"},
-		{wire.Hello{Version: Version, World: 1, BatchSize: 4, SlabBytes: 2 << 30}, CodeBadRequest, "slab_bytes 2147483648 outside"},
-		{wire.Hello{Version: Version, World: 1, BatchSize: 4, Slabs: 1000}, CodeBadRequest, "slabs 1000 outside"},
+		{wire.Hello{Version: Version, World: 1, BatchSize: 4, Settings: settings("slab_bytes", 2<<30)}, CodeBadRequest, "SlabBytes 2147483648 is more than MaxSlabBytes 1073741824"},
+		{wire.Hello{Version: Version, World: 1, BatchSize: 4, Settings: settings("slabs", 1000)}, CodeBadRequest, "slabs 1000: want 1 to 253"},
+		{wire.Hello{Version: Version, World: 1, BatchSize: 4, Settings: settings("open_shards", 0)}, CodeBadRequest, "open_shards 0: want 1 to 4096"},
+		{wire.Hello{Version: Version, World: 1, BatchSize: 4, Settings: settings("shuffle", "yes")}, CodeBadRequest, "shuffle: want true or false"},
+		{wire.Hello{Version: Version, World: 1, BatchSize: 4, Settings: settings("shuffle_bytes", 4<<30)}, CodeBadRequest, "memory budget too small"},
 		{wire.Hello{Version: Version, World: 1, BatchSize: 4, ImageLayout: "cwh"}, CodeBadRequest, "image_layout"},
 		{wire.Hello{Version: Version, World: 1, BatchSize: 0}, CodeBadRequest, "batch size 0"},
 		{wire.Hello{Version: Version, Rank: 2, World: 2, BatchSize: 4}, CodeBadRequest, "rank 2 outside [0, world 2)"},
@@ -455,7 +458,7 @@ func TestSessionSeesNewIndex(t *testing.T) {
 	idx := filepath.Join(filepath.Dir(pattern), index.FileName)
 	os.Remove(idx)
 	s := start(t, Options{URLs: []string{pattern}, Pipeline: shardload.Config{Fields: fields(t, "cls:int"), Slabs: 2, NoIndexStore: true}})
-	h := wire.Hello{Version: Version, World: 2, BatchSize: 4, AllowEstimate: true}
+	h := wire.Hello{Version: Version, World: 2, BatchSize: 4, Settings: settings("allow_estimate", true)}
 	cl, m := dial(t, s.Addr(), h)
 	if m != nil {
 		t.Fatal(m)
@@ -535,4 +538,13 @@ func TestSessionSlabGrows(t *testing.T) {
 	if !grown || n != 40 {
 		t.Errorf("slab grown %v, %d samples; want a grown slab and 40", grown, n)
 	}
+}
+
+// settings returns a hello's settings of one member.
+func settings(name string, v any) map[string]json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return map[string]json.RawMessage{name: b}
 }

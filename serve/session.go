@@ -18,6 +18,7 @@ import (
 
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/internal/knob"
 	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/shard"
@@ -302,61 +303,20 @@ func (s *Server) sessionConfig(h *wire.Hello) (shardload.Config, error) {
 	return cfg, nil
 }
 
-// Limits on the epoch settings a hello may ask for, besides the server's memory
-// budget and --max-slab-size.
-const (
-	maxShuffleBuffer = 1 << 24
-	maxOpenShards    = 1 << 12
-)
-
 // epochSettings applies the settings of a hello (version 4) that define the trainer's
-// epochs: the server's are defaults, and its budgets the limits.
+// epochs (the knobs with a hello member): the server's are defaults, its limits and
+// budgets the bounds.
 func (s *Server) epochSettings(h *wire.Hello, cfg *shardload.Config) error {
 	if h.Version < 4 {
 		return nil
 	}
-	max := cfg.MaxSlabBytes
-	if max == 0 {
-		max = shardload.DefaultMaxSlabBytes
-	}
-	switch {
-	case h.SlabBytes < 0 || h.SlabBytes > max:
-		return reject(CodeBadRequest, "slab_bytes %d outside [1, %d] (the server's --max-slab-size)", h.SlabBytes, max)
-	case h.Slabs < 0 || h.Slabs > wire.MaxFDs:
-		return reject(CodeBadRequest, "slabs %d outside [1, %d]", h.Slabs, wire.MaxFDs)
-	case h.ShuffleBuffer < 0 || h.ShuffleBuffer > maxShuffleBuffer:
-		return reject(CodeBadRequest, "shuffle_buffer %d outside [1, %d]", h.ShuffleBuffer, maxShuffleBuffer)
-	case h.ShuffleBytes < 0 || h.ShuffleBytes > cfg.MemoryBudget():
-		return reject(CodeBadRequest, "shuffle_bytes %d outside [1, %d] (the server's --memory per session)", h.ShuffleBytes, cfg.MemoryBudget())
-	case h.OpenShards < 0 || h.OpenShards > maxOpenShards:
-		return reject(CodeBadRequest, "open_shards %d outside [1, %d]", h.OpenShards, maxOpenShards)
-	}
-	if h.SlabBytes > 0 {
-		cfg.SlabBytes = h.SlabBytes
-	}
-	if h.Slabs > 0 {
-		cfg.Slabs = h.Slabs
-	}
-	if h.Shuffle != nil {
-		cfg.NoShuffle = !*h.Shuffle
-	}
-	if h.ShuffleBuffer > 0 {
-		cfg.ShuffleBuffer = h.ShuffleBuffer
-	}
-	if h.ShuffleBytes > 0 {
-		cfg.ShuffleBytes = h.ShuffleBytes
-	}
-	if h.OpenShards > 0 {
-		cfg.OpenShards = h.OpenShards
-	}
-	if h.ReadGap != nil {
-		cfg.ReadGap = *h.ReadGap
-		if cfg.ReadGap == 0 {
-			cfg.ReadGap = -1 // none: Config's 0 is the default
+	for _, k := range knob.All {
+		if raw, ok := h.Settings[k.Hello]; ok && k.Hello != "" {
+			if err := k.SetHello(cfg, raw); err != nil {
+				return reject(CodeBadRequest, "%v", err)
+			}
 		}
 	}
-	cfg.AllowEstimate = cfg.AllowEstimate || h.AllowEstimate
-	cfg.CountFirst = cfg.CountFirst || h.CountFirst
 	if err := cfg.Validate(); err != nil {
 		return reject(CodeBadRequest, "%v", err)
 	}

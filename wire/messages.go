@@ -1,6 +1,12 @@
 package wire
 
-import "github.com/shardload/shardload/decode"
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+
+	"github.com/shardload/shardload/decode"
+)
 
 // Version is the newest protocol version this server speaks (docs/protocol.md). A
 // client that says a version outside [MinVersion, Version] in its hello is refused
@@ -70,21 +76,70 @@ type Hello struct {
 	// (State, Config.Resume). Epoch is then 0 or the state's epoch.
 	State *State `json:"state,omitempty"`
 
-	// Version 4: the settings that define a trainer's epochs, each overriding the
-	// server's when set, within its limits (see docs/protocol.md).
-	AllowEstimate bool   `json:"allow_estimate,omitempty"`
-	CountFirst    bool   `json:"count_first,omitempty"`
-	SlabBytes     int64  `json:"slab_bytes,omitempty"`
-	Slabs         int    `json:"slabs,omitempty"`
-	Shuffle       *bool  `json:"shuffle,omitempty"`
-	ShuffleBuffer int    `json:"shuffle_buffer,omitempty"`
-	ShuffleBytes  int64  `json:"shuffle_bytes,omitempty"`
-	OpenShards    int    `json:"open_shards,omitempty"`
-	ReadGap       *int64 `json:"read_gap,omitempty"`
+	// Settings (version 4) are the settings that define a trainer's epochs, each
+	// overriding the server's when given, within its limits: members of the hello
+	// itself (allow_estimate, count_first, slab_bytes, slabs, shuffle, shuffle_buffer,
+	// shuffle_bytes, open_shards, read_gap; see docs/protocol.md), which the server
+	// reads through its table of settings. Members the server does not know are
+	// kept here too, and ignored.
+	Settings map[string]json.RawMessage `json:"-"`
 	// ImageLayout is the shape of image fields the hello names without one: "chw"
 	// (3xHxW, as torchvision's tensors) or "hwc" (the default, HxWx3).
 	ImageLayout string `json:"image_layout,omitempty"`
 }
+
+// helloFields is Hello without its methods, for encoding/json.
+type helloFields Hello
+
+// MarshalJSON writes the hello with its Settings as members of its own.
+func (h Hello) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(helloFields(h))
+	if err != nil || len(h.Settings) == 0 {
+		return b, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	for k, v := range h.Settings {
+		if _, ok := m[k]; !ok {
+			m[k] = v
+		}
+	}
+	return json.Marshal(m)
+}
+
+// UnmarshalJSON reads a hello, keeping the members Hello has no field for in
+// Settings.
+func (h *Hello) UnmarshalJSON(b []byte) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, (*helloFields)(h)); err != nil {
+		return err
+	}
+	h.Settings = nil
+	for _, name := range helloMembers {
+		delete(m, name)
+	}
+	if len(m) > 0 {
+		h.Settings = m
+	}
+	return nil
+}
+
+// helloMembers are the members of Hello's fields.
+var helloMembers = func() []string {
+	var names []string
+	t := reflect.TypeFor[helloFields]()
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			names = append(names, name)
+		}
+	}
+	return names
+}()
 
 // FieldInfo describes a field the session decodes.
 type FieldInfo struct {

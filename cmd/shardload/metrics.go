@@ -18,6 +18,7 @@ import (
 
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/cache"
+	"github.com/shardload/shardload/internal/knob"
 	"github.com/shardload/shardload/serve"
 	"github.com/shardload/shardload/source"
 )
@@ -83,7 +84,7 @@ func newServerMetrics(stats statsFunc, c *cache.Cache) *serverMetrics {
 		budget:         d("session_memory_budget_bytes", "What a session's buffers may hold: slabs, decoded samples (queues, shuffle windows, batches) and remote reads' parts (--memory).", sess...),
 		queued:         d("session_queued_bytes", "Decoded samples waiting in a session's open shards' queues, in bytes (their buffers, as the queues count them).", sess...),
 		memory:         d("session_memory_bytes", "What a session's buffers may hold at its settings in effect (the tuner's), within its budget.", sess...),
-		knob:           d("session_setting", "A session's setting in effect, as its tuner left it: workers, read_ahead (shards), queue_bytes, fetch_parallel, fetch_part_bytes.", "session", "rank", "setting"),
+		knob:           d("session_setting", "A session's setting in effect, as its tuner left it: workers, read_ahead (shards), queue_bytes, fetch_parallel, fetch_part_size.", "session", "rank", "setting"),
 		tunerChanges:   d("session_autotune_changes_total", "Setting changes a session's tuner kept.", sess...),
 	}
 }
@@ -125,11 +126,11 @@ func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
 		g(m.memory, float64(s.Memory), id, rank)
 		g(m.queued, float64(s.Queued), id, rank)
 		if k := s.Settings; k.Workers > 0 {
-			g(m.knob, float64(k.Workers), id, rank, "workers")
-			g(m.knob, float64(k.ReadAhead), id, rank, "read_ahead")
-			g(m.knob, float64(k.QueueBytes), id, rank, "queue_bytes")
-			g(m.knob, float64(k.FetchParallel), id, rank, "fetch_parallel")
-			g(m.knob, float64(k.FetchPartSize), id, rank, "fetch_part_bytes")
+			for _, kn := range knob.All {
+				if kn.Tuned {
+					g(m.knob, float64(kn.Setting(k)), id, rank, kn.Label())
+				}
+			}
 			c(m.tunerChanges, float64(k.Changes), id, rank)
 		}
 		if s.RingSlabs > 0 {

@@ -1,0 +1,80 @@
+package knob
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/shardload/shardload"
+)
+
+// Every knob names a field of Config (and, tuned, of Settings); its flag form reads
+// back as it was set, and its limits refuse what they say.
+func TestTable(t *testing.T) {
+	names := map[string]bool{}
+	for _, k := range All {
+		if names[k.Name] {
+			t.Errorf("%s: defined twice", k.Name)
+		}
+		names[k.Name] = true
+		var cfg shardload.Config
+		k.field(&cfg) // panics without the field
+		if k.Tuned {
+			k.Setting(shardload.Settings{})
+		}
+		v := "true"
+		if k.field(&cfg).Kind() != reflect.Bool {
+			v = "5"
+			if k.Bytes {
+				v = "3MiB"
+			}
+		}
+		if err := k.Set(&cfg, v); err != nil {
+			t.Errorf("%s: %v", k.Name, err)
+			continue
+		}
+		if got := k.Value(&cfg); got != v {
+			t.Errorf("%s: set %s, reads back %s", k.Name, v, got)
+		}
+		if k.Min > 0 {
+			if err := k.Set(&cfg, "0"); err == nil || !strings.Contains(err.Error(), "--"+k.Name+" 0: want") {
+				t.Errorf("%s 0: %v", k.Name, err)
+			}
+		}
+	}
+}
+
+// A hello's member sets its knob, within the knob's limits; shuffle is the negation
+// of --no-shuffle, and read_gap 0 means none.
+func TestSetHello(t *testing.T) {
+	set := func(name, raw string) (shardload.Config, error) {
+		var cfg shardload.Config
+		for _, k := range All {
+			if k.Hello == name {
+				return cfg, k.SetHello(&cfg, json.RawMessage(raw))
+			}
+		}
+		t.Fatalf("no knob has hello member %s", name)
+		return cfg, nil
+	}
+	if cfg, err := set("shuffle", "false"); err != nil || !cfg.NoShuffle {
+		t.Errorf("shuffle false: NoShuffle %v, %v", cfg.NoShuffle, err)
+	}
+	if cfg, err := set("read_gap", "0"); err != nil || cfg.ReadGap != -1 {
+		t.Errorf("read_gap 0: ReadGap %d, %v", cfg.ReadGap, err)
+	}
+	if cfg, err := set("slab_bytes", "4194304"); err != nil || cfg.SlabBytes != 4<<20 {
+		t.Errorf("slab_bytes: SlabBytes %d, %v", cfg.SlabBytes, err)
+	}
+	for _, tc := range []struct{ name, raw, want string }{
+		{"slabs", "254", "slabs 254: want 1 to 253"},
+		{"open_shards", "-1", "open_shards -1: want 1 to 4096"},
+		{"shuffle_buffer", "1.5", "shuffle_buffer: want a whole number"},
+		{"count_first", "1", "count_first: want true or false"},
+	} {
+		if _, err := set(tc.name, tc.raw); err == nil || err.Error() != tc.want && !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s %s: %v, want %q", tc.name, tc.raw, err, tc.want)
+		}
+	}
+}
