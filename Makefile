@@ -51,7 +51,7 @@ test: deps tools lint validate
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMeta$$' -fuzztime 20000x ./cache/
 	$(GO) test -run '^$$' -fuzz '^FuzzURL$$' -fuzztime 20000x ./internal/redact/
 	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime 20000x ./index/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseRuns$$' -fuzztime 20000x ./
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRuns$$' -fuzztime 20000x ./plan/
 
 tools:
 	scripts/tools.sh

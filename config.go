@@ -2,17 +2,17 @@ package shardload
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"reflect"
 	"runtime"
 	"strings"
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
-	"github.com/shardload/shardload/internal/mem"
+	"github.com/shardload/shardload/internal/logs"
 	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/shard"
@@ -240,6 +240,7 @@ type Config struct {
 	Logf func(format string, args ...any)
 
 	pins      tune.Pins // the tuner's knobs the caller set
+	logKey    any       // the logger's identity (see once)
 	defaulted bool
 }
 
@@ -304,68 +305,42 @@ func (cfg Config) withDefaults() Config {
 	}
 	cfg.defaulted = true
 	cfg.pins = pinsOf(&cfg)
-	if cfg.Memory == 0 {
-		cfg.Memory = DefaultMemory
-	}
-	if cfg.FetchParallel == 0 {
-		cfg.FetchParallel = source.DefaultParallel
-	}
-	if cfg.FetchPartSize == 0 {
-		cfg.FetchPartSize = source.DefaultPartSize
-	}
-	if cfg.BatchSize == 0 {
-		cfg.BatchSize = DefaultBatchSize
-	}
-	if cfg.World == 0 {
-		cfg.World = 1
-	}
-	if cfg.ShuffleBuffer == 0 {
-		cfg.ShuffleBuffer = DefaultShuffleBuffer
-	}
-	if cfg.ShuffleBytes == 0 {
-		cfg.ShuffleBytes = DefaultShuffleBytes
-	}
-	if cfg.OpenShards == 0 {
-		cfg.OpenShards = DefaultOpenShards
-	}
-	if cfg.Workers == 0 {
-		cfg.Workers = runtime.GOMAXPROCS(0)
-	}
-	cfg.Workers = min(cfg.Workers, cfg.OpenShards+cfg.ReadAhead)
-	if cfg.QueueBytes == 0 {
-		cfg.QueueBytes = DefaultQueueBytes
-	}
-	if cfg.MaxMemberSize == 0 {
-		cfg.MaxMemberSize = shard.DefaultMaxMemberSize
-	}
-	if cfg.MaxSampleSize == 0 {
-		cfg.MaxSampleSize = shard.DefaultMaxSampleSize
-	}
-	if cfg.Slabs == 0 {
-		cfg.Slabs = DefaultSlabs
-	}
-	if cfg.MaxSlabBytes == 0 {
-		cfg.MaxSlabBytes = DefaultMaxSlabBytes
-	}
+	cfg.Memory = cmp.Or(cfg.Memory, DefaultMemory)
+	cfg.FetchParallel = cmp.Or(cfg.FetchParallel, source.DefaultParallel)
+	cfg.FetchPartSize = cmp.Or(cfg.FetchPartSize, source.DefaultPartSize)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
+	cfg.World = cmp.Or(cfg.World, 1)
+	cfg.ShuffleBuffer = cmp.Or(cfg.ShuffleBuffer, DefaultShuffleBuffer)
+	cfg.ShuffleBytes = cmp.Or(cfg.ShuffleBytes, DefaultShuffleBytes)
+	cfg.OpenShards = cmp.Or(cfg.OpenShards, DefaultOpenShards)
+	cfg.Workers = min(cmp.Or(cfg.Workers, runtime.GOMAXPROCS(0)), cfg.OpenShards+cfg.ReadAhead)
+	cfg.QueueBytes = cmp.Or(cfg.QueueBytes, DefaultQueueBytes)
+	cfg.MaxMemberSize = cmp.Or(cfg.MaxMemberSize, shard.DefaultMaxMemberSize)
+	cfg.MaxSampleSize = cmp.Or(cfg.MaxSampleSize, shard.DefaultMaxSampleSize)
+	cfg.Slabs = cmp.Or(cfg.Slabs, DefaultSlabs)
+	cfg.MaxSlabBytes = cmp.Or(cfg.MaxSlabBytes, DefaultMaxSlabBytes)
 	if cfg.ErrorBudget == nil {
 		b := DefaultErrorBudget
 		cfg.ErrorBudget = &b
 	}
-	if cfg.Sources == nil {
-		cfg.Sources = source.Default
-	}
+	cfg.Sources = cmp.Or(cfg.Sources, source.Default)
+	cfg.logKey = logs.Key(cfg.Logger, cfg.Logf)
 	if cfg.Logger != nil || cfg.Logf == nil {
-		cfg.Logf = slogf(cmp.Or(cfg.Logger, slog.Default()))
+		cfg.Logf = logs.Printf(cmp.Or(cfg.Logger, slog.Default()))
 	}
 	return cfg
 }
 
-func (cfg *Config) validate() error {
-	err := cfg.Validate()
-	if len(cfg.URLs) == 0 && len(cfg.Shards) == 0 {
-		err = errors.Join(errors.New("shardload: bad config: no shard URLs"), err)
+// once calls f unless a line of the kind what went to cfg's logger (with defaults)
+// already in this process (logs.Once).
+func (cfg Config) once(what string, f func()) { logs.Once(cfg.logKey, what, f) }
+
+// noURLs returns the error of a Config that names no shards, nil for one that does.
+func noURLs(cfg Config) error {
+	if len(cfg.URLs)+len(cfg.Shards) > 0 {
+		return nil
 	}
-	return err
+	return errors.New("shardload: bad config: no shard URLs")
 }
 
 // Validate reports every setting of cfg that is negative or makes no sense, such as a
@@ -375,37 +350,17 @@ func (cfg *Config) validate() error {
 func (cfg Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	for _, c := range []struct {
-		name string
-		v    int64
-	}{
-		{"BatchSize", int64(cfg.BatchSize)}, {"World", int64(cfg.World)}, {"Epoch", int64(cfg.Epoch)},
-		{"ShuffleBuffer", int64(cfg.ShuffleBuffer)}, {"ShuffleBytes", cfg.ShuffleBytes},
-		{"OpenShards", int64(cfg.OpenShards)}, {"Workers", int64(cfg.Workers)}, {"ReadAhead", int64(cfg.ReadAhead)}, {"QueueBytes", cfg.QueueBytes},
-		{"MaxMemberSize", cfg.MaxMemberSize}, {"MaxSampleSize", cfg.MaxSampleSize}, {"Slabs", int64(cfg.Slabs)}, {"SlabBytes", cfg.SlabBytes}, {"MaxSlabBytes", cfg.MaxSlabBytes},
-		{"Memory", cfg.Memory}, {"FetchParallel", int64(cfg.FetchParallel)}, {"FetchPartSize", cfg.FetchPartSize},
-	} {
-		if c.v < 0 {
-			bad("%s %d is negative", c.name, c.v)
+	// Every count and size is at least 0 (ReadGap's -1 means none; Rank and OnError
+	// are checked below).
+	v := reflect.ValueOf(cfg)
+	for i := range v.NumField() {
+		f, name := v.Field(i), v.Type().Field(i).Name
+		if f.CanInt() && f.Int() < 0 && v.Type().Field(i).IsExported() && name != "ReadGap" && name != "Rank" && name != "OnError" {
+			bad("%s %d is negative", name, f.Int())
 		}
 	}
-	if d := cfg.withDefaults(); d.SlabBytes > d.MaxSlabBytes && d.MaxSlabBytes > 0 {
-		bad("SlabBytes %d is more than MaxSlabBytes %d", d.SlabBytes, d.MaxSlabBytes)
-	}
-	if d := cfg.withDefaults(); d.Slabs > 0 && d.SlabBytes > 0 {
-		if d.SlabBytes > math.MaxInt64/int64(d.Slabs) {
-			bad("Slabs %d x SlabBytes %d overflows", d.Slabs, d.SlabBytes)
-		} else if phys := mem.Physical(); phys > 0 && int64(d.Slabs)*d.SlabBytes > phys/2 {
-			bad("the slab ring of %d x %d bytes is more than half of this machine's memory (%d bytes)", d.Slabs, d.SlabBytes, phys)
-		}
-	}
-	if d := cfg.withDefaults(); d.Memory > 0 && d.Slabs > 0 && d.SlabBytes > 0 && d.SlabBytes <= math.MaxInt64/int64(d.Slabs) {
-		least := leastKnobs(d)
-		if need := d.memoryOf(least, dataShape{remote: true}); need > d.Memory && need > 0 {
-			bad("%w: Memory %s is less than the %s these settings need at the least: slabs %d x %s, shuffle %s and two batches, queues %d x %s (see MemoryBudget)",
-				ErrMemory, sizeString(d.Memory), sizeString(need), d.Slabs, sizeString(d.SlabBytes), sizeString(d.ShuffleBytes),
-				d.OpenShards+least.ReadAhead, sizeString(least.QueueBytes))
-		}
+	if d := cfg.withDefaults(); d.Slabs > 0 {
+		errs = append(errs, d.budget(tune.Shape{Remote: true}).Check(d.MaxSlabBytes, d.knobs())...)
 	}
 	if world := max(cfg.World, 1); cfg.Rank < 0 || cfg.Rank >= world {
 		bad("Rank %d outside [0, World %d)", cfg.Rank, world)
@@ -450,41 +405,11 @@ func (cfg Config) Validate() error {
 	return nil
 }
 
-// slogf adapts a logger to Printf-style calls: each line a record, at level Warn when
-// it says it is a warning, else Info.
-func slogf(l *slog.Logger) func(format string, args ...any) {
-	return func(format string, args ...any) {
-		msg := strings.TrimSuffix(fmt.Sprintf(format, args...), "\n")
-		level := slog.LevelInfo
-		if strings.Contains(msg, "warning:") {
-			level = slog.LevelWarn
-		}
-		l.Log(context.Background(), level, msg)
-	}
-}
-
 // pinsOf returns the tuned settings cfg sets (non-zero): the tuner leaves them.
 func pinsOf(cfg *Config) tune.Pins {
 	var p tune.Pins
 	p = p.With(tune.Workers, cfg.Workers != 0).With(tune.ReadAhead, cfg.ReadAhead != 0).With(tune.QueueBytes, cfg.QueueBytes != 0)
 	return p.With(tune.FetchParallel, cfg.FetchParallel != 0).With(tune.FetchPartSize, cfg.FetchPartSize != 0)
-}
-
-// leastKnobs returns the least the settings of d (with defaults) can take: defaults
-// lowered as far as Open lowers them, and set ones as they are (for remote shards
-// larger than a part, the worst case for set fetch parts).
-func leastKnobs(d Config) tune.Knobs {
-	least := tune.Knobs{QueueBytes: tune.MinQueueBytes, FetchParallel: 1, FetchPartSize: d.FetchPartSize}
-	if d.pins.Pinned(tune.QueueBytes) {
-		least.QueueBytes = d.QueueBytes
-	}
-	if d.pins.Pinned(tune.ReadAhead) {
-		least.ReadAhead = d.ReadAhead
-	}
-	if d.pins.Pinned(tune.FetchParallel) {
-		least.FetchParallel = d.FetchParallel
-	}
-	return least
 }
 
 // RingBytes returns the bytes of the slab ring with these settings: Slabs x SlabBytes,

@@ -2,7 +2,6 @@ package shardload
 
 import (
 	"context"
-	"sync"
 
 	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/redact"
@@ -28,14 +27,10 @@ func Count(ctx context.Context, cfg Config) (infos []shard.Info, err error) {
 	if len(cfg.Shards) > 0 {
 		return cfg.Shards, nil
 	}
-	urls, err := shard.ExpandAll(cfg.URLs)
+	urls, err := cfg.expand(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if urls, err = cfg.Sources.Expand(ctx, urls); err != nil {
-		return nil, err
-	}
-	urls = index.Omit(urls)
 	return lookup(cfg).Resolve(ctx, urls)
 }
 
@@ -52,23 +47,29 @@ func Shards(ctx context.Context, cfg Config) (infos []shard.Info, err error) {
 	if len(cfg.Shards) > 0 || cfg.CountFirst {
 		return Count(ctx, cfg)
 	}
-	urls, err := shard.ExpandAll(cfg.URLs)
+	urls, err := cfg.expand(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if urls, err = cfg.Sources.Expand(ctx, urls); err != nil {
-		return nil, err
-	}
-	urls = index.Omit(urls)
 	return lookup(cfg).Quick(ctx, urls, cfg.World)
+}
+
+// expand returns the shard URLs of cfg (with defaults): its patterns expanded, the
+// prefixes listed, index objects left out.
+func (cfg Config) expand(ctx context.Context) ([]string, error) {
+	urls, err := shard.ExpandAll(cfg.URLs)
+	if err == nil {
+		urls, err = cfg.Sources.Expand(ctx, urls)
+	}
+	return index.Omit(urls), err
 }
 
 // lookup returns the index lookup of cfg (with defaults).
 func lookup(cfg Config) index.Lookup {
-	lk := index.Lookup{Sources: cfg.Sources, Index: cfg.Index, Workers: max(cfg.Workers, 16), Logf: cfg.Logf,
+	lk := index.Lookup{Sources: cfg.Sources, Index: cfg.Index, Workers: max(cfg.Workers, 16), Logf: cfg.Logf, Once: cfg.once,
 		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxRatio: cfg.MaxRatio}}
 	if !cfg.NoIndexStore {
-		lk.Store = openStore(cfg.IndexDir, cfg.Logf)
+		lk.Store = cfg.openStore()
 	}
 	return lk
 }
@@ -79,20 +80,18 @@ func recorder(cfg Config, infos []shard.Info) func(shard.Info) {
 	if cfg.NoIndexStore {
 		return nil
 	}
-	if store := openStore(cfg.IndexDir, cfg.Logf); store != nil {
+	if store := cfg.openStore(); store != nil {
 		return store.Keep(infos, cfg.Logf)
 	}
 	return nil
 }
 
-// openStore opens the index store in dir (index.DefaultStoreDir when ""), or says
-// once why it cannot and returns nil.
-func openStore(dir string, logf func(string, ...any)) *index.Store {
-	s, err := index.Shared(dir)
+// openStore opens the index store of cfg (with defaults), or says once why it cannot
+// and returns nil.
+func (cfg Config) openStore() *index.Store {
+	s, err := index.Shared(cfg.IndexDir)
 	if err != nil {
-		storeWarning.Do(func() { logf("shardload: warning: %v (shards are counted on every run)", err) })
+		cfg.once("store", func() { cfg.Logf("shardload: warning: %v (shards are counted on every run)", err) })
 	}
 	return s
 }
-
-var storeWarning sync.Once

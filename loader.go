@@ -1,6 +1,7 @@
 package shardload
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,13 +14,13 @@ import (
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
+	"github.com/shardload/shardload/internal/mem"
 	"github.com/shardload/shardload/internal/pipeline"
 	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
-	"github.com/shardload/shardload/source"
 	"github.com/shardload/shardload/wire"
 )
 
@@ -37,9 +38,9 @@ type Loader struct {
 	resume State        // the state the loader started from
 	taken  atomic.Int64 // batches Next has returned
 	tuner  *Tuner
-	shape  dataShape
-	slabs  *slabs
-	done   chan struct{}
+	slabs  *tune.Slabs
+	done   chan struct{} // closed by Close
+	tuned  chan struct{} // closed when the tuner's goroutine is done
 	close  sync.Once
 }
 
@@ -63,17 +64,7 @@ func (b *Batch) Data() []byte { return b.b.Slab.Bytes() }
 func (b *Batch) Slab() *pinned.Slab { return b.b.Slab }
 
 // Keys returns the samples' keys, in row order.
-func (b *Batch) Keys() []string {
-	c, ok := b.Column(keyColumn)
-	if !ok {
-		return nil
-	}
-	keys := make([]string, b.Rows)
-	for i := range keys {
-		keys[i] = string(c.Row(b.Data(), i))
-	}
-	return keys
-}
+func (b *Batch) Keys() []string { return b.Layout.Keys(b.Data()) }
 
 // Release hands the batch's slab back to the loader. Using the batch afterwards reads
 // memory that a later batch overwrites. Release is idempotent.
@@ -84,8 +75,6 @@ func (b *Batch) Release() { b.b.Release() }
 // With the host backend (the default) it is complete at once and Ptr is the address
 // of Data.
 func (b *Batch) Transfer() *device.Transfer { return b.b.Transfer }
-
-const keyColumn = "__key__"
 
 // Open plans this rank's epoch and starts the loader: it finds the shards' sample
 // counts (cfg.Shards, else see Shards: an index, or estimates from the objects'
@@ -100,21 +89,28 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, infos, order, resume, pln := pl.cfg, pl.infos, pl.order, pl.resume, pl.plan
-	firstSeq := resume.Batches
-	if pl.replay > 0 {
-		firstSeq = 0 // the replayed batches are numbered, and dropped
-	}
+	cfg, infos := pl.cfg, pl.infos
 	fields, err := Fields(ctx, cfg, infos)
 	if err != nil {
 		return nil, err
 	}
-	imageDecoder, err := cfg.ImageDecoder.Resolve()
+	images, err := cfg.ImageDecoder.Resolve()
 	if err != nil {
 		return nil, err
 	}
-	shape := shapeOf(infos, fields)
-	isRemote := shape.remote
+	shape := tune.ShapeOf(infos, fields)
+	if shape.SmallShards(cfg.QueueBytes) {
+		// Whether the shards inflate changes what their queues hold: found out from
+		// their bytes, not their names.
+		first := ""
+		for _, sp := range pl.plan.Spans {
+			if sp.Skip == 0 {
+				first = sp.URL // read from its start anyway
+				break
+			}
+		}
+		shape.Compressed = pipeline.Compressed(ctx, cfg.Sources, infos, first)
+	}
 	sized := cfg.SlabBytes == 0
 	if cfg.Ring != nil {
 		cfg.Slabs, cfg.SlabBytes = len(cfg.Ring.Slabs()), cfg.Ring.SlabBytes()
@@ -124,66 +120,74 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	} else {
 		cfg.SlabBytes = SlabSize(cfg, infos, fields)
 	}
-	if err := cfg.checkBatch(fields, shape, sized); err != nil {
+	budget := cfg.budget(shape)
+	if err := budget.CheckBatch(wire.FixedBytes(cfg.BatchSize, fields), cfg.BatchSize, cfg.MaxSlabBytes, cfg.knobs(), sized); err != nil {
 		return nil, err
 	}
-	sl := &slabs{cfg: cfg, shape: shape}
-	sl.bytes.Store(cfg.SlabBytes)
-	tuner := cfg.Tuner
-	if tuner == nil {
-		tuner = NewTuner()
-	}
-	knobs, pins, err := cfg.startKnobs(tuner, shape)
+	tuner := cmp.Or(cfg.Tuner, NewTuner())
+	knobs, err := cfg.startKnobs(tuner, budget)
 	if err != nil {
 		return nil, err
 	}
-	lim := tune.Limits{Lanes: cfg.OpenShards, Fetch: isRemote,
-		Fits: func(k tune.Knobs) bool { return sl.memoryOf(k) <= cfg.Memory }}
+	dev, err := openDevice(cfg)
+	if err != nil {
+		return nil, err
+	}
+	l = &Loader{cfg: cfg, plan: pl.rest(), order: pl.order, fields: fields, dev: dev, start: start, resume: pl.resume,
+		tuner: tuner, done: make(chan struct{}), tuned: make(chan struct{})}
+	l.slabs = tune.NewSlabs(budget, cfg.MaxSlabBytes, dev.MaxCopy(), func(need, from, to int64) {
+		cfg.Logf("shardload: rank %d: a batch of %s did not fit the slabs of %s: they grow to %s as batches need (size them up front with --slab-size, Config.SlabBytes or slab_bytes=)",
+			cfg.Rank, mem.FormatSize(need), mem.FormatSize(from), mem.FormatSize(to))
+	})
+	pins := cfg.pins
 	if cfg.NoAutotune {
 		pins = tune.AllPins
 	}
-	tuner.mu.Lock()
-	if tuner.t == nil {
-		tuner.t = tune.New(knobs, pins, lim)
+	tuner.s.Start(knobs, pins, tune.Limits{Lanes: cfg.OpenShards, Fetch: shape.Remote,
+		Fits: func(k tune.Knobs) bool { return l.slabs.Memory(k) <= cfg.Memory }})
+	l.p = pipeline.Start(ctx, l.params(pl, images, budget, knobs, shape.Remote))
+	if cfg.NoAutotune {
+		close(l.tuned)
 	} else {
-		tuner.t.Restart(knobs, pins, lim)
+		go l.autotune(shape.Remote)
 	}
-	tuner.mu.Unlock()
-	fetch := fetchTuning(knobs, isRemote)
+	return l, nil
+}
+
+// params returns the parameters of l's pipeline: l's settings (with defaults) over
+// the plan pl, starting at knobs.
+func (l *Loader) params(pl planned, images decode.ImageDecoder, b tune.Budget, knobs tune.Knobs, remote bool) pipeline.Params {
+	cfg, order := l.cfg, pl.order
+	firstSeq := pl.resume.Batches
+	if pl.replay > 0 {
+		firstSeq = 0 // the replayed batches are numbered, and dropped
+	}
+	fetch := fetchKnobs(knobs, remote)
 	if cfg.NoAutotune && !cfg.pins.Pinned(tune.FetchParallel) && !cfg.pins.Pinned(tune.FetchPartSize) {
-		fetch = source.Tuning{} // the sources' own settings
+		fetch.FetchParallel, fetch.FetchPartSize = 0, 0 // the sources' own settings
 	}
-	dev, devOpts, err := openDevice(cfg)
-	if err != nil {
-		return nil, err
-	}
-	sl.limit = deviceLimit(dev, devOpts)
 	maxSamples, maxShards := cfg.ErrorBudget.limits(order.Samples, int64(order.Shards))
-	l = &Loader{cfg: cfg, plan: pl.rest(), order: order, fields: fields, dev: dev, start: start, resume: resume,
-		tuner: tuner, shape: shape, slabs: sl, done: make(chan struct{})}
-	l.p = pipeline.Start(ctx, pipeline.Params{
-		Sources: cfg.Sources, Plan: pln, Shards: infos, Fields: fields,
-		ImageDecoder: imageDecoder, AugmentSeed: cfg.Seed, Epoch: order.Epoch,
+	return pipeline.Params{
+		Sources: cfg.Sources, Plan: pl.plan, Shards: pl.infos, Fields: l.fields,
+		ImageDecoder: images, AugmentSeed: cfg.Seed, Epoch: order.Epoch,
 		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxSampleSize: cfg.MaxSampleSize, MaxRatio: cfg.MaxRatio},
 		Rank:   cfg.Rank, FirstSeq: firstSeq, Replay: pl.replay,
-		NoShuffle: cfg.NoShuffle, ShuffleBytes: cfg.ShuffleBytes,
-		OpenShards: cfg.OpenShards, Workers: knobs.Workers, ReadAhead: knobs.ReadAhead, QueueBytes: knobs.QueueBytes, Fetch: fetch,
-		SampleBytes: cfg.Memory - int64(cfg.Slabs)*cfg.SlabBytes - cfg.fetchMemory(knobs, shape),
+		NoShuffle: cfg.NoShuffle, ShuffleBytes: cfg.ShuffleBytes, OpenShards: cfg.OpenShards, Knobs: fetch,
+		SampleBytes: cfg.Memory - int64(cfg.Slabs)*cfg.SlabBytes - b.Fetch(knobs),
 		BatchSize:   cfg.BatchSize, DropLast: cfg.DropLast, CPUs: cfg.CPUs,
-		Stretch: cfg.World == 1 && pln.Estimated, Record: recorder(cfg, infos),
+		Stretch: cfg.World == 1 && pl.plan.Estimated, Record: recorder(cfg, pl.infos),
 		Skip: cfg.OnError == Skip,
 		Budget: pipeline.Budget{MaxSamples: maxSamples, MaxShards: maxShards,
 			JobSamples: order.Samples, JobShards: order.Shards, Text: cfg.ErrorBudget.String()},
 		Ring: cfg.Ring,
 		RingOptions: pinned.Options{Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, NoLock: cfg.NoLock, Bind: cfg.BindSlabs,
-			Warn: func(msg string) { lockWarning.Do(func() { cfg.Logf("shardload: warning: %s", msg) }) }},
-		SlabSize: func(need int64) (int64, error) { return sl.grow(need, l.knobs()) },
-		Queue:    cfg.Slabs, Device: dev, Logf: cfg.Logf,
-	})
-	if !cfg.NoAutotune {
-		go l.autotune(tuner, isRemote, l.done)
+			Warn: func(msg string) { cfg.once("lock", func() { cfg.Logf("shardload: warning: %s", msg) }) }},
+		SlabSize: func(need int64) (int64, error) { return l.slabs.Grow(need, l.knobs()) },
+		Queue:    cfg.Slabs, Device: l.dev, Logf: cfg.Logf, Once: cfg.once,
+		SampleError: func(url, key string, offset int64, field string, err error) error {
+			return &SampleError{URL: url, Key: key, Offset: offset, Field: field, Err: err}
+		},
 	}
-	return l, nil
 }
 
 // newPlan returns cfg's rank's plan under order, after runs.
@@ -227,18 +231,15 @@ func resumeFrom(cfg Config, order Order) (State, []plan.Run, error) {
 	if r.Batches < 0 {
 		return State{}, nil, fmt.Errorf("%w: %d batches", ErrResume, r.Batches)
 	}
-	runs, err := ParseRuns(r.Runs)
+	runs, err := plan.ParseRuns(r.Runs)
 	if err != nil {
-		return State{}, nil, err
+		return State{}, nil, fmt.Errorf("%w: %w", ErrResume, err)
 	}
 	return *r, runs, nil
 }
 
 // errOtherOrder: a state was saved under another order.
 var errOtherOrder = errors.New("it was saved under another order")
-
-// lockWarning says once per process that slabs cannot be page-locked.
-var lockWarning sync.Once
 
 // ErrEmpty means the shards hold no samples.
 var ErrEmpty = pipeline.ErrNoSample
@@ -298,6 +299,7 @@ func (l *Loader) All(ctx context.Context) iter.Seq2[*Batch, error] {
 // the caller releases the batches it still holds. Close is idempotent.
 func (l *Loader) Close() error {
 	l.close.Do(func() { close(l.done) })
+	<-l.tuned
 	return l.p.Close()
 }
 
@@ -306,14 +308,10 @@ func (l *Loader) Close() error {
 func (l *Loader) Settings() Settings { return l.tuner.Settings() }
 
 // memory returns what the loader's buffers may hold at the settings in effect.
-func (l *Loader) memory() int64 { return l.slabs.memoryOf(l.knobs()) }
+func (l *Loader) memory() int64 { return l.slabs.Memory(l.knobs()) }
 
 // knobs returns the tuner's settings in effect (a change on trial too).
-func (l *Loader) knobs() tune.Knobs {
-	l.tuner.mu.Lock()
-	defer l.tuner.mu.Unlock()
-	return l.tuner.t.Knobs()
-}
+func (l *Loader) knobs() tune.Knobs { return l.tuner.s.Knobs() }
 
 // Device returns the loader's device-copy stage: its kind and description.
 func (l *Loader) Device() *device.Stage { return l.dev }
@@ -327,8 +325,22 @@ func (l *Loader) DeviceStats() device.Stats { return l.dev.Stats() }
 var ErrPanic = pipeline.ErrPanic
 
 // SampleError is a sample that could not be decoded: a missing field, a wrong shape, a
-// label that is not a number. It names the shard's URL and the sample's key.
-type SampleError = pipeline.SampleError
+// label that is not a number. Match it with errors.As; Err is the cause, which
+// errors.Is matches against ErrMissingField, decode.ErrWrongShape and the like.
+type SampleError struct {
+	URL    string // the shard's URL (secrets removed in Error)
+	Key    string // the sample's key
+	Offset int64  // byte offset of the sample's first member in the shard's (decompressed) tar
+	Field  string // the field's column name
+	Err    error
+}
+
+func (e *SampleError) Error() string {
+	return fmt.Sprintf("%s: sample %q at byte %d: field %s: %v", redact.URL(e.URL), e.Key, e.Offset, e.Field, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *SampleError) Unwrap() error { return e.Err }
 
 // ErrMissingField means a sample lacks a configured field.
 var ErrMissingField = pipeline.ErrMissingField

@@ -305,6 +305,10 @@ func TestLoaderErrorPolicy(t *testing.T) {
 		if !errors.As(got, &se) || se.Key != "b03" || !errors.Is(got, shardload.ErrMissingField) || !strings.Contains(got.Error(), paths[1]) {
 			t.Errorf("got %v, want a missing field in sample b03 of %s", got, paths[1])
 		}
+		// Three samples of 2048 bytes of tar before it; the field is the label's.
+		if se != nil && (se.URL != paths[1] || se.Offset != 3*2048 || se.Field != "cls") {
+			t.Errorf("SampleError %+v: want the URL, byte 6144 and field cls", *se)
+		}
 	})
 
 	t.Run("skip", func(t *testing.T) {

@@ -2,14 +2,12 @@ package shardload
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"reflect"
 
-	"github.com/shardload/shardload/internal/redact"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
-	"github.com/shardload/shardload/source"
 )
 
 // Order holds every setting that decides which samples each rank of a job reads in an
@@ -47,51 +45,16 @@ type Order struct {
 
 // orderOf returns the Order of cfg (with defaults applied) over shards.
 func orderOf(cfg Config, shards []shard.Info) Order {
-	h := sha256.New()
-	var n [8]byte
-	var total int64
-	for _, s := range shards {
-		// One spelling per shard (a relative or absolute path, file://, a presigned
-		// URL's signature): ranks that name the same shards differently agree.
-		u := redact.URL(source.Canonical(s.URL))
-		binary.LittleEndian.PutUint64(n[:], uint64(len(u)))
-		h.Write(n[:])
-		h.Write([]byte(u))
-		binary.LittleEndian.PutUint64(n[:], uint64(s.Samples))
-		h.Write(n[:])
-		total += int64(s.Samples)
-	}
-	o := Order{
-		Dataset: hex.EncodeToString(h.Sum(nil)[:8]), Shards: len(shards), Samples: total,
-		Seed: cfg.Seed, Epoch: cfg.Epoch, World: cfg.World, BatchSize: cfg.BatchSize, DropLast: cfg.DropLast,
-		Shuffle: !cfg.NoShuffle,
-	}
+	o := Order{Shards: len(shards), Seed: cfg.Seed, Epoch: cfg.Epoch, World: cfg.World, BatchSize: cfg.BatchSize,
+		DropLast: cfg.DropLast, Shuffle: !cfg.NoShuffle}
+	o.Dataset, o.Samples = plan.Dataset(shards)
 	if o.Shuffle {
-		o.Lanes, o.Window = cfg.OpenShards, window(cfg, shards)
+		o.Lanes, o.Window = cfg.OpenShards, plan.WindowSize(cfg.ShuffleBuffer, cfg.ShuffleBytes, shards)
 	}
 	if cfg.Resume != nil {
 		o.Epoch, o.Runs = cfg.Resume.Epoch, cfg.Resume.Runs
 	}
 	return o
-}
-
-// window returns the order's window: half of ShuffleBuffer samples, or of as many as
-// ShuffleBytes holds at the mean stored size of the samples of the shards whose sizes
-// are known, if fewer (at least 1): the loader holds two windows, the one it yields
-// and the next. It depends on the shard list alone, so every rank computes the same.
-func window(cfg Config, shards []shard.Info) int {
-	var bytes, samples int64
-	for _, s := range shards {
-		if s.Size > 0 {
-			bytes += s.Size
-			samples += int64(s.Samples)
-		}
-	}
-	w := int64(cfg.ShuffleBuffer)
-	if bytes > 0 && samples > 0 {
-		w = min(w, max(1, cfg.ShuffleBytes/max(1, bytes/samples)))
-	}
-	return int(max(1, w/2))
 }
 
 // resumeKey is State.Order: Fingerprint.

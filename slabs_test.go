@@ -117,3 +117,38 @@ func TestLoggerGetsEverything(t *testing.T) {
 		t.Errorf("the logger got:\n%s\nthe log package got:\n%s", got.String(), std.String())
 	}
 }
+
+// A warning said once per process is said once to each logger: a second loader with
+// a logger of its own hears it too, the same logger does not hear it twice.
+func TestWarningsOncePerLogger(t *testing.T) {
+	dir := t.TempDir()
+	p := writeTar(t, filepath.Join(dir, "a.tar"), [2]string{"k0.bin", "x"}, [2]string{"k1.bin", "y"})
+	notDir := filepath.Join(dir, "not-a-dir")
+	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(logger *slog.Logger) {
+		t.Helper()
+		ctx := context.Background()
+		l, err := shardload.Open(ctx, shardload.Config{URLs: []string{p}, IndexDir: filepath.Join(notDir, "index"), Logger: logger, NoLock: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := runToError(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+	}
+	var a, b bytes.Buffer
+	la, lb := slog.New(slog.NewTextHandler(&a, nil)), slog.New(slog.NewTextHandler(&b, nil))
+	run(la)
+	run(la)
+	run(lb)
+	const warning = "shards are counted on every run"
+	if n := strings.Count(a.String(), warning); n != 1 {
+		t.Errorf("the first logger heard the store's warning %d times, want once:\n%s", n, a.String())
+	}
+	if n := strings.Count(b.String(), warning); n != 1 {
+		t.Errorf("the second logger heard the store's warning %d times, want once:\n%s", n, b.String())
+	}
+}

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
-	"sync"
 
 	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/plan"
@@ -56,39 +53,6 @@ func (s State) NextEpoch() State {
 // order, or it does not fit the epoch.
 var ErrResume = errors.New("shardload: cannot resume from this state")
 
-// MaxWorld is the largest world size a State's runs may name.
-const MaxWorld = 1 << 20
-
-// FormatRuns returns runs in State.Runs's form.
-func FormatRuns(runs []plan.Run) string {
-	var b strings.Builder
-	for i, r := range runs {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, "%dx%d", r.World, r.Consumed)
-	}
-	return b.String()
-}
-
-// ParseRuns parses State.Runs.
-func ParseRuns(s string) ([]plan.Run, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var runs []plan.Run
-	for part := range strings.SplitSeq(s, ",") {
-		w, c, ok := strings.Cut(part, "x")
-		world, err1 := strconv.Atoi(w)
-		consumed, err2 := strconv.ParseInt(c, 10, 64)
-		if !ok || err1 != nil || err2 != nil || world < 1 || world > MaxWorld || consumed < 0 {
-			return nil, fmt.Errorf("%w: runs %q: %q is not WORLDxCONSUMED (a world of 1 to %d)", ErrResume, s, part, MaxWorld)
-		}
-		runs = append(runs, plan.Run{World: world, Consumed: consumed})
-	}
-	return runs, nil
-}
-
 // State returns the rank's position after the batches Next has returned so far. Save
 // it with the trainer's checkpoint (after the optimizer step that used the last
 // batch) and pass it as Config.Resume to continue from there.
@@ -100,14 +64,8 @@ func (l *Loader) State() State {
 	k := int(l.taken.Load())
 	if k > 0 {
 		consumed := min(int64(k)*int64(l.cfg.BatchSize), int64(l.plan.Samples))
-		runs, _ := ParseRuns(s.Runs) // checked by Open
-		world := max(l.cfg.World, 1)
-		if n := len(runs); n > 0 && runs[n-1].World == world {
-			runs[n-1].Consumed += consumed
-		} else {
-			runs = append(runs, plan.Run{World: world, Consumed: consumed})
-		}
-		s.Runs = FormatRuns(runs)
+		runs, _ := plan.ParseRuns(s.Runs) // checked by Open
+		s.Runs = plan.FormatRuns(plan.Advance(runs, max(l.cfg.World, 1), consumed))
 	}
 	s.Batches += k
 	return s
@@ -152,8 +110,8 @@ type planned struct {
 // planOf plans cfg's rank's epoch: the shards' counts, the order, the state it
 // starts from and the plan.
 func planOf(ctx context.Context, cfg Config) (p planned, err error) {
-	if err := cfg.validate(); err != nil {
-		return p, err
+	if err := cfg.Validate(); err != nil || len(cfg.URLs)+len(cfg.Shards) == 0 {
+		return p, errors.Join(noURLs(cfg), err)
 	}
 	p.cfg = cfg.withDefaults()
 	if p.infos, err = Shards(ctx, p.cfg); err != nil {
@@ -162,11 +120,11 @@ func planOf(ctx context.Context, cfg Config) (p planned, err error) {
 	p.order = orderOf(p.cfg, p.infos)
 	var runs []plan.Run
 	p.resume, runs, err = resumeFrom(p.cfg, p.order)
-	if errors.Is(err, errOtherOrder) && len(p.cfg.Shards) == 0 && !estimated(p.infos) {
+	if errors.Is(err, errOtherOrder) && len(p.cfg.Shards) == 0 && shard.Estimated(p.infos) == 0 {
 		// A state saved while the counts were estimated, resumed once they are known
 		// (an index written since, or the node's store filled by the epoch): the
 		// rest of that epoch is planned from the same estimates again.
-		if est, eerr := estimatedShards(ctx, p.cfg); eerr == nil && estimated(est) && orderOf(p.cfg, est).resumeKey() == p.cfg.Resume.Order {
+		if est, eerr := estimatedShards(ctx, p.cfg); eerr == nil && shard.Estimated(est) > 0 && orderOf(p.cfg, est).resumeKey() == p.cfg.Resume.Order {
 			p.infos, p.order = est, orderOf(p.cfg, est)
 			p.resume, runs, err = resumeFrom(p.cfg, p.order)
 		}
@@ -174,26 +132,29 @@ func planOf(ctx context.Context, cfg Config) (p planned, err error) {
 	if err != nil {
 		return p, err
 	}
-	if n := countEstimated(p.infos); n > 0 && p.cfg.World > 1 && !p.cfg.AllowEstimate && len(runs) == 0 {
+	if n := shard.Estimated(p.infos); n > 0 && p.cfg.World > 1 && !p.cfg.AllowEstimate && len(runs) == 0 {
 		return p, fmt.Errorf("%w: %d of the %d shards have no index entry, and a job of %d ranks planned from counts estimated from the shards' sizes would leave samples out or repeat them without an error. Write an index once: shardload index --output DIR/ URL... (a loader finds DIR/%s beside the shards); or count the shards before the first batch (--count-first, Config.CountFirst); or accept approximate epochs (--allow-estimate, Config.AllowEstimate, allow_estimate=True in Python)",
 			ErrEstimated, n, len(p.infos), p.cfg.World, index.FileName)
 	}
-	if n := countEstimated(p.infos); n > 0 {
-		if _, said := estimateSaid.LoadOrStore(p.order.Dataset, true); !said {
+	if n := shard.Estimated(p.infos); n > 0 {
+		p.cfg.once("estimate "+p.order.Dataset, func() {
 			what := "a job of one rank reads every sample once, however many batches that makes"
 			if p.cfg.World > 1 {
 				what = "every rank yields the same number of batches, and a shard holding more or fewer samples than estimated makes ranks leave some out or repeat some (Stats.Trimmed and Stats.Padded, reported at each epoch's end)"
 			}
 			p.cfg.Logf("shardload: no index for %d of these %d shards: their sample counts are estimated from their sizes, so that the first batch does not wait for a count; %s. For exact epochs write an index once: shardload index --output DIR/ URL...",
 				n, len(p.infos), what)
-		}
+		})
 	}
-	if estimated(p.infos) && len(runs) > 0 {
+	if n := shard.Estimated(p.infos); n > 0 && len(runs) > 0 {
 		// An estimated plan's batches follow the data, not its positions: its state
 		// resumes by replaying the epoch from its start and dropping the batches
-		// taken (the same batches, in the same order, as the job that saved it).
-		if p.replay, err = replayable(p.cfg, p.resume, runs, p.infos); err != nil {
-			return p, err
+		// taken (the same batches, in the same order, as the job that saved it), in a
+		// job of the same world size and batch size only.
+		var ok bool
+		if p.replay, ok = plan.Replayable(runs, p.resume.Batches, p.cfg.World, p.cfg.BatchSize); !ok {
+			return p, fmt.Errorf("%w: the epoch was planned from counts estimated from the shards' sizes (%d shards without an index entry), so its batches follow the data, and a state of it resumes only in a job of its own world size and batch size (it was saved after %d batches by a job of %q; this job has %d ranks and batches of %d); start the epoch anew (a state with only its epoch), or index the dataset before training (shardload index)",
+				ErrResume, n, p.resume.Batches, p.resume.Runs, p.cfg.World, p.cfg.BatchSize)
 		}
 		runs = nil
 	}
@@ -212,61 +173,18 @@ func (p planned) rest() plan.Plan {
 	return plan
 }
 
-// estimateSaid holds the datasets (Order.Dataset) whose estimated counts were logged:
-// once per process, not once per rank or epoch.
-var estimateSaid sync.Map
-
 // ErrEstimated means a job of several ranks would plan its epoch from estimated
 // sample counts without Config.AllowEstimate.
 var ErrEstimated = errors.New("shardload: no exact sample counts for a job of several ranks")
 
-// estimated reports whether any shard's count is an estimate.
-func estimated(infos []shard.Info) bool { return countEstimated(infos) > 0 }
-
-func countEstimated(infos []shard.Info) int {
-	n := 0
-	for _, in := range infos {
-		if in.Estimated {
-			n++
-		}
-	}
-	return n
-}
-
 // estimatedShards returns the shards of cfg with counts estimated as a loader without
 // an index or a node store estimates them.
 func estimatedShards(ctx context.Context, cfg Config) ([]shard.Info, error) {
-	urls, err := shard.ExpandAll(cfg.URLs)
+	urls, err := cfg.expand(ctx)
 	if err != nil {
-		return nil, err
-	}
-	if urls, err = cfg.Sources.Expand(ctx, urls); err != nil {
 		return nil, err
 	}
 	lk := lookup(cfg)
 	lk.Store, lk.Index, lk.NoBeside = nil, "", true
-	return lk.Quick(ctx, index.Omit(urls), cfg.World)
-}
-
-// replayable checks that a state saved in an epoch planned from estimated counts can
-// be resumed by replaying the epoch: in a job of the same world size and batch size
-// (the batches of such an epoch depend on the data, so a state names batches, not
-// positions). It returns the batches to replay.
-func replayable(cfg Config, st State, runs []plan.Run, infos []shard.Info) (int, error) {
-	world := max(cfg.World, 1)
-	same := true
-	for _, r := range runs {
-		same = same && r.World == world
-	}
-	if same && len(runs) > 0 && st.Batches >= 0 {
-		consumed := runs[len(runs)-1].Consumed
-		full := int64(st.Batches) * int64(cfg.BatchSize)
-		// The state's samples per rank are its batches' (less the last batch's
-		// shortfall at the epoch's end).
-		if consumed == full || consumed < full && full-consumed < int64(cfg.BatchSize) {
-			return st.Batches, nil
-		}
-	}
-	return 0, fmt.Errorf("%w: the epoch was planned from counts estimated from the shards' sizes (%d shards without an index entry), so its batches follow the data, and a state of it resumes only in a job of its own world size and batch size (it was saved after %d batches by a job of %q; this job has %d ranks and batches of %d); start the epoch anew (a state with only its epoch), or index the dataset before training (shardload index)",
-		ErrResume, countEstimated(infos), st.Batches, st.Runs, world, cfg.BatchSize)
+	return lk.Quick(ctx, urls, cfg.World)
 }

@@ -1,6 +1,10 @@
 package shardload
 
-import "time"
+import (
+	"time"
+
+	"github.com/shardload/shardload/internal/pipeline"
+)
 
 // Stats are a loader's counters and where its time went. Stage times are summed over
 // the goroutines that spend them, so with several workers they can exceed Elapsed.
@@ -37,7 +41,7 @@ type Stats struct {
 }
 
 // StageNames lists the stages of Stats.Stages in pipeline order.
-var StageNames = []string{"fetch", "inflate", "split", "decode", "shuffle", "collate", "starve", "wait", "backpressure"}
+var StageNames = pipeline.StageNames
 
 // Stats returns counters and per-stage times so far.
 func (l *Loader) Stats() Stats {
@@ -49,12 +53,7 @@ func (l *Loader) Stats() Stats {
 		BytesIn: c.BytesIn.Load(), BytesInflated: c.BytesInflated.Load(), BytesOut: c.BytesOut.Load(),
 		Workers: l.Settings().Workers, Memory: l.memory(), Queued: l.p.C.Queued.Load(), PageLocked: l.p.Locked(),
 		Elapsed: time.Since(l.start), FirstBatch: d(c.FirstBatch.Load()),
-		Stages: map[string]time.Duration{
-			"fetch": d(c.Fetch.Load()), "inflate": d(c.Inflate.Load()), "split": d(c.Split.Load()), "decode": d(c.Decode.Load()),
-			"shuffle": d(c.Shuffle.Load()), "collate": d(c.Collate.Load()), "starve": d(c.Starve.Load()), "wait": d(c.Wait.Load()),
-			"backpressure": d(c.Backpressure.Load()),
-		},
-		SlabBytes: l.slabs.bytes.Load(),
+		Stages: c.Stages(), SlabBytes: l.slabs.Bytes(),
 	}
 }
 

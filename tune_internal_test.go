@@ -3,7 +3,6 @@ package shardload
 import (
 	"context"
 	"errors"
-	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -61,7 +60,7 @@ func TestKnobsKeepTheBatches(t *testing.T) {
 	queued := int64(0)
 	got, st := keysOf(t, base, func(l *Loader, n int) {
 		k := settings[n%len(settings)]
-		l.p.SetKnobs(k.Workers, k.ReadAhead, k.QueueBytes, fetchTuning(k, true))
+		l.p.SetKnobs(k)
 		queued = max(queued, l.Stats().Queued)
 	})
 	if !slices.Equal(got, want) {
@@ -88,9 +87,7 @@ func TestKnobsKeepTheBatches(t *testing.T) {
 			t.Errorf("autotuned: another order")
 		}
 	}
-	cfg.Tuner.mu.Lock()
-	steps := cfg.Tuner.steps
-	cfg.Tuner.mu.Unlock()
+	steps := cfg.Tuner.s.Steps()
 	t.Logf("tuner: %d intervals judged, at %v", steps, cfg.Tuner.Settings())
 	if steps == 0 {
 		t.Error("the tuner judged no interval")
@@ -135,19 +132,6 @@ func TestMemoryBudget(t *testing.T) {
 	}
 }
 
-func TestCPUTimes(t *testing.T) {
-	idle, total, ok := cpuTimes()
-	if _, err := os.Stat("/proc/stat"); err != nil {
-		if ok {
-			t.Errorf("CPU times %d/%d without /proc/stat", idle, total)
-		}
-		return
-	}
-	if !ok || total == 0 || idle > total {
-		t.Errorf("CPU times: idle %d of %d, ok %v", idle, total, ok)
-	}
-}
-
 // TestValidateMemory: a budget under what the settings need at the least is refused
 // before anything is read (a server checks its settings once, at start).
 func TestValidateMemory(t *testing.T) {
@@ -162,5 +146,27 @@ func TestValidateMemory(t *testing.T) {
 	cfg.QueueBytes = 128 << 20 // set: 8 x 128 MiB do not fit
 	if err := cfg.Validate(); err == nil {
 		t.Error("queues of 8 x 128 MiB in 1 GiB: no error")
+	}
+}
+
+// Close waits for the tuner's goroutine: none of a closed loader's goroutines is left
+// to move the knobs of a pipeline that is gone.
+func TestCloseWaitsForTheTuner(t *testing.T) {
+	paths, err := shardgen.Generate(t.TempDir(), shardgen.Spec{Shards: 3, Samples: []int{20}, Seed: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(context.Background(), Config{URLs: paths, NoIndexStore: true, CountFirst: true, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Next(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	select {
+	case <-l.tuned:
+	default:
+		t.Error("Close returned while the tuner's goroutine runs")
 	}
 }

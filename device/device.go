@@ -199,6 +199,15 @@ func Open(opts Options) (*Stage, error) {
 // Kind returns the backend in use: Host or CUDA (never Auto).
 func (s *Stage) Kind() Kind { return s.kind }
 
+// MaxCopy returns the largest batch the stage copies to the device: its buffers'
+// size; 0 for Host (no limit).
+func (s *Stage) MaxCopy() int64 {
+	if s == nil || s.drv == nil {
+		return 0
+	}
+	return s.opts.BufferBytes
+}
+
 // String describes the backend in one line.
 func (s *Stage) String() string { return s.desc }
 

@@ -49,6 +49,9 @@ type Lookup struct {
 	// and the number to scan.
 	Progress func(done, total int)
 	Logf     func(format string, args ...any)
+	// Once, when set, calls f unless a line of the kind what went to Logf's logger
+	// already; nil calls f always.
+	Once func(what string, f func())
 }
 
 // statBatch is the fewest shards in one directory for which Resolve lists the
@@ -113,7 +116,7 @@ func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]sh
 	if err == nil && lk.Store != nil && (changed || from == "" && !lk.Store.hasSet(urls)) {
 		// The next lookup of the same URLs on this node reads one file.
 		if err := lk.Store.PutSet(infos); err != nil {
-			storeWarning.Do(func() { lk.Logf("shardload: warning: %v (entries are not kept for the next run)", err) })
+			lk.once("store", func() { lk.Logf("shardload: warning: %v (entries are not kept for the next run)", err) })
 		}
 	}
 	return infos, err
@@ -238,7 +241,7 @@ func (lk Lookup) resolveEntries(ctx context.Context, urls []string, known map[st
 		infos[i] = info
 		if lk.Store != nil {
 			if err := lk.Store.Put(info); err != nil {
-				storeWarning.Do(func() { lk.Logf("shardload: warning: %v (entries are not kept for the next run)", err) })
+				lk.once("store", func() { lk.Logf("shardload: warning: %v (entries are not kept for the next run)", err) })
 			}
 		}
 		mu.Lock()
@@ -255,8 +258,14 @@ func (lk Lookup) resolveEntries(ctx context.Context, urls []string, known map[st
 	return infos, true, nil
 }
 
-// storeWarning says once per process that the store cannot be written.
-var storeWarning sync.Once
+// once is Once, or f.
+func (lk Lookup) once(what string, f func()) {
+	if lk.Once != nil {
+		lk.Once(what, f)
+		return
+	}
+	f()
+}
 
 // known returns the entries the index, the store or the index beside the shards
 // have, by key, and the name of the index they came from ("" for the store).

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/wire"
 )
 
@@ -87,7 +88,7 @@ func samePosition(t *testing.T, a, b *wire.State) bool {
 		return a == b
 	}
 	consumed := func(s *wire.State) int64 {
-		runs, err := shardload.ParseRuns(s.Runs)
+		runs, err := plan.ParseRuns(s.Runs)
 		if err != nil {
 			t.Fatalf("state %+v: %v", s, err)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/shardload/shardload/internal/knob"
 	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/pinned"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/wire"
 )
@@ -768,7 +769,7 @@ func (ss *session) starveTo(t time.Time) {
 
 // sameWorld reports whether every run of a state's runs is of world ranks.
 func sameWorld(runs string, world int) bool {
-	rs, err := shardload.ParseRuns(runs)
+	rs, err := plan.ParseRuns(runs)
 	if err != nil {
 		return false
 	}

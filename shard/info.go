@@ -73,3 +73,14 @@ func (info Info) Check(size int64, maxRatio float64) error {
 	}
 	return nil
 }
+
+// Estimated returns the number of infos whose counts are estimates.
+func Estimated(infos []Info) int {
+	n := 0
+	for _, in := range infos {
+		if in.Estimated {
+			n++
+		}
+	}
+	return n
+}

@@ -61,6 +61,35 @@ type Layout struct {
 	Used int64
 }
 
+// FixedBytes is what a batch of rows takes in a slab besides its ragged columns'
+// bytes: the fixed columns, every ragged column's offsets, keys of up to 64 bytes,
+// and each column's alignment.
+func FixedBytes(rows int, fields []decode.Field) int64 {
+	n := int64(rows) * 64 // keys
+	for i := range fields {
+		if rb := fields[i].RowBytes(); rb >= 0 {
+			n += int64(rows) * rb
+		} else {
+			n += 8 * int64(rows+1)
+		}
+		n += 2 * Align
+	}
+	return n + 8*int64(rows+1) + 2*Align
+}
+
+// Keys returns the samples' keys of a batch in slab, in row order (its KeyColumn).
+func (b *Layout) Keys(slab []byte) []string {
+	c, ok := b.Column(KeyColumn)
+	if !ok {
+		return nil
+	}
+	keys := make([]string, b.Rows)
+	for i := range keys {
+		keys[i] = string(c.Row(slab, i))
+	}
+	return keys
+}
+
 // Column returns the column called name.
 func (b *Layout) Column(name string) (*Column, bool) {
 	for i := range b.Columns {

@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/spf13/pflag"
+
+	"github.com/shardload/shardload"
 )
 
 var topCommand = command{
@@ -98,12 +100,11 @@ type topRow struct {
 	session, rank string
 	samplesPerSec float64
 	mbPerSec      float64
-	wait          float64 // share of the interval the trainer was starved
-	backpressure  float64 // share of the interval the loader waited for the trainer's slabs
-	busiest       string  // what limits the rate: "trainer", or the loader's stage with the most seconds
-	workers       int     // the settings in effect (0: not reported)
-	readAhead     int
-	memory        float64 // bytes the settings in effect may hold, and the budget
+	wait          float64            // share of the interval the trainer was starved
+	backpressure  float64            // share of the interval the loader waited for the trainer's slabs
+	busiest       string             // what limits the rate: "trainer", or the loader's stage with the most seconds
+	settings      shardload.Settings // in effect (zero: not reported)
+	memory        float64            // bytes the settings in effect may hold, and the budget
 	budget        float64
 }
 
@@ -125,8 +126,8 @@ func topView(prev, cur map[string]*dto.MetricFamily, dt time.Duration) (rows []t
 		r.wait = delta("shardload_session_wait_seconds_total", "session", id) / sec
 		r.backpressure = delta("shardload_session_backpressure_seconds_total", "session", id) / sec
 		r.busiest = busiest(cur, delta, id, r)
-		r.workers = int(counter(cur, "shardload_session_setting", "session", id, "setting", "workers"))
-		r.readAhead = int(counter(cur, "shardload_session_setting", "session", id, "setting", "read_ahead"))
+		r.settings.Workers = int(counter(cur, "shardload_session_setting", "session", id, "setting", "workers"))
+		r.settings.ReadAhead = int(counter(cur, "shardload_session_setting", "session", id, "setting", "read_ahead"))
 		r.memory = counter(cur, "shardload_session_memory_bytes", "session", id)
 		r.budget = counter(cur, "shardload_session_memory_budget_bytes", "session", id)
 		rows = append(rows, r)
@@ -175,10 +176,10 @@ func writeTop(w io.Writer, rows []topRow, total topRow) {
 		if r.session == "all" {
 			wait, bp = "-", "-"
 		}
-		if r.workers > 0 {
-			workers = fmt.Sprint(r.workers)
-			if r.readAhead > 0 {
-				workers += fmt.Sprintf(" (+%d ahead)", r.readAhead)
+		if r.settings.Workers > 0 {
+			workers = fmt.Sprint(r.settings.Workers)
+			if r.settings.ReadAhead > 0 {
+				workers += fmt.Sprintf(" (+%d ahead)", r.settings.ReadAhead)
 			}
 		}
 		if r.budget > 0 {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/shardload/shardload"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -83,7 +85,7 @@ func TestTopView(t *testing.T) {
 	rows, total := topView(parseText(t, topBefore), parseText(t, topAfter), 2*time.Second)
 	want := []topRow{
 		{session: "6", rank: "0", samplesPerSec: 200, mbPerSec: 20, wait: 0.5, busiest: "fetch"},
-		{session: "7", rank: "1", samplesPerSec: 1000, mbPerSec: 100, wait: 0.25, busiest: "decode", workers: 8, readAhead: 16, memory: 4e8, budget: 1e9},
+		{session: "7", rank: "1", samplesPerSec: 1000, mbPerSec: 100, wait: 0.25, busiest: "decode", settings: shardload.Settings{Workers: 8, ReadAhead: 16}, memory: 4e8, budget: 1e9},
 		// Waiting for the trainer's slabs 80% of the time: the trainer is the limit.
 		{session: "8", rank: "2", samplesPerSec: 50, mbPerSec: 5, wait: 0, backpressure: 0.8, busiest: "trainer"},
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/source"
 )
 
@@ -77,13 +78,13 @@ type live struct {
 // tuner's, see Params): the worker limit at once; the shards opened ahead, the queues
 // and the fetch settings (zero fields: the sources' own) of the shards opened from
 // now on.
-func (pl *Pipeline) SetKnobs(workers, readAhead int, queueBytes int64, fetch source.Tuning) {
-	pl.workers.setLimit(workers)
-	pl.live.readAhead.Store(int64(max(readAhead, 0)))
-	if queueBytes > 0 {
-		pl.live.queueBytes.Store(queueBytes)
+func (pl *Pipeline) SetKnobs(k tune.Knobs) {
+	pl.workers.setLimit(k.Workers)
+	pl.live.readAhead.Store(int64(max(k.ReadAhead, 0)))
+	if k.QueueBytes > 0 {
+		pl.live.queueBytes.Store(k.QueueBytes)
 	}
-	pl.live.fetch.Store(&fetch)
+	pl.live.fetch.Store(&source.Tuning{Parallel: k.FetchParallel, PartSize: k.FetchPartSize})
 }
 
 // fetchContext returns ctx carrying the fetch settings for a shard opened now.

@@ -1,9 +1,15 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
+	"github.com/shardload/shardload/internal/shardgen"
+	"github.com/shardload/shardload/internal/tune"
+	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 )
 
@@ -50,8 +56,44 @@ func TestFetchContext(t *testing.T) {
 	if pl.fetchContext(ctx) != ctx {
 		t.Error("a context changed with no fetch settings")
 	}
-	pl.SetKnobs(1, 0, 0, source.Tuning{Parallel: 8, PartSize: 4 << 20})
+	pl.SetKnobs(tune.Knobs{Workers: 1, FetchParallel: 8, FetchPartSize: 4 << 20})
 	if pl.fetchContext(ctx) == ctx {
 		t.Error("fetch settings not carried")
+	}
+}
+
+// Compressed tells a compressed shard by its bytes, whatever its name says.
+func TestCompressed(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, c shard.Compression) string {
+		var b bytes.Buffer
+		if err := shardgen.WriteShard(&b, shardgen.Spec{Shards: 1, Samples: []int{3}, Compression: c}.Defaults(), 0); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	plain, zst, gz := write("plain.tar", shard.None), write("zstd-named.tar", shard.Zstd), write("named.tar.gz", shard.None)
+	for _, tc := range []struct {
+		infos []string
+		url   string
+		want  bool
+	}{
+		{[]string{plain}, plain, false},
+		{[]string{zst}, zst, true},         // its bytes say so
+		{[]string{plain, gz}, plain, true}, // a name says so
+		{[]string{plain}, "", true},        // nothing read from its start: assumed
+		{[]string{plain}, plain + ".missing", true},
+	} {
+		var infos []shard.Info
+		for _, u := range tc.infos {
+			infos = append(infos, shard.Info{URL: u})
+		}
+		if got := Compressed(context.Background(), source.Default, infos, tc.url); got != tc.want {
+			t.Errorf("%v, %s: compressed %v, want %v", tc.infos, tc.url, got, tc.want)
+		}
 	}
 }

@@ -797,7 +797,7 @@ func (pl *Pipeline) placeThread() func() {
 	}
 	unlock, err := numa.LockThread(pl.p.CPUs)
 	if err != nil {
-		placeWarning.Do(func() {
+		pl.once("place", func() {
 			pl.p.Logf("shardload: warning: loader threads not placed on CPUs %s: %v", numa.FormatCPUList(pl.p.CPUs), err)
 		})
 		return func() {}
@@ -805,8 +805,14 @@ func (pl *Pipeline) placeThread() func() {
 	return unlock
 }
 
-// placeWarning says once per process that threads cannot be placed.
-var placeWarning sync.Once
+// once is Params.Once.
+func (pl *Pipeline) once(what string, f func()) {
+	if pl.p.Once != nil {
+		pl.p.Once(what, f)
+		return
+	}
+	f()
+}
 
 // clockBase anchors mono.
 var clockBase = time.Now()

@@ -12,17 +12,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
 	"github.com/shardload/shardload/internal/mem"
 	"github.com/shardload/shardload/internal/redact"
+	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
-	"github.com/shardload/shardload/source"
 	"github.com/shardload/shardload/wire"
 )
 
@@ -61,10 +64,10 @@ type Params struct {
 	NoShuffle    bool
 	ShuffleBytes int64 // the shuffle windows' budget (with NoShuffle, the queues')
 	OpenShards   int
-	Workers      int
-	ReadAhead    int // shards opened beyond OpenShards (see Knobs)
-	QueueBytes   int64
-	Fetch        source.Tuning // the remote reads' parts; zero: the sources' own
+	// Knobs are the settings that do not change what the pipeline yields (SetKnobs
+	// changes them): workers, shards opened beyond OpenShards, bytes queued per open
+	// shard, and the remote reads' parts (zero: the sources' own).
+	Knobs tune.Knobs
 	// SampleBytes, when set, bounds the sample buffers the pool keeps and maps (the
 	// memory budget's share for decoded samples); beyond it buffers come from the Go
 	// heap and are not kept.
@@ -100,6 +103,13 @@ type Params struct {
 	// closes it, before the ring its copies read from.
 	Device *device.Stage
 	Logf   func(format string, args ...any)
+	// SampleError returns the error of a sample that could not be decoded (the
+	// library's public type): the shard's URL, the sample's key and byte offset, the
+	// field's column name and the cause. nil: a plain error saying the same.
+	SampleError func(url, key string, offset int64, field string, err error) error
+	// Once, when set, calls f unless a line of the kind what went to Logf's logger
+	// already (a warning said once per logger, not per epoch); nil calls f always.
+	Once func(what string, f func())
 }
 
 // Budget is what the Skip policy may leave out before the pipeline fails.
@@ -169,6 +179,18 @@ type Counters struct {
 	Queued atomic.Int64
 }
 
+// StageNames are the stages of Counters.Stages, in pipeline order.
+var StageNames = []string{"fetch", "inflate", "split", "decode", "shuffle", "collate", "starve", "wait", "backpressure"}
+
+// Stages returns the time spent in each stage so far, by its name in StageNames.
+func (c *Counters) Stages() map[string]time.Duration {
+	m := make(map[string]time.Duration, len(StageNames))
+	for i, v := range []*atomic.Int64{&c.Fetch, &c.Inflate, &c.Split, &c.Decode, &c.Shuffle, &c.Collate, &c.Starve, &c.Wait, &c.Backpressure} {
+		m[StageNames[i]] = time.Duration(v.Load())
+	}
+	return m
+}
+
 // Batch is one collated batch in a slab of the ring.
 type Batch struct {
 	wire.Layout
@@ -198,7 +220,7 @@ func Start(ctx context.Context, p Params) *Pipeline {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	pl := &Pipeline{p: p, cancel: cancel,
 		out:       make(chan msg, p.Queue),
-		workers:   newGate(p.Workers),
+		workers:   newGate(p.Knobs.Workers),
 		ringReady: make(chan struct{}),
 	}
 	pl.detached = len(p.Fields) > 0
@@ -219,11 +241,9 @@ func Start(ctx context.Context, p Params) *Pipeline {
 			pl.endRead[sp.Shard] = true
 		}
 	}
-	pl.live.queueBytes.Store(p.QueueBytes)
-	pl.live.readAhead.Store(int64(p.ReadAhead))
-	pl.live.fetch.Store(&p.Fetch)
+	pl.SetKnobs(p.Knobs)
 	// Free buffers kept for reuse: as much as the queues and the shuffle buffer hold.
-	pl.pool.MaxFree = int64(p.OpenShards)*p.QueueBytes + p.ShuffleBytes
+	pl.pool.MaxFree = int64(p.OpenShards)*p.Knobs.QueueBytes + p.ShuffleBytes
 	// The arena may map twice that: what the queues and the shuffle buffer hold, and
 	// room for the batches being collated and for size classes that round up; at
 	// most what the memory budget leaves the samples.
@@ -329,6 +349,30 @@ var ErrNoSample = errors.New("shardload: no samples in the shards")
 
 // InferFields returns the fields of the first sample of the first shard that has one,
 // each with the decoder its extension suggests (decode.ParseField).
+// Compressed reports whether the shards of infos are compressed as a whole: true
+// when some shard's name says so, else whether the shard at url (one the rank reads
+// from its start; "" when none) is, from its first bytes (one small ranged read);
+// true when they cannot be read (the loader's reads then say why).
+func Compressed(ctx context.Context, src Opener, infos []shard.Info, url string) bool {
+	for _, info := range infos {
+		switch strings.ToLower(path.Ext(info.URL)) {
+		case ".gz", ".tgz", ".zst", ".zstd", ".bz2", ".xz", ".lz4":
+			return true
+		}
+	}
+	if url == "" {
+		return true
+	}
+	body, err := src.OpenRange(ctx, url, 0, 8)
+	if err != nil {
+		return true
+	}
+	defer body.Close()
+	head := make([]byte, 8)
+	n, _ := io.ReadFull(body, head)
+	return shard.DetectCompression(head[:n]) != shard.None
+}
+
 func InferFields(ctx context.Context, src Opener, infos []shard.Info, opts shard.Options) ([]decode.Field, error) {
 	for _, info := range infos {
 		if info.Samples == 0 {

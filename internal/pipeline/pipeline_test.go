@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/internal/shardgen"
+	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
@@ -199,23 +200,23 @@ func TestSlotQueues(t *testing.T) {
 			t.Errorf("queue of %d bytes: %.0f bytes per slot", queue, bytes)
 		}
 	}
-	cfg := Params{QueueBytes: 4 << 20, ShuffleBytes: 64 << 20, OpenShards: 4}
+	cfg := Params{Knobs: tune.Knobs{QueueBytes: 4 << 20}, ShuffleBytes: 64 << 20, OpenShards: 4}
 	pl := &Pipeline{p: cfg, workers: newGate(1)}
-	pl.live.queueBytes.Store(cfg.QueueBytes)
-	if got := pl.slotQueueBytes(); got != cfg.QueueBytes {
-		t.Errorf("shuffled: queue %d, want %d", got, cfg.QueueBytes)
+	pl.live.queueBytes.Store(cfg.Knobs.QueueBytes)
+	if got := pl.slotQueueBytes(); got != cfg.Knobs.QueueBytes {
+		t.Errorf("shuffled: queue %d, want %d", got, cfg.Knobs.QueueBytes)
 	}
-	pl.SetKnobs(2, 0, 8<<20, source.Tuning{})
+	pl.SetKnobs(tune.Knobs{Workers: 2, QueueBytes: 8 << 20})
 	if got := pl.slotQueueBytes(); got != 8<<20 {
 		t.Errorf("after SetKnobs: queue %d, want %d", got, 8<<20)
 	}
-	pl.SetKnobs(2, 0, cfg.QueueBytes, source.Tuning{})
+	pl.SetKnobs(tune.Knobs{Workers: 2, QueueBytes: cfg.Knobs.QueueBytes})
 	pl.p.NoShuffle, cfg.NoShuffle = true, true
 	got := pl.slotQueueBytes()
-	if got != cfg.QueueBytes+cfg.ShuffleBytes/int64(cfg.OpenShards) {
+	if got != cfg.Knobs.QueueBytes+cfg.ShuffleBytes/int64(cfg.OpenShards) {
 		t.Errorf("no shuffle: queue %d", got)
 	}
-	if int64(cfg.OpenShards)*got > int64(cfg.OpenShards)*cfg.QueueBytes+cfg.ShuffleBytes {
-		t.Errorf("no shuffle: %d queues of %d bytes exceed the budget's %d", cfg.OpenShards, got, int64(cfg.OpenShards)*cfg.QueueBytes+cfg.ShuffleBytes)
+	if int64(cfg.OpenShards)*got > int64(cfg.OpenShards)*cfg.Knobs.QueueBytes+cfg.ShuffleBytes {
+		t.Errorf("no shuffle: %d queues of %d bytes exceed the budget's %d", cfg.OpenShards, got, int64(cfg.OpenShards)*cfg.Knobs.QueueBytes+cfg.ShuffleBytes)
 	}
 }

@@ -407,13 +407,13 @@ func (p *producer) decode(smp *shard.Sample) (*item, error) {
 		data, ok := smp.Get(f.Ext)
 		if !ok {
 			pl.put(it)
-			return nil, &SampleError{URL: smp.URL, Key: smp.Key, Err: fmt.Errorf("%w %q (the sample has %s)", ErrMissingField, f.Ext, extList(smp))}
+			return nil, pl.sampleError(smp, f, fmt.Errorf("%w %q (the sample has %s)", ErrMissingField, f.Ext, extList(smp)))
 		}
 		v, scratch, err := p.dec.Decode(f, data, p.scratch)
 		p.scratch = scratch
 		if err != nil {
 			pl.put(it)
-			return nil, &SampleError{URL: smp.URL, Key: smp.Key, Err: err}
+			return nil, pl.sampleError(smp, f, err)
 		}
 		if off, ok := within(v.Data, it.buf); ok {
 			// A view of the sample's own bytes: kept where it is.
@@ -502,19 +502,13 @@ func (p *producer) send(m slotMsg) (delivered, goOn bool) {
 	return true, p.acquire()
 }
 
-// SampleError is a sample that could not be decoded: a missing field, a wrong shape, a
-// label that is not a number.
-type SampleError struct {
-	URL, Key string
-	Err      error
+// sampleError returns the error of a sample that could not be decoded (Params.SampleError).
+func (pl *Pipeline) sampleError(smp *shard.Sample, f *decode.Field, err error) error {
+	if pl.p.SampleError == nil {
+		return fmt.Errorf("%s: sample %q at byte %d: field %s: %w", redact.URL(smp.URL), smp.Key, smp.Offset, f.ColumnName(), err)
+	}
+	return pl.p.SampleError(smp.URL, smp.Key, smp.Offset, f.ColumnName(), err)
 }
-
-func (e *SampleError) Error() string {
-	return fmt.Sprintf("%s: sample %q: %v", redact.URL(e.URL), e.Key, e.Err)
-}
-
-// Unwrap returns the cause.
-func (e *SampleError) Unwrap() error { return e.Err }
 
 // ErrMissingField means a sample lacks a configured field.
 var ErrMissingField = errors.New("shardload: missing field")

@@ -3,6 +3,7 @@ package tune
 import (
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 )
 
@@ -222,5 +223,18 @@ func TestJumpTradesParts(t *testing.T) {
 	tu = New(start, Pins(0).With(FetchParallel, true), Limits{Lanes: 8, Fetch: true, Fits: fits})
 	if k := tu.Step(Observation{Rate: 100, Bound: true, FetchShare: 1}); k.FetchParallel != 4 || !fits(k) || k.Workers < 16 {
 		t.Errorf("jump with pinned parts to %v: want the parts kept, fewer shards", k)
+	}
+}
+
+func TestCPUTimes(t *testing.T) {
+	idle, total, ok := CPUTimes()
+	if _, err := os.Stat("/proc/stat"); err != nil {
+		if ok {
+			t.Errorf("CPU times %d/%d without /proc/stat", idle, total)
+		}
+		return
+	}
+	if !ok || total == 0 || idle > total {
+		t.Errorf("CPU times: idle %d of %d, ok %v", idle, total, ok)
 	}
 }

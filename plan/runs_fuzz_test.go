@@ -1,9 +1,8 @@
-package shardload_test
+package plan_test
 
 import (
 	"testing"
 
-	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/plan"
 )
 
@@ -15,13 +14,13 @@ func FuzzParseRuns(f *testing.F) {
 		f.Add(s, int64(1000))
 	}
 	f.Fuzz(func(t *testing.T, s string, total int64) {
-		runs, err := shardload.ParseRuns(s)
+		runs, err := plan.ParseRuns(s)
 		if err != nil {
 			return
 		}
-		again, err := shardload.ParseRuns(shardload.FormatRuns(runs))
+		again, err := plan.ParseRuns(plan.FormatRuns(runs))
 		if err != nil || len(again) != len(runs) {
-			t.Fatalf("%q -> %v -> %q: %v", s, runs, shardload.FormatRuns(runs), err)
+			t.Fatalf("%q -> %v -> %q: %v", s, runs, plan.FormatRuns(runs), err)
 		}
 		for i := range runs {
 			if again[i] != runs[i] {

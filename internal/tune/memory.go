@@ -1,0 +1,191 @@
+package tune
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/internal/mem"
+	"github.com/shardload/shardload/shard"
+)
+
+// ErrMemory means a loader's settings need more memory than its budget
+// (shardload.Config.Memory).
+var ErrMemory = errors.New("shardload: memory budget too small")
+
+// Shape is what the memory a loader's knobs take depends on, from its shards.
+type Shape struct {
+	Remote     bool  // some shard is read from a remote store: the fetch settings matter
+	MaxShard   int64 // the largest shard's stored size; 0 when some size is unknown
+	MaxSamples int   // the most samples a shard holds
+	// Compressed: some shard is compressed as a whole, so that its samples take an
+	// unknown multiple of its stored size. The caller finds it out from the shards'
+	// bytes (shard.DetectCompression) where it matters (SmallShards).
+	Compressed bool
+	Decoded    int64 // bytes a sample's image fields decode to, beyond its stored bytes
+}
+
+// ShapeOf returns the shape of infos decoded as fields, Compressed unset.
+func ShapeOf(infos []shard.Info, fields []decode.Field) Shape {
+	var d Shape
+	for i := range fields {
+		if fields[i].Kind == decode.KindImage {
+			d.Decoded += fields[i].RowBytes()
+		}
+	}
+	known := true
+	for _, s := range infos {
+		if i := strings.Index(s.URL, "://"); i > 0 && s.URL[:i] != "file" {
+			d.Remote = true
+		}
+		if s.Size <= 0 {
+			known = false
+		}
+		d.MaxShard = max(d.MaxShard, s.Size)
+		d.MaxSamples = max(d.MaxSamples, s.Samples)
+	}
+	if !known {
+		d.MaxShard = 0
+	}
+	return d
+}
+
+// smallCap is what one open shard's queue can hold at most when the shards are not
+// compressed: their samples' bytes twice over, a buffer of at least 4 KiB and some
+// bookkeeping per sample (as the queue counts them), and the decoded images; -1 when
+// a size is unknown.
+func (d Shape) smallCap() int64 {
+	if d.MaxShard == 0 {
+		return -1
+	}
+	return 2*d.MaxShard + int64(d.MaxSamples)*(8<<10+d.Decoded)
+}
+
+// SmallShards reports whether a queue of q bytes can hold a whole shard, so that
+// whether the shards are compressed changes what the queues hold.
+func (d Shape) SmallShards(q int64) bool {
+	c := d.smallCap()
+	return c >= 0 && c < q
+}
+
+// queueCap is the most one open shard's queue holds with q.
+func (d Shape) queueCap(q int64) int64 {
+	if d.Compressed || d.smallCap() < 0 {
+		return q
+	}
+	return min(q, d.smallCap())
+}
+
+// partsCap is the most part buffers one open shard's read holds with k: none when
+// reads are local, read as one stream, or every shard fits in one part.
+func (d Shape) partsCap(k Knobs) int64 {
+	if !d.Remote || k.FetchParallel <= 1 || (d.MaxShard > 0 && d.MaxShard <= k.FetchPartSize) {
+		return 0
+	}
+	parts := int64(k.FetchParallel)
+	if d.MaxShard > 0 {
+		parts = min(parts, (d.MaxShard+k.FetchPartSize-1)/k.FetchPartSize)
+	}
+	return parts * k.FetchPartSize
+}
+
+// Budget is the memory model of a loader: what its buffers hold at given knobs, with
+// the settings the tuner does not change.
+type Budget struct {
+	Memory       int64 // the budget
+	Slabs        int
+	SlabBytes    int64
+	ShuffleBytes int64
+	OpenShards   int
+	Shape        Shape
+	Pins         Pins
+}
+
+// Of returns the most bytes the loader's buffers hold with knobs k: the slab ring,
+// the decoded samples (the open shards' queues, the shuffle windows and two batches
+// being collated, plus an eighth for the buffers' size classes) and the remote
+// reads' parts of every open shard.
+func (b Budget) Of(k Knobs) int64 {
+	return int64(b.Slabs)*b.SlabBytes + b.Samples(k) + b.Fetch(k)
+}
+
+// Samples is the decoded samples' share of Of.
+func (b Budget) Samples(k Knobs) int64 {
+	s := int64(b.OpenShards+k.ReadAhead)*b.Shape.queueCap(k.QueueBytes) + b.ShuffleBytes + 2*b.SlabBytes
+	return s + s/8
+}
+
+// Fetch is the remote reads' parts' share of Of.
+func (b Budget) Fetch(k Knobs) int64 {
+	return int64(b.OpenShards+k.ReadAhead) * b.Shape.partsCap(k)
+}
+
+// Least returns the least the knobs can take from set: those pinned as they are,
+// the others as far as Start lowers them (for remote shards larger than a part, the
+// worst case of set's fetch parts).
+func (b Budget) Least(set Knobs) Knobs {
+	least := Knobs{QueueBytes: MinQueueBytes, FetchParallel: 1, FetchPartSize: set.FetchPartSize}
+	if b.Pins.Pinned(QueueBytes) {
+		least.QueueBytes = set.QueueBytes
+	}
+	if b.Pins.Pinned(ReadAhead) {
+		least.ReadAhead = set.ReadAhead
+	}
+	if b.Pins.Pinned(FetchParallel) {
+		least.FetchParallel = set.FetchParallel
+	}
+	return least
+}
+
+// Start returns the knobs a loader starts from: from's (a tuner's, or the settings),
+// those not pinned lowered until they fit the budget, or an error wrapping ErrMemory
+// that says what does not fit.
+func (b Budget) Start(k Knobs) (Knobs, error) {
+	pins := b.Pins
+	for b.Of(k) > b.Memory {
+		switch {
+		case !pins.Pinned(ReadAhead) && k.ReadAhead > 0:
+			k.ReadAhead = 0
+			if !pins.Pinned(Workers) {
+				k.Workers = min(k.Workers, b.OpenShards)
+			}
+		case !pins.Pinned(FetchParallel) && b.Shape.partsCap(k) > 0:
+			k.FetchParallel = 1
+		case !pins.Pinned(QueueBytes) && k.QueueBytes > MinQueueBytes:
+			k.QueueBytes = max(k.QueueBytes/2, MinQueueBytes)
+		default:
+			ring := int64(b.Slabs) * b.SlabBytes
+			return k, fmt.Errorf("%w: the budget is %s, the settings need %s: slabs %d x %s = %s, decoded samples %s (queues %d x %s, shuffle %s, two batches, size classes), fetch parts %s (%d open shards x %d x %s); raise Memory (--memory) or lower what the settings name",
+				ErrMemory, size(b.Memory), size(b.Of(k)), b.Slabs, size(b.SlabBytes), size(ring),
+				size(b.Samples(k)), b.OpenShards+k.ReadAhead, size(k.QueueBytes), size(b.ShuffleBytes),
+				size(b.Fetch(k)), b.OpenShards+k.ReadAhead, k.FetchParallel, size(k.FetchPartSize))
+		}
+	}
+	return k, nil
+}
+
+func size(n int64) string { return mem.FormatSize(n) }
+
+// Check reports what makes b's settings impossible before anything is read: a slab
+// larger than maxSlab, a ring that overflows or takes more than half of the machine's
+// memory, or a budget under what the settings need at the least (from set).
+func (b Budget) Check(maxSlab int64, set Knobs) []error {
+	var errs []error
+	if b.SlabBytes > maxSlab && maxSlab > 0 {
+		errs = append(errs, fmt.Errorf("SlabBytes %d is more than MaxSlabBytes %d", b.SlabBytes, maxSlab))
+	}
+	if b.SlabBytes > 0 && b.SlabBytes > math.MaxInt64/int64(b.Slabs) {
+		return append(errs, fmt.Errorf("Slabs %d x SlabBytes %d overflows", b.Slabs, b.SlabBytes))
+	}
+	if phys := mem.Physical(); phys > 0 && int64(b.Slabs)*b.SlabBytes > phys/2 {
+		errs = append(errs, fmt.Errorf("the slab ring of %d x %d bytes is more than half of this machine's memory (%d bytes)", b.Slabs, b.SlabBytes, phys))
+	}
+	least := b.Least(set)
+	if need := b.Of(least); b.SlabBytes > 0 && need > b.Memory && need > 0 {
+		errs = append(errs, fmt.Errorf("%w: Memory %s is less than the %s these settings need at the least: slabs %d x %s, shuffle %s and two batches, queues %d x %s (see MemoryBudget)",
+			ErrMemory, size(b.Memory), size(need), b.Slabs, size(b.SlabBytes), size(b.ShuffleBytes), b.OpenShards+least.ReadAhead, size(least.QueueBytes)))
+	}
+	return errs
+}
