@@ -67,30 +67,34 @@ func (g *gate) broadcast() {
 	g.wake = make(chan struct{})
 }
 
-// live holds the knobs the stages read as they go.
-type live struct {
-	readAhead  atomic.Int64
-	queueBytes atomic.Int64
-	fetch      atomic.Pointer[source.Tuning]
+// live holds the knobs the stages read as they go (SetKnobs).
+type live struct{ atomic.Pointer[tune.Knobs] }
+
+// knobs returns the knobs in effect (zero before SetKnobs).
+func (l *live) knobs() tune.Knobs {
+	if k := l.Load(); k != nil {
+		return *k
+	}
+	return tune.Knobs{}
 }
 
 // SetKnobs changes the settings that do not change what the pipeline yields (the
 // tuner's, see Params): the worker limit at once; the shards opened ahead, the queues
-// and the fetch settings (zero fields: the sources' own) of the shards opened from
-// now on.
+// (when k's is set) and the fetch settings (zero: the sources' own) of the shards
+// opened from now on.
 func (pl *Pipeline) SetKnobs(k tune.Knobs) {
 	pl.workers.setLimit(k.Workers)
-	pl.live.readAhead.Store(int64(max(k.ReadAhead, 0)))
-	if k.QueueBytes > 0 {
-		pl.live.queueBytes.Store(k.QueueBytes)
+	k.ReadAhead = max(k.ReadAhead, 0)
+	if k.QueueBytes <= 0 {
+		k.QueueBytes = pl.live.knobs().QueueBytes
 	}
-	pl.live.fetch.Store(&source.Tuning{Parallel: k.FetchParallel, PartSize: k.FetchPartSize})
+	pl.live.Store(&k)
 }
 
 // fetchContext returns ctx carrying the fetch settings for a shard opened now.
 func (pl *Pipeline) fetchContext(ctx context.Context) context.Context {
-	if t := pl.live.fetch.Load(); t != nil && (t.Parallel > 0 || t.PartSize > 0) {
-		return source.WithTuning(ctx, *t)
+	if k := pl.live.knobs(); k.FetchParallel > 0 || k.FetchPartSize > 0 {
+		return source.WithTuning(ctx, source.Tuning{Parallel: k.FetchParallel, PartSize: k.FetchPartSize})
 	}
 	return ctx
 }

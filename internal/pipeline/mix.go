@@ -143,7 +143,7 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 				reading++
 			}
 		}
-		for reading < p.OpenShards+int(pl.live.readAhead.Load()) && nextSpan < len(plan.Spans) {
+		for reading < p.OpenShards+pl.live.knobs().ReadAhead && nextSpan < len(plan.Spans) {
 			if bat.n == 0 && len(wins) > 0 && feedsOf[nextSpan][0].win > nextWin-len(wins) {
 				// Until the first batch is out, only what the first window needs is
 				// read: a fresh or resumed rank's first batch does not share the
@@ -497,7 +497,7 @@ func (s *mixSlot) end(ctx context.Context, wins []*window, first int, pl *Pipeli
 // then taken from one shard at a time, and the deeper queues let the shards after it
 // be read and decoded ahead on the other cores; the memory budget is the same.
 func (pl *Pipeline) slotQueueBytes() int64 {
-	q := pl.live.queueBytes.Load()
+	q := pl.live.knobs().QueueBytes
 	if pl.p.NoShuffle {
 		return q + pl.p.ShuffleBytes/int64(pl.p.OpenShards)
 	}

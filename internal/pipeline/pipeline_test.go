@@ -202,7 +202,7 @@ func TestSlotQueues(t *testing.T) {
 	}
 	cfg := Params{Knobs: tune.Knobs{QueueBytes: 4 << 20}, ShuffleBytes: 64 << 20, OpenShards: 4}
 	pl := &Pipeline{p: cfg, workers: newGate(1)}
-	pl.live.queueBytes.Store(cfg.Knobs.QueueBytes)
+	pl.SetKnobs(cfg.Knobs)
 	if got := pl.slotQueueBytes(); got != cfg.Knobs.QueueBytes {
 		t.Errorf("shuffled: queue %d, want %d", got, cfg.Knobs.QueueBytes)
 	}
