@@ -35,15 +35,6 @@ func lhotseNPYs(tb testing.TB) map[string][]byte {
 	return out
 }
 
-// pyShape writes a shape as Python's repr of a tuple does.
-func pyShape(shape []int) string { return FormatShape(shape) }
-
-// numpyHeader returns the header dict text exactly as numpy's _write_array_header
-// writes it (numpy/lib/format.py).
-func numpyHeader(descr string, fortran bool, shape []int) string {
-	return testutil.NumpyHeader(descr, fortran, shape)
-}
-
 // wrapHeader frames a header dict as numpy's _wrap_header does for a version.
 func wrapHeader(major byte, header string) []byte { return testutil.NPYHeader(major, header) }
 

@@ -60,9 +60,6 @@ func padBlock(b []byte) []byte {
 	return append(b, make([]byte, padding(int64(len(b))))...)
 }
 
-// endMarker is tar's end-of-archive marker.
-var endMarker = make([]byte, 2*blockSize)
-
 // paxRecord formats one PAX record, its length counting itself.
 func paxRecord(k, v string) string {
 	rec := " " + k + "=" + v + "\n"
