@@ -53,7 +53,9 @@
 //   - ErrErrorBudget: the Skip policy left out more than the budget;
 //   - ErrPanic: a goroutine of the loader panicked (in a Source, a decoder or the
 //     loader itself); the error says where, with the stack;
-//   - ErrMissingField, and *SampleError for a sample that could not be decoded;
+//   - *SampleError (errors.As) for a sample that could not be decoded, with the
+//     shard's URL, the sample's key and byte offset, the field and the cause
+//     (ErrMissingField, decode.ErrWrongShape, ...);
 //   - ErrEmpty: the shards hold no samples; ErrClosed: Next after Close;
 //   - the errors of package shard (a damaged or hostile shard: shard.ErrTruncated,
 //     shard.ErrCorrupt, shard.ErrTooCompressed, shard.ErrSparse, ...) and of package
