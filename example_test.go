@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -180,4 +181,34 @@ func ExampleTuner() {
 	// Output:
 	// epoch 0 within budget: true queue bytes: 1048576
 	// epoch 1 within budget: true queue bytes: 1048576
+}
+
+// A sample that cannot be decoded fails the loader (the default policy) with a
+// *SampleError saying which shard, sample, byte and field.
+func ExampleSampleError() {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for i, label := range []string{"1", "2", "three", "4"} {
+		tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("k%d.cls", i), Mode: 0o644, Size: int64(len(label))})
+		tw.Write([]byte(label))
+	}
+	tw.Close()
+	reg := &source.Registry{}
+	reg.Register("mem", memSource{"mem://shards/labels.tar": buf.Bytes()})
+	label, _ := decode.ParseField("cls:int")
+	ctx := context.Background()
+	l, err := shardload.Open(ctx, shardload.Config{URLs: []string{"mem://shards/labels.tar"}, Sources: reg,
+		Fields: []decode.Field{label}, BatchSize: 2, NoShuffle: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	for _, err := range l.All(ctx) {
+		var se *shardload.SampleError
+		if errors.As(err, &se) {
+			fmt.Printf("%s: sample %s at byte %d, field %s\n", se.URL, se.Key, se.Offset, se.Field)
+		}
+	}
+	// Output:
+	// mem://shards/labels.tar: sample k2 at byte 2048, field cls
 }
