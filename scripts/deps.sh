@@ -4,10 +4,11 @@
 # torchvision (the image baseline and the pixel references image fields are checked
 # against), libturbojpeg0 (libjpeg-turbo, which image fields load at run time), pip,
 # setuptools and wheel (building and installing the client from the repository,
-# offline), curl (the raw fetch ceiling) and bc. Idempotent: installs only what is
+# offline), curl (the raw fetch ceiling), bc, and mypy (the Python client's type
+# check: mypy --strict client/python/shardload). Idempotent: installs only what is
 # missing.
 set -euo pipefail
-pkgs=(python3 python3-numpy python3-torch python3-torchvision python3-pil python3-zstandard python3-pip python3-setuptools python3-wheel libturbojpeg0 curl bc)
+pkgs=(python3 python3-numpy python3-torch python3-torchvision python3-pil python3-zstandard python3-pip python3-setuptools python3-wheel libturbojpeg0 curl bc mypy)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -10,42 +10,31 @@
 Batch lifetime: a batch is released when the next is taken; after that the Batch
 hands out no columns (b["x"] raises ShardloadError; b.keys stays), but the arrays and
 tensors taken from it stay valid and unchanged while referenced: the client gives the
-slab back without a copy when nothing of the batch is referenced a step later, and
-copies the batch out of the slab when something still is. Never write into batch data
+slab back without a copy when no view of the batch is alive a step later, and copies
+the batch out of the slab when one still is (every view holds an export of the
+batch's own memoryview of its slab: see shardload.slabs). Never write into batch data
 (torch tensors cannot be made read-only: no in-place ops on them); copy() or
-to_torch(copy=True) give owned data. Details: shardload.client.
+to_torch(copy=True) give owned data.
 
 The core needs only the standard library; numpy and torch are used when installed.
 See shardload.pytorch for a torch IterableDataset and a CUDA prefetcher.
 
 The package is typed (PEP 561: it ships py.typed). Columns are typed Any (numpy
 arrays, torch tensors, memoryviews or Ragged, as the client's output and the field
-decide); State is the TypedDict that state_dict() returns.
+decide); State is the TypedDict that state_dict() returns, and shardload.protocol
+has every message of the protocol as a TypedDict.
+
+Modules: client (Client), batch (Batch, Ragged, the column views), slabs (the slabs'
+mappings and lifetime), protocol (messages, constants, encoding), transport (the
+socket), order (the order check across ranks), device (the trainer's GPU), errors,
+pytorch (a torch IterableDataset and a CUDA prefetcher).
 """
 
-from .client import (
-    CLIENT_NAME,
-    MAX_MESSAGE,
-    PROTOCOL_VERSION,
-    Batch,
-    Client,
-    EpochEnd,
-    NoServer,
-    OrderMismatch,
-    PermissionDenied,
-    ProtocolError,
-    Ragged,
-    ServerError,
-    ServerGone,
-    ShardloadError,
-    ShardloadWarning,
-    State,
-    Timeout,
-    UntrustedServer,
-    check_state,
-    connect,
-    default_socket,
-)
+from .batch import Batch, Ragged
+from .client import Client, connect
+from .errors import (NoServer, OrderMismatch, PermissionDenied, ProtocolError, ServerError, ServerGone,
+                     ShardloadError, ShardloadWarning, Timeout, UntrustedServer)
+from .protocol import CLIENT_NAME, MAX_MESSAGE, PROTOCOL_VERSION, EpochEnd, State, check_state, default_socket
 
 __all__ = [
     "CLIENT_NAME", "MAX_MESSAGE", "PROTOCOL_VERSION", "Batch", "Client", "EpochEnd", "NoServer", "OrderMismatch",

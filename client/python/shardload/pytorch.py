@@ -9,7 +9,18 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Set, Tuple, Union
 
 import torch
 
-from .client import Batch, Client, ShardloadError, State, check_state
+from .batch import Batch
+from .client import Client
+from .errors import ShardloadError
+from .protocol import State, check_state
+
+# torch's CUDA streams, events and runtime, and get_worker_info, are untyped in some
+# torch versions and typed differently in others: they are called through these.
+_cuda: Any = torch.cuda
+_data: Any = torch.utils.data
+
+# A batch being copied to the GPU: the host batch, its device copy, the copy's CUDA event.
+_Issued = Tuple[Batch, Dict[str, Any], Any]
 
 WORKERS_MESSAGE = (
     "ShardloadDataset in a DataLoader with num_workers={n}: each worker process would connect "
@@ -99,7 +110,7 @@ class ShardloadDataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
         self._in_epoch = False
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
-        info = torch.utils.data.get_worker_info()
+        info = _data.get_worker_info()
         if info is not None and info.num_workers > 1:
             raise ShardloadError(WORKERS_MESSAGE.format(n=info.num_workers))
         return self._epoch()
@@ -177,7 +188,7 @@ class CudaPrefetcher:
         self.cuda = torch.cuda.is_available()
         if self.cuda:
             self.device = torch.device(device if device is not None else f"cuda:{client.local_rank % torch.cuda.device_count()}")
-            self.stream = torch.cuda.Stream(device=self.device)
+            self.stream = _cuda.Stream(device=self.device)
             self._register()
         else:
             self.device = torch.device("cpu")
@@ -192,7 +203,7 @@ class CudaPrefetcher:
         return self.client.state_dict()
 
     def _register(self) -> None:
-        cudart = torch.cuda.cudart()
+        _cuda.cudart()  # the CUDA runtime's bindings: raises here when torch has none
         self.registered = True
         self._pinned: Set[int] = set()
         for addr, size in self.client.slab_addresses():
@@ -203,7 +214,7 @@ class CudaPrefetcher:
 
     def slab_mapped(self, i: Optional[int], addr: int, size: int) -> None:
         # cudaHostRegisterPortable (1): pinned for every context.
-        if int(torch.cuda.cudart().cudaHostRegister(addr, size, 1)) == 0:
+        if int(_cuda.cudart().cudaHostRegister(addr, size, 1)) == 0:
             self._pinned.add(addr)
         else:
             self.registered = False  # copies still work, synchronously staged
@@ -211,9 +222,9 @@ class CudaPrefetcher:
     def slab_unmapping(self, i: Optional[int], addr: int, size: int) -> None:
         if addr in self._pinned:
             self._pinned.discard(addr)
-            torch.cuda.cudart().cudaHostUnregister(addr)
+            _cuda.cudart().cudaHostUnregister(addr)
 
-    def _issue(self, b: Batch) -> Tuple[Batch, Dict[str, Any], torch.cuda.Event]:
+    def _issue(self, b: Batch) -> _Issued:
         out: Dict[str, Any] = {}
         with torch.cuda.stream(self.stream):
             for name, col in b.items():
@@ -221,7 +232,7 @@ class CudaPrefetcher:
                     out[name] = col.to(self.device, non_blocking=True)
                 else:  # ragged columns, and numpy arrays of types torch lacks
                     out[name] = col.copy()
-            ev = torch.cuda.Event()
+            ev = _cuda.Event()
             ev.record(self.stream)
         out["__key__"] = list(b.keys)
         return b, out, ev
@@ -242,7 +253,7 @@ class CudaPrefetcher:
                 prev.release()
             self._state = None
             return
-        cur: Optional[Tuple[Batch, Dict[str, Any], torch.cuda.Event]] = None
+        cur: Optional[_Issued] = None
         for b in it:
             nxt = self._issue(b)
             if cur is not None:
@@ -252,13 +263,13 @@ class CudaPrefetcher:
             yield self._hand_over(cur)
         self._state = None
 
-    def _hand_over(self, item: Tuple[Batch, Dict[str, Any], torch.cuda.Event]) -> Dict[str, Any]:
+    def _hand_over(self, item: _Issued) -> Dict[str, Any]:
         host, out, ev = item
-        torch.cuda.current_stream(self.device).wait_event(ev)
+        _cuda.current_stream(self.device).wait_event(ev)
         for v in out.values():
             if isinstance(v, torch.Tensor) and v.is_cuda:
-                # (torch 1.13's stubs want a torch._C.Stream, which a CUDA stream is not)
-                v.record_stream(torch.cuda.current_stream(self.device))  # type: ignore[arg-type]
+                # (through Any: torch 1.13's stubs want a torch._C.Stream, which a CUDA stream is not)
+                v.record_stream(_cuda.current_stream(self.device))
         # The copy is done once the event is: then the host slab can be reused.
         ev.synchronize()
         host.release()

@@ -61,7 +61,7 @@ def main():
                              batch_size=a.batch_size, fields=a.field or None, urls=a.url or None,
                              output=a.output)
         emit({"ready": {"batches": c.batches_per_epoch, "samples": c.samples_per_epoch,
-                        "fields": c.fields, "slabs": len(c._maps)}})
+                        "fields": c.fields, "slabs": len(c.slab_addresses())}})
         n = 0
         for e in range(a.epoch, a.epoch + a.epochs):
             batches = c.batches() if e == a.epoch else c.epoch(e)
