@@ -756,13 +756,14 @@ func (ss *session) release(r wire.Release) error {
 func (ss *session) starveFrom(t time.Time) {
 	if ss.starving.IsZero() {
 		ss.starving = t
+		ss.tally.starveFrom(t)
 	}
 }
 
 // starveTo notes that a batch reached the trainer at t; ss.mu held.
 func (ss *session) starveTo(t time.Time) {
 	if !ss.starving.IsZero() {
-		ss.tally.addStarved(t.Sub(ss.starving))
+		ss.tally.starveTo(t)
 		ss.starving = time.Time{}
 	}
 }

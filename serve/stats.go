@@ -56,6 +56,11 @@ type sessionTally struct {
 	reported time.Duration
 	reports  bool
 	starved  time.Duration
+	// since is when the trainer's current wait began (it holds no batch and none is
+	// on its way), zero when it is not waiting; shown is the most "wait" a snapshot
+	// said, so that the metric never goes back.
+	since time.Time
+	shown time.Duration
 }
 
 // reportWait notes the trainer's own count of its waits so far.
@@ -65,11 +70,36 @@ func (t *sessionTally) reportWait(d time.Duration) {
 	t.mu.Unlock()
 }
 
-// addStarved adds a time the trainer had no batch to take.
-func (t *sessionTally) addStarved(d time.Duration) {
+// starveFrom notes that the trainer has had no batch to take since at.
+func (t *sessionTally) starveFrom(at time.Time) {
 	t.mu.Lock()
-	t.starved += d
+	t.since = at
 	t.mu.Unlock()
+}
+
+// starveTo notes that a batch reached the trainer at at, ending its wait.
+func (t *sessionTally) starveTo(at time.Time) {
+	t.mu.Lock()
+	if !t.since.IsZero() {
+		t.starved += at.Sub(t.since)
+		t.since = time.Time{}
+	}
+	t.mu.Unlock()
+}
+
+// wait returns the trainer's waits so far at now (t.mu held): what it reported, or
+// what the server saw, and the wait under way, so that a starved trainer's metric
+// rises while it waits, not only when its next release says so.
+func (t *sessionTally) wait(now time.Time) time.Duration {
+	w := t.starved
+	if t.reports {
+		w = t.reported
+	}
+	if !t.since.IsZero() {
+		w += now.Sub(t.since)
+	}
+	t.shown = max(t.shown, w)
+	return t.shown
 }
 
 // backpressure returns the time the session's loaders waited for the trainer's
@@ -117,10 +147,7 @@ func (t *sessionTally) snapshot(ss *session) SessionStats {
 	if st.Stages == nil {
 		st.Stages = map[string]time.Duration{}
 	}
-	st.Stages["wait"] = t.starved
-	if t.reports {
-		st.Stages["wait"] = t.reported
-	}
+	st.Stages["wait"] = t.wait(time.Now())
 	out := SessionStats{ID: ss.id, Rank: ss.cfg.Rank, World: ss.cfg.World, Epoch: t.epoch, Started: t.started,
 		MemoryBudget: ss.cfg.MemoryBudget(), Stats: st}
 	if ss.cfg.Tuner != nil {
