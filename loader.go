@@ -185,7 +185,7 @@ func (l *Loader) params(pl planned, images decode.ImageDecoder, b tune.Budget, k
 		SlabSize: func(need int64) (int64, error) { return l.slabs.Grow(need, l.knobs()) },
 		Queue:    cfg.Slabs, Device: l.dev, Logf: cfg.Logf, Once: cfg.once,
 		SampleError: func(url, key string, offset int64, field string, err error) error {
-			return &SampleError{URL: url, Key: key, Offset: offset, Field: field, Err: err}
+			return &SampleError{URL: redact.URL(url), Key: key, Offset: offset, Field: field, Err: err}
 		},
 	}
 }
@@ -328,7 +328,7 @@ var ErrPanic = pipeline.ErrPanic
 // label that is not a number. Match it with errors.As; Err is the cause, which
 // errors.Is matches against ErrMissingField, decode.ErrWrongShape and the like.
 type SampleError struct {
-	URL    string // the shard's URL (secrets removed in Error)
+	URL    string // the shard's URL, secrets removed (internal/redact)
 	Key    string // the sample's key
 	Offset int64  // byte offset of the sample's first member in the shard's (decompressed) tar
 	Field  string // the field's column name
@@ -336,7 +336,7 @@ type SampleError struct {
 }
 
 func (e *SampleError) Error() string {
-	return fmt.Sprintf("%s: sample %q at byte %d: field %s: %v", redact.URL(e.URL), e.Key, e.Offset, e.Field, e.Err)
+	return fmt.Sprintf("%s: sample %q at byte %d: field %s: %v", e.URL, e.Key, e.Offset, e.Field, e.Err)
 }
 
 // Unwrap returns the cause.
