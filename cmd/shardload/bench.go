@@ -335,6 +335,7 @@ type benchResult struct {
 	PeakRSS         int64               `json:"peak_rss_bytes"`
 	CPUSeconds      float64             `json:"cpu_seconds"`             // user + system CPU time of the process over the run
 	CPUPerSample    float64             `json:"cpu_seconds_per_sample"`  // CPUSeconds / Samples
+	CPUPerGB        float64             `json:"cpu_seconds_per_gb"`      // CPUSeconds per 10^9 bytes read (BytesIn)
 	ImageDecoder    string              `json:"image_decoder,omitempty"` // the JPEG decoder of image fields`
 	StepSeconds     float64             `json:"step_seconds"`
 	WaitFraction    float64             `json:"wait_fraction"`
@@ -542,6 +543,9 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 	if res.Samples > 0 {
 		res.CPUPerSample = res.CPUSeconds / float64(res.Samples)
 	}
+	if res.BytesIn > 0 {
+		res.CPUPerGB = res.CPUSeconds / (float64(res.BytesIn) / 1e9)
+	}
 	for _, f := range cfg.Fields {
 		if f.Kind == decode.KindImage {
 			d, _ := cfg.ImageDecoder.Resolve()
@@ -618,7 +622,7 @@ func (r *benchResult) report(w io.Writer) error {
 	}
 	fmt.Fprintf(bw, "\n  %.0f samples/s, %.1f MB/s stored, %.1f MB/s decompressed, %.1f MB/s into slabs\n",
 		r.SamplesPerSec, r.MBPerSec, r.MBPerSecDecomp, float64(r.BytesOut)/1e6/r.Seconds)
-	fmt.Fprintf(bw, "  CPU %.2fs (%.0f µs a sample)", r.CPUSeconds, 1e6*r.CPUPerSample)
+	fmt.Fprintf(bw, "  CPU %.2fs (%.0f µs a sample, %.2f s a GB read)", r.CPUSeconds, 1e6*r.CPUPerSample, r.CPUPerGB)
 	if r.ImageDecoder != "" {
 		fmt.Fprintf(bw, "; images decoded by %s", r.ImageDecoder)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -78,6 +79,9 @@ func TestBenchDevice(t *testing.T) {
 	var res benchResult
 	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
 		t.Fatal(err)
+	}
+	if res.BytesIn <= 0 || res.CPUSeconds <= 0 || math.Abs(res.CPUPerGB-res.CPUSeconds/(float64(res.BytesIn)/1e9)) > 1e-9*res.CPUPerGB {
+		t.Errorf("cpu_seconds_per_gb %g: want cpu_seconds %g per GB of bytes_in %d", res.CPUPerGB, res.CPUSeconds, res.BytesIn)
 	}
 	d := res.Device
 	if d.Kind != "host" || d.Copies != 3 || d.Verified != 3 || d.Bytes != res.BytesOut || d.Placement != "" {
