@@ -24,6 +24,7 @@ import (
 	"github.com/shardload/shardload/device"
 	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/knob"
+	"github.com/shardload/shardload/internal/logs"
 	"github.com/shardload/shardload/numa"
 )
 
@@ -242,7 +243,7 @@ func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config
 	}
 	cfg.URLs, cfg.Index, cfg.IndexDir, cfg.NoIndexStore = urls, lf.index, lf.rf.indexDir, lf.rf.noIndex || lf.rf.indexDir == ""
 	cfg.Fields, cfg.ImageDecoder, cfg.MaxMemberSize = fields, imageDecoder, int64(lf.rf.maxMember)
-	cfg.OnError, cfg.Logf, cfg.Sources = policy, logfOf(logger), lf.rf.sources()
+	cfg.OnError, cfg.Logf, cfg.Sources = policy, logs.Printf(logger), lf.rf.sources()
 	cfg.ErrorBudget = &shardload.Budget{Fraction: lf.errorBudget, Samples: lf.budgetSamples, Shards: lf.budgetShards}
 	return cfg, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardload/shardload/cache"
 	"github.com/shardload/shardload/index"
+	"github.com/shardload/shardload/internal/logs"
 	"github.com/shardload/shardload/internal/mem"
 	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/shard"
@@ -181,7 +182,7 @@ func (rf *readFlags) logf() func(format string, args ...any) {
 		if err != nil { // checked when the flags were parsed
 			l, _ = newLogger("text", redact.Writer(os.Stderr))
 		}
-		rf.log = logfOf(l)
+		rf.log = logs.Printf(l)
 	})
 	return rf.log
 }

@@ -24,19 +24,6 @@ func newLogger(format string, w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("%w: --log-format %q: want text or json", errUsage, format)
 }
 
-// logfOf adapts a logger to the loader's Logf: each line a record, at level Warn when
-// it says it is a warning, else Info.
-func logfOf(l *slog.Logger) func(format string, args ...any) {
-	return func(format string, args ...any) {
-		msg := strings.TrimSuffix(fmt.Sprintf(format, args...), "\n")
-		level := slog.LevelInfo
-		if strings.Contains(msg, "warning:") {
-			level = slog.LevelWarn
-		}
-		l.Log(context.Background(), level, msg)
-	}
-}
-
 // lineHandler is the text handler: messages unquoted, so that they read as the
 // loader wrote them.
 type lineHandler struct {

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/shardload/shardload/internal/logs"
 )
 
 // TestLogFormats: text lines start with a timestamp and the level and keep the
@@ -18,7 +20,7 @@ func TestLogFormats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logf := logfOf(l)
+	logf := logs.Printf(l)
 	logf("serve: session %d: sample %q skipped", 3, "a/b")
 	logf("shardload: warning: %s\n", "slow")
 	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
@@ -32,7 +34,7 @@ func TestLogFormats(t *testing.T) {
 	if l, err = newLogger("json", &b); err != nil {
 		t.Fatal(err)
 	}
-	logfOf(l)("shardload: warning: %d shards", 2)
+	logs.Printf(l)("shardload: warning: %d shards", 2)
 	var rec map[string]any
 	if err := json.Unmarshal(b.Bytes(), &rec); err != nil || rec["level"] != "WARN" || rec["msg"] != "shardload: warning: 2 shards" || rec["time"] == nil {
 		t.Errorf("json: %s (%v)", b.String(), err)
