@@ -159,11 +159,7 @@ func TestIndexSourcesAgree(t *testing.T) {
 func TestEstimatedEpochs(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	paths, err := shardgen.Generate(dir, shardgen.Spec{Shards: 6, Samples: []int{40, 7, 90, 1, 33}, Seed: 4,
-		Fields: []shardgen.Field{{Ext: "bin", Kind: shardgen.Random, MinBytes: 100, MaxBytes: 3000}, {Ext: "cls", Kind: shardgen.Class}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	paths := unevenShards(t, dir)
 	exact, err := shardload.Count(ctx, shardload.Config{URLs: paths, NoIndexStore: true})
 	if err != nil {
 		t.Fatal(err)
@@ -283,11 +279,7 @@ func TestStaleEntryFailsLoudly(t *testing.T) {
 func TestEstimatedResume(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	paths, err := shardgen.Generate(dir, shardgen.Spec{Shards: 6, Samples: []int{40, 7, 90, 1, 33}, Seed: 4,
-		Fields: []shardgen.Field{{Ext: "bin", Kind: shardgen.Random, MinBytes: 100, MaxBytes: 3000}, {Ext: "cls", Kind: shardgen.Class}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	paths := unevenShards(t, dir)
 	base := shardload.Config{URLs: paths, NoIndexStore: true, World: 2, BatchSize: 5, Seed: 1, ShuffleBuffer: 20, AllowEstimate: true,
 		NoLock: true, Slabs: 2, SlabBytes: 1 << 20, Logf: func(string, ...any) {}}
 	type epoch struct {
@@ -436,4 +428,16 @@ func TestIndexEverySpelling(t *testing.T) {
 		t.Fatal(err)
 	}
 	exact("moved", abs("moved"))
+}
+
+// unevenShards writes 6 shards of 1 to 90 samples of 100 to 3,000 bytes into dir:
+// their counts estimated from their sizes are wrong by various amounts.
+func unevenShards(t *testing.T, dir string) []string {
+	t.Helper()
+	paths, err := shardgen.Generate(dir, shardgen.Spec{Shards: 6, Samples: []int{40, 7, 90, 1, 33}, Seed: 4,
+		Fields: []shardgen.Field{{Ext: "bin", Kind: shardgen.Random, MinBytes: 100, MaxBytes: 3000}, {Ext: "cls", Kind: shardgen.Class}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return paths
 }

@@ -618,6 +618,19 @@ func (b *batcher) finish(ctx context.Context) error {
 }
 
 // pad replaces the rows left out with repeats of the batch's other rows, or of the
+// advance moves to the next batch: the rows of the one done become the padding
+// source, and the previous ones go back.
+func (b *batcher) advance() {
+	b.padded = 0
+	b.seq++
+	b.n++
+	b.done = b.n >= b.pl.p.Plan.Batches && !b.pl.p.Stretch
+	for _, it := range b.last {
+		b.pl.put(it)
+	}
+	b.last, b.rows = b.rows, b.last[:0]
+}
+
 // batch before's when none is left.
 func (b *batcher) pad() error {
 	n := 0 // the samples, moved to the front in order
@@ -654,14 +667,7 @@ func (b *batcher) flush(ctx context.Context) error {
 	if b.n < pl.p.Replay {
 		// Taken before the state this loader resumes: dropped, but its rows pad as
 		// they did.
-		b.padded = 0
-		b.seq++
-		b.n++
-		b.done = b.n >= pl.p.Plan.Batches && !pl.p.Stretch
-		for _, it := range b.last {
-			pl.put(it)
-		}
-		b.last, b.rows = b.rows, b.last[:0]
+		b.advance()
 		return nil
 	}
 	select {
@@ -706,15 +712,7 @@ func (b *batcher) flush(ctx context.Context) error {
 	pl.C.Padded.Add(int64(b.padded))
 	pl.C.Batches.Add(1)
 	pl.C.BytesOut.Add(db.Used)
-	b.padded = 0
-	b.seq++
-	b.n++
-	b.done = b.n >= pl.p.Plan.Batches && !pl.p.Stretch
-	// The rows of this batch become the padding source; the previous ones go back.
-	for _, it := range b.last {
-		pl.put(it)
-	}
-	b.last, b.rows = b.rows, b.last[:0]
+	b.advance()
 	tb = mono()
 	defer func() { add(&pl.C.Backpressure, mono()-tb) }()
 	select {

@@ -61,7 +61,9 @@ func NPYHeader(major byte, header string) []byte {
 	return b.Bytes()
 }
 
-// pyTuple writes a shape as Python's repr of a tuple does: (), (5,), (3, 4).
+// pyTuple writes a shape as Python's repr of a tuple does: (), (5,), (3, 4). It is
+// decode.FormatShape written again on purpose: decode's own tests use this package,
+// which therefore cannot import decode.
 func pyTuple(shape []int) string {
 	var b strings.Builder
 	b.WriteByte('(')
