@@ -9,7 +9,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/zeebo/xxh3"
 
 	"github.com/shardload/shardload/source"
 )
@@ -43,7 +43,7 @@ func (m *meta) blockRange(i int64) (off, n int64) {
 
 // checkBlock compares block i's bytes with its recorded checksum.
 func (m *meta) checkBlock(i int64, b []byte, path string) error {
-	if sum := xxhash.Sum64(b); sum != m.sums[i] {
+	if sum := xxh3.Hash(b); sum != m.sums[i] {
 		off, n := m.blockRange(i)
 		return &source.Error{Op: "read", URL: m.URL, Err: fmt.Errorf("%w: %s: block %d (bytes %d-%d): checksum %016x, recorded %016x",
 			ErrCorrupt, path, i, off, off+n-1, sum, m.sums[i])}
@@ -51,7 +51,7 @@ func (m *meta) checkBlock(i int64, b []byte, path string) error {
 	return nil
 }
 
-// formatSums encodes checksums as the meta file's xxh64 field.
+// formatSums encodes checksums as the meta file's xxh3 field.
 func formatSums(sums []uint64) string {
 	b := make([]byte, 0, 16*len(sums))
 	for _, s := range sums {
@@ -60,7 +60,7 @@ func formatSums(sums []uint64) string {
 	return string(b)
 }
 
-// parseSums decodes the meta file's xxh64 field of n blocks.
+// parseSums decodes the meta file's xxh3 field of n blocks.
 func parseSums(s string, n int64) ([]uint64, error) {
 	if int64(len(s)) != 16*n {
 		return nil, fmt.Errorf("%d checksum digits for %d blocks", len(s), n)
@@ -83,12 +83,12 @@ func parseSums(s string, n int64) ([]uint64, error) {
 type blockHasher struct {
 	block int64
 	n     int64
-	h     *xxhash.Digest
+	h     *xxh3.Hasher
 	sums  []uint64
 }
 
 func newBlockHasher(size int64) *blockHasher {
-	return &blockHasher{block: blockSize(size), h: xxhash.New()}
+	return &blockHasher{block: blockSize(size), h: xxh3.New()}
 }
 
 func (b *blockHasher) Write(p []byte) (int, error) {
@@ -167,7 +167,23 @@ func (r *blockReader) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	if r.at < 0 || r.off < r.at || r.off >= r.at+r.bufN {
-		if err := r.load(r.off / r.e.meta.Block); err != nil {
+		i := r.off / r.e.meta.Block
+		if off, n := r.e.meta.blockRange(i); off == r.off && int64(len(p)) >= n {
+			// A whole block: read and checked in p itself, not copied through buf.
+			err := r.readBlock(i, p[:n])
+			if err == nil {
+				r.off += n
+				return int(n), nil
+			}
+			if !errors.Is(err, ErrCorrupt) {
+				return 0, err
+			}
+			if err := r.recover(err); err != nil {
+				return 0, err
+			}
+			return r.Read(p)
+		}
+		if err := r.load(i); err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				return 0, err
 			}
@@ -200,12 +216,24 @@ func (r *blockReader) ReadByte() (byte, error) {
 // load reads block i into the buffer, checking its checksum unless this process has.
 func (r *blockReader) load(i int64) error {
 	m := &r.e.meta
-	off, n := m.blockRange(i)
 	if r.buf == nil {
 		r.buf = getBlock(m.Block)
 	}
 	r.at = -1
-	k, err := r.fh.ReadAt(r.buf[:n], off)
+	off, n := m.blockRange(i)
+	if err := r.readBlock(i, r.buf[:n]); err != nil {
+		return err
+	}
+	r.at, r.bufN = off, n
+	return nil
+}
+
+// readBlock reads block i into b (its length), checking its checksum unless this
+// process has.
+func (r *blockReader) readBlock(i int64, b []byte) error {
+	m := &r.e.meta
+	off, n := m.blockRange(i)
+	k, err := r.fh.ReadAt(b, off)
 	if int64(k) < n {
 		if err == nil || err == io.EOF {
 			return &source.Error{Op: "read", URL: m.URL, Err: fmt.Errorf("%w: %s ends at byte %d, recorded size %d", ErrCorrupt, r.path, off+int64(k), m.Size)}
@@ -213,12 +241,11 @@ func (r *blockReader) load(i int64) error {
 		return &source.Error{Op: "read", URL: m.URL, Err: fmt.Errorf("cache: %s: %w", r.path, err)}
 	}
 	if !r.e.isChecked(i) {
-		if err := m.checkBlock(i, r.buf[:n], r.path); err != nil {
+		if err := m.checkBlock(i, b, r.path); err != nil {
 			return err
 		}
 		r.e.setChecked(i)
 	}
-	r.at, r.bufN = off, n
 	return nil
 }
 

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/zeebo/xxh3"
 )
 
 func TestBlockSize(t *testing.T) {
@@ -43,7 +43,7 @@ func TestBlockHasherSplitWrites(t *testing.T) {
 	}
 	for i, s := range sums {
 		end := min((i+1)*minBlock, len(data))
-		if want := xxhash.Sum64(data[i*minBlock : end]); s != want {
+		if want := xxh3.Hash(data[i*minBlock : end]); s != want {
 			t.Errorf("block %d: %016x, want %016x", i, s, want)
 		}
 	}

@@ -29,8 +29,8 @@ import (
 )
 
 // metaFormat is the version of the meta file's layout. Entries of another format are
-// dropped on start and fetched again when next read.
-const metaFormat = 2
+// dropped on start and fetched again when next read (format 2 kept XXH64 sums).
+const metaFormat = 3
 
 // maxMetaBytes caps a meta file: a longer URL is not cached on disk.
 const maxMetaBytes = 24 << 10
@@ -42,10 +42,10 @@ type meta struct {
 	Version string    `json:"version"`
 	Size    int64     `json:"size"`
 	Block   int64     `json:"block"` // bytes per checksummed block: blockSize(Size)
-	XXH64   string    `json:"xxh64"` // per block, 16 lower-case hex digits each
+	XXH3    string    `json:"xxh3"`  // per block, the 64-bit XXH3, 16 lower-case hex digits each
 	Fetched time.Time `json:"fetched"`
 
-	sums []uint64 // XXH64, parsed
+	sums []uint64 // XXH3, parsed
 }
 
 // parseMeta parses a meta file and checks it against the hash its name carries.
@@ -68,7 +68,7 @@ func parseMeta(b []byte, urlHash string) (meta, error) {
 	case hashURL(m.URL) != urlHash:
 		return meta{}, fmt.Errorf("%w: meta: URL %q does not hash to its file name", ErrCorrupt, m.URL)
 	}
-	sums, err := parseSums(m.XXH64, m.blocks())
+	sums, err := parseSums(m.XXH3, m.blocks())
 	if err != nil {
 		return meta{}, fmt.Errorf("%w: meta: %v", ErrCorrupt, err)
 	}

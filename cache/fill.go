@@ -213,7 +213,7 @@ func (f *fill) fetch() error {
 
 	// Disk: make the data durable, check it, then the meta, then rename both.
 	d := c.disk
-	m := meta{Format: metaFormat, URL: f.key, Version: f.info.Version, Size: size, Block: h.block, XXH64: formatSums(sums), Fetched: fetched, sums: sums}
+	m := meta{Format: metaFormat, URL: f.key, Version: f.info.Version, Size: size, Block: h.block, XXH3: formatSums(sums), Fetched: fetched, sums: sums}
 	mb, _ = json.Marshal(m)
 	mb = append(mb, '\n')
 	if err := d.sync(f.fh, tmp); err != nil {
@@ -446,7 +446,7 @@ func (f *fill) unreserve(n int64) {
 // budget, before the checksums are known.
 func placeholderMeta(url, version string, size int64, fetched time.Time) []byte {
 	b := blockSize(size)
-	m := meta{Format: metaFormat, URL: url, Version: version, Size: size, Block: b, XXH64: strings.Repeat("0", int(16*((size+b-1)/b))), Fetched: fetched}
+	m := meta{Format: metaFormat, URL: url, Version: version, Size: size, Block: b, XXH3: strings.Repeat("0", int(16*((size+b-1)/b))), Fetched: fetched}
 	mb, _ := json.Marshal(m)
 	return append(mb, '\n')
 }

@@ -11,10 +11,10 @@ import (
 // checksum for each of its blocks.
 func FuzzParseMeta(f *testing.F) {
 	url := "s3://bucket/train-000000.tar"
-	good, _ := json.Marshal(meta{Format: metaFormat, URL: url, Version: `"abc"`, Size: 1234, Block: blockSize(1234), XXH64: "0123456789abcdef", Fetched: time.Unix(1, 0).UTC()})
+	good, _ := json.Marshal(meta{Format: metaFormat, URL: url, Version: `"abc"`, Size: 1234, Block: blockSize(1234), XXH3: "0123456789abcdef", Fetched: time.Unix(1, 0).UTC()})
 	f.Add(good)
-	f.Add([]byte(`{"format":2,"url":"s3://bucket/train-000000.tar","size":-1,"block":262144,"xxh64":"0123456789abcdef"}`))
-	f.Add([]byte(`{"format":2,"url":"s3://bucket/train-000000.tar","size":300000,"block":262144,"xxh64":"0123456789abcdef0123456789ABCDEF"}`))
+	f.Add([]byte(`{"format":3,"url":"s3://bucket/train-000000.tar","size":-1,"block":262144,"xxh3":"0123456789abcdef"}`))
+	f.Add([]byte(`{"format":3,"url":"s3://bucket/train-000000.tar","size":300000,"block":262144,"xxh3":"0123456789abcdef0123456789ABCDEF"}`))
 	f.Add([]byte(`{"format":1}{}`))
 	f.Add([]byte(""))
 	hash := hashURL(url)
