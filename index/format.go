@@ -91,7 +91,7 @@ func Write(w io.Writer, infos []shard.Info, compress bool) error {
 		}
 		w = zw
 	}
-	bw := bufio.NewWriterSize(w, 1<<20)
+	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := json.NewEncoder(bw)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(header{Format: formatName, Version: formatVersion, Shards: len(infos)}); err != nil {

@@ -110,28 +110,24 @@ func (lk Lookup) withDefaults() Lookup {
 // whose object changed. from names where known came from, for the log ("" the
 // store or nothing).
 func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]shard.Info, from string) ([]shard.Info, error) {
-	infos, changed, err := lk.resolveEntries(ctx, urls, known, from)
-	// Entries from an index every node sees are found there again; those found
-	// shard by shard in the store, or read now, are kept together for next time.
-	if err == nil && lk.Store != nil && (changed || from == "" && !lk.Store.hasSet(urls)) {
-		// The next lookup of the same URLs on this node reads one file.
-		if err := lk.Store.PutSet(infos); err != nil {
-			lk.once("store", func() { lk.Logf("shardload: warning: %v (entries are not kept for the next run)", err) })
-		}
-	}
+	infos, _, err := lk.resolveEntries(ctx, urls, known, from)
 	return infos, err
 }
 
-// resolveEntries is resolve; changed says whether the entries differ from what the
-// store kept for these URLs together (none kept, or some read again).
+// resolveEntries is resolve; changed says whether some entries were read again or
+// found under another URL. Those go to the Store (as one segment per directory of
+// shards every keepEvery scans, and at the end), so that the next lookup on this
+// node finds them, and an interrupted one keeps most of what it read.
 func (lk Lookup) resolveEntries(ctx context.Context, urls []string, known map[string]shard.Info, from string) ([]shard.Info, bool, error) {
 	// The objects' versions and sizes: to know which entries are stale, and to check
 	// every count against its object's size (a bare count, without a version or a
 	// size, is checked up to CheckUpTo shards: a listing per thousand).
 	var check []int
 	local := true
+	keys := make([]string, len(urls)) // each URL made canonical once
 	for i, u := range urls {
-		e, ok := known[key(u)]
+		keys[i] = key(u)
+		e, ok := known[keys[i]]
 		if !ok || e.Version != "" || e.Size <= 0 {
 			check = append(check, i)
 		}
@@ -143,8 +139,8 @@ func (lk Lookup) resolveEntries(ctx context.Context, urls []string, known map[st
 		// Too many to check first: only the shards without an entry are stat'ed (to
 		// be counted); the others are trusted, and read pinned to their versions.
 		check = check[:0]
-		for i, u := range urls {
-			if _, ok := known[key(u)]; !ok {
+		for i := range urls {
+			if _, ok := known[keys[i]]; !ok {
 				check = append(check, i)
 			}
 		}
@@ -162,26 +158,18 @@ func (lk Lookup) resolveEntries(ctx context.Context, urls []string, known map[st
 	infos := make([]shard.Info, len(urls))
 	var todo []int
 	missing, stale, moved := 0, 0, 0
-	var ids map[string]shard.Info // the known entries by their objects' identity
+	ids := lk.identities(urls, keys, known, objs, checked)
+	var keep []shard.Info // entries found under another URL, for the store
 	for i, u := range urls {
-		e, ok := known[key(u)]
+		e, ok := known[keys[i]]
 		if !ok && checked[i] {
 			// No entry under this URL: one of the same object elsewhere (a dataset
 			// moved with its index, or counted on this node under another path).
-			if ids == nil {
-				ids = make(map[string]shard.Info, len(known))
-				for _, k := range known {
-					if id := identity(k.URL, k.Version, k.Size); id != "" {
-						ids[id] = k
-					}
-				}
-			}
 			if id := identity(u, objs[i].Version, objs[i].Size); id != "" {
-				if e, ok = ids[id]; !ok && lk.Store != nil {
-					e, ok = lk.Store.GetIdentity(u, objs[i].Version, objs[i].Size)
-				}
-				if ok {
+				if e, ok = ids[id]; ok {
 					moved++
+					e.URL = u
+					keep = append(keep, e)
 				}
 			}
 		}
@@ -215,6 +203,7 @@ func (lk Lookup) resolveEntries(ctx context.Context, urls []string, known map[st
 	}
 	if moved > 0 {
 		lk.Logf("shardload: %d shards have no index entry under their URLs, but one under another (the same objects: base name, version and size), which is used", moved)
+		lk.keep(keep)
 	}
 	if len(todo) == 0 {
 		return infos, moved > 0, nil
@@ -229,6 +218,8 @@ func (lk Lookup) resolveEntries(ctx context.Context, urls []string, known map[st
 	}
 	var mu sync.Mutex
 	done := 0
+	var scanned []shard.Info // read since the last write to the store
+	defer func() { lk.keep(scanned) }()
 	err := lk.each(ctx, len(todo), func(k int) error {
 		i := todo[k]
 		info, err := Scan(ctx, lk.Sources, urls[i], objs[i].Version, objs[i].Size, lk.Reader)
@@ -239,23 +230,68 @@ func (lk Lookup) resolveEntries(ctx context.Context, urls []string, known map[st
 			return fmt.Errorf("shardload: counting the samples of %s stopped after %d: %w (every rank plans from the counts, so a shard that cannot be counted fails the job under either error policy)", redact.URL(urls[i]), info.Samples, err)
 		}
 		infos[i] = info
+		mu.Lock()
+		defer mu.Unlock()
+		done++
 		if lk.Store != nil {
-			if err := lk.Store.Put(info); err != nil {
-				lk.once("store", func() { lk.Logf("shardload: warning: %v (entries are not kept for the next run)", err) })
+			if scanned = append(scanned, info); len(scanned) >= keepEvery {
+				lk.keep(scanned)
+				scanned = nil
 			}
 		}
-		mu.Lock()
-		done++
 		if lk.Progress != nil {
 			lk.Progress(done, len(todo))
 		}
-		mu.Unlock()
 		return nil
 	})
 	if err != nil {
 		return nil, false, err
 	}
 	return infos, true, nil
+}
+
+// keepEvery is the number of shards read between two writes of their entries to the
+// Store: an interrupted lookup keeps all but the last few.
+const keepEvery = 256
+
+// keep writes entries to the Store, if there is one, saying once if it cannot.
+func (lk Lookup) keep(entries []shard.Info) {
+	if lk.Store == nil || len(entries) == 0 {
+		return
+	}
+	if err := lk.Store.PutMany(entries); err != nil {
+		lk.once("store", func() { lk.Logf("shardload: warning: %v (entries are not kept for the next run)", err) })
+	}
+}
+
+// identities returns the entries, by object identity (see identity), of the checked
+// objects of urls that have no entry in known under their URL: from the entries of
+// known under other URLs, and from the Store, looked through once for all.
+func (lk Lookup) identities(urls, keys []string, known map[string]shard.Info, objs []source.Info, checked []bool) map[string]shard.Info {
+	want := map[string]bool{}
+	for i, u := range urls {
+		if _, ok := known[keys[i]]; !ok && checked[i] {
+			if id := identity(u, objs[i].Version, objs[i].Size); id != "" {
+				want[id] = true
+			}
+		}
+	}
+	ids := map[string]shard.Info{}
+	if len(want) == 0 {
+		return ids
+	}
+	for _, k := range known {
+		if id := identity(k.URL, k.Version, k.Size); id != "" && want[id] {
+			ids[id] = k
+			delete(want, id)
+		}
+	}
+	if lk.Store != nil && len(want) > 0 {
+		for id, e := range lk.Store.Identities(want) {
+			ids[id] = e
+		}
+	}
+	return ids
 }
 
 // once is Once, or f.
@@ -335,9 +371,15 @@ func Beside(urls []string) string {
 		return ""
 	}
 	canon := besideDir(urls[0])
+	last := dirOf(urls[0])
 	for _, u := range urls {
-		if besideDir(u) != canon {
-			return ""
+		// The same directory as written is the same directory canonically: each
+		// directory is made canonical once, not each shard.
+		if d := dirOf(u); d != last {
+			if besideDir(u) != canon {
+				return ""
+			}
+			last = d
 		}
 	}
 	dir := dirOf(urls[0])
@@ -420,8 +462,13 @@ func (lk Lookup) objects(ctx context.Context, urls []string, which []int, objs [
 			names = append(names, urls[i][len(dir):])
 		}
 		// Listings of narrower prefixes, in parallel: a listing's pages come one
-		// after the other, a thousand keys each.
-		prefixes := listPrefixes(names, listPage)
+		// after the other, a thousand keys each. A local directory is read whole
+		// by any listing of it, so it is listed once.
+		limit := listPage
+		if isLocal(urls[idx[0]]) {
+			limit = len(names)
+		}
+		prefixes := listPrefixes(names, limit)
 		var mu sync.Mutex
 		err = lk.each(ctx, len(prefixes), func(k int) error {
 			err := l.List(ctx, dir+prefixes[k], func(info source.Info) error {
@@ -516,46 +563,12 @@ func pathOf(url string) string {
 // isLocal reports whether url names a local file.
 func isLocal(url string) bool { return source.Scheme(url) == "file" }
 
-// stored returns the Store's entries of urls, by key: those it kept for exactly
-// these URLs together, else each shard's, read Workers at a time.
-func (lk Lookup) stored(ctx context.Context, urls []string) map[string]shard.Info {
-	known := map[string]shard.Info{}
+// stored returns the Store's entries of urls, by key.
+func (lk Lookup) stored(_ context.Context, urls []string) map[string]shard.Info {
 	if lk.Store == nil {
-		return known
+		return map[string]shard.Info{}
 	}
-	if set, ok := lk.Store.GetSet(urls); ok {
-		for _, e := range set {
-			known[key(e.URL)] = e
-		}
-		return known
-	}
-	// A store that has none of the first shards is taken to have none: a look for
-	// each of many shards costs a file system call each.
-	const probe = 16
-	if len(urls) > 4*probe {
-		hit := false
-		for _, u := range urls[:probe] {
-			if _, ok := lk.Store.Get(u); ok {
-				hit = true
-				break
-			}
-		}
-		if !hit {
-			return known
-		}
-	}
-	entries := make([]shard.Info, len(urls))
-	found := make([]bool, len(urls))
-	lk.each(ctx, len(urls), func(i int) error {
-		entries[i], found[i] = lk.Store.Get(urls[i])
-		return nil
-	})
-	for i, u := range urls {
-		if found[i] {
-			known[key(u)] = entries[i]
-		}
-	}
-	return known
+	return lk.Store.GetMany(urls)
 }
 
 // listPage is the number of keys a listing returns per page on S3 and GCS.

@@ -8,7 +8,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 )
 
 // File reads objects from the local file system. It serves plain paths, absolute or
@@ -203,7 +205,9 @@ func (f *File) OpenVersion(ctx context.Context, url, version string, off, length
 
 // List calls fn for the regular files in prefix's directory whose names start with
 // prefix's last component, in name order. URLs keep prefix's form (plain path or
-// file URL).
+// file URL). The directory is read once whatever the prefix (a local directory
+// cannot be read in part): list a directory's shards with one call, not one per
+// group of names. The files' sizes and times are read a few at once.
 func (*File) List(ctx context.Context, prefix string, fn func(Info) error) error {
 	cut := strings.LastIndex(prefix, "/") + 1
 	dirURL, base := prefix[:cut], prefix[cut:]
@@ -219,22 +223,55 @@ func (*File) List(ctx context.Context, prefix string, fn func(Info) error) error
 	if err != nil {
 		return &Error{Op: "list", URL: prefix, Err: fileErr(err)}
 	}
+	keep := entries[:0]
 	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), base) && e.Type().IsRegular() {
+			keep = append(keep, e)
+		}
+	}
+	infos, err := statEntries(ctx, keep)
+	if err != nil {
+		return &Error{Op: "list", URL: prefix, Err: err}
+	}
+	for i, e := range keep {
 		if err := ctx.Err(); err != nil {
 			return &Error{Op: "list", URL: prefix, Err: err}
 		}
-		if !strings.HasPrefix(e.Name(), base) || !e.Type().IsRegular() {
-			continue
-		}
-		fi, err := e.Info()
-		if err != nil {
+		if infos[i] == nil {
 			continue // removed since ReadDir
 		}
-		if err := fn(fileInfo(dirURL+e.Name(), fi)); err != nil {
+		if err := fn(fileInfo(dirURL+e.Name(), infos[i])); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// statChunk is the fewest entries a goroutine of statEntries stats.
+const statChunk = 2048
+
+// statEntries returns the file information of entries (nil for one removed since
+// it was listed), GOMAXPROCS goroutines at a time for many.
+func statEntries(ctx context.Context, entries []fs.DirEntry) ([]fs.FileInfo, error) {
+	infos := make([]fs.FileInfo, len(entries))
+	workers := min(runtime.GOMAXPROCS(0), (len(entries)+statChunk-1)/statChunk)
+	var wg sync.WaitGroup
+	for w := range max(workers, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(entries); i += max(workers, 1) {
+				if i%256 == 0 && ctx.Err() != nil {
+					return
+				}
+				if fi, err := entries[i].Info(); err == nil {
+					infos[i] = fi
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return infos, ctx.Err()
 }
 
 var _ Creator = (*File)(nil)
