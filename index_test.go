@@ -441,3 +441,50 @@ func unevenShards(t *testing.T, dir string) []string {
 	}
 	return paths
 }
+
+// By default a rank reads the gaps between its samples only when they are cheaper
+// than a request to the source (source.RequestCostOf: 64 KiB for a local file): at
+// world 8 over 4 shards of 16-48 KiB samples the ranks together read about the
+// dataset once, where the object stores' 1 MiB gap reads it more than twice.
+func TestDefaultReadGap(t *testing.T) {
+	ctx := context.Background()
+	paths, err := shardgen.Generate(t.TempDir(), shardgen.Spec{Shards: 4, SamplesPerShard: 200, Seed: 9,
+		Fields: []shardgen.Field{{Ext: "bin", Kind: shardgen.Random, MinBytes: 16 << 10, MaxBytes: 48 << 10}, {Ext: "cls", Kind: shardgen.Class}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, p := range paths {
+		fi, _ := os.Stat(p)
+		total += fi.Size()
+	}
+	infos, err := shardload.Count(ctx, shardload.Config{URLs: paths, IndexDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(gap int64) (ratio float64, requests int64) {
+		var in int64
+		for rank := range 8 {
+			l, err := shardload.Open(ctx, shardload.Config{Shards: infos, Rank: rank, World: 8, BatchSize: 16, Seed: 3,
+				NoLock: true, Slabs: 2, SlabBytes: 1 << 20, ReadGap: gap})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, err := range l.All(ctx) {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			st := l.Stats()
+			in, requests = in+st.BytesIn, requests+st.Requests
+			l.Close()
+		}
+		return float64(in) / float64(total), requests
+	}
+	def, defReq := read(0)
+	wide, wideReq := read(1 << 20)
+	t.Logf("world 8: default gap %.2fx the dataset in %d requests; 1 MiB gap %.2fx in %d", def, defReq, wide, wideReq)
+	if def > 1.3 || wide < 1.5 || defReq <= wideReq {
+		t.Errorf("default gap: %.2fx in %d requests, 1 MiB gap: %.2fx in %d requests; want at most 1.3x, and fewer bytes for more requests than 1 MiB's", def, defReq, wide, wideReq)
+	}
+}

@@ -18,6 +18,7 @@ type Stats struct {
 	BytesIn       int64 // bytes read from the sources (compressed, as stored)
 	BytesInflated int64 // bytes of tar after whole-shard decompression
 	BytesOut      int64 // bytes of the batches written into slabs
+	Requests      int64 // reads of shards opened (a source may serve one in parts)
 	Workers       int   // the Workers setting in effect
 	// Memory is what the loader's buffers may hold at its settings in effect (the
 	// tuner's), within Config.MemoryBudget.
@@ -50,7 +51,7 @@ func (l *Loader) Stats() Stats {
 	return Stats{
 		Samples: c.Samples.Load(), Batches: c.Batches.Load(), Padded: c.Padded.Load(), Trimmed: c.Trimmed.Load(),
 		Skipped: c.Skipped.Load(), SkippedShards: c.SkippedShards.Load(),
-		BytesIn: c.BytesIn.Load(), BytesInflated: c.BytesInflated.Load(), BytesOut: c.BytesOut.Load(),
+		BytesIn: c.BytesIn.Load(), BytesInflated: c.BytesInflated.Load(), BytesOut: c.BytesOut.Load(), Requests: c.Requests.Load(),
 		Workers: l.Settings().Workers, Memory: l.memory(), Queued: l.p.C.Queued.Load(), PageLocked: l.p.Locked(),
 		Elapsed: time.Since(l.start), FirstBatch: d(c.FirstBatch.Load()),
 		Stages: c.Stages(), SlabBytes: l.slabs.Bytes(),
@@ -70,6 +71,7 @@ func (s *Stats) Add(o Stats) {
 	s.BytesIn += o.BytesIn
 	s.BytesInflated += o.BytesInflated
 	s.BytesOut += o.BytesOut
+	s.Requests += o.Requests
 	s.Elapsed += o.Elapsed
 	s.Workers, s.Memory, s.Queued, s.PageLocked = o.Workers, o.Memory, o.Queued, o.PageLocked
 	s.SlabBytes = max(s.SlabBytes, o.SlabBytes)

@@ -110,6 +110,8 @@ type Decoder struct {
 	fr  io.ReadCloser  // flate reader, created on first use
 	frr flate.Resetter // fr as a Resetter
 	img *imageState    // image scratch, from a shared pool on first use
+	// wholeJPEG turns off partial JPEG decoding (the tests compare with it).
+	wholeJPEG bool
 }
 
 // Release gives the Decoder's image scratch back to a pool shared by every

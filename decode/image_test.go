@@ -9,6 +9,7 @@ import (
 	"image/png"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -396,6 +397,10 @@ func TestImageCMYK(t *testing.T) {
 	}
 }
 
+// BenchmarkImage decodes a 500x375 photo into 224x224 crops. Beside the wall time it
+// reports cpu-ms/op, the process's CPU time an image (getrusage), steadier than the
+// wall time on a shared machine. The whole-jpeg runs decode every pixel of the JPEG
+// (no partial decode), for comparison.
 func BenchmarkImage(b *testing.B) {
 	data := encodeJPEG(b, photo(500, 375, 9))
 	for _, be := range []ImageDecoder{ImageDecoderTurbo, ImageDecoderGo} {
@@ -403,17 +408,93 @@ func BenchmarkImage(b *testing.B) {
 			continue
 		}
 		for _, spec := range []string{"i=jpg:image:uint8:224x224x3", "i=jpg:image:uint8:3x224x224:random-crop,flip", "i=jpg:image:float32:3x224x224:imagenet"} {
-			b.Run(be.String()+"/"+spec[strings.LastIndexByte(spec, ':')+1:], func(b *testing.B) {
-				f := mustField(b, spec)
-				d := Decoder{Images: be}
-				b.SetBytes(int64(len(data)))
-				for i := range b.N {
-					d.Seed = uint64(i)
-					if _, _, err := d.Decode(&f, data, nil); err != nil {
-						b.Fatal(err)
-					}
+			for _, whole := range []bool{false, true} {
+				if whole && be != ImageDecoderTurbo {
+					continue
 				}
-			})
+				name := be.String() + "/" + spec[strings.LastIndexByte(spec, ':')+1:]
+				if whole {
+					name += "/whole-jpeg"
+				}
+				b.Run(name, func(b *testing.B) {
+					f := mustField(b, spec)
+					d := Decoder{Images: be, wholeJPEG: whole}
+					b.SetBytes(int64(len(data)))
+					b.ReportAllocs()
+					c0 := cpuTime()
+					for i := range b.N {
+						d.Seed = uint64(i)
+						if _, _, err := d.Decode(&f, data, nil); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64(cpuTime()-c0)/1e6/float64(b.N), "cpu-ms/op")
+				})
+			}
 		}
+	}
+}
+
+// TestImageRegionDecodeExact: decoding only the part of a JPEG the resize reads
+// (libjpeg's jpeg_crop_scanline and jpeg_skip_scanlines) gives the pixels of the
+// whole decode, byte for byte, for the center and random crops, flips, every output
+// layout, reduced scales, and PIL's 4:4:4, 4:2:2 and progressive JPEGs.
+func TestImageRegionDecodeExact(t *testing.T) {
+	if _, err := turbojpeg.Default(); err != nil {
+		if ciRequiresTurbo() {
+			t.Fatal(err)
+		}
+		t.Skipf("libjpeg-turbo not loaded: %v", err)
+	}
+	if _, err := turbojpeg.DefaultRegions(); err != nil {
+		if ciRequiresTurbo() {
+			t.Fatal(err)
+		}
+		t.Skipf("libjpeg not loaded: %v", err)
+	}
+	var jpegs [][]byte
+	for i, sz := range [][2]int{{500, 375}, {375, 500}, {333, 251}, {640, 480}, {1600, 1200}, {97, 61}} {
+		jpegs = append(jpegs, encodeJPEG(t, photo(sz[0], sz[1], uint64(i+20))))
+	}
+	for _, name := range []string{"s444.jpg", "s422.jpg", "prog420.jpg"} {
+		data, err := os.ReadFile("turbojpeg/testdata/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jpegs = append(jpegs, data)
+	}
+	specs := []string{
+		"i=jpg:image", "i=jpg:image:uint8:224x224x3:resize=256", "i=jpg:image:uint8:3x224x224:resize=320",
+		"i=jpg:image:uint8:224x224x3:random-crop,flip", "i=jpg:image:float32:3x224x224:random-crop,flip,imagenet",
+		"i=jpg:image:uint8:64x48x1:random-crop,scale=0.05-0.3", "i=jpg:image:uint8:32x32x3:random-crop,ratio=0.3-3",
+		"i=jpg:image:uint8:224x224x3:random-crop,full-decode", "i=jpg:image:uint8:40x30x3",
+	}
+	var partial, total int
+	for i, data := range jpegs {
+		for _, spec := range specs {
+			f := mustField(t, spec)
+			seeds := 1
+			if f.Image.RandomCrop {
+				seeds = 25
+			}
+			for s := range uint64(seeds) {
+				whole := Decoder{Images: ImageDecoderTurbo, Seed: s, wholeJPEG: true}
+				part := Decoder{Images: ImageDecoderTurbo, Seed: s}
+				want := decodeImg(t, &whole, spec, data)
+				got := decodeImg(t, &part, spec, data)
+				total++
+				if part.img.region.W > 0 {
+					partial++
+				}
+				if !bytes.Equal(got, want) {
+					mean, mx := meanAbsDiff(got, want)
+					t.Fatalf("image %d, %s, seed %d: the partial decode's output differs (mean %.3f, max %d; region %+v)", i, spec, s, mean, mx, part.img.region)
+				}
+			}
+		}
+	}
+	t.Logf("%d of %d decodes partial", partial, total)
+	if partial < total/2 {
+		t.Errorf("only %d of %d decodes were partial", partial, total)
 	}
 }

@@ -87,6 +87,8 @@ type imageState struct {
 	out []byte // the output row
 	rs  resampler
 	lut lut
+	// region is the part of the image in rgb when it was decoded in part.
+	region turbojpeg.Region
 }
 
 // lut maps a channel's byte to its float output's bytes.
@@ -186,6 +188,18 @@ func (d *Decoder) decodeImage(f *Field, data []byte) (Value, error) {
 	var sw, sh int
 	if lib != nil {
 		sw, sh = turbojpeg.ScaledSize(iw, ih, 1, den)
+	} else {
+		sw, sh = iw, ih
+	}
+	// The resize of the crop's region: in the decoded image's pixels, [X, X+W) of the
+	// source scaled by 1/den.
+	st.setAxes(g, den, sw, sh, ow, oh)
+	stride := sw * 3
+	st.region = turbojpeg.Region{}
+	switch {
+	case lib != nil && !d.wholeJPEG && d.decodeRegion(st, data, sw, sh, den):
+		stride = st.region.W * 3
+	case lib != nil:
 		st.rgb = grow(st.rgb, sw*sh*3)
 		err := lib.Decode(data, st.rgb, sw, sh, turbojpeg.RGB, 0)
 		var te *turbojpeg.Error
@@ -198,37 +212,79 @@ func (d *Decoder) decodeImage(f *Field, data []byte) (Value, error) {
 			return Value{}, errf(ErrBadImage, "JPEG truncated (%s)", te.Msg)
 		default:
 			// What libjpeg-turbo cannot decode (a CMYK JPEG), Go may.
-			den, lib = 1, nil
 			if gerr := d.decodeGo(st, format, data, iw, ih); gerr != nil {
 				return Value{}, errf(ErrBadImage, "JPEG: %v", err)
 			}
-			sw, sh = iw, ih
+			if den != 1 {
+				sw, sh = iw, ih
+				st.setAxes(g, 1, sw, sh, ow, oh)
+				stride = sw * 3
+			}
 		}
-	} else {
+	default:
 		if err := d.decodeGo(st, format, data, iw, ih); err != nil {
 			return Value{}, errf(ErrBadImage, "%s: %v", formatNames[format], err)
 		}
-		sw, sh = iw, ih
 	}
+	n := ow * oh
+	rowBytes := n * ch * f.DType.Size()
+	st.out = grow(st.out, rowBytes)
+	if ch == 3 && !chw && f.DType == Uint8 {
+		st.rs.resize(st.out, st.rgb, stride, flip)
+	} else {
+		st.px = grow(st.px, n*3)
+		st.rs.resize(st.px, st.rgb, stride, flip)
+		st.emit(f, st.out, st.px, n, ch, chw)
+	}
+	return Value{Data: st.out[:rowBytes:rowBytes], DType: f.DType, Shape: f.Shape}, nil
+}
 
-	// Resize the crop's region: in the decoded image's pixels, [X, X+W) of the
-	// source scaled by 1/den.
+// setAxes sets the resampler's taps for the crop g of a source decoded at 1/den of
+// its size, sw x sh pixels, into an ow x oh output.
+func (st *imageState) setAxes(g region, den, sw, sh, ow, oh int) {
 	s := 1 / float64(den)
 	x0, x1 := float64(g.X)*s, float64(g.X+g.W)*s
 	y0, y1 := float64(g.Y)*s, float64(g.Y+g.H)*s
 	st.rs.h.set(int(math.Floor(x0)), min(int(math.Ceil(x1)), sw), x0, x1, g.OW, g.WX, ow)
 	st.rs.v.set(int(math.Floor(y0)), min(int(math.Ceil(y1)), sh), y0, y1, g.OH, g.WY, oh)
-	n := ow * oh
-	rowBytes := n * ch * f.DType.Size()
-	st.out = grow(st.out, rowBytes)
-	if ch == 3 && !chw && f.DType == Uint8 {
-		st.rs.resize(st.out, st.rgb, sw*3, flip)
-	} else {
-		st.px = grow(st.px, n*3)
-		st.rs.resize(st.px, st.rgb, sw*3, flip)
-		st.emit(f, st.out, st.px, n, ch, chw)
+}
+
+// regionMargin is how far a partial decode reaches beyond the pixels the resize
+// reads, on each side: the first and last columns of a partial decode are not the
+// full decode's (their chroma is upsampled without the neighbour beyond).
+const regionMargin = 2
+
+// regionMinSaving is the fraction of a decode's pixels a partial decode must leave
+// out to be used.
+const regionMinSaving = 0.05
+
+// decodeRegion decodes into st.rgb only the part of the JPEG (scaled by 1/den, sw x
+// sh pixels) that the resampler's taps read, through libjpeg's partial decoding,
+// when libjpeg loads and that part is smaller than the image. It moves the taps to
+// the part's coordinates and records it in st.region. It returns false, changing
+// nothing the caller uses, when it does not apply or libjpeg fails or warns: the
+// caller then decodes the whole image, which reports what is wrong with it.
+func (d *Decoder) decodeRegion(st *imageState, data []byte, sw, sh, den int) bool {
+	x0, x1 := st.rs.h.span()
+	y0, y1 := st.rs.v.span()
+	r := turbojpeg.Region{X: max(0, x0-regionMargin), Y: max(0, y0-regionMargin)}
+	r.W, r.H = min(sw, x1+regionMargin)-r.X, min(sh, y1+regionMargin)-r.Y
+	if float64(r.W*r.H) > (1-regionMinSaving)*float64(sw*sh) {
+		return false
 	}
-	return Value{Data: st.out[:rowBytes:rowBytes], DType: f.DType, Shape: f.Shape}, nil
+	rg, err := turbojpeg.DefaultRegions()
+	if err != nil {
+		return false
+	}
+	st.rgb = grow(st.rgb, sw*r.H*3)
+	got, err := rg.DecodeRegion(data, st.rgb, sw, sh, den, r)
+	if err != nil {
+		return false
+	}
+	st.region = got
+	st.rs.h.shift(-got.X)
+	st.rs.v.shift(-got.Y)
+	return true
 }
 
 func grow(b []byte, n int) []byte {

@@ -109,6 +109,33 @@ func (a *axis) pad(lo, hi int) {
 	}
 }
 
+// span returns the source pixels the taps read: lo <= x < hi.
+func (a *axis) span() (lo, hi int) {
+	lo, hi = math.MaxInt, 0
+	for i, s := range a.start {
+		lo, hi = min(lo, int(s)), max(hi, int(s+a.count[i]))
+	}
+	if a.k > 0 {
+		for _, s := range a.kstart {
+			lo, hi = min(lo, int(s)), max(hi, int(s)+a.k)
+		}
+	}
+	return lo, hi
+}
+
+// shift moves the taps by d source pixels: for a source whose first pixel is the
+// pixel -d of the one they were set for.
+func (a *axis) shift(d int) {
+	for i := range a.start {
+		a.start[i] += int32(d)
+	}
+	if a.k > 0 {
+		for i := range a.kstart {
+			a.kstart[i] += int32(d)
+		}
+	}
+}
+
 func growInt32(s []int32, n int) []int32 {
 	if cap(s) < n {
 		return make([]int32, n)

@@ -319,6 +319,7 @@ type benchResult struct {
 	Batches         int64               `json:"batches"`
 	Epochs          int                 `json:"epochs"`
 	BytesIn         int64               `json:"bytes_in"`
+	Requests        int64               `json:"requests"` // reads of shards opened (spans of the plan, count checks)
 	BytesDecomp     int64               `json:"bytes_decompressed"`
 	BytesOut        int64               `json:"bytes_out"`
 	Seconds         float64             `json:"seconds"`
@@ -564,6 +565,7 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 
 func (r *benchResult) add(st shardload.Stats) {
 	r.BytesIn += st.BytesIn
+	r.Requests += st.Requests
 	r.BytesDecomp += st.BytesInflated
 	r.BytesOut += st.BytesOut
 	r.Skipped += st.Skipped

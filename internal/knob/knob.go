@@ -15,7 +15,6 @@ import (
 
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/internal/mem"
-	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 	"github.com/shardload/shardload/wire"
@@ -72,7 +71,7 @@ var All = []Knob{
 		Help: "lanes of the shuffled shard list read side by side and mixed in each window: shards read at once"},
 	{Name: "workers", Field: "Workers", Auto: "the CPU count, at most --open-shards + --read-ahead, then tuned", Min: 1, Tuned: true,
 		Help: "shards fetched, inflated and decoded at the same moment (given: the tuner leaves it)"},
-	{Name: "read-gap", Field: "ReadGap", Default: plan.DefaultGapBytes, Bytes: true, Hello: "read_gap", ZeroIs: -1,
+	{Name: "read-gap", Field: "ReadGap", Auto: "the source's request cost: 64KiB for local files, 1MiB for object stores and HTTP", Bytes: true, Hello: "read_gap", ZeroIs: -1,
 		Help: "a rank reads the samples it wants of a window it shares with another rank (or of a resumed window) with one request per run of them, and two runs of a shard with one request when the samples between them take at most this much (0: one request per run)"},
 	{Name: "queue-bytes", Field: "QueueBytes", Default: shardload.DefaultQueueBytes, Min: 1, Bytes: true, Tuned: true,
 		Help: "decoded bytes waiting per open shard (given: the tuner leaves it)"},

@@ -172,6 +172,10 @@ type Counters struct {
 	// Backpressure is the time the batcher waited for a free slab: every slab held
 	// by batches the consumer has not released (the loader is ahead of it).
 	Backpressure atomic.Int64
+	// Requests counts the reads of shards opened: one per span of the plan, and one
+	// per check of a shard's count at its last sample (a source may serve one in
+	// several parts).
+	Requests atomic.Int64
 	// SlabGrowths counts slabs grown to hold a batch larger than they were.
 	SlabGrowths atomic.Int64
 	// Queued is the bytes the open shards' queues hold now (their samples'

@@ -169,6 +169,7 @@ func (p *producer) run() {
 		body, err = pl.p.Sources.Open(octx, span.URL)
 	}
 	add(&pl.C.Fetch, mono()-t0)
+	pl.C.Requests.Add(1)
 	if err != nil {
 		p.fail(span.Take, true, err)
 		return
@@ -299,6 +300,7 @@ func (p *producer) checkCount(r *shard.Reader, info shard.Info, end int) {
 		} else {
 			body, err = pl.p.Sources.OpenRange(octx, url, last, -1)
 		}
+		pl.C.Requests.Add(1)
 		if err != nil {
 			if p.ctx.Err() == nil {
 				mismatch("cannot be read at byte %d, where its index puts sample %d, its last: %v", last, info.Samples-1, err)

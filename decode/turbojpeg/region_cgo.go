@@ -1,0 +1,251 @@
+//go:build linux && cgo
+
+package turbojpeg
+
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <setjmp.h>
+#include <stdlib.h>
+#include <string.h>
+
+// libjpeg's 6.2 ABI (jpeglib.h with JPEG_LIB_VERSION 62, as libjpeg-turbo builds
+// libjpeg.so.62) on LP64 Linux: the sizes of its decompressor and error manager and
+// the offsets of the fields used. jpeg_CreateDecompress checks the structure's size,
+// so a library of another layout refuses to start rather than being misused.
+#define SL_CINFO_SIZE 632
+#define SL_ERRMGR_SIZE 168
+#define SL_OFF_OUT_COLOR_SPACE 64
+#define SL_OFF_SCALE_NUM 68
+#define SL_OFF_SCALE_DENOM 72
+#define SL_OFF_OUTPUT_WIDTH 136
+#define SL_OFF_OUTPUT_HEIGHT 140
+#define SL_OFF_OUTPUT_SCANLINE 168
+#define SL_ERR_ERROR_EXIT 0
+#define SL_ERR_EMIT_MESSAGE 8
+#define SL_ERR_FORMAT_MESSAGE 24
+#define SL_JCS_RGB 2
+#define SL_JMSG_LENGTH_MAX 200
+
+enum {
+	SL_RG_ERROR = -1,    // libjpeg failed: the message is in msg
+	SL_RG_WARNING = -2,  // libjpeg warned (corrupt or truncated data): the message is in msg
+	SL_RG_SIZE = -3      // the image's scaled size is not the one asked for
+};
+
+typedef struct {
+	void *lib;
+	void *(*std_error)(void *);
+	void (*CreateDecompress)(void *, int, size_t);
+	void (*mem_src)(void *, const unsigned char *, unsigned long);
+	int (*read_header)(void *, int);
+	int (*start_decompress)(void *);
+	void (*crop_scanline)(void *, unsigned int *, unsigned int *);
+	unsigned int (*skip_scanlines)(void *, unsigned int);
+	unsigned int (*read_scanlines)(void *, unsigned char **, unsigned int);
+	void (*abort_decompress)(void *);
+	void (*destroy_decompress)(void *);
+} sl_jl;
+
+static void *sl_jl_sym(sl_jl *t, const char *name, const char **missing) {
+	void *p = dlsym(t->lib, name);
+	if (!p && !*missing) *missing = name;
+	return p;
+}
+
+// sl_jl_open loads path and resolves every function; on failure it returns NULL and
+// sets *why.
+static sl_jl *sl_jl_open(const char *path, const char **why) {
+	if (sizeof(void *) != 8) { *why = "only 64-bit builds know libjpeg's structures"; return NULL; }
+	sl_jl *t = calloc(1, sizeof *t);
+	if (!t) { *why = "out of memory"; return NULL; }
+	t->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!t->lib) { *why = dlerror(); free(t); return NULL; }
+	const char *m = NULL;
+	t->std_error = sl_jl_sym(t, "jpeg_std_error", &m);
+	t->CreateDecompress = sl_jl_sym(t, "jpeg_CreateDecompress", &m);
+	t->mem_src = sl_jl_sym(t, "jpeg_mem_src", &m);
+	t->read_header = sl_jl_sym(t, "jpeg_read_header", &m);
+	t->start_decompress = sl_jl_sym(t, "jpeg_start_decompress", &m);
+	t->crop_scanline = sl_jl_sym(t, "jpeg_crop_scanline", &m);
+	t->skip_scanlines = sl_jl_sym(t, "jpeg_skip_scanlines", &m);
+	t->read_scanlines = sl_jl_sym(t, "jpeg_read_scanlines", &m);
+	t->abort_decompress = sl_jl_sym(t, "jpeg_abort_decompress", &m);
+	t->destroy_decompress = sl_jl_sym(t, "jpeg_destroy_decompress", &m);
+	if (m) { *why = m; dlclose(t->lib); free(t); return NULL; }
+	return t;
+}
+
+// sl_jerr is the error manager: libjpeg's, then where error_exit jumps to and the
+// first message.
+typedef struct {
+	_Alignas(16) unsigned char pub[SL_ERRMGR_SIZE];
+	jmp_buf jb;
+	int warned;
+	char msg[SL_JMSG_LENGTH_MAX];
+} sl_jerr;
+
+#define SL_FIELD(p, off, type) (*(type *)((unsigned char *)(p) + (off)))
+typedef void (*sl_format_fn)(void *, char *);
+typedef void (*sl_exit_fn)(void *);
+typedef void (*sl_emit_fn)(void *, int);
+
+static void sl_jerr_format(void *cinfo, sl_jerr *e) {
+	sl_format_fn format = SL_FIELD(e->pub, SL_ERR_FORMAT_MESSAGE, sl_format_fn);
+	format(cinfo, e->msg);
+}
+
+static void sl_jerr_exit(void *cinfo) {
+	sl_jerr *e = *(sl_jerr **)cinfo; // cinfo->err, the first field
+	sl_jerr_format(cinfo, e);
+	longjmp(e->jb, 1);
+}
+
+// sl_jerr_emit takes a warning (level -1) as the end of the decode: the caller decodes
+// such an image another way. Trace messages (levels >= 0) are dropped.
+static void sl_jerr_emit(void *cinfo, int level) {
+	if (level >= 0) return;
+	sl_jerr *e = *(sl_jerr **)cinfo;
+	e->warned = 1;
+	sl_jerr_format(cinfo, e);
+	longjmp(e->jb, 1);
+}
+
+// sl_jl_region decodes the rows y to y+h and at least the columns x to x+w of jpeg,
+// scaled by 1/den, as RGB into dst, rows packed. jpeg_crop_scanline widens the
+// columns to the left to an iMCU boundary: *ox and *ow are the columns decoded. The
+// image's scaled size must be width x height.
+static int sl_jl_region(sl_jl *t, const unsigned char *jpeg, unsigned long n, unsigned char *dst,
+                        int width, int height, int den, int x, int y, int w, int h, int *ox, int *ow, char *msg) {
+	_Alignas(16) unsigned char cinfo[SL_CINFO_SIZE];
+	sl_jerr err;
+	memset(cinfo, 0, sizeof cinfo);
+	err.warned = 0;
+	err.msg[0] = 0;
+	t->std_error(err.pub);
+	SL_FIELD(err.pub, SL_ERR_ERROR_EXIT, sl_exit_fn) = sl_jerr_exit;
+	SL_FIELD(err.pub, SL_ERR_EMIT_MESSAGE, sl_emit_fn) = sl_jerr_emit;
+	SL_FIELD(cinfo, 0, void *) = err.pub;
+	volatile int created = 0;
+	if (setjmp(err.jb)) {
+		if (created) t->destroy_decompress(cinfo);
+		strncpy(msg, err.msg[0] ? err.msg : "libjpeg failed", SL_JMSG_LENGTH_MAX - 1);
+		msg[SL_JMSG_LENGTH_MAX - 1] = 0;
+		return err.warned ? SL_RG_WARNING : SL_RG_ERROR;
+	}
+	// jpeg_CreateDecompress zeroes the structure, err excepted, then checks the
+	// version and the size.
+	t->CreateDecompress(cinfo, 62, SL_CINFO_SIZE);
+	created = 1;
+	t->mem_src(cinfo, jpeg, n);
+	t->read_header(cinfo, 1);
+	SL_FIELD(cinfo, SL_OFF_OUT_COLOR_SPACE, int) = SL_JCS_RGB;
+	SL_FIELD(cinfo, SL_OFF_SCALE_NUM, unsigned int) = 1;
+	SL_FIELD(cinfo, SL_OFF_SCALE_DENOM, unsigned int) = (unsigned int)den;
+	t->start_decompress(cinfo);
+	if ((int)SL_FIELD(cinfo, SL_OFF_OUTPUT_WIDTH, unsigned int) != width ||
+	    (int)SL_FIELD(cinfo, SL_OFF_OUTPUT_HEIGHT, unsigned int) != height) {
+		t->destroy_decompress(cinfo);
+		return SL_RG_SIZE;
+	}
+	unsigned int cx = (unsigned int)x, cw = (unsigned int)w;
+	if (cx != 0 || cw != (unsigned int)width) t->crop_scanline(cinfo, &cx, &cw);
+	if (y > 0 && t->skip_scanlines(cinfo, (unsigned int)y) != (unsigned int)y) {
+		t->destroy_decompress(cinfo);
+		strcpy(msg, "jpeg_skip_scanlines skipped fewer rows than asked");
+		return SL_RG_ERROR;
+	}
+	size_t pitch = (size_t)cw * 3;
+	while ((int)SL_FIELD(cinfo, SL_OFF_OUTPUT_SCANLINE, unsigned int) < y + h) {
+		unsigned char *row = dst + (size_t)((int)SL_FIELD(cinfo, SL_OFF_OUTPUT_SCANLINE, unsigned int) - y) * pitch;
+		if (t->read_scanlines(cinfo, &row, 1) != 1) {
+			t->destroy_decompress(cinfo);
+			strcpy(msg, "jpeg_read_scanlines read no row");
+			return SL_RG_ERROR;
+		}
+	}
+	t->abort_decompress(cinfo);
+	t->destroy_decompress(cinfo);
+	*ox = (int)cx;
+	*ow = (int)cw;
+	return 0;
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"unsafe"
+)
+
+// Regions is libjpeg-turbo's libjpeg API (libjpeg.so.62), loaded at run time to
+// decode a part of an image: jpeg_crop_scanline decodes only the columns asked for
+// (widened to the left to an iMCU boundary), jpeg_skip_scanlines skips the rows
+// above them without their inverse DCT, and the decode stops after the last row
+// asked for. It is safe for concurrent use.
+type Regions struct {
+	t    *C.sl_jl
+	path string
+}
+
+// OpenRegions loads the libjpeg library at path, a file name or path as dlopen
+// takes it; "" means libjpeg.so.62. A library that cannot be loaded, or that lacks
+// a function used (jpeg_crop_scanline and jpeg_skip_scanlines came with
+// libjpeg-turbo 1.5), gives an error wrapping ErrUnavailable.
+func OpenRegions(path string) (*Regions, error) {
+	names := []string{path}
+	if path == "" {
+		names = defaultLibjpegNames
+	}
+	var whys []string
+	for _, name := range names {
+		cname := C.CString(name)
+		var why *C.char
+		t := C.sl_jl_open(cname, &why)
+		C.free(unsafe.Pointer(cname))
+		if t == nil {
+			whys = append(whys, fmt.Sprintf("loading %s: %s", name, C.GoString(why)))
+			continue
+		}
+		return &Regions{t: t, path: name}, nil
+	}
+	return nil, fmt.Errorf("%w: %s (install libjpeg-turbo's libjpeg, e.g. apt-get install libjpeg62-turbo)",
+		ErrUnavailable, strings.Join(whys, "; "))
+}
+
+// Path returns the name or path of the library loaded, as given to dlopen.
+func (r *Regions) Path() string { return r.path }
+
+// DecodeRegion decodes the rows reg.Y to reg.Y+reg.H and at least the columns reg.X
+// to reg.X+reg.W of jpeg, scaled by 1/den (1, 2, 4 or 8) in the inverse DCT, into dst
+// as packed RGB, as Decode would decode them with flags 0, save for the decoded
+// region's first and last columns where they are not the image's (the chroma
+// upsampling there sees no neighbour beyond them). width x height must be the
+// image's size so scaled (ScaledSize). It returns the region decoded: reg widened to
+// the left to an iMCU boundary, its rows got.W*3 bytes apart in dst. dst must hold
+// width*reg.H*3 bytes.
+//
+// Any warning from libjpeg (a corrupt or truncated image) ends the decode with an
+// *Error with Warning set: the caller decodes such an image another way.
+func (r *Regions) DecodeRegion(jpeg, dst []byte, width, height, den int, reg Region) (Region, error) {
+	if err := checkRegion(jpeg, dst, width, height, den, reg); err != nil {
+		return Region{}, err
+	}
+	var ox, ow C.int
+	var msg [C.SL_JMSG_LENGTH_MAX]C.char
+	rc := C.sl_jl_region(r.t, (*C.uchar)(unsafe.Pointer(unsafe.SliceData(jpeg))), C.ulong(len(jpeg)),
+		(*C.uchar)(unsafe.Pointer(unsafe.SliceData(dst))), C.int(width), C.int(height), C.int(den),
+		C.int(reg.X), C.int(reg.Y), C.int(reg.W), C.int(reg.H), &ox, &ow, &msg[0])
+	runtime.KeepAlive(jpeg)
+	runtime.KeepAlive(dst)
+	switch rc {
+	case 0:
+		return Region{X: int(ox), Y: reg.Y, W: int(ow), H: reg.H}, nil
+	case C.SL_RG_SIZE:
+		return Region{}, errors.New("turbojpeg: the image's scaled size is not the one given")
+	}
+	return Region{}, &Error{Msg: C.GoString(&msg[0]), Warning: rc == C.SL_RG_WARNING}
+}
