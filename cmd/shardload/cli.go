@@ -33,7 +33,7 @@ type command struct {
 	setup   func(fs *pflag.FlagSet) func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
-var commands = []command{lsCommand, catCommand, warmCommand, indexCommand, benchCommand, serveCommand, doctorCommand, genCommand, topCommand, versionCommand}
+var commands = []command{lsCommand, catCommand, warmCommand, indexCommand, benchCommand, planCommand, serveCommand, doctorCommand, genCommand, topCommand, versionCommand}
 
 // errUsage marks errors in how the command was called (exit status 2).
 var errUsage = errors.New("usage")

@@ -1,0 +1,580 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/spf13/pflag"
+
+	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/index"
+	"github.com/shardload/shardload/plan"
+	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/source"
+	"github.com/shardload/shardload/source/all"
+)
+
+var planCommand = command{
+	name:  "plan",
+	short: "what a job will cost, before it runs: batches, bytes, requests, GET rates, index memory, cache hits",
+	args:  "",
+	summary: `Compute, without reading any shard, what a job of --nodes nodes of --ranks-per-node
+ranks will cost: batches per rank, bytes and requests per node per epoch, GET requests
+per second per key prefix at the epoch's start and on average, the index's memory and
+load time in each process, the node cache's hit rate across epochs, and the time to
+the first batch. The dataset is an index (--index, from "shardload index") or a
+synthetic description (--shards, --samples-per-shard, --sample-bytes, --prefixes).
+
+The plans are the loader's own (the order and each rank's part of it, with the same
+settings): the ranks of --sample-nodes nodes, spread over the job, are planned in
+full, and per-node figures are their mean (exact when every node is planned); the
+batches per rank are exact. Figures that need a model say so, with the model and its
+inputs (latency, bandwidth, a store's GET limit per prefix) printed beside them.`,
+	setup: func(fs *pflag.FlagSet) func(context.Context, []string, io.Writer, io.Writer) error {
+		var o planOptions
+		o.register(fs)
+		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+			if len(args) > 0 {
+				return fmt.Errorf("%w: plan takes no URLs: give --index, or --shards and the synthetic dataset's flags", errUsage)
+			}
+			rep, err := runPlan(ctx, o)
+			if err != nil {
+				return err
+			}
+			if o.json {
+				return json.NewEncoder(stdout).Encode(rep)
+			}
+			return rep.write(stdout)
+		}
+	},
+}
+
+// planOptions are plan's flags.
+type planOptions struct {
+	index           string
+	shards          int
+	samplesPerShard int
+	sampleBytes     byteSize
+	prefixes        int
+	nodes           int
+	ranksPerNode    int
+	batchSize       int
+	epochs          int
+	stepTime        time.Duration
+	cacheBytes      byteSize
+	seed            uint64
+	noShuffle       bool
+	dropLast        bool
+	openShards      int
+	shuffleBuffer   int
+	shuffleBytes    byteSize
+	readGap         byteSize
+	partSize        byteSize
+	parallel        int
+	sampleNodes     int
+	firstByte       time.Duration
+	nodeBandwidth   byteSize
+	prefixLimit     float64
+	json            bool
+}
+
+func (o *planOptions) register(fs *pflag.FlagSet) {
+	fs.StringVar(&o.index, "index", "", "the dataset's index (a path or URL, from \"shardload index\"); without it, the synthetic dataset of --shards")
+	fs.IntVar(&o.shards, "shards", 0, "synthetic dataset: number of shards")
+	fs.IntVar(&o.samplesPerShard, "samples-per-shard", 1000, "synthetic dataset: samples per shard")
+	o.sampleBytes = 100 << 10
+	fs.Var(&o.sampleBytes, "sample-bytes", "synthetic dataset: stored bytes per sample, tar headers included")
+	fs.IntVar(&o.prefixes, "prefixes", 1, "key prefixes the shards are spread over (S3 scales GET requests per prefix): shard i in prefix i mod P")
+	fs.IntVar(&o.nodes, "nodes", 1, "nodes of the job")
+	fs.IntVar(&o.ranksPerNode, "ranks-per-node", 8, "ranks (trainer processes, GPUs) per node")
+	fs.IntVar(&o.batchSize, "batch-size", 32, "samples per batch")
+	fs.IntVar(&o.epochs, "epochs", 1, "epochs, for the cache's hit rate across them")
+	fs.DurationVar(&o.stepTime, "step-time", 100*time.Millisecond, "the trainer's step: an epoch lasts batches per rank times this (the mean GET rate)")
+	fs.Var(&o.cacheBytes, "cache-bytes", "the node cache's disk budget (0: no cache)")
+	fs.Uint64Var(&o.seed, "seed", 0, "the order's seed")
+	fs.BoolVar(&o.noShuffle, "no-shuffle", false, "plan without shuffling")
+	fs.BoolVar(&o.dropLast, "drop-last", false, "drop each rank's last partial batch")
+	fs.IntVar(&o.openShards, "open-shards", shardload.DefaultOpenShards, "lanes of the order: shards each rank reads side by side")
+	fs.IntVar(&o.shuffleBuffer, "shuffle-buffer", shardload.DefaultShuffleBuffer, "samples the shuffle holds (windows of half as many)")
+	o.shuffleBytes = shardload.DefaultShuffleBytes
+	fs.Var(&o.shuffleBytes, "shuffle-bytes", "bytes the shuffle holds")
+	fs.Var(&o.readGap, "read-gap", "samples between two wanted runs of a shard read and dropped when they take at most this (0: the source's request cost, as the loader's default)")
+	o.partSize = source.DefaultPartSize
+	fs.Var(&o.partSize, "fetch-part-size", "remote objects are read as ranged parts of this size (one GET each)")
+	fs.IntVar(&o.parallel, "fetch-parallel", source.DefaultParallel, "ranged parts in flight per shard")
+	fs.IntVar(&o.sampleNodes, "sample-nodes", 8, "nodes whose ranks are planned in full (spread over the job; all of them when fewer)")
+	fs.DurationVar(&o.firstByte, "first-byte", 50*time.Millisecond, "model: a request's time to first byte")
+	o.nodeBandwidth = 1250 << 20
+	fs.Var(&o.nodeBandwidth, "node-bandwidth", "model: bytes per second a node reads from the store, shared by its ranks")
+	fs.Float64Var(&o.prefixLimit, "prefix-get-limit", 5500, "model: GET requests per second a prefix serves before the store answers 503 SlowDown (S3: 5,500)")
+	fs.BoolVar(&o.json, "json", false, "print one JSON object instead of the report")
+}
+
+// planReport is what plan prints; its JSON form is for tools.
+type planReport struct {
+	Shards          int     `json:"shards"`
+	Samples         int64   `json:"samples"`
+	DatasetBytes    int64   `json:"dataset_bytes"`
+	Nodes           int     `json:"nodes"`
+	RanksPerNode    int     `json:"ranks_per_node"`
+	World           int     `json:"world"`
+	BatchSize       int     `json:"batch_size"`
+	Prefixes        int     `json:"prefixes"`
+	BatchesPerRank  int     `json:"batches_per_rank"`
+	SamplesPerRank  int     `json:"samples_per_rank"`
+	DroppedPerEpoch int     `json:"dropped_samples_per_epoch"`
+	EpochSeconds    float64 `json:"epoch_seconds"` // batches per rank x step time
+
+	BytesPerNode          int64   `json:"bytes_per_node_per_epoch"`
+	BytesPerNodeMin       int64   `json:"bytes_per_node_per_epoch_min"`
+	BytesPerNodeMax       int64   `json:"bytes_per_node_per_epoch_max"`
+	RequestsPerNode       int64   `json:"requests_per_node_per_epoch"`
+	RequestsPerNodeMin    int64   `json:"requests_per_node_per_epoch_min"`
+	RequestsPerNodeMax    int64   `json:"requests_per_node_per_epoch_max"`
+	SingleRequestsPerNode int64   `json:"requests_per_node_per_epoch_single_stream"`
+	SpansPerNode          int64   `json:"spans_per_node_per_epoch"`
+	ShardsPerNode         int64   `json:"shards_per_node_per_epoch"`
+	BytesPerJob           int64   `json:"bytes_per_job_per_epoch"`
+	RequestsPerJob        int64   `json:"requests_per_job_per_epoch"`
+	ReadAmplification     float64 `json:"read_amplification"` // bytes per job per epoch / dataset bytes
+
+	PeakGetRatePerPrefix float64 `json:"peak_get_rate_per_prefix"` // at the epoch's start
+	MeanGetRatePerPrefix float64 `json:"mean_get_rate_per_prefix"` // over the epoch
+	StartRequestsPerJob  int64   `json:"start_requests_per_job"`
+	OverPrefixLimit      bool    `json:"over_prefix_limit"`
+
+	IndexBytesPerProcess int64   `json:"index_bytes_per_process"`
+	IndexFileBytes       int64   `json:"index_file_bytes"`
+	IndexLoadSeconds     float64 `json:"index_load_seconds"`
+	IndexLoad            string  `json:"index_load_method"`
+	PlanSecondsPerRank   float64 `json:"plan_seconds_per_rank"`
+
+	CacheBytes          int64     `json:"cache_bytes"`
+	CacheHitRate        []float64 `json:"cache_hit_rate"` // per epoch, across epochs
+	CacheHitRateMean    float64   `json:"cache_hit_rate_mean"`
+	StoreBytesPerNode   []int64   `json:"store_bytes_per_node"` // per epoch, with the cache
+	FirstBatchSeconds   float64   `json:"first_batch_seconds"`
+	FirstBatchBytes     int64     `json:"first_batch_bytes_per_rank"`
+	FirstBatchRequests  int64     `json:"first_batch_requests_per_rank"`
+	Method              string    `json:"method"`
+	PlannedNodes        []int     `json:"planned_nodes"`
+	Assumptions         []string  `json:"assumptions"`
+	ComputeSeconds      float64   `json:"compute_seconds"`
+	ComputePeakHeapByte int64     `json:"compute_heap_bytes"`
+}
+
+// planCheck refuses flags out of range.
+func (o planOptions) check() error {
+	var bad []string
+	if o.index == "" && o.shards <= 0 {
+		bad = append(bad, "give --index, or --shards N for a synthetic dataset")
+	}
+	if o.index != "" && o.shards > 0 {
+		bad = append(bad, "--index and --shards: give one")
+	}
+	if o.index == "" && (o.samplesPerShard <= 0 || o.sampleBytes <= 0) {
+		bad = append(bad, "--samples-per-shard and --sample-bytes must be more than 0")
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"--nodes", o.nodes}, {"--ranks-per-node", o.ranksPerNode}, {"--batch-size", o.batchSize}, {"--epochs", o.epochs},
+		{"--prefixes", o.prefixes}, {"--open-shards", o.openShards}, {"--shuffle-buffer", o.shuffleBuffer},
+		{"--fetch-parallel", o.parallel}, {"--sample-nodes", o.sampleNodes}} {
+		if f.v < 1 {
+			bad = append(bad, fmt.Sprintf("%s %d: want at least 1", f.name, f.v))
+		}
+	}
+	if o.nodes > 0 && o.ranksPerNode > 0 && int64(o.nodes)*int64(o.ranksPerNode) > plan.MaxWorld {
+		bad = append(bad, fmt.Sprintf("--nodes x --ranks-per-node: at most %d ranks", plan.MaxWorld))
+	}
+	if o.partSize <= 0 || o.shuffleBytes <= 0 || o.nodeBandwidth <= 0 || o.cacheBytes < 0 || o.readGap < 0 || o.stepTime < 0 || o.firstByte < 0 || !(o.prefixLimit > 0) {
+		bad = append(bad, "sizes, times and limits must not be negative (--fetch-part-size, --shuffle-bytes, --node-bandwidth and --prefix-get-limit more than 0)")
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: %s", errUsage, strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// synthetic returns the shards of the synthetic dataset: --shards shards of
+// --samples-per-shard samples of --sample-bytes each (rounded up to tar blocks), with their offsets (one slice
+// shared by every shard: a real index holds one per shard, counted as such), spread
+// over --prefixes prefixes.
+func (o planOptions) synthetic() []shard.Info {
+	stride := (int64(o.sampleBytes) + 511) / 512 * 512 // tar members end on 512-byte blocks
+	offs := make([]int64, o.samplesPerShard)
+	for i := range offs {
+		offs[i] = int64(i) * stride
+	}
+	size := int64(o.samplesPerShard)*stride + 1024 // the tar's end blocks
+	infos := make([]shard.Info, o.shards)
+	for i := range infos {
+		infos[i] = shard.Info{URL: fmt.Sprintf("s3://bucket/p%04d/train-%07d.tar", i%o.prefixes, i), Version: `"0123456789abcdef0123456789abcdef"`,
+			Size: size, Samples: o.samplesPerShard, Offsets: offs}
+	}
+	return infos
+}
+
+// indexMemory returns the bytes the entries of infos take in a process that read
+// them (index.Read: a shard.Info each, its strings and its offsets).
+func indexMemory(infos []shard.Info) int64 {
+	var n int64
+	for _, in := range infos {
+		n += int64(unsafe.Sizeof(in)) + int64(len(in.URL)+len(in.Version)) + 8*int64(in.Samples)
+	}
+	return n
+}
+
+// measureIndexLoad writes the entries of a sample of infos as an index (zstd) and
+// reads it back, and returns the bytes of the whole index and the seconds a process
+// takes to read it, both scaled from the sample by the shards.
+func measureIndexLoad(infos []shard.Info) (fileBytes int64, seconds float64, err error) {
+	n := min(len(infos), 2000)
+	sample := make([]shard.Info, n)
+	for i := range sample {
+		sample[i] = infos[i*len(infos)/n]
+	}
+	var buf bytes.Buffer
+	if err := index.Write(&buf, sample, true); err != nil {
+		return 0, 0, err
+	}
+	var times []float64
+	for range 3 {
+		t0 := time.Now()
+		if _, err := index.Read(bytes.NewReader(buf.Bytes()), "plan"); err != nil {
+			return 0, 0, err
+		}
+		times = append(times, time.Since(t0).Seconds())
+	}
+	slices.Sort(times)
+	scale := float64(len(infos)) / float64(n)
+	return int64(float64(buf.Len()) * scale), times[1] * scale, nil
+}
+
+// plannedNodes returns k nodes of n spread over the job: all when k >= n, else the
+// first, the last and evenly spaced ones between.
+func plannedNodes(n, k int) []int {
+	if k >= n {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = i
+		}
+		return out
+	}
+	out := make([]int, 0, k)
+	for i := range k {
+		node := i * (n - 1) / max(k-1, 1)
+		if len(out) == 0 || out[len(out)-1] != node {
+			out = append(out, node)
+		}
+	}
+	return out
+}
+
+// nodeCost is what the ranks of one node read in an epoch.
+type nodeCost struct {
+	bytes, requests, single, spans, start int64
+	shards                                map[int]bool
+	firstBytes, firstRequests             int64 // the most of its ranks
+	planSeconds                           []float64
+	batches, samples, dropped             int
+}
+
+func runPlan(ctx context.Context, o planOptions) (*planReport, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	rep := &planReport{Nodes: o.nodes, RanksPerNode: o.ranksPerNode, World: o.nodes * o.ranksPerNode, BatchSize: o.batchSize, Prefixes: o.prefixes}
+	var infos []shard.Info
+	if o.index != "" {
+		reg := &source.Registry{}
+		all.RegisterDefaults(reg, source.FetchOptions{})
+		body, err := reg.Open(ctx, o.index)
+		if err != nil {
+			return nil, err
+		}
+		cw := &countingReader{r: body}
+		t0 := time.Now()
+		infos, err = index.Read(cw, o.index)
+		rep.IndexLoadSeconds = time.Since(t0).Seconds()
+		body.Close()
+		if err != nil {
+			return nil, err
+		}
+		if len(infos) == 0 {
+			return nil, fmt.Errorf("the index %s has no shards", o.index)
+		}
+		rep.IndexFileBytes, rep.IndexLoad = cw.n, "measured: this process read the index"
+		if o.readGap == 0 {
+			o.readGap = byteSize(source.RequestCostOf(reg, infos[0].URL))
+		}
+	} else {
+		infos = o.synthetic()
+		var err error
+		if rep.IndexFileBytes, rep.IndexLoadSeconds, err = measureIndexLoad(infos); err != nil {
+			return nil, err
+		}
+		rep.IndexLoad = "extrapolated from reading the index of a sample of the shards here"
+		if o.readGap == 0 {
+			o.readGap = source.RemoteRequestCost
+		}
+	}
+	rep.Shards = len(infos)
+	for _, in := range infos {
+		rep.Samples += int64(in.Samples)
+		rep.DatasetBytes += in.Size
+	}
+	rep.IndexBytesPerProcess = indexMemory(infos)
+
+	cfg := plan.Config{Seed: o.seed, World: rep.World, Shuffle: !o.noShuffle, BatchSize: o.batchSize, DropLast: o.dropLast, GapBytes: int64(o.readGap)}
+	if cfg.Shuffle {
+		cfg.Lanes, cfg.Window = o.openShards, plan.WindowSize(o.shuffleBuffer, int64(o.shuffleBytes), infos)
+	}
+	nodes := plannedNodes(o.nodes, o.sampleNodes)
+	rep.PlannedNodes = nodes
+	costs := make([]nodeCost, len(nodes))
+	// The ranks of the planned nodes, a few at once: each plan builds the epoch's
+	// order (a few bytes per shard) and the rank's part.
+	type job struct{ node, local int }
+	jobs := make(chan job)
+	errs := make(chan error, 1)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	workers := max(1, min(runtime.GOMAXPROCS(0), 4))
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				c := cfg
+				c.Rank = nodes[j.node]*o.ranksPerNode + j.local
+				t0 := time.Now()
+				p, err := plan.New(infos, c)
+				secs := time.Since(t0).Seconds()
+				if err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+					continue
+				}
+				rc := plan.CostOf(&p, infos, o.batchSize, int64(o.partSize), o.parallel, o.openShards)
+				mu.Lock()
+				nc := &costs[j.node]
+				if nc.shards == nil {
+					nc.shards = map[int]bool{}
+				}
+				nc.bytes += rc.Bytes
+				nc.requests += rc.Requests
+				nc.single += rc.SingleRequests
+				nc.spans += int64(rc.Spans)
+				nc.start += rc.StartRequests
+				for _, s := range rc.Shards {
+					nc.shards[s] = true
+				}
+				nc.firstBytes = max(nc.firstBytes, rc.FirstBatchBytes)
+				nc.firstRequests = max(nc.firstRequests, rc.FirstBatchRequests)
+				nc.planSeconds = append(nc.planSeconds, secs)
+				nc.batches, nc.samples, nc.dropped = p.Batches, p.Samples, p.Dropped
+				mu.Unlock()
+			}
+		}()
+	}
+feed:
+	for n := range nodes {
+		for r := range o.ranksPerNode {
+			select {
+			case jobs <- job{n, r}:
+			case <-ctx.Done():
+				break feed
+			}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return nil, err
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	// Per node: the mean of the planned nodes.
+	var planSecs []float64
+	rep.BytesPerNodeMin, rep.RequestsPerNodeMin = math.MaxInt64, math.MaxInt64
+	var shardsPerNode, starts int64
+	for _, nc := range costs {
+		rep.BytesPerNode += nc.bytes
+		rep.BytesPerNodeMin = min(rep.BytesPerNodeMin, nc.bytes)
+		rep.BytesPerNodeMax = max(rep.BytesPerNodeMax, nc.bytes)
+		rep.RequestsPerNode += nc.requests
+		rep.RequestsPerNodeMin = min(rep.RequestsPerNodeMin, nc.requests)
+		rep.RequestsPerNodeMax = max(rep.RequestsPerNodeMax, nc.requests)
+		rep.SingleRequestsPerNode += nc.single
+		rep.SpansPerNode += nc.spans
+		shardsPerNode += int64(len(nc.shards))
+		starts += nc.start
+		rep.FirstBatchBytes = max(rep.FirstBatchBytes, nc.firstBytes)
+		rep.FirstBatchRequests = max(rep.FirstBatchRequests, nc.firstRequests)
+		planSecs = append(planSecs, nc.planSeconds...)
+		rep.BatchesPerRank, rep.SamplesPerRank, rep.DroppedPerEpoch = nc.batches, nc.samples, nc.dropped
+	}
+	k := int64(len(costs))
+	rep.BytesPerNode /= k
+	rep.RequestsPerNode /= k
+	rep.SingleRequestsPerNode /= k
+	rep.SpansPerNode /= k
+	rep.ShardsPerNode = shardsPerNode / k
+	rep.BytesPerJob = rep.BytesPerNode * int64(o.nodes)
+	rep.RequestsPerJob = rep.RequestsPerNode * int64(o.nodes)
+	rep.StartRequestsPerJob = starts * int64(o.nodes) / k
+	if rep.DatasetBytes > 0 {
+		rep.ReadAmplification = float64(rep.BytesPerJob) / float64(rep.DatasetBytes)
+	}
+	sort.Float64s(planSecs)
+	rep.PlanSecondsPerRank = planSecs[len(planSecs)/2]
+	if len(nodes) == o.nodes {
+		rep.Method = fmt.Sprintf("exact: every rank of the %d nodes planned", o.nodes)
+	} else {
+		rep.Method = fmt.Sprintf("sampled: the %d ranks of each of %d of the %d nodes planned in full; per-node figures are their mean (min and max beside the bytes and requests), the job's are the mean times %d; batches per rank are exact",
+			o.ranksPerNode, len(nodes), o.nodes, o.nodes)
+	}
+
+	// Request rates: the epoch's first requests arrive within about a first-byte
+	// time of each other; after that, the epoch's requests spread over its length.
+	rep.EpochSeconds = float64(rep.BatchesPerRank) * o.stepTime.Seconds()
+	window := max(o.firstByte.Seconds(), 1)
+	rep.PeakGetRatePerPrefix = float64(rep.StartRequestsPerJob) / window / float64(o.prefixes)
+	if rep.EpochSeconds > 0 {
+		rep.MeanGetRatePerPrefix = float64(rep.RequestsPerJob) / rep.EpochSeconds / float64(o.prefixes)
+	}
+	rep.OverPrefixLimit = rep.PeakGetRatePerPrefix > o.prefixLimit || rep.MeanGetRatePerPrefix > o.prefixLimit
+
+	// The cache: each epoch reshuffles which shards a node reads; the node reads a
+	// fraction f of the shards, and its LRU holds the last cache/(f x dataset)
+	// epochs' worth of them.
+	rep.CacheBytes = int64(o.cacheBytes)
+	f := float64(rep.ShardsPerNode) / float64(max(rep.Shards, 1))
+	nodeShardBytes := f * float64(rep.DatasetBytes)
+	held := 0.0 // epochs of the node's reads the cache holds
+	if nodeShardBytes > 0 {
+		held = float64(o.cacheBytes) / nodeShardBytes
+	}
+	var sum float64
+	for e := range o.epochs {
+		hit := 0.0
+		if o.cacheBytes > 0 && e > 0 {
+			hit = 1 - math.Pow(1-f, min(float64(e), held))
+		}
+		rep.CacheHitRate = append(rep.CacheHitRate, hit)
+		sum += hit
+		if o.cacheBytes > 0 {
+			rep.StoreBytesPerNode = append(rep.StoreBytesPerNode, int64(nodeShardBytes*(1-hit)))
+		} else {
+			rep.StoreBytesPerNode = append(rep.StoreBytesPerNode, rep.BytesPerNode)
+		}
+	}
+	rep.CacheHitRateMean = sum / float64(o.epochs)
+
+	// Time to the first batch: the index read, the plan, then the first windows'
+	// spans read at the rank's share of the node's bandwidth, after a first byte;
+	// requests over a prefix's limit wait for it to drain them.
+	perRank := float64(o.nodeBandwidth) / float64(o.ranksPerNode)
+	rep.FirstBatchSeconds = rep.IndexLoadSeconds + rep.PlanSecondsPerRank + o.firstByte.Seconds() + float64(rep.FirstBatchBytes)/perRank
+	if over := rep.PeakGetRatePerPrefix * window / o.prefixLimit; over > 1 {
+		rep.FirstBatchSeconds += over - 1
+	}
+	rep.Assumptions = []string{
+		fmt.Sprintf("requests: each span (a run of a shard's samples a rank reads) as ranged GETs of --fetch-part-size %s, %d in flight (the fetcher's parallel parts; a fast store read as one stream after the first part takes requests_per_node_per_epoch_single_stream)", formatBytes(int64(o.partSize)), o.parallel),
+		fmt.Sprintf("epoch start: every rank opens its first %d spans (--open-shards) at once; they arrive within max(--first-byte, 1s)", o.openShards),
+		fmt.Sprintf("prefixes: shard i in prefix i mod %d, requests spread evenly; a store serves %.0f GET/s per prefix (--prefix-get-limit)", o.prefixes, o.prefixLimit),
+		fmt.Sprintf("steady state: the epoch's requests spread over batches per rank x --step-time %s", o.stepTime),
+		"index: every process holds every shard's entry (shard.Info, URL, version, 8 bytes per sample offset)",
+		"cache: whole shards, LRU per node; an epoch's shards fall on nodes independently of the epoch before (the order is reshuffled per epoch)",
+		fmt.Sprintf("first batch: index load + a rank's plan (median, measured here) + --first-byte %s + the first batch's windows' bytes at the rank's share of --node-bandwidth %s/s (+ the time a prefix over its limit takes to drain the epoch's first requests)", o.firstByte, formatBytes(int64(o.nodeBandwidth))),
+	}
+	rep.ComputeSeconds = time.Since(start).Seconds()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	rep.ComputePeakHeapByte = int64(ms.HeapSys)
+	return rep, nil
+}
+
+// planBytes formats n bytes in decimal units with three significant digits.
+func planBytes(n int64) string {
+	v := float64(n)
+	for _, u := range []string{"B", "kB", "MB", "GB", "TB", "PB"} {
+		if math.Abs(v) < 999.5 || u == "PB" {
+			if u == "B" {
+				return fmt.Sprintf("%d B", n)
+			}
+			return fmt.Sprintf("%.3g %s", v, u)
+		}
+		v /= 1000
+	}
+	return ""
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (r *planReport) write(w io.Writer) error {
+	var b strings.Builder
+	gb := planBytes
+	fmt.Fprintf(&b, "plan: %d shards, %d samples, %s; %d nodes x %d ranks = %d ranks, batches of %d\n",
+		r.Shards, r.Samples, gb(r.DatasetBytes), r.Nodes, r.RanksPerNode, r.World, r.BatchSize)
+	fmt.Fprintf(&b, "  method: %s\n", r.Method)
+	fmt.Fprintf(&b, "  per rank: %d batches (%d samples) an epoch; %d samples of the epoch read by no rank\n", r.BatchesPerRank, r.SamplesPerRank, r.DroppedPerEpoch)
+	fmt.Fprintf(&b, "  per node and epoch: %s read (%s to %s over the planned nodes), %d requests (%d to %d; %d reading each span as one stream after its first part), %d spans of %d shards\n",
+		gb(r.BytesPerNode), gb(r.BytesPerNodeMin), gb(r.BytesPerNodeMax), r.RequestsPerNode, r.RequestsPerNodeMin, r.RequestsPerNodeMax, r.SingleRequestsPerNode, r.SpansPerNode, r.ShardsPerNode)
+	fmt.Fprintf(&b, "  per job and epoch: %s read (%.2fx the dataset), %d requests\n", gb(r.BytesPerJob), r.ReadAmplification, r.RequestsPerJob)
+	fmt.Fprintf(&b, "  GET rate per prefix (%d prefixes): %.0f/s at the epoch's start (%d requests at once), %.0f/s on average over an epoch of %.0fs",
+		r.Prefixes, r.PeakGetRatePerPrefix, r.StartRequestsPerJob, r.MeanGetRatePerPrefix, r.EpochSeconds)
+	if r.OverPrefixLimit {
+		fmt.Fprintf(&b, "; OVER the store's limit per prefix: expect 503 SlowDown (more prefixes, fewer --open-shards)")
+	}
+	fmt.Fprintf(&b, "\n  index: %s in memory in every process, %s as a file; %.2fs to load (%s)\n",
+		gb(r.IndexBytesPerProcess), gb(r.IndexFileBytes), r.IndexLoadSeconds, r.IndexLoad)
+	fmt.Fprintf(&b, "  a rank's plan: %.3fs (median, measured here)\n", r.PlanSecondsPerRank)
+	if r.CacheBytes > 0 {
+		fmt.Fprintf(&b, "  node cache of %s: hit rate by epoch", gb(r.CacheBytes))
+		for i, h := range r.CacheHitRate {
+			fmt.Fprintf(&b, " %.2f%% (%s from the store)", 100*h, gb(r.StoreBytesPerNode[i]))
+		}
+		fmt.Fprintf(&b, "; mean %.2f%%\n", 100*r.CacheHitRateMean)
+	} else {
+		fmt.Fprintf(&b, "  node cache: none (--cache-bytes)\n")
+	}
+	fmt.Fprintf(&b, "  first batch: %.2fs (%s and %d requests per rank before it)\n", r.FirstBatchSeconds, gb(r.FirstBatchBytes), r.FirstBatchRequests)
+	fmt.Fprintf(&b, "  assumptions:\n")
+	for _, a := range r.Assumptions {
+		fmt.Fprintf(&b, "    - %s\n", a)
+	}
+	fmt.Fprintf(&b, "  computed in %.1fs\n", r.ComputeSeconds)
+	_, err := io.WriteString(w, b.String())
+	return err
+}

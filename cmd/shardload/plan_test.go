@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"math"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/shardload/shardload/internal/shardgen"
+	"github.com/shardload/shardload/source"
+)
+
+// planCounter serves local files and counts the reads of shards (opens of any
+// kind: a whole shard, a range, a range of one version).
+type planCounter struct {
+	source.File
+	reads atomic.Int64
+}
+
+func (c *planCounter) count(url string) {
+	if strings.HasSuffix(url, ".tar") {
+		c.reads.Add(1)
+	}
+}
+
+func (c *planCounter) Open(ctx context.Context, url string) (io.ReadCloser, error) {
+	c.count(url)
+	return c.File.Open(ctx, url)
+}
+
+func (c *planCounter) OpenRange(ctx context.Context, url string, off, n int64) (io.ReadCloser, error) {
+	c.count(url)
+	return c.File.OpenRange(ctx, url, off, n)
+}
+
+func (c *planCounter) OpenVersion(ctx context.Context, url, version string, off, n int64) (io.ReadCloser, error) {
+	c.count(url)
+	return c.File.OpenVersion(ctx, url, version, off, n)
+}
+
+func planJSON(t *testing.T, args ...string) planReport {
+	t.Helper()
+	code, stdout, stderr := runCLI(t, append([]string{"plan", "--json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("plan %v: exit %d: %s", args, code, stderr)
+	}
+	var rep planReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("plan --json: %v: %s", err, stdout)
+	}
+	return rep
+}
+
+func within(got, want, frac float64) bool { return math.Abs(got-want) <= frac*math.Abs(want) }
+
+// plan's bytes and requests per node agree with those of real bench runs of every
+// rank of a small job (2 nodes of 2 ranks) over an indexed dataset, within 10%.
+func TestPlanMatchesBench(t *testing.T) {
+	dir := t.TempDir()
+	spec := shardgen.Spec{Shards: 24, Samples: []int{40, 25, 33}, Seed: 4}
+	if _, err := shardgen.Generate(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	pattern := dir + "/" + spec.Pattern()
+	idx := filepath.Join(t.TempDir(), "ds.index")
+	if code, _, stderr := runCLI(t, "index", "--no-index-store", "--output", idx, pattern); code != 0 {
+		t.Fatalf("index: exit %d: %s", code, stderr)
+	}
+	const nodes, perNode, batch = 2, 2, 8
+	job := []string{"--batch-size", strconv.Itoa(batch), "--read-gap", "16KiB", "--seed", "5"}
+	rep := planJSON(t, append([]string{"--index", idx, "--nodes", strconv.Itoa(nodes), "--ranks-per-node", strconv.Itoa(perNode)}, job...)...)
+	if !strings.HasPrefix(rep.Method, "exact") {
+		t.Errorf("method %q, want exact for a job of 2 nodes", rep.Method)
+	}
+
+	var bytes, requests [nodes]int64
+	var batches int64
+	for rank := range nodes * perNode {
+		var lf loaderFlags
+		fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
+		lf.register(fs, true)
+		args := append([]string{"--index", idx, "--world", strconv.Itoa(nodes * perNode), "--rank", strconv.Itoa(rank), "--no-index-store", "--autotune=false"}, job...)
+		if err := fs.Parse(append(args, pattern)); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := lf.config(fs.Args(), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := &planCounter{}
+		reg := &source.Registry{}
+		reg.Register("file", src)
+		cfg.Sources = reg
+		res, err := bench(context.Background(), cfg, 1, 0, 0, false, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Estimated {
+			t.Fatal("bench planned from estimates: the index was not used")
+		}
+		bytes[rank/perNode] += res.BytesIn
+		requests[rank/perNode] += src.reads.Load()
+		batches = res.Batches
+	}
+	if batches != int64(rep.BatchesPerRank) {
+		t.Errorf("bench ran %d batches per rank, plan says %d", batches, rep.BatchesPerRank)
+	}
+	meanBytes := float64(bytes[0]+bytes[1]) / nodes
+	meanReqs := float64(requests[0]+requests[1]) / nodes
+	t.Logf("per node: bench %v bytes, %v requests; plan %d bytes (%d to %d), %d requests",
+		bytes, requests, rep.BytesPerNode, rep.BytesPerNodeMin, rep.BytesPerNodeMax, rep.RequestsPerNode)
+	if !within(float64(rep.BytesPerNode), meanBytes, 0.1) {
+		t.Errorf("bytes per node: plan %d, bench %.0f (more than 10%% apart)", rep.BytesPerNode, meanBytes)
+	}
+	if !within(float64(rep.RequestsPerNode), meanReqs, 0.1) {
+		t.Errorf("requests per node: plan %d, bench %.0f (more than 10%% apart)", rep.RequestsPerNode, meanReqs)
+	}
+	lo, hi := min(bytes[0], bytes[1]), max(bytes[0], bytes[1])
+	if !within(float64(rep.BytesPerNodeMin), float64(lo), 0.1) || !within(float64(rep.BytesPerNodeMax), float64(hi), 0.1) {
+		t.Errorf("bytes per node from %d to %d, bench from %d to %d", rep.BytesPerNodeMin, rep.BytesPerNodeMax, lo, hi)
+	}
+	rlo, rhi := min(requests[0], requests[1]), max(requests[0], requests[1])
+	if !within(float64(rep.RequestsPerNodeMin), float64(rlo), 0.1) || !within(float64(rep.RequestsPerNodeMax), float64(rhi), 0.1) {
+		t.Errorf("requests per node from %d to %d, bench from %d to %d", rep.RequestsPerNodeMin, rep.RequestsPerNodeMax, rlo, rhi)
+	}
+}
+
+// A synthetic job too large to plan every rank of samples some nodes and says so;
+// its figures follow from the dataset and the job's shape.
+func TestPlanSynthetic(t *testing.T) {
+	const shards, samples, sampleBytes, nodes, perNode, batch = 20000, 10, 4096, 50, 4, 16
+	rep := planJSON(t, "--shards", strconv.Itoa(shards), "--samples-per-shard", strconv.Itoa(samples), "--sample-bytes", strconv.Itoa(sampleBytes),
+		"--nodes", strconv.Itoa(nodes), "--ranks-per-node", strconv.Itoa(perNode), "--batch-size", strconv.Itoa(batch),
+		"--prefixes", "4", "--epochs", "3", "--cache-bytes", "1GB", "--sample-nodes", "3")
+	world := nodes * perNode
+	perRank := shards * samples / world
+	if rep.BatchesPerRank != (perRank+batch-1)/batch || rep.SamplesPerRank != perRank || rep.World != world {
+		t.Errorf("batches per rank %d, samples %d, world %d; want %d, %d, %d", rep.BatchesPerRank, rep.SamplesPerRank, rep.World, (perRank+batch-1)/batch, perRank, world)
+	}
+	if !strings.HasPrefix(rep.Method, "sampled") || len(rep.PlannedNodes) != 3 || rep.PlannedNodes[0] != 0 || rep.PlannedNodes[2] != nodes-1 {
+		t.Errorf("method %q, planned nodes %v", rep.Method, rep.PlannedNodes)
+	}
+	// Every sample is read once: the job reads the dataset, a little more for the
+	// gaps read and dropped, never less.
+	if rep.ReadAmplification < 0.99 || rep.ReadAmplification > 1.2 {
+		t.Errorf("the job reads %.3fx the dataset", rep.ReadAmplification)
+	}
+	if want := int64(shards) * (samples*sampleBytes + 1024); rep.DatasetBytes != want { // the tars' end blocks
+		t.Errorf("dataset bytes %d, want %d", rep.DatasetBytes, want)
+	}
+	// Four prefixes share the requests; the index holds every offset in each process.
+	if rep.StartRequestsPerJob < int64(world) || !within(rep.PeakGetRatePerPrefix*4, float64(rep.StartRequestsPerJob), 0.01) {
+		t.Errorf("start requests %d, peak rate per prefix %.0f", rep.StartRequestsPerJob, rep.PeakGetRatePerPrefix)
+	}
+	if rep.IndexBytesPerProcess < int64(shards)*samples*8 {
+		t.Errorf("index bytes per process %d: less than the offsets alone", rep.IndexBytesPerProcess)
+	}
+	// The cache is cold in the first epoch, and (1 GB, more than the dataset) holds
+	// every shard a node read since in the later ones.
+	if len(rep.CacheHitRate) != 3 || rep.CacheHitRate[0] != 0 || !(rep.CacheHitRate[1] > 0) || !(rep.CacheHitRate[2] > rep.CacheHitRate[1]) {
+		t.Errorf("cache hit rate by epoch %v", rep.CacheHitRate)
+	}
+	if !(rep.FirstBatchSeconds > 0) || rep.FirstBatchBytes <= 0 {
+		t.Errorf("first batch: %.3fs, %d bytes", rep.FirstBatchSeconds, rep.FirstBatchBytes)
+	}
+	// The JSON keys tools read.
+	code, stdout, _ := runCLI(t, "plan", "--json", "--shards", "100", "--nodes", "2")
+	for _, k := range []string{"batches_per_rank", "bytes_per_node_per_epoch", "requests_per_node_per_epoch", "peak_get_rate_per_prefix", "index_bytes_per_process", "first_batch_seconds"} {
+		if code != 0 || !strings.Contains(stdout, `"`+k+`":`) {
+			t.Errorf("plan --json (exit %d) lacks %q: %s", code, k, stdout)
+		}
+	}
+}
+
+func TestPlanUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"plan"},
+		{"plan", "--shards", "10", "--index", "x"},
+		{"plan", "--shards", "10", "--nodes", "0"},
+		{"plan", "--shards", "10", "--batch-size", "0"},
+		{"plan", "--shards", "10", "some-url"},
+	} {
+		if code, _, stderr := runCLI(t, args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2: %s", args, code, stderr)
+		}
+	}
+}
