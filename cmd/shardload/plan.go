@@ -351,6 +351,11 @@ func runPlan(ctx context.Context, o planOptions) (*planReport, error) {
 	if cfg.Shuffle {
 		cfg.Lanes, cfg.Window = o.openShards, plan.WindowSize(o.shuffleBuffer, int64(o.shuffleBytes), infos)
 	}
+	// Local files are read a span at a time, whole: one request each.
+	partSize := int64(o.partSize)
+	if source.Scheme(infos[0].URL) == "file" {
+		partSize = math.MaxInt64
+	}
 	k := o.sampleNodes
 	if k == 0 {
 		// A rank's plan costs about its order (a shuffle of every shard) and its part
@@ -386,7 +391,7 @@ func runPlan(ctx context.Context, o planOptions) (*planReport, error) {
 					}
 					continue
 				}
-				rc := plan.CostOf(&p, infos, o.batchSize, int64(o.partSize), o.parallel, o.openShards)
+				rc := plan.CostOf(&p, infos, o.batchSize, partSize, o.parallel, o.openShards)
 				mu.Lock()
 				nc := &costs[j.node]
 				if nc.shards == nil {
@@ -515,7 +520,7 @@ feed:
 		rep.FirstBatchSeconds += over - 1
 	}
 	rep.Assumptions = []string{
-		fmt.Sprintf("requests: each span (a run of a shard's samples a rank reads) as ranged GETs of --fetch-part-size %s, %d in flight (the fetcher's parallel parts; a fast store read as one stream after the first part takes requests_per_node_per_epoch_single_stream)", formatBytes(int64(o.partSize)), o.parallel),
+		fmt.Sprintf("requests: each span (a run of a shard's samples a rank reads) as ranged GETs of --fetch-part-size %s, %d in flight (the fetcher's parallel parts; a fast store read as one stream after the first part takes requests_per_node_per_epoch_single_stream); local files one read a span", formatBytes(int64(o.partSize)), o.parallel),
 		fmt.Sprintf("epoch start: every rank opens its first %d spans (--open-shards) at once; they arrive within max(--first-byte, 1s)", o.openShards),
 		fmt.Sprintf("prefixes: shard i in prefix i mod %d, requests spread evenly; a store serves %.0f GET/s per prefix (--prefix-get-limit)", o.prefixes, o.prefixLimit),
 		fmt.Sprintf("steady state: the epoch's requests spread over batches per rank x --step-time %s", o.stepTime),
