@@ -113,7 +113,7 @@ func (o *planOptions) register(fs *pflag.FlagSet) {
 	o.partSize = source.DefaultPartSize
 	fs.Var(&o.partSize, "fetch-part-size", "remote objects are read as ranged parts of this size (one GET each)")
 	fs.IntVar(&o.parallel, "fetch-parallel", source.DefaultParallel, "ranged parts in flight per shard")
-	fs.IntVar(&o.sampleNodes, "sample-nodes", 0, "nodes whose ranks are planned in full, spread over the job (all of them when fewer; 0: up to 8, fewer where each rank's plan is large: about 40 million shards and samples planned in all)")
+	fs.IntVar(&o.sampleNodes, "sample-nodes", 0, "nodes whose ranks are planned in full, spread over the job (all of them when fewer; 0: up to 8, fewer where each rank's plan is large: about 25 million shards and samples planned in all)")
 	fs.DurationVar(&o.firstByte, "first-byte", 50*time.Millisecond, "model: a request's time to first byte")
 	o.nodeBandwidth = 1250 << 20
 	fs.Var(&o.nodeBandwidth, "node-bandwidth", "model: bytes per second a node reads from the store, shared by its ranks")
@@ -242,7 +242,7 @@ func indexMemory(infos []shard.Info) int64 {
 
 // measureIndexLoad writes the entries of a sample of infos as an index (zstd) and
 // reads it back, and returns the bytes of the whole index and the seconds a process
-// takes to read it (the fastest of five reads), both scaled from the sample by the
+// takes to read it (the CPU time of the fastest of five reads), both scaled from the sample by the
 // shards.
 func measureIndexLoad(infos []shard.Info) (fileBytes int64, seconds float64, err error) {
 	n := min(len(infos), 2000)
@@ -256,20 +256,21 @@ func measureIndexLoad(infos []shard.Info) (fileBytes int64, seconds float64, err
 	}
 	var times []float64
 	for range 5 {
-		t0 := time.Now()
+		t0 := cpuTime()
 		if _, err := index.Read(bytes.NewReader(buf.Bytes()), "plan"); err != nil {
 			return 0, 0, err
 		}
-		times = append(times, time.Since(t0).Seconds())
+		times = append(times, (cpuTime() - t0).Seconds())
 	}
-	// The fastest of five: on a shared machine the others wait for a core.
+	// The process's CPU time, not the wall clock: on a shared machine a read waits
+	// for a core; the least of five.
 	slices.Sort(times)
 	scale := float64(len(infos)) / float64(n)
 	return int64(float64(buf.Len()) * scale), times[0] * scale, nil
 }
 
 // planBudget is about the shards and samples plan plans in all, by default.
-const planBudget = 40e6
+const planBudget = 25e6
 
 // plannedNodes returns k nodes of n spread over the job: all when k >= n, else the
 // first, the last and evenly spaced ones between.
@@ -363,6 +364,13 @@ func runPlan(ctx context.Context, o planOptions) (*planReport, error) {
 		perRank := float64(len(infos)) + float64(rep.Samples)/float64(rep.World)
 		k = int(min(8, max(1, planBudget/(perRank*float64(o.ranksPerNode)))))
 	}
+	// A node whose ranks' plans alone are over the budget has some of its ranks
+	// planned, spread over them, and its figures scaled to all.
+	locals := plannedNodes(o.ranksPerNode, o.ranksPerNode)
+	if o.sampleNodes == 0 {
+		perRank := float64(len(infos)) + float64(rep.Samples)/float64(rep.World)
+		locals = plannedNodes(o.ranksPerNode, int(min(float64(o.ranksPerNode), max(2, planBudget/perRank))))
+	}
 	nodes := plannedNodes(o.nodes, k)
 	rep.PlannedNodes = nodes
 	costs := make([]nodeCost, len(nodes))
@@ -415,7 +423,7 @@ func runPlan(ctx context.Context, o planOptions) (*planReport, error) {
 	}
 feed:
 	for n := range nodes {
-		for r := range o.ranksPerNode {
+		for _, r := range locals {
 			select {
 			case jobs <- job{n, r}:
 			case <-ctx.Done():
@@ -455,11 +463,16 @@ feed:
 		rep.BatchesPerRank, rep.SamplesPerRank, rep.DroppedPerEpoch = nc.batches, nc.samples, nc.dropped
 	}
 	planned := int64(len(costs))
-	rep.BytesPerNode /= planned
-	rep.RequestsPerNode /= planned
-	rep.SingleRequestsPerNode /= planned
-	rep.SpansPerNode /= planned
-	rep.ShardsPerNode = shardsPerNode / planned
+	// Scaled from the ranks planned of each node to all of them.
+	scale := func(n int64) int64 { return n * int64(o.ranksPerNode) / int64(len(locals)) }
+	rep.BytesPerNode = scale(rep.BytesPerNode / planned)
+	rep.BytesPerNodeMin, rep.BytesPerNodeMax = scale(rep.BytesPerNodeMin), scale(rep.BytesPerNodeMax)
+	rep.RequestsPerNode = scale(rep.RequestsPerNode / planned)
+	rep.RequestsPerNodeMin, rep.RequestsPerNodeMax = scale(rep.RequestsPerNodeMin), scale(rep.RequestsPerNodeMax)
+	rep.SingleRequestsPerNode = scale(rep.SingleRequestsPerNode / planned)
+	rep.SpansPerNode = scale(rep.SpansPerNode / planned)
+	rep.ShardsPerNode = min(scale(shardsPerNode/planned), int64(len(infos)))
+	starts = scale(starts)
 	rep.BytesPerJob = rep.BytesPerNode * int64(o.nodes)
 	rep.RequestsPerJob = rep.RequestsPerNode * int64(o.nodes)
 	rep.StartRequestsPerJob = starts * int64(o.nodes) / planned
@@ -468,9 +481,13 @@ feed:
 	}
 	sort.Float64s(planSecs)
 	rep.PlanSecondsPerRank = planSecs[len(planSecs)/2]
-	if len(nodes) == o.nodes {
+	switch {
+	case len(locals) < o.ranksPerNode:
+		rep.Method = fmt.Sprintf("sampled: %d of the %d ranks of each of %d of the %d nodes planned in full (a rank's plan is large), their figures scaled to the node's ranks; the job's are the mean times %d; batches per rank are exact",
+			len(locals), o.ranksPerNode, len(nodes), o.nodes, o.nodes)
+	case len(nodes) == o.nodes:
 		rep.Method = fmt.Sprintf("exact: every rank of the %d nodes planned", o.nodes)
-	} else {
+	default:
 		rep.Method = fmt.Sprintf("sampled: the %d ranks of each of %d of the %d nodes planned in full; per-node figures are their mean (min and max beside the bytes and requests), the job's are the mean times %d; batches per rank are exact",
 			o.ranksPerNode, len(nodes), o.nodes, o.nodes)
 	}
