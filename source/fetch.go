@@ -34,9 +34,11 @@ type FetchOptions struct {
 	// SingleRate decides, per object, whether parallel parts are worth their cost: an
 	// object larger than one part is read first as one part, and when that part
 	// arrived at SingleRate bytes per second or faster (counting only the time spent
-	// waiting for it), the rest is read as one stream straight into the reader's
-	// buffers; slower, as parallel parts. A stream that fast is not what limits the
-	// reader, and parallel parts cost a copy out of their buffers. Default 256 MB/s
+	// waiting for it, and multiplied by the number of objects the Fetcher was reading
+	// at that moment, which share the link), the rest is read as one stream straight
+	// into the reader's buffers; slower, as parallel parts. Streams that fast
+	// together are not what limits the reader, and parallel parts cost a copy out of
+	// their buffers and a page fault per page of each new buffer. Default 256 MB/s
 	// (DefaultSingleRate); negative: always parallel parts.
 	SingleRate float64
 	// Retry is the retry policy of every request and read.
@@ -90,7 +92,8 @@ func (o FetchOptions) withDefaults() FetchOptions {
 //   - Open and OpenRange read an object as parts of PartSize bytes, up to Parallel of
 //     them in flight, delivered in order as one stream, when the Source has ranged
 //     reads (RangeReader), the object is larger than one part, and its first part,
-//     read alone, arrived slower than SingleRate (else the rest is one stream);
+//     read alone, arrived slower than SingleRate (times the objects being read at
+//     once; else the rest is one stream);
 //   - a read that fails in the middle of a body resumes at the exact byte offset with
 //     a ranged request, pinned to the version Stat first saw when the Source
 //     implements VersionReader (else unpinned), and fails with ErrChanged if the
@@ -116,6 +119,9 @@ type Fetcher struct {
 	// more than the copy. At most MaxFreeBytes of them are kept.
 	mu       sync.Mutex
 	bufs     [][]byte
+	// streams counts the objects being read through the Fetcher now (the streams
+	// that may read one stream on, opened and not closed), for SingleRate.
+	streams atomic.Int64
 	freeHeld int64
 }
 
@@ -360,7 +366,10 @@ func (f *Fetcher) open(ctx context.Context, url string, want *string, off, lengt
 		return io.NopCloser(eofReader{}), nil
 	}
 	if pr.noResume || pr.parallel <= 1 || n <= pr.partSize {
-		return newResumeStream(ctx, pr, off, n), nil
+		rs := newResumeStream(ctx, pr, off, n)
+		rs.counted = f
+		f.streams.Add(1)
+		return rs, nil
 	}
 	if f.opts.SingleRate < 0 {
 		return newParallelStream(ctx, pr, off, n), nil
@@ -382,9 +391,11 @@ type probeStream struct {
 	end    int64
 	waited time.Duration // time spent in the first part's reads
 	probe  bool          // still reading the first part
+	closed bool
 }
 
 func newProbeStream(ctx context.Context, p partReader, off, n int64) *probeStream {
+	p.f.streams.Add(1)
 	return &probeStream{ctx: ctx, p: p, cur: newResumeStream(ctx, p, off, n), pos: off, rest: off + p.partSize, end: off + n, probe: true}
 }
 
@@ -410,7 +421,7 @@ func (s *probeStream) Read(b []byte) (int, error) {
 func (s *probeStream) decide() {
 	s.probe = false
 	n := s.end - s.rest
-	rate := float64(s.p.partSize) / max(s.waited.Seconds(), 1e-9)
+	rate := float64(s.p.partSize) / max(s.waited.Seconds(), 1e-9) * float64(max(s.p.f.streams.Load(), 1))
 	if rate >= s.p.f.opts.SingleRate || n <= s.p.partSize {
 		return
 	}
@@ -452,7 +463,13 @@ func (s *probeStream) WriteTo(w io.Writer) (int64, error) {
 }
 
 // Close ends the stream and the requests it has in flight.
-func (s *probeStream) Close() error { return s.cur.Close() }
+func (s *probeStream) Close() error {
+	if !s.closed {
+		s.closed = true
+		s.p.f.streams.Add(-1)
+	}
+	return s.cur.Close()
+}
 
 type eofReader struct{}
 
@@ -494,6 +511,9 @@ type resumeStream struct {
 	cancel   context.CancelCauseFunc
 	timer    *time.Timer
 	deadline *deadlineTimer
+	// counted is the Fetcher whose streams count this one until it is closed; nil
+	// for a part's stream.
+	counted *Fetcher
 	tries    int   // failed attempts that count against Retry.Attempts
 	gained   int64 // bytes delivered since the last failure
 	last     error // the last failure
@@ -715,6 +735,10 @@ func (s *resumeStream) closeBody() {
 
 // Close ends the stream. It is idempotent.
 func (s *resumeStream) Close() error {
+	if s.counted != nil {
+		s.counted.streams.Add(-1)
+		s.counted = nil
+	}
 	s.closeBody()
 	if s.err == nil {
 		s.err = &Error{Op: "read", URL: s.p.url, Err: errors.New("source: read after close")}
