@@ -117,11 +117,11 @@ type Fetcher struct {
 	// Part buffers that streams gave back, for the next streams: a fresh buffer
 	// costs a page fault per 4 KiB on first write, which at loopback speeds costs
 	// more than the copy. At most MaxFreeBytes of them are kept.
-	mu       sync.Mutex
-	bufs     [][]byte
+	mu   sync.Mutex
+	bufs [][]byte
 	// streams counts the objects being read through the Fetcher now (the streams
 	// that may read one stream on, opened and not closed), for SingleRate.
-	streams atomic.Int64
+	streams  atomic.Int64
 	freeHeld int64
 }
 
@@ -514,11 +514,11 @@ type resumeStream struct {
 	// counted is the Fetcher whose streams count this one until it is closed; nil
 	// for a part's stream.
 	counted *Fetcher
-	tries    int   // failed attempts that count against Retry.Attempts
-	gained   int64 // bytes delivered since the last failure
-	last     error // the last failure
-	pending  error // a failure that came with bytes, handled on the next Read
-	err      error
+	tries   int   // failed attempts that count against Retry.Attempts
+	gained  int64 // bytes delivered since the last failure
+	last    error // the last failure
+	pending error // a failure that came with bytes, handled on the next Read
+	err     error
 }
 
 func newResumeStream(ctx context.Context, p partReader, off, n int64) *resumeStream {
