@@ -504,7 +504,8 @@ feed:
 
 	// The cache: each epoch reshuffles which shards a node reads; the node reads a
 	// fraction f of the shards, and its LRU holds the last cache/(f x dataset)
-	// epochs' worth of them.
+	// epochs' worth of them: a shard is a hit when one of those epochs read it on
+	// this node, with a chance of at most the cache's share of the dataset.
 	rep.CacheBytes = int64(o.cacheBytes)
 	f := float64(rep.ShardsPerNode) / float64(max(rep.Shards, 1))
 	nodeShardBytes := f * float64(rep.DatasetBytes)
@@ -516,7 +517,9 @@ feed:
 	for e := range o.epochs {
 		hit := 0.0
 		if o.cacheBytes > 0 && e > 0 {
-			hit = 1 - math.Pow(1-f, min(float64(e), held))
+			// The shards read in the epochs the cache holds, and never more than
+			// the cache's share of the dataset.
+			hit = min(float64(o.cacheBytes)/float64(max(rep.DatasetBytes, 1)), 1-math.Pow(1-f, min(float64(e), held)))
 		}
 		rep.CacheHitRate = append(rep.CacheHitRate, hit)
 		sum += hit
@@ -542,7 +545,7 @@ feed:
 		fmt.Sprintf("prefixes: shard i in prefix i mod %d, requests spread evenly; a store serves %.0f GET/s per prefix (--prefix-get-limit)", o.prefixes, o.prefixLimit),
 		fmt.Sprintf("steady state: the epoch's requests spread over batches per rank x --step-time %s", o.stepTime),
 		"index: every process holds every shard's entry (shard.Info, URL, version, 8 bytes per sample offset)",
-		"cache: whole shards, LRU per node; an epoch's shards fall on nodes independently of the epoch before (the order is reshuffled per epoch)",
+		"cache: whole shards, LRU per node; an epoch's shards fall on nodes independently of the epoch before (the order is reshuffled per epoch); a hit rate of at most --cache-bytes over the dataset",
 		fmt.Sprintf("first batch: index load + a rank's plan (median, measured here) + --first-byte %s + the first batch's windows' bytes at the rank's share of --node-bandwidth %s/s (+ the time a prefix over its limit takes to drain the epoch's first requests)", o.firstByte, formatBytes(int64(o.nodeBandwidth))),
 	}
 	rep.ComputeSeconds = time.Since(start).Seconds()
