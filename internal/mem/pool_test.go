@@ -82,3 +82,50 @@ func TestSizeClasses(t *testing.T) {
 		}
 	}
 }
+
+// A released Pool's chunks serve the next Pool, up to MaxIdleBytes: the next
+// epoch's loader does not fault in fresh memory.
+func TestPoolReusesReleasedChunks(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the arena maps chunks on Linux only")
+	}
+	idle.Lock() // start with none kept by the tests before
+	for _, c := range idle.chunks {
+		Unmap(c)
+	}
+	idle.chunks = nil
+	idle.Unlock()
+	const chunks = MaxIdleBytes/arenaChunk + 2
+	p := Pool{MaxFree: 1 << 40, MaxArena: chunks * arenaChunk}
+	for range 2 * chunks {
+		p.Get(arenaChunk / 2) // two to a chunk
+	}
+	var first []*byte
+	for _, c := range p.chunks {
+		first = append(first, unsafe.SliceData(c))
+	}
+	if len(first) != chunks {
+		t.Fatalf("%d chunks mapped, want %d", len(first), chunks)
+	}
+	p.Release()
+	idle.Lock()
+	kept := len(idle.chunks)
+	idle.Unlock()
+	if kept != MaxIdleBytes/arenaChunk {
+		t.Fatalf("%d chunks kept after Release, want %d (MaxIdleBytes)", kept, MaxIdleBytes/arenaChunk)
+	}
+	q := Pool{MaxFree: 1 << 40, MaxArena: chunks * arenaChunk}
+	defer q.Release()
+	reused := 0
+	for range 2 * chunks {
+		b := unsafe.SliceData(q.Get(arenaChunk / 2)[:1])
+		for _, f := range first {
+			if b == f {
+				reused++
+			}
+		}
+	}
+	if reused < kept { // (a fresh mapping may land where an unmapped chunk was)
+		t.Errorf("the next Pool reused %d of the %d chunks kept", reused, kept)
+	}
+}
