@@ -1,28 +1,29 @@
-# syntax=docker/dockerfile:1
+# A CPU trainer for the compose demo and the multi-node test: Debian's Python 3 with
+# numpy (a debootstrap root, shardload-base/python) and the client package from
+# client/python, with the scripts of docker/trainer. No PyTorch: the client yields
+# numpy views of the slabs without it. A GPU trainer is an image of your own with
+# CUDA and PyTorch and the client installed (pip install ./client/python); see
+# examples/k8s.
 #
-# A CPU trainer for the examples: Python with PyTorch, the shardload client and
-# examples/train.py. Built from the repository root (its own ignore file,
-# trainer.Dockerfile.dockerignore, sends only client/python and examples/train.py):
+# Built by scripts/images.sh (`make images`) in a context of the client package
+# (python/shardload) and the scripts:
 #
-#   docker build -f docker/trainer.Dockerfile -t shardload-trainer .
+#   docker build -f docker/trainer.Dockerfile --build-arg BASE=shardload-base/python:bookworm-KEY CONTEXT
 #
 # It runs as uid 65532, the user of the shardload image: the client talks only to a
 # server of its own user (or root), and the server accepts only its own user unless
-# given --allow-uid. Mount the server's socket directory at /run/shardload; /ckpt is
-# the trainer's (a volume mounted there starts owned by it) for --checkpoint.
+# given --allow-uid. Mount the server's socket volume at /run/shardload.
 
-ARG PYTHON_VERSION=3.12
-FROM python:${PYTHON_VERSION}-slim
-ARG TORCH_VERSION=2.8.0
-RUN pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}" && \
-	pip install --no-cache-dir numpy
-COPY client/python /tmp/shardload-client
-RUN pip install --no-cache-dir /tmp/shardload-client && rm -rf /tmp/shardload-client && \
-	groupadd --system --gid 65532 trainer && \
-	useradd --system --uid 65532 --gid 65532 --home-dir /home/trainer --create-home trainer && \
-	install -d -o 65532 -g 65532 -m 0750 /ckpt
-COPY --chmod=0755 examples/train.py /usr/local/bin/train.py
-ENV SHARDLOAD_SOCKET=/run/shardload/loader.sock PYTHONUNBUFFERED=1
+ARG BASE=shardload-base/python
+FROM ${BASE}
+RUN groupadd --system --gid 65532 trainer && \
+	useradd --system --uid 65532 --gid 65532 --home-dir /home/trainer --create-home --shell /usr/sbin/nologin trainer && \
+	install -d -o 65532 -g 65532 -m 0750 /results
+COPY python /opt/shardload/python
+COPY *.py /opt/shardload/
+ENV PYTHONPATH=/opt/shardload/python PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
+	SHARDLOAD_SOCKET=/run/shardload/loader.sock
 USER 65532:65532
 WORKDIR /home/trainer
-ENTRYPOINT ["python3", "/usr/local/bin/train.py"]
+ENTRYPOINT ["python3"]
+CMD ["-c", "import shardload, numpy; print('shardload client', shardload.__version__, 'numpy', numpy.__version__)"]

@@ -2,9 +2,12 @@ package validate
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -51,6 +54,12 @@ func TestCompose(t *testing.T) {
 		t.Fatalf("docker-compose.yml: %v", err)
 	}
 	versions := toolVersions(t)
+	img := readImagesScript(t)
+	images := map[string]string{
+		"LOADER":  img.vars["LOADER"],
+		"TRAINER": img.vars["TRAINER"],
+		"MINIO":   strings.ReplaceAll(img.vars["MINIO"], "$MINIO_VERSION", versions["MINIO_VERSION"]),
+	}
 	service := func(name string) types.ServiceConfig {
 		t.Helper()
 		s, ok := p.Services[name]
@@ -59,68 +68,81 @@ func TestCompose(t *testing.T) {
 		}
 		return s
 	}
-
-	// The servers of the tests, built from source at the versions of scripts/tools.sh.
-	minio, fakeGCS := service("minio"), service("fake-gcs")
-	for _, c := range []struct {
-		s               types.ServiceConfig
-		arg, dockerfile string
-		port            uint32
-	}{
-		{minio, "MINIO_VERSION", "docker/minio.Dockerfile", 9000},
-		{fakeGCS, "FAKE_GCS_VERSION", "docker/fake-gcs-server.Dockerfile", 4443},
-	} {
-		if c.s.Build == nil {
-			t.Fatalf("service %s is not built from source", c.s.Name)
-		}
-		if got := filepath.Join(c.s.Build.Context, c.s.Build.Dockerfile); got != filepath.Join(root, c.dockerfile) {
-			t.Errorf("service %s builds %s, want %s", c.s.Name, got, c.dockerfile)
-		}
-		if v := c.s.Build.Args[c.arg]; v == nil || *v != versions[c.arg] {
-			t.Errorf("service %s: build arg %s %v, scripts/tools.sh has %s", c.s.Name, c.arg, v, versions[c.arg])
-		}
-		if !strings.HasSuffix(c.s.Image, ":"+versions[c.arg]) && !strings.HasSuffix(c.s.Image, ":"+strings.TrimPrefix(versions[c.arg], "v")) {
-			t.Errorf("service %s: image %q is not tagged with its version %s", c.s.Name, c.s.Image, versions[c.arg])
-		}
-		published := false
-		for _, port := range c.s.Ports {
-			published = published || (port.Target == c.port && port.Published != "")
-		}
-		if !published {
-			t.Errorf("service %s does not publish port %d: %+v", c.s.Name, c.port, c.s.Ports)
-		}
-		hc := c.s.HealthCheck
-		if hc == nil || len(hc.Test) < 2 || hc.Test[0] != "CMD" || slices.Contains(hc.Test, "curl") {
-			t.Errorf("service %s: healthcheck %+v: want a CMD without curl (the images have none)", c.s.Name, hc)
+	isImage := func(s types.ServiceConfig, which string) {
+		t.Helper()
+		if s.Image != images[which] {
+			t.Errorf("service %s: image %q, want %s (scripts/images.sh %s)", s.Name, s.Image, images[which], which)
 		}
 	}
-	if minio.Build.Target != "minio" {
-		t.Errorf("service minio builds target %q", minio.Build.Target)
+	// completed says that s starts once dep completed successfully (or is healthy).
+	after := func(s types.ServiceConfig, dep string, cond string) {
+		t.Helper()
+		if d, ok := s.DependsOn[dep]; !ok || d.Condition != cond {
+			t.Errorf("service %s depends on %+v: want %s %s", s.Name, s.DependsOn, dep, cond)
+		}
+	}
+	// Every image is built by scripts/images.sh: compose builds and pulls nothing.
+	for _, s := range p.Services {
+		if s.Build != nil {
+			t.Errorf("service %s builds an image: scripts/images.sh builds them all", s.Name)
+		}
+		if !slices.Contains(slices.Collect(maps.Values(images)), s.Image) {
+			t.Errorf("service %s: image %q is none of scripts/images.sh's %v", s.Name, s.Image, images)
+		}
 	}
 
-	// The one-shot service makes the "shards" bucket once MinIO is healthy.
-	mc := service("mc")
-	if mc.Build == nil || mc.Build.Target != "mc" || !strings.Contains(strings.Join(mc.Entrypoint, " "), "mc mb --ignore-existing local/shards") {
-		t.Errorf("service mc: build %+v entrypoint %q: want docker/minio.Dockerfile's mc making local/shards", mc.Build, mc.Entrypoint)
-	}
-	if d, ok := mc.DependsOn["minio"]; !ok || d.Condition != types.ServiceConditionHealthy {
-		t.Errorf("service mc depends on %+v: want minio healthy", mc.DependsOn)
-	}
-	if h := mc.Environment["MC_HOST_local"]; h == nil || !strings.Contains(*h, "@minio:9000") {
-		t.Errorf("service mc: MC_HOST_local %v", h)
+	minio := service("minio")
+	isImage(minio, "MINIO")
+	if hc := minio.HealthCheck; hc == nil || len(hc.Test) < 2 || hc.Test[0] != "CMD" || !strings.Contains(strings.Join(hc.Test, " "), "/minio/health/live") {
+		t.Errorf("service minio: healthcheck %+v: want a CMD asking /minio/health/live", hc)
 	}
 
-	// serve: the root Dockerfile, its socket and cache on volumes trainers share.
-	serve := service("serve")
-	if serve.Build == nil || serve.Build.Context != root || serve.Build.Target != "static" {
-		t.Errorf("service serve: build %+v: want the root Dockerfile's static target", serve.Build)
+	// The dataset: written, uploaded where the index and serve read it, indexed.
+	dataset, upload, index, serve := service("dataset"), service("upload"), service("index"), service("serve")
+	isImage(dataset, "LOADER")
+	isImage(index, "LOADER")
+	isImage(serve, "LOADER")
+	isImage(upload, "TRAINER")
+	if len(dataset.Command) < 1 || dataset.Command[0] != "gen" {
+		t.Fatalf("service dataset: command %q: want shardload gen", dataset.Command)
 	}
+	shards, _ := strconv.Atoi(flagOf(dataset.Command, "shards"))
+	perShard, _ := strconv.Atoi(flagOf(dataset.Command, "samples"))
+	out := dataset.Command[len(dataset.Command)-1]
+	after(upload, "dataset", types.ServiceConditionCompletedSuccessfully)
+	after(upload, "minio", types.ServiceConditionHealthy)
+	after(index, "upload", types.ServiceConditionCompletedSuccessfully)
+	after(serve, "index", types.ServiceConditionCompletedSuccessfully)
+	if len(upload.Command) != 3 || !strings.HasSuffix(out, strings.TrimPrefix(upload.Command[1], "/dataset")) {
+		t.Errorf("service upload: command %q does not upload dataset's %s", upload.Command, out)
+	}
+	dest := upload.Command[len(upload.Command)-1]
+	if len(index.Command) < 4 || index.Command[0] != "index" || flagOf(index.Command, "output") != dest {
+		t.Errorf("service index: command %q: want index --output %s", index.Command, dest)
+	}
+	pattern := index.Command[len(index.Command)-1]
+	if want := fmt.Sprintf("%strain-{000000..%06d}.tar", dest, shards-1); pattern != want {
+		t.Errorf("service index reads %q, the dataset is %s", pattern, want)
+	}
+	if serve.Command[len(serve.Command)-1] != pattern {
+		t.Errorf("service serve reads %q, the index is of %q", serve.Command[len(serve.Command)-1], pattern)
+	}
+	for _, s := range []types.ServiceConfig{upload, index, serve} {
+		for _, k := range []string{"AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"} {
+			if s.Environment[k] == nil {
+				t.Errorf("service %s: no %s", s.Name, k)
+			}
+		}
+		if h := s.Environment["AWS_ENDPOINT_URL"]; h != nil && *h != "http://minio:9000" {
+			t.Errorf("service %s: AWS_ENDPOINT_URL %s", s.Name, *h)
+		}
+	}
+
+	// serve: its socket and cache on volumes, memlock unlimited, healthy when it
+	// listens.
+	const sock = "/run/shardload/loader.sock" // the images' SHARDLOAD_SOCKET (TestDockerfiles)
 	if len(serve.Command) == 0 || serve.Command[0] != "serve" {
 		t.Errorf("service serve: command %q", serve.Command)
-	}
-	sock := serve.Environment["SHARDLOAD_SOCKET"]
-	if sock == nil {
-		t.Fatal("service serve sets no SHARDLOAD_SOCKET")
 	}
 	mount := func(s types.ServiceConfig, path string) *types.ServiceVolumeConfig {
 		for i := range s.Volumes {
@@ -131,19 +153,14 @@ func TestCompose(t *testing.T) {
 		}
 		return nil
 	}
-	runVol := mount(serve, *sock)
-	if runVol == nil || runVol.Type != types.VolumeTypeVolume || runVol.Target != filepath.Dir(*sock) {
-		t.Fatalf("service serve: the socket %s is not in a volume mounted at its directory: %+v", *sock, serve.Volumes)
+	runVol := mount(serve, sock)
+	if runVol == nil || runVol.Type != types.VolumeTypeVolume || runVol.Target != filepath.Dir(sock) {
+		t.Fatalf("service serve: the socket %s is not in a volume mounted at its directory: %+v", sock, serve.Volumes)
 	}
 	if _, ok := p.Volumes[runVol.Source]; !ok {
 		t.Errorf("volume %q is not declared", runVol.Source)
 	}
-	var cacheDir string
-	for _, a := range serve.Command {
-		if v, ok := strings.CutPrefix(a, "--cache-dir="); ok {
-			cacheDir = v
-		}
-	}
+	cacheDir := flagOf(serve.Command, "cache-dir")
 	if v := mount(serve, cacheDir); cacheDir == "" || v == nil || v.Type != types.VolumeTypeVolume || v.Source == runVol.Source {
 		t.Errorf("service serve: --cache-dir %q is not on a volume of its own: %+v", cacheDir, serve.Volumes)
 	}
@@ -151,52 +168,56 @@ func TestCompose(t *testing.T) {
 		t.Errorf("service serve: memlock ulimit %+v: want -1 (the slabs are page-locked)", u)
 	}
 	if hc := serve.HealthCheck; hc == nil || len(hc.Test) < 2 || hc.Test[1] != "/usr/local/bin/shardload" {
-		t.Errorf("service serve: healthcheck %+v: want the shardload binary itself (distroless has no tools)", hc)
-	}
-	for _, k := range []string{"AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"} {
-		if serve.Environment[k] == nil {
-			t.Errorf("service serve: no %s", k)
-		}
-	}
-	if h := serve.Environment["AWS_ENDPOINT_URL"]; h != nil && *h != "http://minio:9000" {
-		t.Errorf("service serve: AWS_ENDPOINT_URL %s", *h)
-	}
-	if d, ok := serve.DependsOn["minio"]; !ok || d.Condition != types.ServiceConditionHealthy {
-		t.Errorf("service serve depends on %+v: want minio healthy", serve.DependsOn)
+		t.Errorf("service serve: healthcheck %+v: want the shardload binary itself", hc)
 	}
 
-	// Trainers reach the socket through the same volume, at the same path.
-	for _, name := range []string{"trainer", "shardload"} {
-		s := service(name)
-		v := mount(s, *sock)
-		if v == nil || v.Source != runVol.Source || v.Target != runVol.Target {
-			t.Errorf("service %s does not mount %s at %s: %+v", name, runVol.Source, runVol.Target, s.Volumes)
-		}
-	}
-	trainer := service("trainer")
-	if s := trainer.Environment["SHARDLOAD_SOCKET"]; s == nil || *s != *sock {
-		t.Errorf("service trainer: SHARDLOAD_SOCKET %v, serve's is %s", s, *sock)
-	}
-	if trainer.Build == nil || filepath.Join(trainer.Build.Context, trainer.Build.Dockerfile) != filepath.Join(root, "docker/trainer.Dockerfile") {
-		t.Errorf("service trainer: build %+v", trainer.Build)
-	}
-	if !slices.Contains(trainer.Profiles, "train") {
-		t.Errorf("service trainer: profiles %v: want it started only on request", trainer.Profiles)
-	}
-
-	// Every Dockerfile and target named exists.
+	// The ranks: one world, each rank once, on serve's socket volume, started when
+	// serve is healthy; check waits for all of them and knows the world and samples.
+	var ranks []types.ServiceConfig
 	for _, s := range p.Services {
-		if s.Build == nil {
-			continue
-		}
-		df := filepath.Join(s.Build.Context, s.Build.Dockerfile)
-		rel, err := filepath.Rel(root, df)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := parseDockerfile(t, rel)
-		if s.Build.Target != "" && d.stage(s.Build.Target) == nil {
-			t.Errorf("service %s: target %q not in %s", s.Name, s.Build.Target, rel)
+		if strings.HasPrefix(s.Name, "rank") {
+			ranks = append(ranks, s)
 		}
 	}
+	if len(ranks) < 2 {
+		t.Fatalf("docker-compose.yml: %d rank services, want two or more", len(ranks))
+	}
+	seen := map[string]bool{}
+	for _, r := range ranks {
+		isImage(r, "TRAINER")
+		after(r, "serve", types.ServiceConditionHealthy)
+		if v := mount(r, sock); v == nil || v.Source != runVol.Source || v.Target != runVol.Target {
+			t.Errorf("service %s does not mount %s at %s: %+v", r.Name, runVol.Source, runVol.Target, r.Volumes)
+		}
+		if s := r.Environment["SHARDLOAD_SOCKET"]; s != nil && *s != sock {
+			t.Errorf("service %s: SHARDLOAD_SOCKET %s, serve's is %s", r.Name, *s, sock)
+		}
+		rank, world := r.Environment["RANK"], r.Environment["WORLD_SIZE"]
+		if rank == nil || world == nil || *world != strconv.Itoa(len(ranks)) || seen[*rank] {
+			t.Errorf("service %s: RANK %v WORLD_SIZE %v: want a rank of its own in a world of %d", r.Name, rank, world, len(ranks))
+		} else {
+			seen[*rank] = true
+		}
+	}
+	check := service("check")
+	isImage(check, "TRAINER")
+	for _, r := range ranks {
+		after(check, r.Name, types.ServiceConditionCompletedSuccessfully)
+	}
+	if n := len(check.Command); n < 3 || check.Command[n-2] != strconv.Itoa(len(ranks)) || check.Command[n-1] != strconv.Itoa(shards*perShard) {
+		t.Errorf("service check: command %q: want the world %d and the %d x %d samples", check.Command, len(ranks), shards, perShard)
+	}
+}
+
+// flagOf returns the value of --name V or --name=V in args, or "".
+func flagOf(args []string, name string) string {
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v
+		}
+		if a == "--"+name && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -111,67 +112,124 @@ func nonRoot(t *testing.T, rel string, st *instructions.Stage, want string) {
 	}
 }
 
+// imagesScript holds what scripts/images.sh sets: its variables (the image tags and
+// the roots' package lists) and the lines that build each Dockerfile.
+type imagesScript struct {
+	vars   map[string]string
+	builds map[string]string // Dockerfile -> the BASE root variable it is built on
+}
+
+func readImagesScript(t *testing.T) imagesScript {
+	t.Helper()
+	src := string(read(t, "scripts/images.sh"))
+	s := imagesScript{vars: map[string]string{}, builds: map[string]string{}}
+	for _, m := range regexp.MustCompile(`(?m)^([A-Za-z_]+)=(\S+)$`).FindAllStringSubmatch(src, -1) {
+		s.vars[m[1]] = m[2]
+	}
+	for _, m := range regexp.MustCompile(`(?m)^\s*build "\$\w+" (\S+) "\$ctx" --build-arg "BASE=\$(\w+)"`).FindAllStringSubmatch(src, -1) {
+		s.builds[m[1]] = m[2]
+	}
+	return s
+}
+
+// stageFrom returns the stage's base image with the default of the ARG it names
+// (FROM ${BASE}) filled in.
+func (d dockerfile) stageFrom(st *instructions.Stage) string {
+	if name, ok := strings.CutPrefix(st.BaseName, "${"); ok {
+		return d.arg(nil, strings.TrimSuffix(name, "}"))
+	}
+	return st.BaseName
+}
+
 func TestDockerfiles(t *testing.T) {
 	versions := toolVersions(t)
+	img := readImagesScript(t)
 
-	d := parseDockerfile(t, "Dockerfile")
-	static, cgo := d.stage("static"), d.stage("cgo")
-	if static == nil || cgo == nil {
-		t.Fatal("Dockerfile: no static or cgo stage")
-	}
-	if last := d.stages[len(d.stages)-1]; last.Name != "static" {
-		t.Errorf("Dockerfile: the default target (last stage) is %q, want static", last.Name)
-	}
-	if !strings.HasPrefix(static.BaseName, "gcr.io/distroless/static") {
-		t.Errorf("Dockerfile: static stage from %q, want distroless/static", static.BaseName)
-	}
-	for _, st := range []*instructions.Stage{static, cgo} {
-		nonRoot(t, "Dockerfile", st, "65532:65532")
-		if !copiesTo(st, "/usr/local/bin/shardload") {
-			t.Errorf("Dockerfile: stage %q has no /usr/local/bin/shardload (the compose healthcheck runs it)", st.Name)
+	// Every image is built by scripts/images.sh on a debootstrap root of its own
+	// making: nothing is pulled from a registry.
+	for file, base := range map[string]string{
+		"Dockerfile":                "RUNTIME_BASE",
+		"docker/minio.Dockerfile":   "RUNTIME_BASE",
+		"docker/trainer.Dockerfile": "PYTHON_BASE",
+	} {
+		d := parseDockerfile(t, file)
+		if got := img.builds[file]; got != base {
+			t.Errorf("scripts/images.sh builds %s on %q, want %s", file, got, base)
 		}
-	}
-	for name, cgoWant := range map[string]string{"build-static": "CGO_ENABLED=0", "build-cgo": "CGO_ENABLED=1"} {
-		st := d.stage(name)
-		if st == nil {
-			t.Fatalf("Dockerfile: no stage %s", name)
-		}
-		var run string
-		for _, c := range st.Commands {
-			if r, ok := c.(*instructions.RunCommand); ok {
-				run += strings.Join(r.CmdLine, " ")
+		for _, st := range d.stages {
+			from := d.stageFrom(&st)
+			if !strings.HasPrefix(from, "shardload-base/") && d.stage(from) == nil {
+				t.Errorf("%s: stage %q is FROM %q: want a root scripts/images.sh makes (shardload-base/...)", file, st.Name, st.BaseName)
 			}
 		}
-		if !strings.Contains(run, cgoWant) || !strings.Contains(run, "-trimpath") || !strings.Contains(run, "./cmd/shardload") {
-			t.Errorf("Dockerfile: stage %s builds with %q: want %s, -trimpath, ./cmd/shardload", name, run, cgoWant)
+		for _, c := range d.stages[len(d.stages)-1].Commands {
+			if r, ok := c.(*instructions.RunCommand); ok && regexp.MustCompile(`apt-get|curl|wget|pip `).MatchString(strings.Join(r.CmdLine, " ")) {
+				t.Errorf("%s: %q fetches from the network at build time: the roots hold every package", file, r.CmdLine)
+			}
 		}
+	}
+	for name, pkgs := range map[string][]string{"runtime_pkgs": {"libturbojpeg0", "ca-certificates"}, "python_pkgs": {"python3", "python3-numpy"}} {
+		for _, p := range pkgs {
+			if !slices.Contains(strings.Split(img.vars[name], ","), p) {
+				t.Errorf("scripts/images.sh: %s %q has no %s", name, img.vars[name], p)
+			}
+		}
+	}
+
+	// The loader: uid 65532, the binary where the compose healthcheck runs it, the
+	// socket where the client looks.
+	d := parseDockerfile(t, "Dockerfile")
+	loader := &d.stages[len(d.stages)-1]
+	nonRoot(t, "Dockerfile", loader, "65532:65532")
+	if !copiesTo(loader, "/usr/local/bin/shardload") {
+		t.Error("Dockerfile: no /usr/local/bin/shardload (the compose healthcheck runs it)")
+	}
+	if env := envOfStage(loader, "SHARDLOAD_SOCKET"); env != "/run/shardload/loader.sock" {
+		t.Errorf("Dockerfile: SHARDLOAD_SOCKET %q", env)
+	}
+	if !strings.Contains(string(read(t, "scripts/images.sh")), "CGO_ENABLED=1") {
+		t.Error("scripts/images.sh does not build shardload with cgo: it could not load libjpeg-turbo")
 	}
 
 	m := parseDockerfile(t, "docker/minio.Dockerfile")
-	for _, target := range []string{"minio", "mc"} {
-		st := m.stage(target)
-		if st == nil {
-			t.Fatalf("docker/minio.Dockerfile: no target %s", target)
-		}
-		nonRoot(t, "docker/minio.Dockerfile", st, "")
-	}
-	if got := m.arg(m.stage("build-minio"), "MINIO_VERSION"); got != versions["MINIO_VERSION"] {
+	nonRoot(t, "docker/minio.Dockerfile", &m.stages[len(m.stages)-1], "")
+	if got := m.arg(&m.stages[len(m.stages)-1], "MINIO_VERSION"); got != versions["MINIO_VERSION"] {
 		t.Errorf("docker/minio.Dockerfile: MINIO_VERSION %q, scripts/tools.sh %q", got, versions["MINIO_VERSION"])
 	}
-	if got := m.arg(m.stage("build-mc"), "MC_VERSION"); !strings.HasPrefix(got, "v") {
-		t.Errorf("docker/minio.Dockerfile: MC_VERSION %q: want a pinned module version", got)
+	if want := "shardload-minio:$MINIO_VERSION"; img.vars["MINIO"] != want {
+		t.Errorf("scripts/images.sh: MINIO=%q, want %q", img.vars["MINIO"], want)
 	}
 
-	g := parseDockerfile(t, "docker/fake-gcs-server.Dockerfile")
-	nonRoot(t, "docker/fake-gcs-server.Dockerfile", &g.stages[len(g.stages)-1], "")
-	if got := g.arg(&g.stages[0], "FAKE_GCS_VERSION"); got != versions["FAKE_GCS_VERSION"] {
-		t.Errorf("docker/fake-gcs-server.Dockerfile: FAKE_GCS_VERSION %q, scripts/tools.sh %q", got, versions["FAKE_GCS_VERSION"])
-	}
-
-	// The trainer runs as the shardload image's user: the client talks only to a
+	// The trainer runs as the loader image's user: the client talks only to a
 	// server of its own user.
 	tr := parseDockerfile(t, "docker/trainer.Dockerfile")
-	nonRoot(t, "docker/trainer.Dockerfile", &tr.stages[len(tr.stages)-1], user(static))
+	nonRoot(t, "docker/trainer.Dockerfile", &tr.stages[len(tr.stages)-1], user(loader))
+	if env := envOfStage(&tr.stages[len(tr.stages)-1], "SHARDLOAD_SOCKET"); env != "/run/shardload/loader.sock" {
+		t.Errorf("docker/trainer.Dockerfile: SHARDLOAD_SOCKET %q", env)
+	}
+
+	// The integration test runs the images scripts/images.sh tags.
+	test := string(read(t, "integration/multinode_docker_test.go"))
+	for _, v := range []string{"LOADER", "TRAINER"} {
+		if !strings.Contains(test, `"`+img.vars[v]+`"`) {
+			t.Errorf("integration/multinode_docker_test.go does not run %s (scripts/images.sh %s)", img.vars[v], v)
+		}
+	}
+}
+
+// envOfStage returns the value the stage's last ENV gives name, or "".
+func envOfStage(st *instructions.Stage, name string) string {
+	val := ""
+	for _, c := range st.Commands {
+		if e, ok := c.(*instructions.EnvCommand); ok {
+			for _, kv := range e.Env {
+				if kv.Key == name {
+					val = kv.Value
+				}
+			}
+		}
+	}
+	return val
 }
 
 // ignored returns the patterns of a .dockerignore file.
@@ -262,24 +320,6 @@ func TestDockerignore(t *testing.T) {
 		"shard/testdata/fuzz/x", "examples/train.py", "shard/reader_test.go", "client/python/shardload/__pycache__/x.pyc"} {
 		if !excluded(t, pm, f) {
 			t.Errorf(".dockerignore sends %s to the builder", f)
-		}
-	}
-
-	// The trainer image's context: the client package and train.py, nothing else.
-	tr := ignored(t, "docker/trainer.Dockerfile.dockerignore")
-	for _, f := range []string{"client/python/pyproject.toml", "client/python/README.md",
-		"client/python/shardload/__init__.py", "client/python/shardload/client.py", "examples/train.py"} {
-		if excluded(t, tr, f) {
-			t.Errorf("docker/trainer.Dockerfile.dockerignore leaves out %s", f)
-		}
-		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
-			t.Errorf("the trainer image needs %s: %v", f, err)
-		}
-	}
-	for _, f := range []string{".git/HEAD", "go.mod", "cmd/shardload/main.go", ".demo/data/x.tar", "examples/k8s/train-job.yaml",
-		"client/python/shardload/__pycache__/client.cpython-312.pyc"} {
-		if !excluded(t, tr, f) {
-			t.Errorf("docker/trainer.Dockerfile.dockerignore sends %s", f)
 		}
 	}
 }

@@ -388,38 +388,145 @@ func TestK8s(t *testing.T) {
 		t.Errorf("DaemonSet: --metrics %q, container port %d", addr, serve.Ports[0].ContainerPort)
 	}
 
-	// The trainers: an Indexed Job, one pod per node, ranks under torchrun.
-	job, ok := m.jobs["train"]
-	if !ok {
-		t.Fatalf("no Job train (have %v)", m.jobs)
+	// Page-locked memory: Kubernetes has no field for RLIMIT_MEMLOCK, so the pod says
+	// what the node's runtime must allow (shardload.io/memlock): at least every
+	// session's slab ring, and within the memory limit (locked pages count there).
+	slabs, slabSize := flagOf(serve.Args, "slabs"), flagOf(serve.Args, "slab-size")
+	if lock, ok := ds.Spec.Template.Annotations["shardload.io/memlock"]; !ok || slabs == "" || slabSize == "" {
+		t.Errorf("DaemonSet: annotation shardload.io/memlock %q, --slabs %q, --slab-size %q: set all three, so that the node's memlock limit can be sized", lock, slabs, slabSize)
+	} else {
+		ns, _ := strconv.Atoi(slabs)
+		ring := int64(nSessions) * int64(ns) * parseSize(t, slabSize)
+		limit := serve.Resources.Limits[corev1.ResourceMemory]
+		if l := parseSize(t, lock); l < ring || l > limit.Value() {
+			t.Errorf("DaemonSet: memlock %s for %d sessions x %d slabs x %s = %d MiB, within the %s limit", lock, nSessions, ns, slabSize, ring>>20, limit.String())
+		}
+		if ns*int(parseSize(t, slabSize)) > int(parseSize(t, mem)) {
+			t.Errorf("DaemonSet: a session's slabs (%d x %s) exceed its --memory %s: serve refuses it", ns, slabSize, mem)
+		}
 	}
+	allowed := map[int64]bool{uid(sspec, serve): true}
+	for i, a := range serve.Args {
+		v, ok := strings.CutPrefix(a, "--allow-uid=")
+		if !ok && a == "--allow-uid" && i+1 < len(serve.Args) {
+			v, ok = serve.Args[i+1], true
+		}
+		if ok {
+			for _, u := range strings.Split(v, ",") {
+				n, _ := strconv.ParseInt(u, 10, 64)
+				allowed[n] = true
+			}
+		}
+	}
+
+	// The trainers: Indexed Jobs, one pod per node, a CPU example and a GPU example.
+	if len(m.jobs) == 0 {
+		t.Fatal("no Job")
+	}
+	var cpu, gpu int
+	for _, job := range m.jobs {
+		where := "Job " + job.Name
+		jspec := &job.Spec.Template.Spec
+		if job.Spec.CompletionMode == nil || *job.Spec.CompletionMode != batchv1.IndexedCompletion ||
+			job.Spec.Completions == nil || job.Spec.Parallelism == nil || *job.Spec.Completions != *job.Spec.Parallelism {
+			t.Fatalf("%s: want an Indexed Job with completions = parallelism", where)
+		}
+		if len(jspec.Containers) != 1 {
+			t.Fatalf("%s: %d containers", where, len(jspec.Containers))
+		}
+		tr := &jspec.Containers[0]
+		checkContainer(t, where, jspec, tr, false)
+		if jspec.Affinity == nil || jspec.Affinity.PodAntiAffinity == nil {
+			t.Errorf("%s: no pod anti-affinity: two pods on one node would share its server's sessions", where)
+		}
+		// The trainer finds the node's socket: same host path, same user as the server
+		// (or a uid the server allows and whose client trusts the server's).
+		tsock, ok := envOf(tr, "SHARDLOAD_SOCKET")
+		if !ok {
+			t.Fatalf("%s: the trainer has no SHARDLOAD_SOCKET", where)
+		}
+		thost, typ, ok := hostPathOf(jspec, tr, tsock)
+		if !ok || thost != hostSock {
+			t.Errorf("%s: the trainer's socket %s is host path %q, the server's is %q", where, tsock, thost, hostSock)
+		}
+		if typ != corev1.HostPathDirectory {
+			t.Errorf("%s: the socket's hostPath has type %q: want Directory (the server's, never created empty)", where, typ)
+		}
+		if su, tu := uid(sspec, serve), uid(jspec, tr); su != tu {
+			trust, _ := envOf(tr, "SHARDLOAD_TRUST_UIDS")
+			if !allowed[tu] || !slicesContains(strings.Split(trust, ","), strconv.FormatInt(su, 10)) {
+				t.Errorf("%s: the trainer runs as uid %d, the server as %d: want the same uid, or --allow-uid=%d on the server and SHARDLOAD_TRUST_UIDS=%d in the trainer", where, tu, su, tu, su)
+			}
+		}
+		if q := tr.Resources.Limits[corev1.ResourceMemory]; q.Cmp(resource.MustParse("512Mi")) < 0 {
+			t.Errorf("%s: memory limit %s", where, q.String())
+		}
+
+		// The image matches the resources: GPUs only with an image of CUDA and
+		// PyTorch, the CPU trainer image (numpy, no PyTorch) only without.
+		gpus := tr.Resources.Limits["nvidia.com/gpu"]
+		cpuImage := strings.Contains(tr.Image, "/shardload-trainer:")
+		torchrun := len(tr.Command) > 0 && tr.Command[0] == "torchrun"
+		switch {
+		case gpus.Value() > 0:
+			gpu++
+			if cpuImage || !strings.Contains(tr.Image, "cuda") {
+				t.Errorf("%s asks for %s GPUs with image %q: want a CUDA image (not the CPU trainer image)", where, gpus.String(), tr.Image)
+			}
+			if !torchrun {
+				t.Errorf("%s: GPUs without torchrun: command %q", where, tr.Command)
+			}
+		default:
+			cpu++
+			if !cpuImage || strings.Contains(tr.Image, "cuda") {
+				t.Errorf("%s asks for no GPU: want the CPU trainer image of scripts/images.sh, not %q", where, tr.Image)
+			}
+			if torchrun || !slicesContains(tr.Command, "/opt/shardload/rank.py") {
+				t.Errorf("%s: the CPU trainer image has no PyTorch: command %q, want rank.py", where, tr.Command)
+			}
+			world, _ := envOf(tr, "WORLD_SIZE")
+			if world != strconv.Itoa(int(*job.Spec.Completions)) {
+				t.Errorf("%s: WORLD_SIZE %q for %d pods of one rank", where, world, *job.Spec.Completions)
+			}
+			rankFromIndex := false
+			for _, e := range tr.Env {
+				rankFromIndex = rankFromIndex || (e.Name == "RANK" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil &&
+					e.ValueFrom.FieldRef.FieldPath == "metadata.annotations['batch.kubernetes.io/job-completion-index']")
+			}
+			if !rankFromIndex {
+				t.Errorf("%s: RANK is not the pod's completion index", where)
+			}
+		}
+		if torchrun {
+			checkTorchrun(t, m, job, tr, nSessions)
+		}
+	}
+	if cpu == 0 || gpu == 0 {
+		t.Errorf("%d CPU jobs and %d GPU jobs: want an example of each", cpu, gpu)
+	}
+}
+
+// checkTorchrun checks a Job whose pods run torchrun: as many ranks as GPUs, within
+// the server's sessions; rendezvous at pod 0 through a headless Service; /dev/shm in
+// memory and sized within the memory limit; checkpoints on a shared volume.
+func checkTorchrun(t *testing.T, m manifests, job *batchv1.Job, tr *corev1.Container, nSessions int) {
+	t.Helper()
+	where := "Job " + job.Name
 	jspec := &job.Spec.Template.Spec
-	if job.Spec.CompletionMode == nil || *job.Spec.CompletionMode != batchv1.IndexedCompletion ||
-		job.Spec.Completions == nil || job.Spec.Parallelism == nil || *job.Spec.Completions != *job.Spec.Parallelism {
-		t.Fatalf("Job: want an Indexed Job with completions = parallelism")
-	}
-	if len(jspec.Containers) != 1 {
-		t.Fatalf("Job: %d containers", len(jspec.Containers))
-	}
-	tr := &jspec.Containers[0]
-	checkContainer(t, "Job", jspec, tr, false)
-	if len(tr.Command) == 0 || tr.Command[0] != "torchrun" {
-		t.Fatalf("Job: command %q: want torchrun", tr.Command)
-	}
 	if n, _ := flag(tr.Args, "nnodes"); n != strconv.Itoa(int(*job.Spec.Completions)) {
-		t.Errorf("Job: --nnodes %q for %d pods", n, *job.Spec.Completions)
+		t.Errorf("%s: --nnodes %q for %d pods", where, n, *job.Spec.Completions)
 	}
 	nproc, _ := flag(tr.Args, "nproc-per-node")
 	gpus := tr.Resources.Limits["nvidia.com/gpu"]
 	if np, err := strconv.Atoi(nproc); err != nil || int64(np) != gpus.Value() || np > nSessions {
-		t.Errorf("Job: --nproc-per-node %q, %s GPUs a pod, the server serves %d sessions: want equal GPUs and ranks, within the sessions", nproc, gpus.String(), nSessions)
+		t.Errorf("%s: --nproc-per-node %q, %s GPUs a pod, the server serves %d sessions: want equal GPUs and ranks, within the sessions", where, nproc, gpus.String(), nSessions)
 	}
 	// Rendezvous at pod 0 through the headless Service.
 	endpoint, _ := flag(tr.Args, "rdzv-endpoint")
 	host, port, _ := strings.Cut(endpoint, ":")
 	svc, ok := m.services[jspec.Subdomain]
 	if !ok {
-		t.Fatalf("Job: subdomain %q names no Service", jspec.Subdomain)
+		t.Fatalf("%s: subdomain %q names no Service", where, jspec.Subdomain)
 	}
 	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
 		t.Errorf("Service %s is not headless", svc.Name)
@@ -428,47 +535,30 @@ func TestK8s(t *testing.T) {
 		t.Errorf("Service %s selects %v, not the pods of Job %s", svc.Name, svc.Spec.Selector, job.Name)
 	}
 	if want := job.Name + "-0." + svc.Name; host != want {
-		t.Errorf("Job: rendezvous host %q, want pod 0: %s", host, want)
+		t.Errorf("%s: rendezvous host %q, want pod 0: %s", where, host, want)
 	}
 	servicePort := false
 	for _, p := range svc.Spec.Ports {
 		servicePort = servicePort || strconv.Itoa(int(p.Port)) == port
 	}
 	if !servicePort {
-		t.Errorf("Job: rendezvous port %q is not a port of Service %s", port, svc.Name)
+		t.Errorf("%s: rendezvous port %q is not a port of Service %s", where, port, svc.Name)
 	}
-	if job.Spec.Template.Spec.Affinity == nil || job.Spec.Template.Spec.Affinity.PodAntiAffinity == nil {
-		t.Errorf("Job: no pod anti-affinity: two pods on one node would share its server's sessions")
-	}
-	// The trainer finds the node's socket: same host path, same user as the server.
-	tsock, ok := envOf(tr, "SHARDLOAD_SOCKET")
-	if !ok {
-		t.Fatal("Job: the trainer has no SHARDLOAD_SOCKET")
-	}
-	thost, typ, ok := hostPathOf(jspec, tr, tsock)
-	if !ok || thost != hostSock {
-		t.Errorf("Job: the trainer's socket %s is host path %q, the server's is %q", tsock, thost, hostSock)
-	}
-	if typ != corev1.HostPathDirectory {
-		t.Errorf("Job: the socket's hostPath has type %q: want Directory (the server's, never created empty)", typ)
-	}
-	if su, tu := uid(sspec, serve), uid(jspec, tr); su != tu {
-		if trust, _ := envOf(tr, "SHARDLOAD_TRUST_UIDS"); !slicesContains(strings.Split(trust, ","), strconv.FormatInt(su, 10)) {
-			t.Errorf("Job: the trainer runs as uid %d, the server as %d: the client refuses it (set SHARDLOAD_TRUST_UIDS, and --allow-uid on the server)", tu, su)
-		}
-	}
-	// /dev/shm for torch.distributed, in memory.
-	shm := false
+	// /dev/shm for torch.distributed, in memory, sized, within the memory limit.
+	var shm *corev1.EmptyDirVolumeSource
 	for _, vm := range tr.VolumeMounts {
 		if vm.MountPath != "/dev/shm" {
 			continue
 		}
 		for _, v := range jspec.Volumes {
-			shm = shm || (v.Name == vm.Name && v.EmptyDir != nil && v.EmptyDir.Medium == corev1.StorageMediumMemory)
+			if v.Name == vm.Name && v.EmptyDir != nil && v.EmptyDir.Medium == corev1.StorageMediumMemory {
+				shm = v.EmptyDir
+			}
 		}
 	}
-	if !shm {
-		t.Error("Job: no memory-backed /dev/shm")
+	limit := tr.Resources.Limits[corev1.ResourceMemory]
+	if shm == nil || shm.SizeLimit == nil || shm.SizeLimit.Cmp(resource.MustParse("256Mi")) < 0 || shm.SizeLimit.Cmp(limit) > 0 {
+		t.Errorf("%s: /dev/shm %+v: want a memory emptyDir with a sizeLimit of 256Mi or more within the memory limit %s", where, shm, limit.String())
 	}
 	// Checkpoints on a volume every pod mounts.
 	ckpt, _ := flag(tr.Args, "checkpoint")
@@ -484,10 +574,7 @@ func TestK8s(t *testing.T) {
 		}
 	}
 	if !onPVC {
-		t.Errorf("Job: --checkpoint %q is not on a ReadWriteMany volume defined here", ckpt)
-	}
-	if q := tr.Resources.Limits[corev1.ResourceMemory]; q.Cmp(resource.MustParse("1Gi")) < 0 {
-		t.Errorf("Job: memory limit %s", q.String())
+		t.Errorf("%s: --checkpoint %q is not on a ReadWriteMany volume defined here", where, ckpt)
 	}
 }
 
