@@ -108,17 +108,11 @@ func (lk Lookup) withDefaults() Lookup {
 
 // resolve returns the entries of urls from known, reading the shards it lacks or
 // whose object changed. from names where known came from, for the log ("" the
-// store or nothing).
+// store or nothing). The entries read again or found under another URL go to the
+// Store (as one segment per directory of shards every keepEvery reads, and at the
+// end), so that the next lookup on this node finds them, and an interrupted one
+// keeps most of what it read.
 func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]shard.Info, from string) ([]shard.Info, error) {
-	infos, _, err := lk.resolveEntries(ctx, urls, known, from)
-	return infos, err
-}
-
-// resolveEntries is resolve; changed says whether some entries were read again or
-// found under another URL. Those go to the Store (as one segment per directory of
-// shards every keepEvery scans, and at the end), so that the next lookup on this
-// node finds them, and an interrupted one keeps most of what it read.
-func (lk Lookup) resolveEntries(ctx context.Context, urls []string, known map[string]shard.Info, from string) ([]shard.Info, bool, error) {
 	// The objects' versions and sizes: to know which entries are stale, and to check
 	// every count against its object's size (a bare count, without a version or a
 	// size, is checked up to CheckUpTo shards: a listing per thousand).
@@ -149,7 +143,7 @@ func (lk Lookup) resolveEntries(ctx context.Context, urls []string, known map[st
 	checked := make([]bool, len(urls))
 	if len(check) > 0 {
 		if err := lk.objects(ctx, urls, check, objs); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		for _, i := range check {
 			checked[i] = true
@@ -196,7 +190,7 @@ func (lk Lookup) resolveEntries(ctx context.Context, urls []string, known map[st
 					todo = append(todo, i)
 					continue
 				}
-				return nil, false, fmt.Errorf("shardload: index %s: %w; rebuild it (shardload index)", from, err)
+				return nil, fmt.Errorf("shardload: index %s: %w; rebuild it (shardload index)", from, err)
 			}
 			infos[i] = e
 		}
@@ -206,7 +200,7 @@ func (lk Lookup) resolveEntries(ctx context.Context, urls []string, known map[st
 		lk.keep(keep)
 	}
 	if len(todo) == 0 {
-		return infos, moved > 0, nil
+		return infos, nil
 	}
 	if from != "" {
 		lk.Logf("shardload: index %s: %d of %d shards have no entry and %d changed since it was written; reading those %d to count their samples",
@@ -245,9 +239,9 @@ func (lk Lookup) resolveEntries(ctx context.Context, urls []string, known map[st
 		return nil
 	})
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	return infos, true, nil
+	return infos, nil
 }
 
 // keepEvery is the number of shards read between two writes of their entries to the
