@@ -316,3 +316,32 @@ func mustOpen(t *testing.T, dir string) *index.Store {
 	}
 	return s
 }
+
+// Keep writes a loader's first entries one by one and later ones in batches: a run
+// that stops early keeps all but the last few.
+func TestKeepBatches(t *testing.T) {
+	dir := t.TempDir()
+	store := mustOpen(t, dir)
+	var infos []shard.Info
+	for i := range 100 {
+		infos = append(infos, shard.Info{URL: fmt.Sprintf("s3://b/ds/train-%03d.tar", i), Samples: 1, Version: "v", Size: 4096, Estimated: true})
+	}
+	keep := store.Keep(infos, t.Logf)
+	urls := make([]string, len(infos))
+	for i, in := range infos {
+		urls[i] = in.URL
+		if i < 90 {
+			keep(in)
+		}
+	}
+	// 90 of 100 kept, the run stopped: all but at most an eighth are in the store.
+	if got := len(mustOpen(t, dir).GetMany(urls)); got < 90-90/8-1 || got > 90 {
+		t.Errorf("%d entries in the store after 90 kept", got)
+	}
+	for _, in := range infos[90:] {
+		keep(in)
+	}
+	if got := len(mustOpen(t, dir).GetMany(urls)); got != 100 {
+		t.Errorf("%d entries in the store after the last estimated shard", got)
+	}
+}

@@ -484,11 +484,12 @@ func Shared(dir string) (*Store, error) {
 // Keep returns what a loader calls with the true entry of each shard of infos whose
 // count was estimated, once it read the shard whole: it keeps the entries (PutMany)
 // a batch at a time, so that the next run on the node counts none of them again.
-// A batch is written once it holds keepBatch entries, once keepDelay passed since
-// the last write (at the next entry), and when the last estimated shard of infos is
-// in; what a process leaves unwritten when it stops is counted again by a later
-// run. A failure to write is said once through logf. The returned function is safe
-// for concurrent use.
+// A batch is written once it holds an eighth of the entries written before it (the
+// first ones one by one) or keepBatch, once keepDelay passed since the last write
+// (at the next entry), and when the last estimated shard of infos is in; what a
+// process leaves unwritten when it stops (at most about an eighth of what it wrote,
+// or keepBatch) is counted again by a later run. A failure to write is said once
+// through logf. The returned function is safe for concurrent use.
 func (s *Store) Keep(infos []shard.Info, logf func(string, ...any)) func(shard.Info) {
 	var once sync.Once
 	var mu sync.Mutex
@@ -499,18 +500,21 @@ func (s *Store) Keep(infos []shard.Info, logf func(string, ...any)) func(shard.I
 		}
 	}
 	var pending []shard.Info
+	written := 0
 	last := time.Now()
 	return func(info shard.Info) {
 		mu.Lock()
 		defer mu.Unlock()
 		pending = append(pending, info)
 		left--
-		if left > 0 && len(pending) < keepBatch && time.Since(last) < keepDelay {
+		batch := min(keepBatch, max(1, written/8))
+		if left > 0 && len(pending) < batch && time.Since(last) < keepDelay {
 			return
 		}
 		if err := s.PutMany(pending); err != nil {
 			once.Do(func() { logf("shardload: warning: %v (entries are not kept for the next run)", err) })
 		}
+		written += len(pending)
 		pending, last = nil, time.Now()
 	}
 }
