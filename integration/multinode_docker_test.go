@@ -429,15 +429,6 @@ func (c *mnCluster) startJob(t *testing.T, kase string, epochs int, pauses ...st
 	return j
 }
 
-// each runs f for every rank at once and waits for all.
-func (j *mnJob) each(f func(r *mnRank)) {
-	var wg sync.WaitGroup
-	for _, r := range j.ranks {
-		wg.Go(func() { f(r) })
-	}
-	wg.Wait()
-}
-
 // pausedAll waits until every rank is paused.
 func (j *mnJob) pausedAll(t *testing.T) {
 	t.Helper()

@@ -139,7 +139,9 @@ build() {
 	local tag=$1 file=$2 ctx=$3
 	shift 3
 	local t0=$SECONDS
-	docker build -q -t "$tag" -f "$file" "$@" "$ctx" >/dev/null
+	local out
+	# Quiet unless it fails (the legacy builder's deprecation notice included).
+	out=$(docker build -q -t "$tag" -f "$file" "$@" "$ctx" 2>&1) || { echo "$out" >&2; exit 1; }
 	log "$tag: built in $((SECONDS - t0))s"
 }
 
