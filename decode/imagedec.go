@@ -149,12 +149,16 @@ func (d *Decoder) decodeImage(f *Field, data []byte) (Value, error) {
 	}
 	// The image's size, from its header.
 	var iw, ih int
+	partial := false // whether libjpeg may decode a part of the JPEG
 	if lib != nil {
 		hd, err := lib.Header(data)
 		if err != nil {
 			lib = nil // let Go's decoder have its say
 		} else {
 			iw, ih = hd.Width, hd.Height
+			// Only the colourspaces TurboJPEG decodes to RGB (libjpeg converts CMYK
+			// too, as Go's decoder does not).
+			partial = !d.wholeJPEG && (hd.Colorspace == turbojpeg.CSYCbCr || hd.Colorspace == turbojpeg.CSGray)
 		}
 	}
 	if lib == nil {
@@ -197,7 +201,7 @@ func (d *Decoder) decodeImage(f *Field, data []byte) (Value, error) {
 	stride := sw * 3
 	st.region = turbojpeg.Region{}
 	switch {
-	case lib != nil && !d.wholeJPEG && d.decodeRegion(st, data, sw, sh, den):
+	case lib != nil && partial && d.decodeRegion(st, data, sw, sh, den):
 		stride = st.region.W * 3
 	case lib != nil:
 		st.rgb = grow(st.rgb, sw*sh*3)
@@ -287,9 +291,11 @@ func (d *Decoder) decodeRegion(st *imageState, data []byte, sw, sh, den int) boo
 	return true
 }
 
+// grow returns b resized to n bytes, reallocated when its capacity is not n and 16
+// more: the vector resampler reads a byte past a source's last pixel.
 func grow(b []byte, n int) []byte {
-	if cap(b) < n {
-		return make([]byte, n)
+	if cap(b) < n+16 {
+		return make([]byte, n, n+16)
 	}
 	return b[:n]
 }

@@ -153,6 +153,8 @@ func clip8(v int32) byte { return byte(v >> precisionBits) }
 type resampler struct {
 	h, v axis
 	tmp  []byte
+	// noVector keeps to the Go passes (the tests compare the vector passes with them).
+	noVector bool
 }
 
 // resize resamples the RGB source src (rows stride bytes apart) into dst (n x m RGB
@@ -174,9 +176,11 @@ func (r *resampler) resize(dst, src []byte, stride int, flip bool) {
 			r.tmp = make([]byte, need)
 		}
 		tmp := r.tmp[:w*(y1-y0)]
-		if r.h.k == 3 || r.h.k == 4 {
+		switch {
+		case !r.noVector && horizontalAVX2(tmp, src, stride, y0, y1, &r.h, flip):
+		case r.h.k == 3 || r.h.k == 4:
 			horizontalRows3(tmp, src, stride, y0, y1, &r.h, flip)
-		} else {
+		default:
 			for y := y0; y < y1; y++ {
 				horizontal3(tmp[(y-y0)*w:(y-y0+1)*w], src[y*stride:], &r.h, flip)
 			}
@@ -185,6 +189,9 @@ func (r *resampler) resize(dst, src []byte, stride int, flip bool) {
 	}
 	if r.v.identity {
 		copyRows(dst, rows, w, rowStride, r.v.start, rowBase)
+		return
+	}
+	if !r.noVector && verticalAVX2(dst, rows, w, rowStride, rowBase, &r.v) {
 		return
 	}
 	for j := range m {

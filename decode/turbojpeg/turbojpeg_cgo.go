@@ -191,6 +191,18 @@ func (l *Lib) put(h C.tjhandle) {
 	}
 }
 
+// done puts h back after a call that succeeded, or destroys it after one that
+// failed or warned: a TurboJPEG 2.x instance that stopped in the middle of a
+// datastream (headers cut short, a tables-only datastream) fails every later call
+// ("Bogus DQT index"), so one that failed is not reused.
+func (l *Lib) done(h C.tjhandle, ok bool) {
+	if ok {
+		l.put(h)
+		return
+	}
+	C.sl_destroy(l.t, h)
+}
+
 // err reads h's last error, before h goes back to the pool.
 func (l *Lib) err(h C.tjhandle) *Error {
 	var msg *C.char
@@ -211,7 +223,8 @@ func (l *Lib) Header(jpeg []byte) (Header, error) {
 	if err != nil {
 		return Header{}, err
 	}
-	defer l.put(h)
+	ok := false
+	defer func() { l.done(h, ok) }()
 	var w, hgt, ss, cs C.int
 	rc := C.sl_header(l.t, h, (*C.uchar)(unsafe.Pointer(unsafe.SliceData(jpeg))), C.ulong(len(jpeg)), &w, &hgt, &ss, &cs)
 	runtime.KeepAlive(jpeg)
@@ -228,6 +241,7 @@ func (l *Lib) Header(jpeg []byte) (Header, error) {
 	if hdr.Width <= 0 || hdr.Height <= 0 {
 		return Header{}, errNoImage
 	}
+	ok = rc == 0
 	return hdr, nil
 }
 
@@ -251,7 +265,8 @@ func (l *Lib) Decode(jpeg, dst []byte, width, height int, format PixelFormat, fl
 	if err != nil {
 		return err
 	}
-	defer l.put(h)
+	ok := false
+	defer func() { l.done(h, ok) }()
 	rc := C.sl_decode(l.t, h, (*C.uchar)(unsafe.Pointer(unsafe.SliceData(jpeg))), C.ulong(len(jpeg)),
 		(*C.uchar)(unsafe.Pointer(unsafe.SliceData(dst))), C.int(width), C.int(pitch), C.int(height),
 		C.int(format), C.int(flags))
@@ -259,6 +274,7 @@ func (l *Lib) Decode(jpeg, dst []byte, width, height int, format PixelFormat, fl
 	runtime.KeepAlive(dst)
 	switch rc {
 	case 0:
+		ok = true
 		return nil
 	case C.SL_NO_IMAGE:
 		return errNoImage

@@ -520,3 +520,23 @@ func TestDecodeConcurrent(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestFailedCallNotReused: an instance whose call failed in the middle of a
+// datastream (headers cut short) fails every later call in TurboJPEG 2.x ("Bogus
+// DQT index"), so it must not go back to the pool: the next call on one goroutine,
+// which would take it again, succeeds.
+func TestFailedCallNotReused(t *testing.T) {
+	l := testLib(t)
+	data := encode(t, photo(64, 48, 4, 1), 90)
+	dst := make([]byte, 64*48*3)
+	for _, bad := range [][]byte{data[:20], data[:200], []byte("\xff\xd8\xff\xdb garbage")} {
+		l.Header(bad)
+		if hd, err := l.Header(data); err != nil || hd.Width != 64 {
+			t.Fatalf("Header after a failed Header of %d bytes: %+v, %v", len(bad), hd, err)
+		}
+		l.Decode(bad, dst, 64, 48, RGB, 0)
+		if err := l.Decode(data, dst, 64, 48, RGB, 0); err != nil {
+			t.Fatalf("Decode after a failed Decode of %d bytes: %v", len(bad), err)
+		}
+	}
+}
