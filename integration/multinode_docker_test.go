@@ -227,7 +227,7 @@ func (n *mnNode) startServe(t *testing.T) {
 	if n.c.memlock {
 		args = append(args, "--ulimit", "memlock=-1")
 	}
-	args = append(args, "-v", n.run+":/run/shardload", "-v", n.cache+":/var/cache/shardload",
+	args = append(args, "-p", "127.0.0.1::9400", "-v", n.run+":/run/shardload", "-v", n.cache+":/var/cache/shardload",
 		"--health-cmd", "/usr/local/bin/shardload top --once --every 200ms 127.0.0.1:9400",
 		"--health-interval", "1s", "--health-retries", "60", "--health-timeout", "5s")
 	args = append(args, n.c.env...)
@@ -256,6 +256,20 @@ func (n *mnNode) waitHealthy(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// metric returns the sum of a counter family of the node's serve metrics (every
+// label), scraped through the port published for them.
+func (n *mnNode) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	addr := strings.Fields(mustDocker(t, "port", n.serve, "9400/tcp"))[0]
+	sum := 0.0
+	if f := scrape(t, "http://"+addr+"/metrics")[name]; f != nil {
+		for _, m := range f.Metric {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
 }
 
 // mnEvent is one line of docker/trainer/rank.py.
@@ -551,22 +565,33 @@ func TestMultiNodeDocker(t *testing.T) {
 		// read on: its serve retries and goes on; no rank loses its server.
 		j := c.startJob(t, "disconnect", 1, "0:2")
 		j.pausedAll(t)
-		mustDocker(t, "network", "disconnect", c.network, j.nodes[0].serve)
+		a := j.nodes[0]
+		retries, fetches, hits := a.metric(t, "shardload_fetch_retries_total"), a.metric(t, "shardload_cache_fetches_total"),
+			a.metric(t, "shardload_cache_hits_total")
+		mustDocker(t, "network", "disconnect", c.network, a.serve)
 		j.releaseAll(t)
 		time.Sleep(5 * time.Second) // the length of the outage, not a synchronisation
-		mustDocker(t, "network", "connect", c.network, j.nodes[0].serve)
+		mustDocker(t, "network", "connect", c.network, a.serve)
 		j.finishAll(t)
 		j.check(t, c, "disconnect", 1)
+		// What rode the outage out: retries, or the node's cache (shards cached before
+		// the cut are served unverified while the store cannot be reached).
+		t.Logf("disconnect: node A: fetch retries %v -> %v, cache fetches %v -> %v, cache hits %v -> %v", retries,
+			a.metric(t, "shardload_fetch_retries_total"), fetches, a.metric(t, "shardload_cache_fetches_total"),
+			hits, a.metric(t, "shardload_cache_hits_total"))
 	})
 
 	t.Run("minio_restart", func(t *testing.T) {
 		// MinIO restarted mid-epoch (its data on its volume): both serves retry.
 		j := c.startJob(t, "minio", 1, "0:2")
 		j.pausedAll(t)
+		retries := j.nodes[0].metric(t, "shardload_fetch_retries_total") + j.nodes[1].metric(t, "shardload_fetch_retries_total")
 		mustDocker(t, "restart", "-t", "2", c.minio)
 		j.releaseAll(t)
 		j.finishAll(t)
 		j.check(t, c, "minio_restart", 1)
+		t.Logf("minio_restart: fetch retries of both nodes %v -> %v", retries,
+			j.nodes[0].metric(t, "shardload_fetch_retries_total")+j.nodes[1].metric(t, "shardload_fetch_retries_total"))
 	})
 
 	t.Run("rolling_restart", func(t *testing.T) {
