@@ -175,7 +175,7 @@ type Config struct {
 	// ReadGap: the samples a rank wants of a window it shares with another rank (or
 	// of a resumed window) are read with one request per run of them, and two runs of
 	// one shard are read in one request, dropping the samples between them, when
-	// these take at most ReadGap bytes. Default: the request cost of the first URL's
+	// these take at most ReadGap bytes. Default: the request cost of the first shard.s
 	// source (source.RequestCostOf: 64 KiB for local files, 1 MiB for object stores
 	// and HTTP). Negative: one request per run, reading no sample the rank does not
 	// yield.
@@ -325,22 +325,11 @@ func (cfg Config) withDefaults() Config {
 		cfg.ErrorBudget = &b
 	}
 	cfg.Sources = cmp.Or(cfg.Sources, source.Default)
-	if cfg.ReadGap == 0 {
-		cfg.ReadGap = source.RequestCostOf(cfg.Sources, firstURL(cfg))
-	}
 	cfg.logKey = logs.Key(cfg.Logger, cfg.Logf)
 	if cfg.Logger != nil || cfg.Logf == nil {
 		cfg.Logf = logs.Printf(cmp.Or(cfg.Logger, slog.Default()))
 	}
 	return cfg
-}
-
-// firstURL returns cfg's first shard URL or pattern, "" when it names none.
-func firstURL(cfg Config) string {
-	if len(cfg.Shards) > 0 {
-		return cfg.Shards[0].URL
-	}
-	return strings.Join(cfg.URLs[:min(len(cfg.URLs), 1)], "")
 }
 
 // once calls f unless a line of the kind what went to cfg's logger (with defaults)

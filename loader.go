@@ -21,6 +21,7 @@ import (
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/source"
 	"github.com/shardload/shardload/wire"
 )
 
@@ -192,6 +193,9 @@ func (l *Loader) params(pl planned, images decode.ImageDecoder, b tune.Budget, k
 
 // newPlan returns cfg's rank's plan under order, after runs.
 func newPlan(infos []shard.Info, cfg Config, order Order, runs []plan.Run) (plan.Plan, error) {
+	if cfg.ReadGap == 0 && len(infos) > 0 {
+		cfg.ReadGap = source.RequestCostOf(cfg.Sources, infos[0].URL)
+	}
 	p, err := plan.New(infos, plan.Config{
 		Seed: cfg.Seed, Epoch: order.Epoch, Rank: cfg.Rank, World: cfg.World,
 		Shuffle: !cfg.NoShuffle, Lanes: order.Lanes, Window: order.Window, Runs: runs,

@@ -62,17 +62,9 @@ func (l *Loader) Stats() Stats {
 // PageLocked become o's, SlabBytes the larger),
 // for totals over epochs or loaders.
 func (s *Stats) Add(o Stats) {
-	s.Samples += o.Samples
-	s.Batches += o.Batches
-	s.Padded += o.Padded
-	s.Trimmed += o.Trimmed
-	s.Skipped += o.Skipped
-	s.SkippedShards += o.SkippedShards
-	s.BytesIn += o.BytesIn
-	s.BytesInflated += o.BytesInflated
-	s.BytesOut += o.BytesOut
-	s.Requests += o.Requests
-	s.Elapsed += o.Elapsed
+	s.Samples, s.Batches, s.Padded, s.Trimmed = s.Samples+o.Samples, s.Batches+o.Batches, s.Padded+o.Padded, s.Trimmed+o.Trimmed
+	s.Skipped, s.SkippedShards, s.Elapsed = s.Skipped+o.Skipped, s.SkippedShards+o.SkippedShards, s.Elapsed+o.Elapsed
+	s.BytesIn, s.BytesInflated, s.BytesOut, s.Requests = s.BytesIn+o.BytesIn, s.BytesInflated+o.BytesInflated, s.BytesOut+o.BytesOut, s.Requests+o.Requests
 	s.Workers, s.Memory, s.Queued, s.PageLocked = o.Workers, o.Memory, o.Queued, o.PageLocked
 	s.SlabBytes = max(s.SlabBytes, o.SlabBytes)
 	if s.Stages == nil {
