@@ -175,7 +175,7 @@ type Config struct {
 	// ReadGap: the samples a rank wants of a window it shares with another rank (or
 	// of a resumed window) are read with one request per run of them, and two runs of
 	// one shard are read in one request, dropping the samples between them, when
-	// these take at most ReadGap bytes. Default: the request cost of the first shard.s
+	// these take at most ReadGap bytes. Default: the request cost of the first shard's
 	// source (source.RequestCostOf: 64 KiB for local files, 1 MiB for object stores
 	// and HTTP). Negative: one request per run, reading no sample the rank does not
 	// yield.
