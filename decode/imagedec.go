@@ -206,13 +206,13 @@ func (d *Decoder) decodeImage(f *Field, data []byte) (Value, error) {
 	case lib != nil:
 		st.rgb = grow(st.rgb, sw*sh*3)
 		err := lib.Decode(data, st.rgb, sw, sh, turbojpeg.RGB, 0)
-		var te *turbojpeg.Error
+		te, _ := err.(*turbojpeg.Error) // not errors.As: its target would be allocated for every image
 		switch {
 		case err == nil:
-		case errors.As(err, &te) && te.Warning && !strings.Contains(te.Msg, "Premature end"):
+		case te != nil && te.Warning && !strings.Contains(te.Msg, "Premature end"):
 			// A flaw libjpeg decodes through (extraneous bytes before a marker), as PIL
 			// does.
-		case errors.As(err, &te) && te.Warning:
+		case te != nil && te.Warning:
 			return Value{}, errf(ErrBadImage, "JPEG truncated (%s)", te.Msg)
 		default:
 			// What libjpeg-turbo cannot decode (a CMYK JPEG), Go may.

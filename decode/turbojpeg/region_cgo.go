@@ -115,7 +115,26 @@ static void sl_jerr_emit(void *cinfo, int level) {
 // scaled by 1/den, as RGB into dst, rows packed. jpeg_crop_scanline widens the
 // columns to the left to an iMCU boundary: *ox and *ow are the columns decoded. The
 // image's scaled size must be width x height.
-static int sl_jl_region(sl_jl *t, const unsigned char *jpeg, unsigned long n, unsigned char *dst,
+// sl_rg is sl_jl_region's result, returned by value: out-parameters in Go memory
+// would be allocated on the heap for every call.
+typedef struct {
+	int rc, ox, ow;
+	char msg[SL_JMSG_LENGTH_MAX];
+} sl_rg;
+
+static int sl_jl_region1(sl_jl *t, const unsigned char *jpeg, unsigned long n, unsigned char *dst,
+                        int width, int height, int den, int x, int y, int w, int h, int *ox, int *ow, char *msg);
+
+static sl_rg sl_jl_region(sl_jl *t, const unsigned char *jpeg, unsigned long n, unsigned char *dst,
+                          int width, int height, int den, int x, int y, int w, int h) {
+	sl_rg r;
+	r.ox = r.ow = 0;
+	r.msg[0] = 0;
+	r.rc = sl_jl_region1(t, jpeg, n, dst, width, height, den, x, y, w, h, &r.ox, &r.ow, r.msg);
+	return r;
+}
+
+static int sl_jl_region1(sl_jl *t, const unsigned char *jpeg, unsigned long n, unsigned char *dst,
                         int width, int height, int den, int x, int y, int w, int h, int *ox, int *ow, char *msg) {
 	_Alignas(16) unsigned char cinfo[SL_CINFO_SIZE];
 	sl_jerr err;
@@ -234,18 +253,17 @@ func (r *Regions) DecodeRegion(jpeg, dst []byte, width, height, den int, reg Reg
 	if err := checkRegion(jpeg, dst, width, height, den, reg); err != nil {
 		return Region{}, err
 	}
-	var ox, ow C.int
-	var msg [C.SL_JMSG_LENGTH_MAX]C.char
-	rc := C.sl_jl_region(r.t, (*C.uchar)(unsafe.Pointer(unsafe.SliceData(jpeg))), C.ulong(len(jpeg)),
+	res := C.sl_jl_region(r.t, (*C.uchar)(unsafe.Pointer(unsafe.SliceData(jpeg))), C.ulong(len(jpeg)),
 		(*C.uchar)(unsafe.Pointer(unsafe.SliceData(dst))), C.int(width), C.int(height), C.int(den),
-		C.int(reg.X), C.int(reg.Y), C.int(reg.W), C.int(reg.H), &ox, &ow, &msg[0])
+		C.int(reg.X), C.int(reg.Y), C.int(reg.W), C.int(reg.H))
 	runtime.KeepAlive(jpeg)
 	runtime.KeepAlive(dst)
-	switch rc {
+	switch res.rc {
 	case 0:
-		return Region{X: int(ox), Y: reg.Y, W: int(ow), H: reg.H}, nil
+		return Region{X: int(res.ox), Y: reg.Y, W: int(res.ow), H: reg.H}, nil
 	case C.SL_RG_SIZE:
 		return Region{}, errors.New("turbojpeg: the image's scaled size is not the one given")
 	}
-	return Region{}, &Error{Msg: C.GoString(&msg[0]), Warning: rc == C.SL_RG_WARNING}
+	msg := res.msg // a copy, so that res itself stays on the stack
+	return Region{}, &Error{Msg: C.GoString(&msg[0]), Warning: res.rc == C.SL_RG_WARNING}
 }

@@ -74,8 +74,14 @@ static int sl_error(sl_tj *t, tjhandle h, const char **msg) {
 	return h ? t->GetErrorCode(h) : 1;
 }
 
-static int sl_header(sl_tj *t, tjhandle h, const unsigned char *jpeg, unsigned long n, int *w, int *hgt, int *ss, int *cs) {
-	return t->DecompressHeader3(h, jpeg, n, w, hgt, ss, cs);
+// sl_hdr is sl_header's result, returned by value: out-parameters in Go memory
+// would be allocated on the heap for every call.
+typedef struct { int rc, w, hgt, ss, cs; } sl_hdr;
+
+static sl_hdr sl_header(sl_tj *t, tjhandle h, const unsigned char *jpeg, unsigned long n) {
+	sl_hdr r = {0, 0, 0, 0, 0};
+	r.rc = t->DecompressHeader3(h, jpeg, n, &r.w, &r.hgt, &r.ss, &r.cs);
+	return r;
 }
 
 // sl_decode decodes jpeg into dst, w x hgt pixels of pf with rows pitch bytes apart.
@@ -225,10 +231,10 @@ func (l *Lib) Header(jpeg []byte) (Header, error) {
 	}
 	ok := false
 	defer func() { l.done(h, ok) }()
-	var w, hgt, ss, cs C.int
-	rc := C.sl_header(l.t, h, (*C.uchar)(unsafe.Pointer(unsafe.SliceData(jpeg))), C.ulong(len(jpeg)), &w, &hgt, &ss, &cs)
+	res := C.sl_header(l.t, h, (*C.uchar)(unsafe.Pointer(unsafe.SliceData(jpeg))), C.ulong(len(jpeg)))
 	runtime.KeepAlive(jpeg)
-	hdr := Header{Width: int(w), Height: int(hgt), Subsamp: int(ss), Colorspace: int(cs)}
+	rc := res.rc
+	hdr := Header{Width: int(res.w), Height: int(res.hgt), Subsamp: int(res.ss), Colorspace: int(res.cs)}
 	if rc != 0 {
 		e := l.err(h)
 		if !e.Warning {
