@@ -5,7 +5,7 @@
 //	shardload warm   URL...    fill the node's shard cache
 //	shardload bench  URL...    the whole pipeline: samples/s, MB/s, stages, trainer wait
 //	shardload index  URL...    write the dataset index: sample counts and offsets
-//	shardload plan   [URL...]  what a job will cost, without reading a shard
+//	shardload plan             what a job will cost, without reading a shard
 //	shardload serve  [URL...]  the loader process beside PyTorch trainers
 //	shardload doctor           topology, limits, what to change
 //	shardload gen    DIR       write synthetic shards for tests and demos
