@@ -399,28 +399,28 @@ func TestImageCMYK(t *testing.T) {
 
 // BenchmarkImage decodes a 500x375 photo into 224x224 crops. Beside the wall time it
 // reports cpu-ms/op, the process's CPU time an image (getrusage), steadier than the
-// wall time on a shared machine. The whole-jpeg runs decode every pixel of the JPEG
-// (no partial decode), for comparison.
+// wall time on a shared machine. For comparison in the same run, libjpeg-turbo's
+// whole-jpeg runs decode every pixel of the JPEG (no partial decode), and its
+// go-resize runs do that and resize with the Go passes (no AVX2): the path before
+// either.
 func BenchmarkImage(b *testing.B) {
 	data := encodeJPEG(b, photo(500, 375, 9))
 	for _, be := range []ImageDecoder{ImageDecoderTurbo, ImageDecoderGo} {
 		if _, err := be.Resolve(); err != nil {
 			continue
 		}
-		for _, spec := range []string{"i=jpg:image:uint8:224x224x3", "i=jpg:image:uint8:3x224x224:random-crop,flip", "i=jpg:image:float32:3x224x224:imagenet"} {
-			for _, whole := range []bool{false, true} {
-				if whole && be != ImageDecoderTurbo {
+		for _, spec := range []string{"i=jpg:image:uint8:224x224x3", "i=jpg:image:uint8:3x224x224:resize=256", "i=jpg:image:uint8:3x224x224:random-crop,flip", "i=jpg:image:float32:3x224x224:imagenet"} {
+			for _, variant := range []string{"", "/whole-jpeg", "/go-resize"} {
+				if variant != "" && be != ImageDecoderTurbo {
 					continue
 				}
-				name := be.String() + "/" + spec[strings.LastIndexByte(spec, ':')+1:]
-				if whole {
-					name += "/whole-jpeg"
-				}
-				b.Run(name, func(b *testing.B) {
+				b.Run(be.String()+"/"+spec[strings.LastIndexByte(spec, ':')+1:]+variant, func(b *testing.B) {
 					f := mustField(b, spec)
-					d := Decoder{Images: be, wholeJPEG: whole}
+					d := Decoder{Images: be, wholeJPEG: variant != ""}
 					b.SetBytes(int64(len(data)))
 					b.ReportAllocs()
+					d.Decode(&f, data, nil)
+					d.img.rs.noVector = variant == "/go-resize"
 					c0 := cpuTime()
 					for i := range b.N {
 						d.Seed = uint64(i)
