@@ -38,15 +38,15 @@ var (
 // running into go test's deadline.
 const mnTimeout = 3 * time.Minute
 
-// The job every case runs: 8 shards of 64 samples (512, divisible by the world, so
+// The job every case runs: 32 shards of 16 samples (512, divisible by the world, so
 // every sample is read in every epoch), four ranks, batches of 8: 16 per rank and
 // epoch.
 const (
 	mnWorld   = 4
 	mnBatch   = 8
 	mnSeed    = 11
-	mnShards  = 8
-	mnSamples = 64
+	mnShards  = 32
+	mnSamples = 16
 	mnBucket  = "multinode"
 )
 
