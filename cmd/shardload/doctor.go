@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
+	"github.com/shardload/shardload/decode/turbojpeg"
 	"github.com/shardload/shardload/numa"
 	"github.com/shardload/shardload/pinned"
 )
@@ -72,6 +73,7 @@ type doctorReport struct {
 	HugePages hugePageInfo   `json:"huge_pages"`
 	Shm       spaceInfo      `json:"dev_shm"`
 	Cache     spaceInfo      `json:"cache"`
+	JPEG      jpegInfo       `json:"jpeg"`
 	// Advice lists what to change, one line each; empty when nothing.
 	Advice []string `json:"advice"`
 }
@@ -82,6 +84,13 @@ type memlockInfo struct {
 	Unlimited bool   `json:"unlimited"`
 	CapIPC    bool   `json:"cap_ipc_lock"`
 	Need      int64  `json:"ring_bytes"`
+}
+
+// jpegInfo says which JPEG decoder image fields use by default (--image-decoder auto).
+type jpegInfo struct {
+	Decoder string `json:"decoder"`           // "libjpeg-turbo" or "go"
+	Library string `json:"library,omitempty"` // the library loaded
+	Err     string `json:"error,omitempty"`   // why libjpeg-turbo did not load
 }
 
 type hugePageInfo struct {
@@ -127,6 +136,12 @@ func diagnose(root, cacheDir string, ringBytes int64) (*doctorReport, error) {
 		r.Cache.Off = true
 	} else {
 		r.Cache = space(cacheDir)
+	}
+	r.JPEG = jpegInfo{Decoder: "go"}
+	if lib, err := turbojpeg.Default(); err == nil {
+		r.JPEG = jpegInfo{Decoder: "libjpeg-turbo", Library: lib.Path()}
+	} else {
+		r.JPEG.Err = err.Error()
 	}
 	r.advise()
 	return r, nil
@@ -232,6 +247,11 @@ func (r *doctorReport) write(w io.Writer) error {
 	}
 	fmt.Fprintf(bw, "memlock:   %s (CAP_IPC_LOCK: %v); slabs to lock: %s\n", lim, m.CapIPC, humanBytes(m.Need))
 	fmt.Fprintf(bw, "hugepages: transparent huge pages %s, for shared memory %s\n", orUnknown(r.HugePages.Enabled), orUnknown(r.HugePages.Shmem))
+	if r.JPEG.Library != "" {
+		fmt.Fprintf(bw, "jpeg:      libjpeg-turbo (%s)\n", r.JPEG.Library)
+	} else {
+		fmt.Fprintf(bw, "jpeg:      Go's image/jpeg, several times slower: %s\n", r.JPEG.Err)
+	}
 	for _, s := range []struct {
 		name string
 		si   spaceInfo

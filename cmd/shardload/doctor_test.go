@@ -45,6 +45,14 @@ func TestDoctorFakeSysfs(t *testing.T) {
 	if !rep.Memlock.Unlimited && !rep.Memlock.CapIPC && !strings.Contains(strings.Join(rep.Advice, "\n"), "memlock limit") {
 		t.Errorf("a 1 TiB ring above the memlock limit gives no advice: %q", rep.Advice)
 	}
+	// The JPEG decoder: libjpeg-turbo where it loads (deps.sh installs it), named
+	// with its library; else Go's, with the reason.
+	if (rep.JPEG.Decoder == "libjpeg-turbo") != (rep.JPEG.Library != "" && rep.JPEG.Err == "") || (rep.JPEG.Decoder == "go" && rep.JPEG.Err == "") {
+		t.Errorf("--json jpeg: %+v", rep.JPEG)
+	}
+	if _, stdout, _ := runCLI(t, "doctor", "--sysfs", root); !strings.Contains(stdout, "jpeg:      "+map[string]string{"go": "Go's image/jpeg", "libjpeg-turbo": "libjpeg-turbo ("}[rep.JPEG.Decoder]) {
+		t.Errorf("doctor's report does not name the %s decoder:\n%s", rep.JPEG.Decoder, stdout)
+	}
 }
 
 func TestDoctorNoNUMA(t *testing.T) {
