@@ -36,7 +36,13 @@ if ! grep -q '"samples":1[,}]' <<<"$out"; then
 	echo "containers-test: the loader image did not decode a JPEG with libjpeg-turbo: $out" >&2
 	exit 1
 fi
-echo "containers-test: the loader image decodes JPEG with libjpeg-turbo"
+doc=$(docker run --rm --network none shardload:local doctor)
+if ! grep -q '^jpeg: *libjpeg-turbo' <<<"$doc"; then
+	echo "containers-test: doctor in the loader image does not report libjpeg-turbo:" >&2
+	echo "$doc" >&2
+	exit 1
+fi
+echo "containers-test: the loader image decodes JPEG with libjpeg-turbo ($(grep '^jpeg:' <<<"$doc"))"
 
 t1=$SECONDS
 scripts/compose.sh --no-build
