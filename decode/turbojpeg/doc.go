@@ -12,6 +12,12 @@
 // grayscale pixels into a caller's buffer and can scale by 1/8 to 1 in the inverse
 // DCT, which costs less than decoding at full size and resizing afterwards.
 //
+// Regions (OpenRegions, DefaultRegions) is libjpeg-turbo's libjpeg API,
+// libjpeg.so.62, loaded the same way: DecodeRegion decodes only the columns and rows
+// of an image that a crop needs (jpeg_crop_scanline, jpeg_skip_scanlines), which
+// TurboJPEG 2.x cannot. Its pixels are the full decode's, save for the decoded part's
+// first and last columns.
+//
 // A Lib is safe for concurrent use: it keeps a pool of TurboJPEG instances, one per
 // concurrent call, reused from call to call.
 package turbojpeg
