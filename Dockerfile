@@ -4,7 +4,7 @@
 # Built by scripts/images.sh (`make images`), not by `docker build .` alone: no
 # registry is assumed, so there is no base image to pull and no Go toolchain image to
 # compile in. The script makes the base root (shardload-base/runtime: Debian minbase
-# with libturbojpeg0 and ca-certificates, imported with `docker import`), builds the
+# with libturbojpeg0, libjpeg62-turbo and ca-certificates, imported with `docker import`), builds the
 # binary on the host with cgo (it loads libjpeg-turbo, and libcuda for
 # `bench --device cuda`, at run time: a static binary cannot), and builds this file
 # in a context that holds only that binary:

@@ -44,7 +44,7 @@ recipe=1
 # The packages of each root (minbase: dpkg, apt, coreutils, bash and little more).
 # The python root is the runtime root plus python_pkgs, installed into a copy of it
 # with apt in a chroot (one debootstrap, not two).
-runtime_pkgs=libturbojpeg0,ca-certificates
+runtime_pkgs=libturbojpeg0,libjpeg62-turbo,ca-certificates
 python_pkgs=python3,python3-numpy
 
 MINIO_VERSION=$(sed -n 's/^MINIO_VERSION=//p' scripts/tools.sh)

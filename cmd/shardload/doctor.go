@@ -90,7 +90,10 @@ type memlockInfo struct {
 type jpegInfo struct {
 	Decoder string `json:"decoder"`           // "libjpeg-turbo" or "go"
 	Library string `json:"library,omitempty"` // the library loaded
-	Err     string `json:"error,omitempty"`   // why libjpeg-turbo did not load
+	// Regions is libjpeg's library (libjpeg.so.62), through which only the rows and
+	// columns a crop reads are decoded; "" when it does not load (whole images).
+	Regions string `json:"regions,omitempty"`
+	Err     string `json:"error,omitempty"` // why libjpeg-turbo did not load
 }
 
 type hugePageInfo struct {
@@ -140,6 +143,9 @@ func diagnose(root, cacheDir string, ringBytes int64) (*doctorReport, error) {
 	r.JPEG = jpegInfo{Decoder: "go"}
 	if lib, err := turbojpeg.Default(); err == nil {
 		r.JPEG = jpegInfo{Decoder: "libjpeg-turbo", Library: lib.Path()}
+		if reg, err := turbojpeg.DefaultRegions(); err == nil {
+			r.JPEG.Regions = reg.Path()
+		}
 	} else {
 		r.JPEG.Err = err.Error()
 	}
@@ -248,7 +254,11 @@ func (r *doctorReport) write(w io.Writer) error {
 	fmt.Fprintf(bw, "memlock:   %s (CAP_IPC_LOCK: %v); slabs to lock: %s\n", lim, m.CapIPC, humanBytes(m.Need))
 	fmt.Fprintf(bw, "hugepages: transparent huge pages %s, for shared memory %s\n", orUnknown(r.HugePages.Enabled), orUnknown(r.HugePages.Shmem))
 	if r.JPEG.Library != "" {
-		fmt.Fprintf(bw, "jpeg:      libjpeg-turbo (%s)\n", r.JPEG.Library)
+		crops := "whole images (libjpeg.so.62 not loaded: install libjpeg62-turbo to decode only a crop's rows)"
+		if r.JPEG.Regions != "" {
+			crops = "crops decoded alone through " + r.JPEG.Regions
+		}
+		fmt.Fprintf(bw, "jpeg:      libjpeg-turbo (%s); %s\n", r.JPEG.Library, crops)
 	} else {
 		fmt.Fprintf(bw, "jpeg:      Go's image/jpeg, several times slower: %s\n", r.JPEG.Err)
 	}

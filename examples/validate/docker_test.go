@@ -168,7 +168,7 @@ func TestDockerfiles(t *testing.T) {
 			}
 		}
 	}
-	for name, pkgs := range map[string][]string{"runtime_pkgs": {"libturbojpeg0", "ca-certificates"}, "python_pkgs": {"python3", "python3-numpy"}} {
+	for name, pkgs := range map[string][]string{"runtime_pkgs": {"libturbojpeg0", "libjpeg62-turbo", "ca-certificates"}, "python_pkgs": {"python3", "python3-numpy"}} {
 		for _, p := range pkgs {
 			if !slices.Contains(strings.Split(img.vars[name], ","), p) {
 				t.Errorf("scripts/images.sh: %s %q has no %s", name, img.vars[name], p)
