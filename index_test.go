@@ -28,20 +28,7 @@ func TestOffsetsReadEachSampleOnce(t *testing.T) {
 		t.Skip("reads 4,000 samples 2 x 76 times")
 	}
 	ctx := context.Background()
-	paths, err := shardgen.Generate(t.TempDir(), shardgen.Spec{Shards: 4, SamplesPerShard: 1000, Seed: 5,
-		Fields: []shardgen.Field{{Ext: "bin", Kind: shardgen.Random, MinBytes: 200, MaxBytes: 2000}, {Ext: "cls", Kind: shardgen.Class}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var total int64
-	for _, p := range paths {
-		fi, _ := os.Stat(p)
-		total += fi.Size()
-	}
-	infos, err := shardload.Count(ctx, shardload.Config{URLs: paths, IndexDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	infos, total := countedShards(t, 1000, 5, 200, 2000)
 	bare := slices.Clone(infos)
 	for i := range bare {
 		if len(bare[i].Offsets) != 1000 {
@@ -448,20 +435,7 @@ func unevenShards(t *testing.T, dir string) []string {
 // dataset once, where the object stores' 1 MiB gap reads it more than twice.
 func TestDefaultReadGap(t *testing.T) {
 	ctx := context.Background()
-	paths, err := shardgen.Generate(t.TempDir(), shardgen.Spec{Shards: 4, SamplesPerShard: 200, Seed: 9,
-		Fields: []shardgen.Field{{Ext: "bin", Kind: shardgen.Random, MinBytes: 16 << 10, MaxBytes: 48 << 10}, {Ext: "cls", Kind: shardgen.Class}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var total int64
-	for _, p := range paths {
-		fi, _ := os.Stat(p)
-		total += fi.Size()
-	}
-	infos, err := shardload.Count(ctx, shardload.Config{URLs: paths, IndexDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	infos, total := countedShards(t, 200, 9, 16<<10, 48<<10)
 	read := func(gap int64) (ratio float64, requests int64) {
 		var in int64
 		for rank := range 8 {
@@ -487,4 +461,25 @@ func TestDefaultReadGap(t *testing.T) {
 	if def > 1.3 || wide < 1.5 || defReq <= wideReq {
 		t.Errorf("default gap: %.2fx in %d requests, 1 MiB gap: %.2fx in %d requests; want at most 1.3x, and fewer bytes for more requests than 1 MiB's", def, defReq, wide, wideReq)
 	}
+}
+
+// countedShards writes 4 shards of per samples each (a "bin" of minBytes-maxBytes
+// and a label) and counts them: their infos, with sample offsets, and their bytes.
+func countedShards(t *testing.T, per int, seed uint64, minBytes, maxBytes int) ([]shard.Info, int64) {
+	t.Helper()
+	paths, err := shardgen.Generate(t.TempDir(), shardgen.Spec{Shards: 4, SamplesPerShard: per, Seed: seed,
+		Fields: []shardgen.Field{{Ext: "bin", Kind: shardgen.Random, MinBytes: minBytes, MaxBytes: maxBytes}, {Ext: "cls", Kind: shardgen.Class}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, p := range paths {
+		fi, _ := os.Stat(p)
+		total += fi.Size()
+	}
+	infos, err := shardload.Count(context.Background(), shardload.Config{URLs: paths, IndexDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return infos, total
 }
