@@ -59,6 +59,14 @@ type FetchOptions struct {
 	// and what the deadline guards against (an origin that keeps failing) does not
 	// grow with it. Negative: no deadline.
 	RetryDeadline time.Duration
+	// RateLimiter paces every request of the Fetcher (each attempt of a Stat, a
+	// listing or a read) per endpoint of the store, following its throttling
+	// answers (see RateLimiter). Default DefaultRateLimiter, shared by the whole
+	// process; Unlimited: no pacing.
+	RateLimiter *RateLimiter
+	// NoStartSpread makes requests made with a context of WithRank go at once,
+	// instead of waiting for their rank's StartSpread before the first.
+	NoStartSpread bool
 }
 
 // Defaults of FetchOptions.
@@ -83,8 +91,27 @@ func (o FetchOptions) withDefaults() FetchOptions {
 	if o.RetryDeadline == 0 {
 		o.RetryDeadline = DefaultRetryDeadline
 	}
+	if o.RateLimiter == nil {
+		o.RateLimiter = DefaultRateLimiter
+	}
 	o.Retry = o.Retry.withDefaults()
 	return o
+}
+
+// admit waits until a request of op on url may go: the start spread of ctx's rank
+// (WithRank), then the rate limit of url's endpoint. The ticket takes the request's
+// outcome.
+func (f *Fetcher) admit(ctx context.Context, op, url string) (Ticket, error) {
+	if !f.opts.NoStartSpread {
+		if err := waitStart(ctx); err != nil {
+			return Ticket{}, &Error{Op: op, URL: url, Err: err}
+		}
+	}
+	t, err := f.opts.RateLimiter.Wait(ctx, url)
+	if err != nil {
+		return Ticket{}, &Error{Op: op, URL: url, Err: err}
+	}
+	return t, nil
 }
 
 // Fetcher reads objects of another Source fast and reliably:
@@ -231,13 +258,18 @@ func (f *Fetcher) Stat(ctx context.Context, url string) (Info, error) {
 }
 
 // stat is one Stat under the stall timeout.
-func (f *Fetcher) stat(ctx context.Context, url string) (Info, error) {
+func (f *Fetcher) stat(ctx context.Context, url string) (info Info, err error) {
+	t, err := f.admit(ctx, "stat", url)
+	if err != nil {
+		return Info{}, err
+	}
+	defer func() { t.Done(err) }()
 	if f.opts.Retry.StallTimeout < 0 {
 		return f.src.Stat(ctx, url)
 	}
 	actx, cancel := context.WithTimeoutCause(ctx, f.opts.Retry.StallTimeout, ErrStalled)
 	defer cancel()
-	info, err := f.src.Stat(actx, url)
+	info, err = f.src.Stat(actx, url)
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), ErrStalled) {
 		err = &Error{Op: "stat", URL: url, Err: fmt.Errorf("%w: no answer for %v", ErrStalled, f.opts.Retry.StallTimeout)}
 	}
@@ -254,13 +286,19 @@ func (f *Fetcher) List(ctx context.Context, prefix string, fn func(Info) error) 
 	var infos []Info
 	err := f.opts.Retry.Do(ctx, func(int) error {
 		infos = infos[:0]
-		return l.List(ctx, prefix, func(i Info) error {
+		t, err := f.admit(ctx, "list", prefix)
+		if err != nil {
+			return err
+		}
+		err = l.List(ctx, prefix, func(i Info) error {
 			if len(infos) >= MaxListed {
 				return &Error{Op: "list", URL: prefix, Err: fmt.Errorf("%w: more than %d objects", ErrTooMany, MaxListed)}
 			}
 			infos = append(infos, i)
 			return nil
 		})
+		t.Done(err)
+		return err
 	})
 	if err != nil {
 		return err
@@ -323,8 +361,12 @@ func (f *Fetcher) open(ctx context.Context, url string, want *string, off, lengt
 		}
 		var rc io.ReadCloser
 		err := f.opts.Retry.Do(ctx, func(int) error {
-			var err error
+			t, err := f.admit(ctx, "open", url)
+			if err != nil {
+				return err
+			}
 			rc, err = f.src.Open(ctx, url)
+			t.Done(err)
 			return err
 		})
 		return rc, err
@@ -352,8 +394,12 @@ func (f *Fetcher) open(ctx context.Context, url string, want *string, off, lengt
 	if info.Size < 0 { // size unknown: one stream, retried before its first byte
 		var rc io.ReadCloser
 		err := f.opts.Retry.Do(ctx, func(int) error {
-			var err error
+			t, err := f.admit(ctx, "open", url)
+			if err != nil {
+				return err
+			}
 			rc, err = pr.openRange(ctx, off, length)
+			t.Done(err)
 			return err
 		})
 		return rc, err
@@ -598,6 +644,10 @@ func (s *resumeStream) openBody() error {
 	if err := s.ctx.Err(); err != nil {
 		return &Error{Op: "read", URL: s.p.url, Err: err}
 	}
+	t, err := s.p.f.admit(s.ctx, "read", s.p.url)
+	if err != nil {
+		return err
+	}
 	s.actx, s.cancel = context.WithCancelCause(s.ctx)
 	if st := s.p.f.opts.Retry.StallTimeout; st > 0 {
 		cancel := s.cancel
@@ -606,6 +656,7 @@ func (s *resumeStream) openBody() error {
 	s.deadline = s.p.clock.watch(s.cancel)
 	s.p.clock.attempt()
 	body, err := s.p.openRange(s.actx, s.off, s.end-s.off)
+	t.Done(err)
 	if err != nil {
 		err = s.attemptErr(err)
 		s.closeBody()
@@ -666,7 +717,7 @@ func (s *resumeStream) retry(err error) bool {
 		s.err = exhausted(s.tries, err)
 		return false
 	}
-	d := pol.Backoff(s.tries, err)
+	d := pol.backoffFor(s.ctx, s.tries, err, s.off)
 	if left, ok := c.remaining(); ok && left < d {
 		d = left // wait no longer than the deadline
 	}

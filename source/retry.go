@@ -215,7 +215,16 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 // Backoff returns how long to wait before retry number retry (1 for the first) after
 // err: a server's Retry-After (capped at MaxRetryAfter) if err carries one, else
 // exponential backoff with jitter.
+//
+// A Fetcher's own retries draw the jitter from the rank of the request's context
+// (WithRank), the URL and the retry where the context carries a rank; Backoff draws
+// it at random.
 func (p RetryPolicy) Backoff(retry int, err error) time.Duration {
+	return p.backoff(retry, err, -1)
+}
+
+// backoff is Backoff with the jitter u in [0, 1) (negative: random).
+func (p RetryPolicy) backoff(retry int, err error, u float64) time.Duration {
 	p = p.withDefaults()
 	var ra RetryAfter
 	if errors.As(err, &ra) && ra.RetryAfter() > 0 {
@@ -226,13 +235,28 @@ func (p RetryPolicy) Backoff(retry int, err error) time.Duration {
 		d *= 2
 	}
 	d = min(d, p.MaxBackoff)
+	if u >= 0 && u < 1 {
+		return d/2 + time.Duration(u*float64(d/2+1))
+	}
 	return d/2 + rand.N(d/2+1)
+}
+
+// backoffFor is Backoff for a request made with ctx: with jitter drawn from the
+// rank ctx carries (WithRank), the failed object's URL and the retry, else random.
+func (p RetryPolicy) backoffFor(ctx context.Context, retry int, err error, off int64) time.Duration {
+	u, ok := jitterOf(ctx, err, retry, off)
+	if !ok {
+		u = -1
+	}
+	return p.backoff(retry, err, u)
 }
 
 // Do calls op until it succeeds, fails with an error that is not retryable, ctx is
 // done, or Attempts calls have failed; it waits Backoff between calls. op gets the
 // attempt number, from 1. The error returned is op's last; when the attempts ran out
-// it also wraps ErrRetriesExhausted.
+// it also wraps ErrRetriesExhausted. The jitter of its waits comes from the rank ctx
+// carries (WithRank), the URL op's error names and the attempt, where ctx carries
+// a rank; else it is random.
 func (p RetryPolicy) Do(ctx context.Context, op func(attempt int) error) error {
 	p = p.withDefaults()
 	for attempt := 1; ; attempt++ {
@@ -243,7 +267,7 @@ func (p RetryPolicy) Do(ctx context.Context, op func(attempt int) error) error {
 		if attempt >= p.Attempts {
 			return exhausted(attempt, err)
 		}
-		if serr := p.Sleep(ctx, p.Backoff(attempt, err)); serr != nil {
+		if serr := p.Sleep(ctx, p.backoffFor(ctx, attempt, err, 0)); serr != nil {
 			return err
 		}
 		retried.Add(1)
