@@ -35,8 +35,9 @@ func (lk Lookup) Estimate(ctx context.Context, urls []string, known map[string]s
 	}
 	infos := make([]shard.Info, len(urls))
 	var perSample float64
+	keys := keysOf(urls)
 	for i, u := range urls {
-		if e, ok := known[key(u)]; ok && e.Version == objs[i].Version && e.Version != "" {
+		if e, ok := known[keys[i]]; ok && e.Version == objs[i].Version && e.Version != "" {
 			e.URL = u
 			infos[i] = e
 			continue

@@ -221,6 +221,16 @@ func decodeOffsets(s string, samples int) ([]int64, error) {
 // file are the same key) without secrets.
 func key(url string) string { return redact.URL(source.Canonical(url)) }
 
+// keysOf returns the key of each of urls, reading the working directory once for
+// them all (source.CanonicalAll), where key reads it for each relative path.
+func keysOf(urls []string) []string {
+	keys := source.CanonicalAll(urls)
+	for i, k := range keys {
+		keys[i] = redact.URL(k)
+	}
+	return keys
+}
+
 // identity names an object by what it is rather than where: its base name, version
 // and size. A dataset moved to another directory or prefix (renamed or copied with
 // its ETags, generations or modification times kept) keeps its entries: a shard

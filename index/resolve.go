@@ -118,9 +118,8 @@ func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]sh
 	// size, is checked up to CheckUpTo shards: a listing per thousand).
 	var check []int
 	local := true
-	keys := make([]string, len(urls)) // each URL made canonical once
+	keys := keysOf(urls) // each URL made canonical once
 	for i, u := range urls {
-		keys[i] = key(u)
 		e, ok := known[keys[i]]
 		if !ok || e.Version != "" || e.Size <= 0 {
 			check = append(check, i)

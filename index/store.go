@@ -355,8 +355,7 @@ func replace(p string, sync bool, write func(io.Writer) error) error {
 // one read of a few files per directory of shards.
 func (s *Store) GetMany(urls []string) map[string]shard.Info {
 	byDir := map[string][]string{}
-	for _, u := range urls {
-		k := key(u)
+	for _, k := range keysOf(urls) {
 		byDir[dirOf(k)] = append(byDir[dirOf(k)], k)
 	}
 	out := make(map[string]shard.Info, len(urls))
@@ -389,8 +388,9 @@ func (s *Store) Get(url string) (shard.Info, bool) {
 func (s *Store) GetSet(urls []string) ([]shard.Info, bool) {
 	got := s.GetMany(urls)
 	infos := make([]shard.Info, len(urls))
+	keys := keysOf(urls)
 	for i, u := range urls {
-		e, ok := got[key(u)]
+		e, ok := got[keys[i]]
 		if !ok {
 			return nil, false
 		}
@@ -559,8 +559,8 @@ func (s *Store) legacyFile(name string) string {
 // earlier releases.
 func (s *Store) legacySet(urls []string) string {
 	h := sha256.New()
-	for _, u := range urls {
-		h.Write([]byte(key(u)))
+	for _, k := range keysOf(urls) {
+		h.Write([]byte(k))
 		h.Write([]byte{0})
 	}
 	return filepath.Join(s.dir, "sets", hex.EncodeToString(h.Sum(nil)[:16])+".index")

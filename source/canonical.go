@@ -1,6 +1,7 @@
 package source
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -14,7 +15,45 @@ import (
 // as it is); s3://, gs:// and other URLs get a lower-case scheme, and http(s) URLs a
 // lower-case host without the scheme's default port. Surrounding spaces are dropped.
 // A URL it cannot make sense of is returned trimmed.
-func Canonical(url string) string {
+//
+// Each relative path costs a read of the working directory (os.Getwd: two stat
+// calls); CanonicalAll and a Canonicalizer read it once for many URLs.
+func Canonical(url string) string { return canonical(url, os.Getwd) }
+
+// CanonicalAll returns the Canonical form of each of urls, reading the working
+// directory once for them all.
+func CanonicalAll(urls []string) []string {
+	var c Canonicalizer
+	out := make([]string, len(urls))
+	for i, u := range urls {
+		out[i] = c.Canonical(u)
+	}
+	return out
+}
+
+// Canonicalizer is Canonical for many URLs: it reads the working directory once,
+// at its first relative path, and keeps it. The zero value is ready to use. Use one
+// for one batch of URLs (a dataset's, in one call), not across a change of the
+// working directory. It is not safe for concurrent use.
+type Canonicalizer struct {
+	wd   string
+	err  error
+	read bool
+}
+
+// Canonical returns Canonical(url) as of the working directory c first read.
+func (c *Canonicalizer) Canonical(url string) string {
+	return canonical(url, func() (string, error) {
+		if !c.read {
+			c.wd, c.err = os.Getwd()
+			c.read = true
+		}
+		return c.wd, c.err
+	})
+}
+
+// canonical is Canonical with the working directory from getwd.
+func canonical(url string, getwd func() (string, error)) string {
 	url = strings.TrimSpace(url)
 	scheme := Scheme(url)
 	switch scheme {
@@ -23,9 +62,15 @@ func Canonical(url string) string {
 		if err != nil {
 			return url
 		}
-		abs, err := filepath.Abs(path)
-		if err != nil {
-			return url
+		abs := path
+		if !filepath.IsAbs(path) {
+			wd, err := getwd()
+			if err != nil {
+				return url
+			}
+			abs = filepath.Join(wd, path)
+		} else {
+			abs = filepath.Clean(path)
 		}
 		dir, base := filepath.Split(abs)
 		return "file://" + filepath.Join(resolvedDir(dir), base)

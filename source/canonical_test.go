@@ -55,3 +55,37 @@ func TestCanonical(t *testing.T) {
 		t.Error("S3 keys a/x.tar and a//x.tar are different objects")
 	}
 }
+
+// CanonicalAll and a Canonicalizer give what Canonical gives, with the working
+// directory they read first, until a new one is made.
+func TestCanonicalizer(t *testing.T) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := filepath.Join(root, "a"), filepath.Join(root, "b")
+	for _, d := range []string{a, b} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(a)
+	urls := []string{"x.tar", "./sub/../y.tar", "/abs/z.tar", "s3://B/k", "HTTPS://H:443/p", "file://" + b + "/w.tar"}
+	all := CanonicalAll(urls)
+	var c Canonicalizer
+	for i, u := range urls {
+		if want := Canonical(u); all[i] != want || c.Canonical(u) != want {
+			t.Errorf("%q: CanonicalAll %q, Canonicalizer %q, Canonical %q", u, all[i], c.Canonical(u), want)
+		}
+	}
+	if want := "file://" + filepath.Join(a, "x.tar"); all[0] != want {
+		t.Errorf("x.tar in a: %q, want %q", all[0], want)
+	}
+	t.Chdir(b)
+	if got, want := c.Canonical("x.tar"), "file://"+filepath.Join(a, "x.tar"); got != want {
+		t.Errorf("a Canonicalizer made in a, after a change to b: %q, want %q", got, want)
+	}
+	if got, want := CanonicalAll([]string{"x.tar"})[0], "file://"+filepath.Join(b, "x.tar"); got != want {
+		t.Errorf("CanonicalAll in b: %q, want %q", got, want)
+	}
+}
