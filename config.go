@@ -8,13 +8,14 @@ import (
 	"math"
 	"reflect"
 	"runtime"
-	"strings"
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
 	"github.com/shardload/shardload/internal/logs"
+	"github.com/shardload/shardload/internal/pipeline"
 	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/pinned"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 )
@@ -59,6 +60,16 @@ type Config struct {
 	// Shards, when set, gives the shards with their sample counts and replaces URLs,
 	// Index and the counting pass (see Count).
 	Shards []shard.Info
+	// Streams, instead of URLs or Shards, mixes several datasets into each epoch
+	// (Stream, plan.Mix): an epoch of EpochSamples samples (default: what the
+	// streams give), made into batches by Batching (Random, the default: the mixed
+	// order; Stratified: every batch holds each stream's share; PerStream: every
+	// batch is one stream's, in proportion). A mix is planned from exact counts: its
+	// shards are counted before the first batch when no index has them. One stream
+	// of weight 1 is a job of its URLs, with its order.
+	Streams      []Stream
+	EpochSamples int64
+	Batching     plan.Batching
 	// Index is an index file or URL (package index), as "shardload index" writes;
 	// JSON lines {"url": ..., "samples": N} ("shardload ls --summary --json") work too.
 	// Without it (and without Shards), Open looks in the node's index store and for
@@ -263,29 +274,10 @@ type Budget struct {
 // job's samples or shards.
 var DefaultErrorBudget = Budget{Fraction: 0.01}
 
-// limits returns the samples and shards the budget allows for a job of samples and
-// shards.
-func (b Budget) limits(samples, shards int64) (float64, float64) {
-	return max(b.Fraction*float64(samples), float64(b.Samples)), max(b.Fraction*float64(shards), float64(b.Shards))
-}
-
-// String says what the budget allows, e.g. "1% of the samples or shards" or "no
-// skips".
+// String says what the budget allows, e.g. "1% of the job's samples or shards" or
+// "no skips".
 func (b Budget) String() string {
-	var parts []string
-	if b.Fraction > 0 {
-		parts = append(parts, fmt.Sprintf("%g%% of the job's samples or shards", b.Fraction*100))
-	}
-	if b.Samples > 0 {
-		parts = append(parts, fmt.Sprintf("%d samples", b.Samples))
-	}
-	if b.Shards > 0 {
-		parts = append(parts, fmt.Sprintf("%d shards", b.Shards))
-	}
-	if len(parts) == 0 {
-		return "no skips"
-	}
-	return strings.Join(parts, ", ")
+	return pipeline.NewBudget(b.Fraction, b.Samples, b.Shards, 0, 0).Text
 }
 
 // The defaults of Config's zero fields, each defined once (the CLI's flags take
@@ -320,6 +312,7 @@ func (cfg Config) withDefaults() Config {
 	cfg.MaxSampleSize = cmp.Or(cfg.MaxSampleSize, shard.DefaultMaxSampleSize)
 	cfg.Slabs = cmp.Or(cfg.Slabs, DefaultSlabs)
 	cfg.MaxSlabBytes = cmp.Or(cfg.MaxSlabBytes, DefaultMaxSlabBytes)
+	cfg.Batching = cmp.Or(cfg.Batching, plan.Random)
 	if cfg.ErrorBudget == nil {
 		b := DefaultErrorBudget
 		cfg.ErrorBudget = &b
@@ -338,7 +331,7 @@ func (cfg Config) once(what string, f func()) { logs.Once(cfg.logKey, what, f) }
 
 // noURLs returns the error of a Config that names no shards, nil for one that does.
 func noURLs(cfg Config) error {
-	if len(cfg.URLs)+len(cfg.Shards) > 0 {
+	if len(cfg.URLs)+len(cfg.Shards)+len(cfg.Streams) > 0 {
 		return nil
 	}
 	return errors.New("shardload: bad config: no shard URLs")
@@ -385,6 +378,12 @@ func (cfg Config) Validate() error {
 			bad("CPUs lists CPU %d", c)
 			break
 		}
+	}
+	if len(cfg.Streams) > 0 && len(cfg.URLs)+len(cfg.Shards) > 0 {
+		bad("Streams and URLs or Shards are both set")
+	}
+	if _, err := plan.ParseBatching(string(cfg.Batching)); err != nil {
+		errs = append(errs, err)
 	}
 	for _, s := range cfg.Shards {
 		if err := s.Check(-1, cfg.MaxRatio); err != nil {

@@ -74,18 +74,6 @@ func lookup(cfg Config) index.Lookup {
 	return lk
 }
 
-// recorder returns what keeps the true entries of estimated shards read whole in the
-// node's index store (see index.Store.Keep), or nil.
-func recorder(cfg Config, infos []shard.Info) func(shard.Info) {
-	if cfg.NoIndexStore {
-		return nil
-	}
-	if store := cfg.openStore(); store != nil {
-		return store.Keep(infos, cfg.Logf)
-	}
-	return nil
-}
-
 // openStore opens the index store of cfg (with defaults), or says once why it cannot
 // and returns nil.
 func (cfg Config) openStore() *index.Store {

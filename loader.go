@@ -103,14 +103,7 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	if shape.SmallShards(cfg.QueueBytes) {
 		// Whether the shards inflate changes what their queues hold: found out from
 		// their bytes, not their names.
-		first := ""
-		for _, sp := range pl.plan.Spans {
-			if sp.Skip == 0 {
-				first = sp.URL // read from its start anyway
-				break
-			}
-		}
-		shape.Compressed = pipeline.Compressed(ctx, cfg.Sources, infos, first)
+		shape.Compressed = pipeline.Compressed(ctx, cfg.Sources, infos, pipeline.FirstWhole(pl.plan.Spans))
 	}
 	sized := cfg.SlabBytes == 0
 	if cfg.Ring != nil {
@@ -126,7 +119,7 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 		return nil, err
 	}
 	tuner := cmp.Or(cfg.Tuner, NewTuner())
-	knobs, err := cfg.startKnobs(tuner, budget)
+	knobs, err := budget.StartFrom(&tuner.s, cfg.knobs(), cfg.OpenShards)
 	if err != nil {
 		return nil, err
 	}
@@ -167,20 +160,18 @@ func (l *Loader) params(pl planned, images decode.ImageDecoder, b tune.Budget, k
 	if cfg.NoAutotune && !cfg.pins.Pinned(tune.FetchParallel) && !cfg.pins.Pinned(tune.FetchPartSize) {
 		fetch.FetchParallel, fetch.FetchPartSize = 0, 0 // the sources' own settings
 	}
-	maxSamples, maxShards := cfg.ErrorBudget.limits(order.Samples, int64(order.Shards))
 	return pipeline.Params{
 		Sources: cfg.Sources, Plan: pl.plan, Shards: pl.infos, Fields: l.fields,
 		ImageDecoder: images, AugmentSeed: cfg.Seed, Epoch: order.Epoch,
 		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxSampleSize: cfg.MaxSampleSize, MaxRatio: cfg.MaxRatio},
 		Rank:   cfg.Rank, FirstSeq: firstSeq, Replay: pl.replay,
-		NoShuffle: cfg.NoShuffle, ShuffleBytes: cfg.ShuffleBytes, OpenShards: cfg.OpenShards, Knobs: fetch,
+		NoShuffle: cfg.NoShuffle, ShuffleBytes: cfg.ShuffleBytes, OpenShards: cfg.OpenShards + len(cfg.Streams), Knobs: fetch,
 		SampleBytes: cfg.Memory - int64(cfg.Slabs)*cfg.SlabBytes - b.Fetch(knobs),
 		BatchSize:   cfg.BatchSize, DropLast: cfg.DropLast, CPUs: cfg.CPUs,
-		Stretch: cfg.World == 1 && pl.plan.Estimated, Record: recorder(cfg, pl.infos),
-		Skip: cfg.OnError == Skip,
-		Budget: pipeline.Budget{MaxSamples: maxSamples, MaxShards: maxShards,
-			JobSamples: order.Samples, JobShards: order.Shards, Text: cfg.ErrorBudget.String()},
-		Ring: cfg.Ring,
+		Stretch: cfg.World == 1 && pl.plan.Estimated, Record: lookup(cfg).Store.Keep(pl.infos, cfg.Logf),
+		Skip:   cfg.OnError == Skip,
+		Budget: pipeline.NewBudget(cfg.ErrorBudget.Fraction, cfg.ErrorBudget.Samples, cfg.ErrorBudget.Shards, order.Samples, order.Shards),
+		Ring:   cfg.Ring,
 		RingOptions: pinned.Options{Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, NoLock: cfg.NoLock, Bind: cfg.BindSlabs,
 			Warn: func(msg string) { cfg.once("lock", func() { cfg.Logf("shardload: warning: %s", msg) }) }},
 		SlabSize: func(need int64) (int64, error) { return l.slabs.Grow(need, l.knobs()) },
@@ -192,7 +183,7 @@ func (l *Loader) params(pl planned, images decode.ImageDecoder, b tune.Budget, k
 }
 
 // newPlan returns cfg's rank's plan under order, after runs.
-func newPlan(infos []shard.Info, cfg Config, order Order, runs []plan.Run) (plan.Plan, error) {
+func newPlan(infos []shard.Info, cfg Config, order Order, runs []plan.Run, mix *plan.Mix) (plan.Plan, error) {
 	if cfg.ReadGap == 0 && len(infos) > 0 {
 		cfg.ReadGap = source.RequestCostOf(cfg.Sources, infos[0].URL)
 	}
@@ -200,7 +191,7 @@ func newPlan(infos []shard.Info, cfg Config, order Order, runs []plan.Run) (plan
 		Seed: cfg.Seed, Epoch: order.Epoch, Rank: cfg.Rank, World: cfg.World,
 		Shuffle: !cfg.NoShuffle, Lanes: order.Lanes, Window: order.Window, Runs: runs,
 		BatchSize: cfg.BatchSize, DropLast: cfg.DropLast, GapBytes: cfg.ReadGap,
-		MaxBytes: cfg.Memory / planShare,
+		MaxBytes: cfg.Memory / planShare, Mix: mix,
 	})
 	if errors.Is(err, plan.ErrBadRuns) {
 		err = fmt.Errorf("%w: %w", ErrResume, err)
@@ -224,7 +215,9 @@ func resumeFrom(cfg Config, order Order) (State, []plan.Run, error) {
 	if cfg.Epoch != 0 && cfg.Epoch != r.Epoch {
 		return State{}, nil, fmt.Errorf("%w: the state is in epoch %d, the loader was asked for epoch %d", ErrResume, r.Epoch, cfg.Epoch)
 	}
-	if r.Order == "" && r.Runs == "" {
+	if r.Order == "" && r.Runs == "" || order.Mix != "" && r.Runs == "" && r.Batches == 0 {
+		// The start of an epoch: under any order, and a mix's weights may change
+		// between epochs (a curriculum).
 		start.Batches = max(r.Batches, 0)
 		return start, nil, nil // the start of the epoch
 	}

@@ -41,10 +41,15 @@ type Order struct {
 	Window int `json:"window"`
 	// Runs are the earlier runs of the epoch when the loader resumes it (State.Runs).
 	Runs string `json:"runs"`
+	// Mix is a digest of the mix of a job of several streams (Config.Streams: their
+	// shards, weights, draws, the epoch's length and the batching); Samples is then
+	// the mixed epoch's length.
+	Mix string `json:"mix,omitempty"`
 }
 
-// orderOf returns the Order of cfg (with defaults applied) over shards.
-func orderOf(cfg Config, shards []shard.Info) Order {
+// orderOf returns the Order of cfg (with defaults applied) over shards, mixed by mix
+// when it is not nil.
+func orderOf(cfg Config, shards []shard.Info, mix *plan.Mix) Order {
 	o := Order{Shards: len(shards), Seed: cfg.Seed, Epoch: cfg.Epoch, World: cfg.World, BatchSize: cfg.BatchSize,
 		DropLast: cfg.DropLast, Shuffle: !cfg.NoShuffle}
 	o.Dataset, o.Samples = plan.Dataset(shards)
@@ -53,6 +58,9 @@ func orderOf(cfg Config, shards []shard.Info) Order {
 	}
 	if cfg.Resume != nil {
 		o.Epoch, o.Runs = cfg.Resume.Epoch, cfg.Resume.Runs
+	}
+	if mix != nil {
+		o.Mix, o.Samples = mix.Key(shards, cfg.BatchSize)
 	}
 	return o
 }

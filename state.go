@@ -100,6 +100,7 @@ type planned struct {
 	cfg    Config
 	infos  []shard.Info
 	order  Order
+	mix    *plan.Mix // of a job of several streams
 	resume State
 	plan   plan.Plan
 	// replay is the batches an estimated epoch's loader drops before the first it
@@ -110,22 +111,30 @@ type planned struct {
 // planOf plans cfg's rank's epoch: the shards' counts, the order, the state it
 // starts from and the plan.
 func planOf(ctx context.Context, cfg Config) (p planned, err error) {
-	if err := cfg.Validate(); err != nil || len(cfg.URLs)+len(cfg.Shards) == 0 {
+	if err := cfg.Validate(); err != nil || len(cfg.URLs)+len(cfg.Shards)+len(cfg.Streams) == 0 {
 		return p, errors.Join(noURLs(cfg), err)
 	}
 	p.cfg = cfg.withDefaults()
-	if p.infos, err = Shards(ctx, p.cfg); err != nil {
+	if st := p.cfg.Streams; len(st) == 1 && st[0].Repeat == 0 && st[0].Choose == 0 && p.cfg.EpochSamples == 0 && p.cfg.Batching == plan.Random {
+		p.cfg.URLs, p.cfg.Shards, p.cfg.Streams = st[0].URLs, st[0].Shards, nil // a plain job
+	}
+	if len(p.cfg.Streams) > 0 {
+		p.infos, p.mix, err = mixOf(ctx, p.cfg)
+	} else {
+		p.infos, err = Shards(ctx, p.cfg)
+	}
+	if err != nil {
 		return p, err
 	}
-	p.order = orderOf(p.cfg, p.infos)
+	p.order = orderOf(p.cfg, p.infos, p.mix)
 	var runs []plan.Run
 	p.resume, runs, err = resumeFrom(p.cfg, p.order)
 	if errors.Is(err, errOtherOrder) && len(p.cfg.Shards) == 0 && shard.Estimated(p.infos) == 0 {
 		// A state saved while the counts were estimated, resumed once they are known
 		// (an index written since, or the node's store filled by the epoch): the
 		// rest of that epoch is planned from the same estimates again.
-		if est, eerr := estimatedShards(ctx, p.cfg); eerr == nil && shard.Estimated(est) > 0 && orderOf(p.cfg, est).resumeKey() == p.cfg.Resume.Order {
-			p.infos, p.order = est, orderOf(p.cfg, est)
+		if est, eerr := estimatedShards(ctx, p.cfg); eerr == nil && shard.Estimated(est) > 0 && orderOf(p.cfg, est, nil).resumeKey() == p.cfg.Resume.Order {
+			p.infos, p.order = est, orderOf(p.cfg, est, nil)
 			p.resume, runs, err = resumeFrom(p.cfg, p.order)
 		}
 	}
@@ -158,7 +167,7 @@ func planOf(ctx context.Context, cfg Config) (p planned, err error) {
 		}
 		runs = nil
 	}
-	p.plan, err = newPlan(p.infos, p.cfg, p.order, runs)
+	p.plan, err = newPlan(p.infos, p.cfg, p.order, runs, p.mix)
 	return p, err
 }
 

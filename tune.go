@@ -66,31 +66,6 @@ func (t *Tuner) Settings() Settings {
 		FetchPartSize: k.FetchPartSize, Changes: changes, Settled: settled}
 }
 
-// startKnobs returns the knobs a loader of cfg (with defaults) starts from: the
-// tuner's (when it has some), else cfg's; those cfg does not set are lowered until
-// they fit the budget b, or ErrMemory says what does not fit.
-func (cfg Config) startKnobs(t *Tuner, b tune.Budget) (tune.Knobs, error) {
-	k := cfg.knobs()
-	if s := t.Settings(); s.Workers > 0 {
-		if !b.Pins.Pinned(tune.ReadAhead) {
-			k.ReadAhead = s.ReadAhead
-		}
-		if !b.Pins.Pinned(tune.Workers) {
-			k.Workers = min(s.Workers, cfg.OpenShards+k.ReadAhead)
-		}
-		if !b.Pins.Pinned(tune.QueueBytes) {
-			k.QueueBytes = s.QueueBytes
-		}
-		if !b.Pins.Pinned(tune.FetchParallel) {
-			k.FetchParallel = s.FetchParallel
-		}
-		if !b.Pins.Pinned(tune.FetchPartSize) {
-			k.FetchPartSize = s.FetchPartSize
-		}
-	}
-	return b.Start(k)
-}
-
 // knobs returns cfg's settings of the tuner's knobs.
 func (cfg Config) knobs() tune.Knobs {
 	return tune.Knobs{Workers: cfg.Workers, ReadAhead: cfg.ReadAhead, QueueBytes: cfg.QueueBytes,

@@ -489,8 +489,12 @@ func Shared(dir string) (*Store, error) {
 // (at the next entry), and when the last estimated shard of infos is in; what a
 // process leaves unwritten when it stops (at most about an eighth of what it wrote,
 // or keepBatch) is counted again by a later run. A failure to write is said once
-// through logf. The returned function is safe for concurrent use.
+// through logf. The returned function is safe for concurrent use; nil for a nil
+// Store.
 func (s *Store) Keep(infos []shard.Info, logf func(string, ...any)) func(shard.Info) {
+	if s == nil {
+		return nil
+	}
 	var once sync.Once
 	var mu sync.Mutex
 	left := 0

@@ -51,10 +51,30 @@ type Order struct {
 	perm   []int   // shard indices in epoch order
 	starts []int64 // starts[i]: position in S of shard perm[i]'s first sample; len(perm)+1
 	lanes  []lane
-	total  int64
-	size   int   // samples per window after the warm-up: Window, or flatWindow
-	warm   int   // warm-up windows
-	warmX  int64 // nominal cut after the warm-up windows
+	cuts
+}
+
+// cuts are the nominal cuts of an order's windows: warm-up windows of 64, 128, 256,
+// ... samples, then windows of size samples, up to total.
+type cuts struct {
+	total int64
+	size  int   // samples per window after the warm-up: Window, or flatWindow
+	warm  int   // warm-up windows
+	warmX int64 // nominal cut after the warm-up windows
+}
+
+// newCuts returns the cuts of total samples in windows of window samples (1 or
+// less: flatWindow, without a warm-up).
+func newCuts(total int64, window int) cuts {
+	c := cuts{total: total, size: window}
+	if window <= 1 {
+		c.size = flatWindow
+	}
+	for s := int64(warmFirst); window > 1 && s < int64(window) && c.warmX < total; s *= 2 {
+		c.warm++
+		c.warmX += s
+	}
+	return c
 }
 
 // flatWindow is the size of the windows of an order that permutes nothing.
@@ -73,21 +93,16 @@ func NewOrder(shards []shard.Info, cfg OrderConfig) (*Order, error) {
 	}
 	cfg.Lanes = max(cfg.Lanes, 1)
 	cfg.Window = max(cfg.Window, 1)
-	o := &Order{cfg: cfg, shards: shards, perm: make([]int, len(shards)), starts: make([]int64, len(shards)+1), size: cfg.Window}
-	if cfg.Window <= 1 {
-		// Nothing is permuted: windows only cut the order into pieces, which a
-		// reader yields as they come.
-		o.size = flatWindow
+	// Without permutations (Window 1), windows only cut the order into pieces,
+	// which a reader yields as they come.
+	o := &Order{cfg: cfg, shards: shards, perm: make([]int, len(shards)), starts: make([]int64, len(shards)+1)}
+	total, err := countSamples(shards)
+	if err != nil {
+		return nil, err
 	}
-	for i, s := range shards {
-		if s.Samples < 0 {
-			return nil, fmt.Errorf("shard: %s has %d samples", s.URL, s.Samples)
-		}
-		if o.total > math.MaxInt64-int64(s.Samples) {
-			return nil, fmt.Errorf("shard: the sample counts of the shards overflow at %s (%d samples): a broken index?", s.URL, s.Samples)
-		}
+	o.cuts = newCuts(total, cfg.Window)
+	for i := range shards {
 		o.perm[i] = i
-		o.total += int64(s.Samples)
 	}
 	if cfg.Shuffle {
 		EpochRand(cfg.Seed, cfg.Epoch, 0).Shuffle(len(o.perm), func(i, j int) { o.perm[i], o.perm[j] = o.perm[j], o.perm[i] })
@@ -109,11 +124,23 @@ func NewOrder(shards []shard.Info, cfg OrderConfig) (*Order, error) {
 	for l := range cfg.Lanes {
 		o.lanes = append(o.lanes, lane{start: bounds[l], n: bounds[l+1] - bounds[l]})
 	}
-	for s := int64(warmFirst); cfg.Window > 1 && s < int64(cfg.Window) && o.warmX < o.total; s *= 2 {
-		o.warm++
-		o.warmX += s
-	}
 	return o, nil
+}
+
+// countSamples returns the samples of shards, refusing negative counts and counts
+// whose sum overflows.
+func countSamples(shards []shard.Info) (int64, error) {
+	var total int64
+	for _, s := range shards {
+		if s.Samples < 0 {
+			return 0, fmt.Errorf("shard: %s has %d samples", s.URL, s.Samples)
+		}
+		if total > math.MaxInt64-int64(s.Samples) {
+			return 0, fmt.Errorf("shard: the sample counts of the shards overflow at %s (%d samples): a broken index?", s.URL, s.Samples)
+		}
+		total += int64(s.Samples)
+	}
+	return total, nil
 }
 
 // mulDiv returns a*b/c rounded down, for non-negative a, b and positive c, without
@@ -131,35 +158,35 @@ func (o *Order) Len() int64 { return o.total }
 func (o *Order) Config() OrderConfig { return o.cfg }
 
 // Windows returns the number of windows.
-func (o *Order) Windows() int64 {
-	if o.total == 0 {
+func (c *cuts) Windows() int64 {
+	if c.total == 0 {
 		return 0
 	}
-	if o.total <= o.warmX {
+	if c.total <= c.warmX {
 		// Ends within the warm-up.
 		for j := 1; ; j++ {
-			if o.cut(int64(j)) >= o.total {
+			if c.cut(int64(j)) >= c.total {
 				return int64(j)
 			}
 		}
 	}
-	w := int64(o.size)
-	return int64(o.warm) + (o.total-o.warmX+w-1)/w
+	w := int64(c.size)
+	return int64(c.warm) + (c.total-c.warmX+w-1)/w
 }
 
 // cut returns the nominal cut before window j: X_j.
-func (o *Order) cut(j int64) int64 {
+func (c *cuts) cut(j int64) int64 {
 	var x int64
-	if j <= int64(o.warm) {
+	if j <= int64(c.warm) {
 		x = warmFirst * ((int64(1) << j) - 1)
 	} else {
-		w := int64(o.size)
-		if j-int64(o.warm) > (o.total-o.warmX)/w+1 {
-			return o.total
+		w := int64(c.size)
+		if j-int64(c.warm) > (c.total-c.warmX)/w+1 {
+			return c.total
 		}
-		x = o.warmX + (j-int64(o.warm))*w
+		x = c.warmX + (j-int64(c.warm))*w
 	}
-	return min(x, o.total)
+	return min(x, c.total)
 }
 
 // progress returns how far lane l has come at nominal cut x.
@@ -207,6 +234,19 @@ func (o *Order) Perm(j int64, size int) []int32 {
 	EpochRand(o.cfg.Seed, o.cfg.Epoch, windowStream+uint64(j)).Shuffle(size, func(a, b int) { p[a], p[b] = p[b], p[a] })
 	return p
 }
+
+// pieces appends window j's items to dst, in item order: each lane's part.
+func (o *Order) pieces(j int64, dst []piece) []piece {
+	x0, x1 := o.cut(j), o.cut(j+1)
+	for l := range o.lanes {
+		p0, p1 := o.progress(l, x0), o.progress(l, x1)
+		dst = append(dst, piece{lane: l, o: o, s: o.lanes[l].start + p0, n: p1 - p0})
+	}
+	return dst
+}
+
+// laneCount returns the number of lanes.
+func (o *Order) laneCount() int { return len(o.lanes) }
 
 // Item returns the shard (an index in the shard list given to NewOrder) and sample
 // index of item q of window j: the window's items are its lanes' parts, lane after
@@ -258,6 +298,14 @@ type Run struct {
 // of its part. What is left is every rank's unconsumed part, rank after rank,
 // followed by the rest no rank had.
 func Remaining(total int64, runs []Run) ([]Range, error) {
+	return remaining(total, runs, 1)
+}
+
+// remaining is Remaining for an order whose ranks take multiples of align samples
+// (whole batches of a mix whose batches hold fixed shares: Mix.Batching): each run
+// split what was left in parts of per samples, floor(n/World) rounded down to a
+// multiple of align.
+func remaining(total int64, runs []Run, align int64) ([]Range, error) {
 	rs := []Range{{0, total}}
 	if total == 0 {
 		rs = nil
@@ -267,7 +315,7 @@ func Remaining(total int64, runs []Run) ([]Range, error) {
 			return nil, fmt.Errorf("shard: run %d has world size %d", i, run.World)
 		}
 		n := rangesLen(rs)
-		per := n / int64(run.World)
+		per := n / int64(run.World) / align * align
 		if run.Consumed < 0 || run.Consumed > per {
 			return nil, fmt.Errorf("shard: run %d consumed %d samples per rank of %d", i, run.Consumed, per)
 		}

@@ -42,6 +42,9 @@ type Config struct {
 	// always when the shard's sample offsets are unknown): one request instead of
 	// two, for more bytes. Default 1 MiB; negative: never.
 	GapBytes int64
+	// Mix, when set, makes the epoch of several streams of the shards (see Mix)
+	// instead of the shards' Order; Lanes and Window are then the mix's.
+	Mix *Mix
 }
 
 // DefaultGapBytes is Config.GapBytes's default.
@@ -77,8 +80,36 @@ type Plan struct {
 	// Batches are what the plan expects, and a loader pads or trims its last batches
 	// to Batches (or, for one rank, yields as many as the data makes).
 	Estimated bool
+	// Streams, for a mixed epoch (Config.Mix), are the samples this rank yields of
+	// each stream, in the order of Mix.Streams.
+	Streams []int64
 
 	order *Order
+	seq   sequence
+}
+
+// sequence is an epoch's order as a plan reads it: an Order, or a mix of streams.
+type sequence interface {
+	Len() int64
+	// window returns the window holding position n: its number and its first and
+	// end positions.
+	window(n int64) (j, start, end int64)
+	// Perm returns window j's permutation (position to item), nil for the identity.
+	Perm(j int64, size int) []int32
+	// pieces appends window j's items to dst, in item order, as runs of positions
+	// of the orders' sequences S.
+	pieces(j int64, dst []piece) []piece
+	// laneCount is the number of lanes read side by side.
+	laneCount() int
+}
+
+// piece is a run of a window's items: positions [s, s+n) of the sequence S of o,
+// whose shards are the plan's shards from base on, read in lane lane.
+type piece struct {
+	lane int
+	o    *Order
+	base int
+	s, n int64
 }
 
 // ErrNoSamples means there are fewer samples than ranks (or than one batch, with
@@ -110,20 +141,32 @@ func New(shards []shard.Info, cfg Config) (Plan, error) {
 	if cfg.GapBytes == 0 {
 		cfg.GapBytes = DefaultGapBytes
 	}
-	o, err := NewOrder(shards, OrderConfig{Seed: cfg.Seed, Epoch: cfg.Epoch, Shuffle: cfg.Shuffle, Lanes: cfg.Lanes, Window: cfg.Window})
-	if err != nil {
-		return Plan{}, err
+	var o sequence
+	var order *Order
+	var mix *mixOrder
+	align := int64(1)
+	var err error
+	if cfg.Mix != nil {
+		if mix, err = newMixOrder(shards, cfg); err != nil {
+			return Plan{}, err
+		}
+		o, align = mix, mix.align
+	} else {
+		if order, err = NewOrder(shards, OrderConfig{Seed: cfg.Seed, Epoch: cfg.Epoch, Shuffle: cfg.Shuffle, Lanes: cfg.Lanes, Window: cfg.Window}); err != nil {
+			return Plan{}, err
+		}
+		o = order
 	}
-	rest, err := Remaining(o.Len(), cfg.Runs)
+	rest, err := remaining(o.Len(), cfg.Runs, align)
 	if err != nil {
 		return Plan{}, fmt.Errorf("%w: %w", ErrBadRuns, err)
 	}
 	total := rangesLen(rest)
-	per := total / int64(world)
+	per := total / int64(world) / align * align
 	if per > math.MaxInt32*int64(cfg.BatchSize) {
 		return Plan{}, fmt.Errorf("shard: %d samples per rank is too many", per)
 	}
-	p := Plan{Samples: int(per), Dropped: int(total - per*int64(world)), order: o}
+	p := Plan{Samples: int(per), Dropped: int(total - per*int64(world)), order: order, seq: o}
 	for _, s := range shards {
 		p.Estimated = p.Estimated || s.Estimated
 	}
@@ -149,17 +192,20 @@ func New(shards []shard.Info, cfg Config) (Plan, error) {
 			j1, _, _ := o.window(r.End - 1)
 			windows += j1 - j0 + 1
 		}
-		if need := windows * windowBytes(len(o.lanes)); need > cfg.MaxBytes {
+		if need := windows * windowBytes(o.laneCount()); need > cfg.MaxBytes {
 			return Plan{}, fmt.Errorf("%w: rank %d's part of the epoch is %d samples in %d windows of the order, whose plan takes about %d MB, more than the %d MB it may (are the counts right? %d samples in %d shards)",
 				ErrPlanTooLarge, cfg.Rank, take, windows, need>>20, cfg.MaxBytes>>20, o.Len(), len(shards))
 		}
 	}
-	b := planBuilder{p: &p, o: o, shards: shards, gap: cfg.GapBytes, last: make([]int, len(o.lanes)), partial: make([]bool, len(o.lanes))}
+	b := planBuilder{p: &p, o: o, shards: shards, gap: cfg.GapBytes, last: make([]int, o.laneCount()), partial: make([]bool, o.laneCount())}
 	for i := range b.last {
 		b.last[i] = -1
 	}
 	for _, r := range p.Ranges {
 		b.addRange(r)
+	}
+	if mix != nil {
+		p.Streams = mix.streamSamples(p.Ranges)
 	}
 	return p, nil
 }
@@ -175,14 +221,15 @@ func windowBytes(lanes int) int64 {
 	return int64(unsafe.Sizeof(Window{})) + int64(2*lanes+1)*int64(unsafe.Sizeof(Feed{}))
 }
 
-// Order returns the epoch's order the plan reads from.
+// Order returns the epoch's order the plan reads from; nil for a mixed epoch
+// (Config.Mix).
 func (p *Plan) Order() *Order { return p.order }
 
 // Emit returns, for each position the rank yields of window w, in order, the index of
 // its sample among the window's held items (the order in which w.Feeds fill them).
 func (p *Plan) Emit(w *Window) []int32 {
 	out := make([]int32, 0, w.To-w.From)
-	perm := p.order.Perm(w.Index, int(w.Size))
+	perm := p.seq.Perm(w.Index, int(w.Size))
 	if perm == nil {
 		for i := range w.To - w.From {
 			out = append(out, i)
@@ -204,8 +251,9 @@ func (p *Plan) Emit(w *Window) []int32 {
 // planBuilder turns a rank's ranges into windows, spans and feeds.
 type planBuilder struct {
 	p      *Plan
-	o      *Order
+	o      sequence
 	shards []shard.Info
+	pcs    []piece // scratch
 	gap    int64
 	last   []int // per lane, the index of its last span; -1 before the first
 	// partial: per lane, whether its last span ends in a window the rank yields
@@ -221,9 +269,9 @@ func (b *planBuilder) addRange(r Range) {
 		j, start, end := o.window(n)
 		w := Window{Index: j, From: int32(n - start), To: int32(min(r.End, end) - start), Size: int32(end - start)}
 		n = min(r.End, end)
-		// The held items, in increasing item order: lane by lane, each a run of S
-		// positions (whole for a full window, else the wanted items only).
-		x0, x1 := o.cut(j), o.cut(j+1)
+		// The held items, in increasing item order: piece by piece (lane by lane),
+		// each a run of S positions (whole for a full window, else the wanted items
+		// only).
 		var q0 int32
 		var want []int32
 		if !w.Full() {
@@ -236,14 +284,13 @@ func (b *planBuilder) addRange(r Range) {
 				}
 			}
 		}
-		for l := range o.lanes {
-			p0, p1 := o.progress(l, x0), o.progress(l, x1)
-			base := o.lanes[l].start + p0
-			q1 := q0 + int32(p1-p0)
+		b.pcs = o.pieces(j, b.pcs[:0])
+		for _, pc := range b.pcs {
+			q1 := q0 + int32(pc.n)
 			if w.Full() {
-				b.addRun(&w, l, base, base+p1-p0)
+				b.addRun(&w, pc, pc.s, pc.s+pc.n)
 			} else {
-				// The wanted items of this lane, as runs of consecutive positions.
+				// The wanted items of this piece, as runs of consecutive positions.
 				lo, _ := slices.BinarySearch(want, q0)
 				hi, _ := slices.BinarySearch(want, q1)
 				for i := lo; i < hi; {
@@ -251,8 +298,8 @@ func (b *planBuilder) addRange(r Range) {
 					for k < hi && want[k] == want[k-1]+1 {
 						k++
 					}
-					s := base + int64(want[i]-q0)
-					b.addRun(&w, l, s, s+int64(k-i))
+					s := pc.s + int64(want[i]-q0)
+					b.addRun(&w, pc, s, s+int64(k-i))
 					i = k
 				}
 			}
@@ -262,12 +309,12 @@ func (b *planBuilder) addRange(r Range) {
 	}
 }
 
-// addRun adds S positions [s, e) of lane l to window w's held items.
-func (b *planBuilder) addRun(w *Window, l int, s, e int64) {
-	o := b.o
+// addRun adds positions [s, e) of piece pc's sequence to window w's held items.
+func (b *planBuilder) addRun(w *Window, pc piece, s, e int64) {
+	o, l := pc.o, pc.lane
 	for s < e {
 		i := sort.Search(len(o.perm), func(i int) bool { return o.starts[i+1] > s })
-		si := o.perm[i]
+		si := pc.base + o.perm[i]
 		skip := int(s - o.starts[i])
 		take := int(min(e, o.starts[i+1]) - s)
 		b.addPiece(w, l, si, skip, take)

@@ -304,6 +304,7 @@ type OrderSettings struct {
 	Lanes     int    `json:"lanes"`
 	Window    int    `json:"window"`
 	Runs      string `json:"runs"`
+	Mix       string `json:"mix,omitempty"`
 }
 
 // Columns returns the columns of a batch message for a layout.

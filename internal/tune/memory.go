@@ -189,3 +189,27 @@ func (b Budget) Check(maxSlab int64, set Knobs) []error {
 	}
 	return errs
 }
+
+// StartFrom is Start from the knobs the shared tuner s kept, when it has some, for
+// those b does not pin (Workers at most openShards + ReadAhead), and k for the rest.
+func (b Budget) StartFrom(s *Shared, k Knobs, openShards int) (Knobs, error) {
+	if kept, _, _, ok := s.Kept(); ok && kept.Workers > 0 {
+		p := b.Pins
+		if !p.Pinned(ReadAhead) {
+			k.ReadAhead = kept.ReadAhead
+		}
+		if !p.Pinned(Workers) {
+			k.Workers = min(kept.Workers, openShards+k.ReadAhead)
+		}
+		if !p.Pinned(QueueBytes) {
+			k.QueueBytes = kept.QueueBytes
+		}
+		if !p.Pinned(FetchParallel) {
+			k.FetchParallel = kept.FetchParallel
+		}
+		if !p.Pinned(FetchPartSize) {
+			k.FetchPartSize = kept.FetchPartSize
+		}
+	}
+	return b.Start(k)
+}

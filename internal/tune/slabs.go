@@ -2,6 +2,7 @@ package tune
 
 import (
 	"fmt"
+	"github.com/shardload/shardload/device"
 	"sync"
 	"sync/atomic"
 
@@ -135,4 +136,16 @@ func (s *Slabs) Grow(need int64, k Knobs) (int64, error) {
 		})
 	}
 	return n, nil
+}
+
+// DeviceOptions returns o with its defaults for a loader of slabs of slabBytes that
+// logs through logf: device buffers of a slab's size, rounded up to a huge page.
+func DeviceOptions(o device.Options, slabBytes int64, logf func(string, ...any)) device.Options {
+	if o.BufferBytes == 0 {
+		o.BufferBytes = RoundSlab(slabBytes)
+	}
+	if o.Logf == nil {
+		o.Logf = logf
+	}
+	return o
 }

@@ -1,0 +1,41 @@
+package pipeline
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/shardload/shardload/plan"
+)
+
+// NewBudget returns the error budget of a rank of a job of jobSamples samples in
+// jobShards shards: it may skip fraction of either, or samples and shards, whichever
+// is more.
+func NewBudget(fraction float64, samples, shards, jobSamples int64, jobShards int) Budget {
+	var parts []string
+	if fraction > 0 {
+		parts = append(parts, fmt.Sprintf("%g%% of the job's samples or shards", fraction*100))
+	}
+	if samples > 0 {
+		parts = append(parts, fmt.Sprintf("%d samples", samples))
+	}
+	if shards > 0 {
+		parts = append(parts, fmt.Sprintf("%d shards", shards))
+	}
+	text := strings.Join(parts, ", ")
+	if len(parts) == 0 {
+		text = "no skips"
+	}
+	return Budget{MaxSamples: max(fraction*float64(jobSamples), float64(samples)), MaxShards: max(fraction*float64(jobShards), float64(shards)),
+		JobSamples: jobSamples, JobShards: jobShards, Text: text}
+}
+
+// FirstWhole returns the URL of the first of spans read from its shard's start (read
+// so anyway: what tells whether the shards inflate), or "".
+func FirstWhole(spans []plan.Span) string {
+	for _, sp := range spans {
+		if sp.Skip == 0 {
+			return sp.URL
+		}
+	}
+	return ""
+}
