@@ -30,7 +30,9 @@ type RateOptions struct {
 	// increase): each success adds Increase × (the rate before the last decrease) /
 	// (the current rate), so that while requests succeed at the limit it grows by
 	// Increase × that rate per second. Default 0.1 (DefaultIncrease): a halving
-	// is undone in about 5 s of successes.
+	// is undone in about 5 s of successes. Past the rate before the decrease, each
+	// success adds Increase: the limit probes upwards by Increase × itself per
+	// second.
 	Increase float64
 	// Fixed turns the adaptation off: the limit is MaxRate (or none) whatever the
 	// store answers.
@@ -84,6 +86,7 @@ type endpoint struct {
 	// The requests sent over the last second, as two one-second buckets.
 	bucket    int64 // start of the current bucket, in seconds since the epoch
 	cur, prev int64
+	first     time.Time // the first request counted
 }
 
 // NewRateLimiter returns a RateLimiter with opts (zero fields take defaults).
@@ -262,36 +265,51 @@ func (l *RateLimiter) Wait(ctx context.Context, url string) (Ticket, error) {
 		}
 		e.tat = e.tat.Add(interval)
 	}
-	e.count(now.Add(wait))
 	t := Ticket{l: l, e: e, round: e.round}
-	l.mu.Unlock()
-	if wait > 0 {
-		l.waits.Add(1)
-		l.waited.Add(int64(wait))
-		if err := l.sleep(ctx, wait); err != nil {
-			return Ticket{}, err
-		}
+	if wait <= 0 {
+		e.count(now)
+		l.mu.Unlock()
+		return t, nil
 	}
+	l.mu.Unlock()
+	l.waits.Add(1)
+	l.waited.Add(int64(wait))
+	if err := l.sleep(ctx, wait); err != nil {
+		return Ticket{}, err
+	}
+	sentAt := l.now()
+	if at := now.Add(wait); sentAt.Before(at) {
+		sentAt = at // a fake clock that did not move
+	}
+	l.mu.Lock()
+	e.count(sentAt)
+	l.mu.Unlock()
 	return t, nil
 }
 
 // count records a request sent at t in the one-second buckets.
 func (e *endpoint) count(t time.Time) {
+	if e.first.IsZero() {
+		e.first = t
+	}
 	s := t.Unix()
 	switch {
-	case s == e.bucket:
 	case s == e.bucket+1:
 		e.prev, e.cur, e.bucket = e.cur, 0, s
 	case s > e.bucket:
 		e.prev, e.cur, e.bucket = 0, 0, s
-	default: // a request scheduled earlier than the bucket: count it in the current one
 	}
-	e.cur++
+	e.cur++ // (a request sent before the bucket, by a late waker, counts in it)
 }
 
-// sent returns the requests sent over the second before now (a sliding window over
-// the two buckets).
+// sent returns the rate requests were sent at over the second before now (a
+// sliding window over the two buckets), or since the first when that was less than
+// a second ago (at least 50 ms): a storm's first second is not averaged with the
+// quiet before it.
 func (e *endpoint) sent(now time.Time) float64 {
+	if since := now.Sub(e.first); since < time.Second {
+		return float64(e.prev+e.cur) / max(since, 50*time.Millisecond).Seconds()
+	}
 	s := now.Unix()
 	switch {
 	case s == e.bucket:
@@ -300,6 +318,8 @@ func (e *endpoint) sent(now time.Time) float64 {
 	case s == e.bucket+1:
 		frac := float64(now.Nanosecond()) / 1e9
 		return float64(e.cur) * (1 - frac)
+	case s < e.bucket: // a clock that went back
+		return float64(e.prev + e.cur)
 	}
 	return 0
 }
@@ -311,7 +331,7 @@ func (l *RateLimiter) done(e *endpoint, round int64, err error) {
 		}
 		l.mu.Lock()
 		if !math.IsInf(e.rate, 1) {
-			e.rate = l.clamp(e.rate + l.opts.Increase*e.ref/e.rate)
+			e.rate = l.clamp(e.rate + l.opts.Increase*max(e.ref, e.rate)/e.rate)
 		}
 		l.mu.Unlock()
 		return
