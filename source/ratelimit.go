@@ -389,10 +389,20 @@ func StartSpread(rank, world int) time.Duration {
 	if world <= 1 || rank < 0 {
 		return 0
 	}
-	window := min(time.Duration(world)*StartSpreadPerRank, MaxStartSpread)
+	window := StartSpreadWindow(world)
 	const phi = 0.6180339887498949 // the golden ratio's inverse
 	_, frac := math.Modf(float64(rank) * phi)
 	return time.Duration(frac * float64(window))
+}
+
+// StartSpreadWindow returns the window over which the ranks of a job of world ranks
+// spread their first requests (see StartSpread): min(world × StartSpreadPerRank,
+// MaxStartSpread), zero for one rank.
+func StartSpreadWindow(world int) time.Duration {
+	if world <= 1 {
+		return 0
+	}
+	return min(time.Duration(world)*StartSpreadPerRank, MaxStartSpread)
 }
 
 // WithRank returns a context that says which rank of a job of world ranks its

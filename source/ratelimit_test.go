@@ -195,11 +195,14 @@ func TestIsThrottle(t *testing.T) {
 // StartSpread is zero for one rank, bounded, a function of (rank, world) alone,
 // and spreads any node's ranks and the whole job over its window.
 func TestStartSpread(t *testing.T) {
-	if d := StartSpread(0, 1); d != 0 {
-		t.Fatalf("one rank waits %v", d)
+	if d := StartSpread(0, 1); d != 0 || StartSpreadWindow(1) != 0 {
+		t.Fatalf("one rank waits %v (window %v)", d, StartSpreadWindow(1))
+	}
+	if StartSpreadWindow(8) != 32*time.Millisecond || StartSpreadWindow(80_000) != MaxStartSpread {
+		t.Fatalf("windows: %v for 8 ranks, %v for 80,000", StartSpreadWindow(8), StartSpreadWindow(80_000))
 	}
 	for _, world := range []int{2, 8, 64, 80_000} {
-		window := min(time.Duration(world)*StartSpreadPerRank, MaxStartSpread)
+		window := StartSpreadWindow(world)
 		var ds []time.Duration
 		for rank := range world {
 			d := StartSpread(rank, world)

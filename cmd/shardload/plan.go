@@ -150,9 +150,13 @@ type planReport struct {
 	ReadAmplification     float64 `json:"read_amplification"` // bytes per job per epoch / dataset bytes
 
 	PeakGetRatePerPrefix float64 `json:"peak_get_rate_per_prefix"` // at the epoch's start
-	MeanGetRatePerPrefix float64 `json:"mean_get_rate_per_prefix"` // over the epoch
-	StartRequestsPerJob  int64   `json:"start_requests_per_job"`
-	OverPrefixLimit      bool    `json:"over_prefix_limit"`
+	// PeakGetRatePerPrefixSpread is the same with the ranks' start spread
+	// (source.StartSpread) widening the window of the epoch's first requests.
+	PeakGetRatePerPrefixSpread float64 `json:"peak_get_rate_per_prefix_spread"`
+	StartSpreadSeconds         float64 `json:"start_spread_seconds"`
+	MeanGetRatePerPrefix       float64 `json:"mean_get_rate_per_prefix"` // over the epoch
+	StartRequestsPerJob        int64   `json:"start_requests_per_job"`
+	OverPrefixLimit            bool    `json:"over_prefix_limit"`
 
 	IndexBytesPerProcess int64   `json:"index_bytes_per_process"`
 	IndexFileBytes       int64   `json:"index_file_bytes"`
@@ -497,6 +501,8 @@ feed:
 	rep.EpochSeconds = float64(rep.BatchesPerRank) * o.stepTime.Seconds()
 	window := max(o.firstByte.Seconds(), 1)
 	rep.PeakGetRatePerPrefix = float64(rep.StartRequestsPerJob) / window / float64(o.prefixes)
+	rep.StartSpreadSeconds = source.StartSpreadWindow(rep.World).Seconds()
+	rep.PeakGetRatePerPrefixSpread = float64(rep.StartRequestsPerJob) / (window + rep.StartSpreadSeconds) / float64(o.prefixes)
 	if rep.EpochSeconds > 0 {
 		rep.MeanGetRatePerPrefix = float64(rep.RequestsPerJob) / rep.EpochSeconds / float64(o.prefixes)
 	}
@@ -541,7 +547,7 @@ feed:
 	}
 	rep.Assumptions = []string{
 		fmt.Sprintf("requests: each span (a run of a shard's samples a rank reads) as ranged GETs of --fetch-part-size %s, %d in flight (the fetcher's parallel parts; a fast store read as one stream after the first part takes requests_per_node_per_epoch_single_stream); local files one read a span", formatBytes(int64(o.partSize)), o.parallel),
-		fmt.Sprintf("epoch start: every rank opens its first %d spans (--open-shards) at once; they arrive within max(--first-byte, 1s)", o.openShards),
+		fmt.Sprintf("epoch start: every rank opens its first %d spans (--open-shards) at once; they arrive within max(--first-byte, 1s), and with the ranks' start spread within %.2fs more (derived from the rank, up to %v); over a prefix's limit, the process's adaptive rate limit paces them instead of letting them fail and retry", o.openShards, source.StartSpreadWindow(o.nodes*o.ranksPerNode).Seconds(), source.MaxStartSpread),
 		fmt.Sprintf("prefixes: shard i in prefix i mod %d, requests spread evenly; a store serves %.0f GET/s per prefix (--prefix-get-limit)", o.prefixes, o.prefixLimit),
 		fmt.Sprintf("steady state: the epoch's requests spread over batches per rank x --step-time %s", o.stepTime),
 		"index: every process holds every shard's entry (shard.Info, URL, version, 8 bytes per sample offset)",
@@ -592,8 +598,8 @@ func (r *planReport) write(w io.Writer) error {
 	fmt.Fprintf(&b, "  per node and epoch: %s read (%s to %s over the planned nodes), %d requests (%d to %d; %d reading each span as one stream after its first part), %d spans of %d shards\n",
 		gb(r.BytesPerNode), gb(r.BytesPerNodeMin), gb(r.BytesPerNodeMax), r.RequestsPerNode, r.RequestsPerNodeMin, r.RequestsPerNodeMax, r.SingleRequestsPerNode, r.SpansPerNode, r.ShardsPerNode)
 	fmt.Fprintf(&b, "  per job and epoch: %s read (%.2fx the dataset), %d requests\n", gb(r.BytesPerJob), r.ReadAmplification, r.RequestsPerJob)
-	fmt.Fprintf(&b, "  GET rate per prefix (%d prefixes): %.0f/s at the epoch's start (%d requests at once), %.0f/s on average over an epoch of %.0fs",
-		r.Prefixes, r.PeakGetRatePerPrefix, r.StartRequestsPerJob, r.MeanGetRatePerPrefix, r.EpochSeconds)
+	fmt.Fprintf(&b, "  GET rate per prefix (%d prefixes): %.0f/s at the epoch's start (%d requests at once; %.0f/s with the ranks' start spread over %.2fs more), %.0f/s on average over an epoch of %.0fs",
+		r.Prefixes, r.PeakGetRatePerPrefix, r.StartRequestsPerJob, r.PeakGetRatePerPrefixSpread, r.StartSpreadSeconds, r.MeanGetRatePerPrefix, r.EpochSeconds)
 	if r.OverPrefixLimit {
 		fmt.Fprintf(&b, "; OVER the store's limit per prefix: expect 503 SlowDown (more prefixes, fewer --open-shards)")
 	}
