@@ -107,10 +107,7 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	}
 	sized := cfg.SlabBytes == 0
 	if cfg.Ring != nil {
-		cfg.Slabs, cfg.SlabBytes = len(cfg.Ring.Slabs()), cfg.Ring.SlabBytes()
-		for _, s := range cfg.Ring.Slabs() {
-			cfg.SlabBytes = max(cfg.SlabBytes, s.Size())
-		}
+		cfg.Slabs, cfg.SlabBytes = len(cfg.Ring.Slabs()), cfg.Ring.MaxSlabBytes()
 	} else {
 		cfg.SlabBytes = SlabSize(cfg, infos, fields)
 	}
@@ -169,7 +166,7 @@ func (l *Loader) params(pl planned, images decode.ImageDecoder, b tune.Budget, k
 		SampleBytes: cfg.Memory - int64(cfg.Slabs)*cfg.SlabBytes - b.Fetch(knobs),
 		BatchSize:   cfg.BatchSize, DropLast: cfg.DropLast, CPUs: cfg.CPUs,
 		Stretch: cfg.World == 1 && pl.plan.Estimated, Record: lookup(cfg).Store.Keep(pl.infos, cfg.Logf),
-		Skip:   cfg.OnError == Skip,
+		Skip: cfg.OnError == Skip, StreamOf: pl.mix.StreamOf(len(pl.infos)),
 		Budget: pipeline.NewBudget(cfg.ErrorBudget.Fraction, cfg.ErrorBudget.Samples, cfg.ErrorBudget.Shards, order.Samples, order.Shards),
 		Ring:   cfg.Ring,
 		RingOptions: pinned.Options{Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, NoLock: cfg.NoLock, Bind: cfg.BindSlabs,

@@ -155,3 +155,36 @@ func TestMixBatchingThroughOpen(t *testing.T) {
 		t.Fatal("one stream of weight 1 reads another order than its URLs")
 	}
 }
+
+// TestMixStats: Stats.Streams counts each stream's samples and bytes.
+func TestMixStats(t *testing.T) {
+	a, b, _ := mixStreams(t)
+	ctx := context.Background()
+	l, err := shardload.Open(ctx, shardload.Config{Streams: []shardload.Stream{{URLs: a, Choose: 300}, {URLs: b, Choose: 500}},
+		BatchSize: 16, NoIndexStore: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	nA := 0
+	for b, err := range l.All(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range b.Keys() {
+			if inA(k) {
+				nA++
+			}
+		}
+	}
+	st := l.Stats()
+	if len(st.Streams) != 2 || st.Streams[0].Samples != int64(nA) || st.Streams[1].Samples != 800-int64(nA) || nA != 300 {
+		t.Fatalf("streams %+v; read %d of A", st.Streams, nA)
+	}
+	if st.Streams[0].BytesIn <= 0 || st.Streams[1].BytesIn <= 0 || st.Streams[0].BytesIn+st.Streams[1].BytesIn != st.BytesIn {
+		t.Fatalf("streams %+v: bytes do not add up to %d", st.Streams, st.BytesIn)
+	}
+	if p := l.Plan(); len(p.Streams) != 2 || p.Streams[0] != 300 || p.Streams[1] != 500 {
+		t.Fatalf("plan's streams %v", p.Streams)
+	}
+}

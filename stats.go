@@ -31,6 +31,8 @@ type Stats struct {
 	FirstBatch time.Duration // from Open to the first batch handed to Next's caller
 	// SlabBytes is the size of the ring's largest slab (grown ones included).
 	SlabBytes int64
+	// Streams are each stream's figures in a mix of streams (Config.Streams).
+	Streams []StreamStats
 	// Stages: fetch (reading sources), inflate (whole-shard decompression), split
 	// (tar parsing and grouping), decode (field decoders, and copying the sample into
 	// memory the loader owns while it waits), shuffle, collate (writing slabs), starve
@@ -54,8 +56,19 @@ func (l *Loader) Stats() Stats {
 		BytesIn: c.BytesIn.Load(), BytesInflated: c.BytesInflated.Load(), BytesOut: c.BytesOut.Load(), Requests: c.Requests.Load(),
 		Workers: l.Settings().Workers, Memory: l.memory(), Queued: l.p.C.Queued.Load(), PageLocked: l.p.Locked(),
 		Elapsed: time.Since(l.start), FirstBatch: d(c.FirstBatch.Load()),
-		Stages: c.Stages(), SlabBytes: l.slabs.Bytes(),
+		Stages: c.Stages(), SlabBytes: l.slabs.Bytes(), Streams: streamStats(c.Streams),
 	}
+}
+
+// StreamStats are a stream's figures in a mix of streams (Stats.Streams): samples
+// delivered in batches, bytes read from the sources, samples the Skip policy left out.
+type StreamStats struct{ Samples, BytesIn, Skipped int64 }
+
+func streamStats(cs []pipeline.StreamCounters) (out []StreamStats) {
+	for i := range cs {
+		out = append(out, StreamStats{cs[i].Samples.Load(), cs[i].Bytes.Load(), cs[i].Skipped.Load()})
+	}
+	return out
 }
 
 // Add adds o's counters and stage times to s's (Workers, Memory, Queued and
@@ -67,6 +80,10 @@ func (s *Stats) Add(o Stats) {
 	s.BytesIn, s.BytesInflated, s.BytesOut, s.Requests = s.BytesIn+o.BytesIn, s.BytesInflated+o.BytesInflated, s.BytesOut+o.BytesOut, s.Requests+o.Requests
 	s.Workers, s.Memory, s.Queued, s.PageLocked = o.Workers, o.Memory, o.Queued, o.PageLocked
 	s.SlabBytes = max(s.SlabBytes, o.SlabBytes)
+	s.Streams = append(s.Streams, make([]StreamStats, max(0, len(o.Streams)-len(s.Streams)))...)
+	for i, st := range o.Streams {
+		s.Streams[i] = StreamStats{s.Streams[i].Samples + st.Samples, s.Streams[i].BytesIn + st.BytesIn, s.Streams[i].Skipped + st.Skipped}
+	}
 	if s.Stages == nil {
 		s.Stages = make(map[string]time.Duration, len(o.Stages))
 	}

@@ -342,6 +342,15 @@ func (r *Ring) Slabs() []*Slab {
 // Slab.Size for one that grew).
 func (r *Ring) SlabBytes() int64 { return r.slabBytes }
 
+// MaxSlabBytes returns the size of the ring's largest slab, grown ones included.
+func (r *Ring) MaxSlabBytes() int64 {
+	n := r.slabBytes
+	for _, s := range r.Slabs() {
+		n = max(n, s.Size())
+	}
+	return n
+}
+
 // Locked reports whether every slab is mlocked. It is false with Options.NoLock and
 // when locking was not permitted (a warning was given then).
 func (r *Ring) Locked() bool { return r.locked }

@@ -570,8 +570,11 @@ func (st *mixStream) cycle(c int64) *mixCycle {
 }
 
 // StreamOf returns which stream of m each shard of a list of n belongs to (-1 for
-// none).
-func (m Mix) StreamOf(n int) []int {
+// none); nil for a nil Mix.
+func (m *Mix) StreamOf(n int) []int {
+	if m == nil {
+		return nil
+	}
 	out := slices.Repeat([]int{-1}, n)
 	for i, s := range m.Streams {
 		for k := s.First; k < s.First+s.Count && k < n; k++ {

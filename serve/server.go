@@ -35,6 +35,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -216,13 +217,21 @@ func Listen(opts Options) (*Server, error) {
 	if len(opts.URLs) > 0 {
 		opts.Pipeline.URLs = opts.URLs
 	}
+	if len(opts.URLs) > 0 && len(opts.Pipeline.Streams) > 0 {
+		return nil, errors.New("serve: the server's dataset is its URLs or its streams, not both")
+	}
 	madeDir, err := socketDir(filepath.Dir(path), len(opts.AllowUIDs) > 0)
 	if err != nil {
 		return nil, err
 	}
 	own := map[string]bool{}
-	if len(opts.URLs) > 0 {
-		urls, err := shard.ExpandAll(opts.URLs)
+	ownURLs := opts.URLs
+	for _, st := range opts.Pipeline.Streams {
+		// The server's own mix: its streams' shards are its own.
+		ownURLs = append(slices.Clone(ownURLs), st.URLs...)
+	}
+	if len(ownURLs) > 0 {
+		urls, err := shard.ExpandAll(ownURLs)
 		if err != nil {
 			return nil, err
 		}
@@ -503,10 +512,34 @@ func (s *Server) count(ctx context.Context, cfg shardload.Config) ([]shard.Info,
 	return nil, context.Cause(ctx)
 }
 
+// countAll counts cfg's dataset, or each of its streams (exactly: a mix is planned
+// from exact counts), and sets cfg's Shards or its streams'. It returns all the
+// shards.
+func (s *Server) countAll(ctx context.Context, cfg *shardload.Config) ([]shard.Info, error) {
+	if len(cfg.Streams) == 0 {
+		infos, err := s.count(ctx, *cfg)
+		cfg.Shards = infos
+		return infos, err
+	}
+	var all []shard.Info
+	cfg.Streams = slices.Clone(cfg.Streams)
+	for i := range cfg.Streams {
+		c := *cfg
+		c.URLs, c.Streams, c.CountFirst = cfg.Streams[i].URLs, nil, true
+		infos, err := s.count(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Streams[i].Shards = infos
+		all = append(all, infos...)
+	}
+	return all, nil
+}
+
 // countKey names the dataset of cfg: its URLs and index, and whether a job of one
 // rank asks (it may plan from the node's index store, see shardload.Shards).
 func countKey(cfg shardload.Config) string {
-	return strings.Join(cfg.URLs, "\x00") + "\x00" + cfg.Index + fmt.Sprintf("\x00%v", cfg.World <= 1)
+	return strings.Join(cfg.URLs, "\x00") + "\x00" + cfg.Index + fmt.Sprintf("\x00%v\x00%v", cfg.World <= 1, cfg.CountFirst)
 }
 
 // indexVersion names the version of the index a session of cfg plans from (its

@@ -147,8 +147,25 @@ func (s *Server) handle(c *net.UnixConn) {
 // batches, rates and the share of the time it waited for its loader's batches.
 func sessionRates(st SessionStats, life time.Duration) string {
 	sec := max(life.Seconds(), 1e-9)
+	return fmt.Sprintf("%s%s", rates(st, sec), streamFigures(st.Streams))
+}
+
+// streamFigures says what a session read of each stream of a mix, "" for none.
+func streamFigures(streams []shardload.StreamStats) string {
+	var b strings.Builder
+	for i, s := range streams {
+		sep := ", "
+		if i == 0 {
+			sep = "; streams: "
+		}
+		fmt.Fprintf(&b, "%s%d: %d samples, %.1f MB, %d skipped", sep, i, s.Samples, float64(s.BytesIn)/1e6, s.Skipped)
+	}
+	return b.String()
+}
+
+func rates(st SessionStats, sec float64) string {
 	return fmt.Sprintf("rank %d: %d samples in %d batches in %.1fs (%.0f samples/s, %.1f MB/s read); the trainer waited for batches %.1f%% of the time (starved: the loader behind), the loader for the trainer's slabs %.1f%% (backpressure: the loader ahead)",
-		st.Rank, st.Samples, st.Batches, life.Seconds(), float64(st.Samples)/sec, float64(st.BytesIn)/1e6/sec,
+		st.Rank, st.Samples, st.Batches, sec, float64(st.Samples)/sec, float64(st.BytesIn)/1e6/sec,
 		100*st.Stages["wait"].Seconds()/sec, 100*st.Stages["backpressure"].Seconds()/sec)
 }
 
@@ -271,37 +288,78 @@ func (s *Server) sessionConfig(h *wire.Hello) (shardload.Config, error) {
 		}
 		cfg.Fields = fields
 	}
+	if len(h.URLs) > 0 && len(h.Streams) > 0 {
+		return cfg, reject(CodeBadRequest, "the hello names both urls and streams")
+	}
 	if len(h.URLs) > 0 {
-		// Counted before anything is expanded: a hello costs the server at most
-		// MaxShards URLs of work.
-		var total uint64
-		for _, p := range h.URLs {
-			n, err := shard.Count(p)
-			if err != nil {
-				return cfg, reject(CodeBadRequest, "urls: %v", err)
-			}
-			if total += n; n > uint64(s.opts.MaxShards) || total > uint64(s.opts.MaxShards) {
-				return cfg, reject(CodeBadRequest, "urls: %.200q expands to %d URLs: the patterns name more than %d shards, this server's limit for one trainer (--max-shards)", p, n, s.opts.MaxShards)
-			}
-		}
-		urls, err := shard.ExpandAll(h.URLs)
-		if err != nil {
-			return cfg, reject(CodeBadRequest, "urls: %v", err)
-		}
-		for _, u := range urls {
-			if err := s.allowed(u); err != nil {
-				return cfg, reject(CodeDenied, "this server does not serve %s (%v): it serves its own dataset and URLs under the prefixes given by --allow", u, err)
-			}
+		if err := s.allowedURLs(h.URLs); err != nil {
+			return cfg, err
 		}
 		if !slices.Equal(h.URLs, s.opts.URLs) {
 			// The server's index describes its own dataset only.
 			cfg.URLs, cfg.Index, cfg.Shards = h.URLs, "", nil
 		}
+		cfg.Streams, cfg.EpochSamples, cfg.Batching = nil, 0, ""
 	}
-	if len(cfg.URLs) == 0 && len(cfg.Shards) == 0 {
+	if len(h.Streams) > 0 {
+		var all []string
+		for _, st := range h.Streams {
+			all = append(all, st.URLs...)
+		}
+		if err := s.allowedURLs(all); err != nil {
+			return cfg, err
+		}
+		cfg.URLs, cfg.Shards, cfg.Streams = nil, nil, nil
+		for i, st := range h.Streams {
+			if len(st.URLs) == 0 {
+				return cfg, reject(CodeBadRequest, "streams: stream %d names no urls", i)
+			}
+			cfg.Streams = append(cfg.Streams, shardload.Stream{URLs: st.URLs, Weight: st.Weight, Repeat: st.Repeat, Choose: st.Choose})
+		}
+		if !slices.Equal(all, s.opts.URLs) {
+			cfg.Index = ""
+		}
+	}
+	if h.EpochSamples != 0 || h.Batching != "" {
+		b, err := plan.ParseBatching(h.Batching)
+		if err != nil || h.EpochSamples < 0 {
+			return cfg, reject(CodeBadRequest, "batching %.20q, epoch_samples %d: want random, stratified or per_stream, and 0 or more samples", h.Batching, h.EpochSamples)
+		}
+		cfg.EpochSamples, cfg.Batching = h.EpochSamples, b
+	}
+	if len(cfg.Streams) == 0 && (cfg.EpochSamples != 0 || cfg.Batching != "" && cfg.Batching != plan.Random) {
+		return cfg, reject(CodeBadRequest, "epoch_samples and batching are settings of a mix of streams: the hello names none")
+	}
+	if len(cfg.URLs) == 0 && len(cfg.Shards) == 0 && len(cfg.Streams) == 0 {
 		return cfg, reject(CodeBadRequest, "the hello names no URLs and the server has no dataset of its own")
 	}
 	return cfg, nil
+}
+
+// allowedURLs refuses patterns that name more than MaxShards shards in all (counted
+// before anything is expanded: a hello costs the server at most MaxShards URLs of
+// work), or a shard the server does not serve.
+func (s *Server) allowedURLs(patterns []string) error {
+	var total uint64
+	for _, p := range patterns {
+		n, err := shard.Count(p)
+		if err != nil {
+			return reject(CodeBadRequest, "urls: %v", err)
+		}
+		if total += n; n > uint64(s.opts.MaxShards) || total > uint64(s.opts.MaxShards) {
+			return reject(CodeBadRequest, "urls: %.200q expands to %d URLs: the patterns name more than %d shards, this server's limit for one trainer (--max-shards)", p, n, s.opts.MaxShards)
+		}
+	}
+	urls, err := shard.ExpandAll(patterns)
+	if err != nil {
+		return reject(CodeBadRequest, "urls: %v", err)
+	}
+	for _, u := range urls {
+		if err := s.allowed(u); err != nil {
+			return reject(CodeDenied, "this server does not serve %s (%v): it serves its own dataset and URLs under the prefixes given by --allow", u, err)
+		}
+	}
+	return nil
 }
 
 // epochSettings applies the settings of a hello (version 4) that define the trainer's
@@ -413,11 +471,10 @@ func (ss *session) run() error {
 		ss.sendError(CodeBadRequest, err.Error())
 		return err
 	}
-	infos, err := s.count(ctx, cfg)
+	infos, err := s.countAll(ctx, &cfg)
 	if err != nil {
 		return ss.fail(ctx, err)
 	}
-	cfg.Shards = infos
 	// The ring is sized from the batch and its fields (or as the hello or the
 	// server says), and grows as a larger batch needs: a trainer of protocol 4 maps
 	// a grown slab again; an older one cannot, so its slabs stay as made.
@@ -513,6 +570,9 @@ func (ss *session) run() error {
 			e.Skipped = st.Skipped
 			if ss.version >= 4 {
 				e.Trimmed, e.Estimated = st.Trimmed, l.Plan().Estimated
+				for _, s := range st.Streams {
+					e.Streams = append(e.Streams, wire.StreamEnd{Samples: s.Samples, Bytes: s.BytesIn, Skipped: s.Skipped})
+				}
 			}
 			if ss.states {
 				st := wire.State(l.State())

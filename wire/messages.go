@@ -86,6 +86,29 @@ type Hello struct {
 	// ImageLayout is the shape of image fields the hello names without one: "chw"
 	// (3xHxW, as torchvision's tensors) or "hwc" (the default, HxWx3).
 	ImageLayout string `json:"image_layout,omitempty"`
+	// Streams, instead of URLs, mix several datasets into each epoch
+	// (shardload.Config.Streams), in epochs of EpochSamples samples (0: what the
+	// streams give), batched by Batching: random (the default), stratified or
+	// per_stream. Version 4.
+	Streams      []Stream `json:"streams,omitempty"`
+	EpochSamples int64    `json:"epoch_samples,omitempty"`
+	Batching     string   `json:"batching,omitempty"`
+}
+
+// Stream is one stream of a hello's mix: its URLs or patterns, and its weight, or
+// its draws per epoch (repeat times its samples, or choose samples).
+type Stream struct {
+	URLs   []string `json:"urls"`
+	Weight float64  `json:"weight,omitempty"`
+	Repeat float64  `json:"repeat,omitempty"`
+	Choose int64    `json:"choose,omitempty"`
+}
+
+// StreamEnd is what an epoch read of one stream of a mix (End.Streams).
+type StreamEnd struct {
+	Samples int64 `json:"samples"`
+	Bytes   int64 `json:"bytes"`
+	Skipped int64 `json:"skipped"`
 }
 
 // helloFields is Hello without its methods, for encoding/json.
@@ -249,6 +272,8 @@ type End struct {
 	// and Estimated says the epoch was planned from estimated counts. Version 4.
 	Trimmed   int64 `json:"trimmed,omitempty"`
 	Estimated bool  `json:"estimated,omitempty"`
+	// Streams are the epoch's figures per stream of a mix, in the hello's order.
+	Streams []StreamEnd `json:"streams,omitempty"`
 	// State is the position after the batches sent (after the epoch's last Batch
 	// unless abandoned); its NextEpoch starts the next epoch. Version 3; absent when
 	// the epoch was abandoned before it started.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -26,6 +27,7 @@ import (
 	"github.com/shardload/shardload/internal/knob"
 	"github.com/shardload/shardload/internal/logs"
 	"github.com/shardload/shardload/numa"
+	"github.com/shardload/shardload/plan"
 )
 
 var benchCommand = command{
@@ -53,7 +55,7 @@ would wait for data: the share of its time spent waiting after its first batch
 		withPprof := fs.Bool("pprof", false, "with --metrics on a loopback address, also serve Go's profiles at /debug/pprof there (they can hold URLs and credentials)")
 		resumeAt := fs.Float64("resume-at", 0, "start the first epoch from the state after this fraction of its batches (0.5: half), as a trainer restarted from a checkpoint does: measures the restore (first_batch_seconds, read_before_first_batch_bytes)")
 		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-			if len(args) == 0 {
+			if len(args) == 0 && len(lf.streams) == 0 && lf.streamsFile == "" {
 				return fmt.Errorf("%w: no shard URLs given", errUsage)
 			}
 			switch {
@@ -130,6 +132,10 @@ type loaderFlags struct {
 	budgetShards  int64
 	index         string
 	imageDecoder  string
+	streams       []string // --stream
+	streamsFile   string   // --streams
+	epochSamples  int64
+	batching      string
 }
 
 // knobFlag is a knob.Knob as a flag: it sets the knob in a Config.
@@ -185,6 +191,10 @@ func (lf *loaderFlags) register(fs *pflag.FlagSet, perRank bool) {
 	fs.Float64Var(&lf.errorBudget, "error-budget", shardload.DefaultErrorBudget.Fraction, "fraction of the whole job's samples, or of its shards (all ranks together), that --on-error=skip may leave out before a rank fails (0: none)")
 	fs.Int64Var(&lf.budgetSamples, "error-budget-samples", 0, "samples --on-error=skip may leave out before a rank fails, whatever --error-budget gives")
 	fs.Int64Var(&lf.budgetShards, "error-budget-shards", 0, "shards --on-error=skip may leave out before a rank fails, whatever --error-budget gives")
+	fs.StringArrayVar(&lf.streams, "stream", nil, "a stream of a mix, repeatable, instead of URL arguments: its URLs or patterns and one of weight=W (its share of each epoch, relative to the other streams'), repeat=R (R times its samples each epoch) or choose=N (N samples each epoch), separated by spaces, e.g. --stream 's3://b/web-{000..099}.tar weight=0.7' (none: its samples once an epoch; a stream drawn at fewer samples than it holds goes through them without replacement across epochs)")
+	fs.StringVar(&lf.streamsFile, "streams", "", `a JSON file of the mix's streams instead of --stream: [{"urls": ["PATTERN", ...], "weight": W}, {"urls": [...], "repeat": R}, {"urls": [...], "choose": N}]`)
+	fs.Int64Var(&lf.epochSamples, "epoch-samples", 0, "samples in each epoch of a mix of streams (0: what the streams give: their samples, or repeat or choose)")
+	fs.StringVar(&lf.batching, "batching", "random", "how batches are made of a mix's streams: random (the mixed order), stratified (every batch holds each stream's share) or per_stream (every batch is one stream's, the batches in proportion)")
 	fs.StringVar(&lf.index, "index", "", `index file or URL (from "shardload index"; JSON lines {"url","samples"} from "ls --summary --json" work too); without it the node's index store and an index object `+index.FileName+` beside the shards are used, and only shards none has are counted`)
 	lf.rf.register(fs)
 }
@@ -245,7 +255,80 @@ func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config
 	cfg.Fields, cfg.ImageDecoder, cfg.MaxMemberSize = fields, imageDecoder, int64(lf.rf.maxMember)
 	cfg.OnError, cfg.Logf, cfg.Sources = policy, logs.Printf(logger), lf.rf.sources()
 	cfg.ErrorBudget = &shardload.Budget{Fraction: lf.errorBudget, Samples: lf.budgetSamples, Shards: lf.budgetShards}
+	if cfg.Streams, err = lf.mix(); err != nil {
+		return shardload.Config{}, err
+	}
+	if len(cfg.Streams) > 0 && len(urls) > 0 {
+		return shardload.Config{}, fmt.Errorf("%w: give URL arguments or --stream/--streams, not both", errUsage)
+	}
+	if cfg.Batching, err = plan.ParseBatching(lf.batching); err != nil || lf.epochSamples < 0 {
+		return shardload.Config{}, fmt.Errorf("%w: --batching %q, --epoch-samples %d: want random, stratified or per_stream, and 0 or more", errUsage, lf.batching, lf.epochSamples)
+	}
+	if cfg.EpochSamples = lf.epochSamples; len(cfg.Streams) == 0 && (cfg.EpochSamples != 0 || cfg.Batching != plan.Random) {
+		return shardload.Config{}, fmt.Errorf("%w: --epoch-samples and --batching are settings of a mix of streams (--stream, --streams)", errUsage)
+	}
 	return cfg, nil
+}
+
+// mix returns the streams of --stream or --streams, none without them.
+func (lf *loaderFlags) mix() ([]shardload.Stream, error) {
+	if lf.streamsFile != "" {
+		if len(lf.streams) > 0 {
+			return nil, fmt.Errorf("%w: --stream and --streams are both given", errUsage)
+		}
+		b, err := os.ReadFile(lf.streamsFile)
+		if err != nil {
+			return nil, err
+		}
+		var streams []shardload.Stream
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&streams); err != nil {
+			return nil, fmt.Errorf("%w: --streams %s: %v", errUsage, lf.streamsFile, err)
+		}
+		for i, st := range streams {
+			if len(st.URLs) == 0 {
+				return nil, fmt.Errorf("%w: --streams %s: stream %d has no urls", errUsage, lf.streamsFile, i)
+			}
+		}
+		return streams, nil
+	}
+	var streams []shardload.Stream
+	for _, spec := range lf.streams {
+		st, err := parseStream(spec)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --stream %q: %v", errUsage, spec, err)
+		}
+		streams = append(streams, st)
+	}
+	return streams, nil
+}
+
+// parseStream parses a --stream: URLs or patterns and weight=W, repeat=R or
+// choose=N, separated by spaces.
+func parseStream(spec string) (shardload.Stream, error) {
+	var st shardload.Stream
+	for _, f := range strings.Fields(spec) {
+		k, v, _ := strings.Cut(f, "=")
+		var err error
+		switch k {
+		case "weight":
+			st.Weight, err = strconv.ParseFloat(v, 64)
+		case "repeat":
+			st.Repeat, err = strconv.ParseFloat(v, 64)
+		case "choose":
+			st.Choose, err = strconv.ParseInt(v, 10, 64)
+		default:
+			st.URLs = append(st.URLs, f)
+		}
+		if err != nil {
+			return st, fmt.Errorf("%s: %v", f, err)
+		}
+	}
+	if len(st.URLs) == 0 {
+		return st, errors.New("no URLs")
+	}
+	return st, nil
 }
 
 // setMemoryLimit sets the Go runtime's soft memory limit of a loader process to its
@@ -352,7 +435,16 @@ type benchResult struct {
 	Tuned           *shardload.Settings `json:"tuned,omitempty"` // where the tuner settled; nil with --autotune=false
 	SlabsPageLocked bool                `json:"slabs_page_locked"`
 	Device          deviceResult        `json:"device"`
-	trainerSeconds  float64
+	// Streams are each stream's figures in a mix of streams (--stream), in order.
+	Streams        []streamResult `json:"streams,omitempty"`
+	trainerSeconds float64
+}
+
+// streamResult is one stream's part of the report of a mix.
+type streamResult struct {
+	Samples int64 `json:"samples"`
+	BytesIn int64 `json:"bytes_in"`
+	Skipped int64 `json:"skipped"`
 }
 
 // deviceResult is the device-copy stage's part of the report.
@@ -573,6 +665,14 @@ func (r *benchResult) add(st shardload.Stats) {
 	r.Trimmed += st.Trimmed
 	r.Workers = st.Workers
 	r.SlabsPageLocked = st.PageLocked
+	for i, s := range st.Streams {
+		if i == len(r.Streams) {
+			r.Streams = append(r.Streams, streamResult{})
+		}
+		r.Streams[i].Samples += s.Samples
+		r.Streams[i].BytesIn += s.BytesIn
+		r.Streams[i].Skipped += s.Skipped
+	}
 	for k, v := range st.Stages {
 		r.Stages[k] += v.Seconds()
 	}
@@ -638,6 +738,9 @@ func (r *benchResult) report(w io.Writer) error {
 			state = "settled"
 		}
 		fmt.Fprintf(bw, "  autotune: %s (%d changes kept, %s)\n", r.Tuned, r.Tuned.Changes, state)
+	}
+	for i, s := range r.Streams {
+		fmt.Fprintf(bw, "  stream %d: %d samples (%.1f%%), %.1f MB read, %d skipped\n", i, s.Samples, 100*float64(s.Samples)/float64(max(r.Samples, 1)), float64(s.BytesIn)/1e6, s.Skipped)
 	}
 	fmt.Fprintf(bw, "  stages (seconds, summed over %d workers):", r.Workers)
 	for _, s := range shardload.StageNames {

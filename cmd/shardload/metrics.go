@@ -43,6 +43,7 @@ type serverMetrics struct {
 	cacheEntries, cacheFailures                            *prometheus.Desc
 	retries, resumes, budget, ringSlabs, ringInUse         *prometheus.Desc
 	memory, knob, tunerChanges, queued                     *prometheus.Desc
+	streamSamples, streamBytes, streamSkipped              *prometheus.Desc
 }
 
 func newServerMetrics(stats statsFunc, c *cache.Cache) *serverMetrics {
@@ -86,6 +87,9 @@ func newServerMetrics(stats statsFunc, c *cache.Cache) *serverMetrics {
 		memory:         d("session_memory_bytes", "What a session's buffers may hold at its settings in effect (the tuner's), within its budget.", sess...),
 		knob:           d("session_setting", "A session's setting in effect, as its tuner left it: workers, read_ahead (shards), queue_bytes, fetch_parallel, fetch_part_size.", "session", "rank", "setting"),
 		tunerChanges:   d("session_autotune_changes_total", "Setting changes a session's tuner kept.", sess...),
+		streamSamples:  d("session_stream_samples_total", "Samples of each stream of a mix a session's loader collated into batches (label stream: its index in the mix).", "session", "rank", "stream"),
+		streamBytes:    d("session_stream_read_bytes_total", "Bytes read of each stream of a mix, as stored.", "session", "rank", "stream"),
+		streamSkipped:  d("session_stream_skipped_samples_total", "Samples of each stream of a mix the skip policy left out.", "session", "rank", "stream"),
 	}
 }
 
@@ -121,6 +125,11 @@ func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
 		c(m.wait, s.Stages["wait"].Seconds(), id, rank)
 		c(m.backpressure, s.Stages["backpressure"].Seconds(), id, rank)
 		c(m.trimmed, float64(s.Trimmed), id, rank)
+		for i, st := range s.Streams {
+			c(m.streamSamples, float64(st.Samples), id, rank, strconv.Itoa(i))
+			c(m.streamBytes, float64(st.BytesIn), id, rank, strconv.Itoa(i))
+			c(m.streamSkipped, float64(st.Skipped), id, rank, strconv.Itoa(i))
+		}
 		g(m.slabBytes, float64(s.SlabBytes), id, rank)
 		g(m.budget, float64(s.MemoryBudget), id, rank)
 		g(m.memory, float64(s.Memory), id, rank)

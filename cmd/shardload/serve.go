@@ -40,7 +40,7 @@ removing its socket.`,
 		pprofAddr := fs.String("pprof-addr", "", "serve Go's profiles at /debug/pprof on this TCP address, loopback or not (no authentication: profiles can hold URLs and credentials)")
 		batchPolicy := fs.Bool("sched-batch", true, "run the loader's threads under SCHED_BATCH (Linux), so that they never delay a trainer that wakes on their CPU")
 		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-			if len(args) == 0 && len(*allow) == 0 {
+			if len(args) == 0 && len(*allow) == 0 && len(lf.streams) == 0 && lf.streamsFile == "" {
 				return fmt.Errorf("%w: give the dataset's URLs, or --allow prefixes under which trainers name theirs", errUsage)
 			}
 			if *maxSessions < 1 || *maxDatasets < 1 || *maxShards < 1 {

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/shardload/shardload/plan"
 )
@@ -38,4 +39,28 @@ func FirstWhole(spans []plan.Span) string {
 		}
 	}
 	return ""
+}
+
+// StreamCounters are one stream's counters in a mix of streams (Counters.Streams):
+// samples delivered in batches, bytes read from the sources, samples skipped.
+type StreamCounters struct{ Samples, Bytes, Skipped atomic.Int64 }
+
+// newStreamCounters returns the counters of the streams that streamOf names, nil
+// for none.
+func newStreamCounters(streamOf []int) []StreamCounters {
+	n := 0
+	for _, s := range streamOf {
+		n = max(n, s+1)
+	}
+	if n == 0 {
+		return nil
+	}
+	return make([]StreamCounters, n)
+}
+
+// streamBytes counts n bytes read of shard si for its stream.
+func (c *Counters) streamBytes(streamOf []int, si int, n int64) {
+	if c.Streams != nil && streamOf[si] >= 0 {
+		c.Streams[streamOf[si]].Bytes.Add(n)
+	}
 }

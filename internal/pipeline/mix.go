@@ -398,6 +398,12 @@ func (pl *Pipeline) pull(ctx context.Context, s *mixSlot, wins []*window, first 
 		moved = true
 		s.q.Release(m.weight)
 		pl.C.Queued.Add(-m.weight)
+		if pl.p.StreamOf != nil {
+			m.stream = int32(pl.p.StreamOf[s.span.Shard])
+			if m.it != nil {
+				m.it.stream = m.stream
+			}
+		}
 		switch {
 		case m.err != nil:
 			s.err = m.err
@@ -512,6 +518,9 @@ var ErrErrorBudget = errors.New("shardload: too many samples skipped")
 // deterministic order.
 func (pl *Pipeline) noteSkip(m slotMsg) error {
 	pl.C.Skipped.Add(int64(m.skipped))
+	if pl.C.Streams != nil {
+		pl.C.Streams[m.stream].Skipped.Add(int64(m.skipped))
+	}
 	what := fmt.Sprintf("%d sample", m.skipped)
 	if m.skipped != 1 {
 		what += "s"
@@ -709,6 +718,11 @@ func (b *batcher) flush(ctx context.Context) error {
 		return err
 	}
 	pl.C.Samples.Add(int64(len(b.rows) - b.padded))
+	if pl.C.Streams != nil {
+		for _, it := range b.rows[:len(b.rows)-b.padded] {
+			pl.C.Streams[it.stream].Samples.Add(1)
+		}
+	}
 	pl.C.Padded.Add(int64(b.padded))
 	pl.C.Batches.Add(1)
 	pl.C.BytesOut.Add(db.Used)

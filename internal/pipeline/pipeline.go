@@ -83,6 +83,9 @@ type Params struct {
 	// Record, when set, receives the true entry of each estimated shard read from its
 	// start to its end.
 	Record func(shard.Info)
+	// StreamOf, for a mix of streams, is each shard's stream: Counters.Streams then
+	// counts per stream.
+	StreamOf []int
 
 	// Skip leaves bad samples and shards out (the Skip policy) within Budget.
 	Skip   bool
@@ -181,6 +184,8 @@ type Counters struct {
 	// Queued is the bytes the open shards' queues hold now (their samples'
 	// weights, as the queues count them).
 	Queued atomic.Int64
+	// Streams count per stream of a mix (Params.StreamOf).
+	Streams []StreamCounters
 }
 
 // StageNames are the stages of Counters.Stages, in pipeline order.
@@ -228,6 +233,7 @@ func Start(ctx context.Context, p Params) *Pipeline {
 		ringReady: make(chan struct{}),
 	}
 	pl.detached = len(p.Fields) > 0
+	pl.C.Streams = newStreamCounters(p.StreamOf)
 	for i := range p.Fields {
 		switch f := &p.Fields[i]; f.Kind {
 		case decode.KindImage:

@@ -27,6 +27,7 @@ type item struct {
 	size   int64
 	refs   int      // batches still to collate it (more than one when it pads an epoch)
 	skip   *slotMsg // a skip notice standing at the first position it left out (see missing)
+	stream int32    // its stream, in a mix of streams
 }
 
 func (it *item) ref() *item { it.refs++; return it }
@@ -46,6 +47,7 @@ type slotMsg struct {
 	weight  int64 // bytes held on the slot's queue semaphore
 	skipped int   // samples left out (Skip policy), with cause
 	shard   bool  // the rest of the shard was left out
+	stream  int32 // the span's stream, in a mix of streams (set by the mixer)
 	cause   error
 	err     error // fatal
 }
@@ -75,18 +77,16 @@ func (s *slot) weight(m slotMsg) int64 {
 	return min(w, s.cap)
 }
 
-// produce reads one span: fetch, inflate, split, decode. It holds a worker token while
-// it works and gives it up while it waits for room on its queue, so that a full
-// queue never stops the other shards.
+// produce reads one span: fetch, inflate, split, decode. It opens its shard without a
+// worker token (the request's wait for its first byte is the store's, not this
+// process's CPU), holds one while it reads and decodes, and gives it up while it
+// waits for room on its queue, so that a full queue never stops the other shards.
 func (pl *Pipeline) produce(ctx context.Context, s *slot) {
 	defer s.msgs.close()
 	defer pl.placeThread()()
 	p := producer{pl: pl, s: s, ctx: ctx}
 	p.dec.Images = pl.p.ImageDecoder
 	defer p.dec.Release()
-	if !p.acquire() {
-		return
-	}
 	defer p.release()
 	// A panic (in a source, a decoder) fails the loader, not the process.
 	defer func() {
@@ -175,12 +175,17 @@ func (p *producer) run() {
 		return
 	}
 	defer body.Close()
+	// Opened: the reads and the decoding from here on take a worker.
+	if !p.acquire() {
+		return
+	}
 	r := shard.NewReader(body, opts)
 	defer func() {
 		fetch, inflate := r.Times()
 		add(&pl.C.Fetch, fetch)
 		add(&pl.C.Inflate, inflate)
 		pl.C.BytesIn.Add(r.StoredBytes())
+		pl.C.streamBytes(pl.p.StreamOf, span.Shard, r.StoredBytes())
 		pl.C.BytesInflated.Add(r.Offset() - opts.StartOffset)
 		r.Close()
 	}()
