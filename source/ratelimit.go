@@ -54,10 +54,12 @@ const maxEndpoints = 4096
 // bucket of S3 or GCS, a host of HTTP; see EndpointOf), following the store's
 // throttling answers (IsThrottle: S3's 503 SlowDown, HTTP 429 and 503, GCS's 429
 // and 503): an endpoint has no limit until it throttles a request; then its rate
-// drops to Decrease × the rate requests were being sent at over the last second,
-// again on each later round of throttling, down to MinRate; every success raises
-// it a little (Increase), up to MaxRate if set. Requests beyond the rate wait their
-// turn, spaced 1/rate apart. Fetchers share one (DefaultRateLimiter unless their
+// drops to Decrease × the rate requests were being sent at (over the last second,
+// or since the endpoint's first request when that is less), again on each later
+// round of throttling, down to MinRate; every success raises it a little
+// (Increase), up to MaxRate if set. Requests beyond the rate wait their turn,
+// spaced 1/rate apart (with a burst of rate/100 allowed), and keep the turn they
+// were given when the rate changes. Fetchers share one (DefaultRateLimiter unless their
 // options name another), so every loader and session of a process, which all read
 // through them, is paced together.
 //
@@ -230,7 +232,7 @@ func (t Ticket) Done(err error) {
 // Wait waits until a request to url may go, or ctx is done (then it returns ctx's
 // error). Report its outcome through the Ticket.
 func (l *RateLimiter) Wait(ctx context.Context, url string) (Ticket, error) {
-	if l == nil || (l.opts.Fixed && l.maxRate <= 0) {
+	if l == nil || l == Unlimited {
 		return Ticket{}, nil
 	}
 	key := EndpointOf(url)
@@ -239,6 +241,10 @@ func (l *RateLimiter) Wait(ctx context.Context, url string) (Ticket, error) {
 	}
 	now := l.now()
 	l.mu.Lock()
+	if l.opts.Fixed && l.maxRate <= 0 {
+		l.mu.Unlock()
+		return Ticket{}, nil
+	}
 	e := l.endpoints[key]
 	if e == nil {
 		if len(l.endpoints) >= maxEndpoints {
