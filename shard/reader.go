@@ -274,6 +274,7 @@ type Reader struct {
 	started bool
 	comp    Compression
 	dec     io.ReadCloser // decompressor, nil for None
+	inBuf   *bufio.Reader // the buffer below a decompressor read from a stream (inBufPool)
 	rawIn   counter       // counts bytes of the shard as stored; sits above src
 	seeker  *seekBuffer   // set when listing a seekable shard by seeking past data
 	tarIn   counter       // counts tar-stream bytes; sits between dec and tr
@@ -328,6 +329,11 @@ func (r *Reader) Close() error {
 	if r.dec != nil {
 		r.dec.Close()
 		r.dec = nil
+	}
+	if r.inBuf != nil {
+		r.inBuf.Reset(nil)
+		inBufPool.Put(r.inBuf)
+		r.inBuf = nil
 	}
 	if r.err == nil {
 		r.err = errors.New("shard: reader closed")
@@ -404,6 +410,16 @@ func (r *Reader) start() error {
 		in = br
 	}
 	r.comp = DetectCompression(magic)
+	if br, ok := in.(*bufio.Reader); ok && r.comp != None {
+		// A decompressor reads its input in small pieces (a block's header, then the
+		// block): through a large buffer, each read of the source takes what has
+		// arrived (a system call per buffer, not two or three per block), for one
+		// copy of the stored bytes, fewer than the inflated bytes the tar reader
+		// copies anyway.
+		r.inBuf = inBufPool.Get().(*bufio.Reader)
+		r.inBuf.Reset(br)
+		in = r.inBuf
+	}
 	switch r.comp {
 	case Gzip:
 		// The gzip reader reads a byte at a time from a buffer it is given (or makes
@@ -864,6 +880,14 @@ func (r *Reader) streamErr(off int64, err error) error {
 }
 
 const blockSize = 512
+
+// compressedBufferSize is the buffer below the decompressor of a compressed shard
+// read from a stream: larger than a zstd block (128 KiB) and a socket's usual read.
+const compressedBufferSize = 256 << 10
+
+// inBufPool keeps the buffers below decompressors (compressedBufferSize) between
+// shards.
+var inBufPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, compressedBufferSize) }}
 
 // readBufferSize is the buffer below the tar reader. Reads at least this large bypass
 // it.
