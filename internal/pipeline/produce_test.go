@@ -1,0 +1,88 @@
+package pipeline
+
+import (
+	"context"
+	"io"
+	"sync"
+	"testing"
+
+	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/internal/shardgen"
+	"github.com/shardload/shardload/plan"
+	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/source"
+)
+
+// heldAtOpen is an Opener that records, at each open, how many worker tokens the
+// pipeline's producers hold.
+type heldAtOpen struct {
+	Opener
+	gate *gate
+	mu   sync.Mutex
+	held []int
+}
+
+func (o *heldAtOpen) record() {
+	o.mu.Lock()
+	o.held = append(o.held, o.gate.held())
+	o.mu.Unlock()
+}
+
+func (o *heldAtOpen) Open(ctx context.Context, url string) (io.ReadCloser, error) {
+	o.record()
+	return o.Opener.Open(ctx, url)
+}
+
+func (o *heldAtOpen) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
+	o.record()
+	return o.Opener.OpenRange(ctx, url, off, length)
+}
+
+func (o *heldAtOpen) OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
+	o.record()
+	return o.Opener.OpenVersion(ctx, url, version, off, length)
+}
+
+// A producer opens its shard without a worker token: the open (on a store, a stat and
+// the wait for the request's first byte) uses none of the process's CPU, and a token
+// held through it would keep another shard's decoding waiting. It takes the token to
+// read, gives it back at the end, and delivers every sample.
+func TestProducerOpensWithoutWorker(t *testing.T) {
+	spec := shardgen.Spec{Shards: 1, SamplesPerShard: 50, Seed: 5,
+		Fields: []shardgen.Field{{Ext: "bin", Kind: shardgen.Random, MinBytes: 8, MaxBytes: 64}}}
+	paths, err := shardgen.Generate(t.TempDir(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := decode.ParseField("bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	workers := newGate(1)
+	src := &heldAtOpen{Opener: source.Default, gate: workers}
+	l := &Pipeline{p: Params{Sources: src, Shards: []shard.Info{{URL: paths[0], Samples: 50}}, Fields: []decode.Field{f}, Logf: t.Logf}, workers: workers}
+	l.pool.MaxFree = 1 << 20
+	s := newSlot(plan.Span{URL: paths[0], Take: 50}, 1<<20, nil) // room for every sample
+	l.produce(context.Background(), s)
+
+	if len(src.held) != 1 || src.held[0] != 0 {
+		t.Fatalf("worker tokens held at each open: %v, want [0] (one open, no token)", src.held)
+	}
+	if n := workers.held(); n != 0 {
+		t.Fatalf("%d worker tokens held after the producer ended", n)
+	}
+	got := 0
+	for {
+		m, ok, err := s.msgs.pop(context.Background())
+		if !ok {
+			break
+		}
+		if err != nil || m.err != nil || m.it == nil {
+			t.Fatalf("message %d: %+v, %v", got, m, err)
+		}
+		got++
+	}
+	if got != 50 {
+		t.Fatalf("%d samples delivered, want 50", got)
+	}
+}
