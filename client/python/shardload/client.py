@@ -17,6 +17,7 @@ into batch data; ``copy()`` or ``to_torch(copy=True)`` give owned data.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -83,6 +84,17 @@ class Client:
     Iterating over the client yields the batches of its current epoch; ``epoch(n)``
     starts epoch n on the same slabs, at any time (an epoch left early is abandoned).
 
+    A mix of datasets: ``streams=[{"urls": PATTERN, "weight": 0.7}, {"urls": [...],
+    "weight": 0.3}]`` instead of ``urls`` (each stream a pattern or a list of them, and
+    one of ``weight``, its share of each epoch, ``repeat``, times its samples per
+    epoch, or ``choose``, samples per epoch; none: its samples once), ``epoch_samples``
+    (default: what the streams give; ``math.inf``: epochs that follow one another
+    without an end when iterating the client, each the streams' default length, with
+    ``state_dict()`` exact throughout) and ``batching``: "random" (default),
+    "stratified" (every batch holds each stream's share) or "per_stream" (every batch
+    is one stream's). ``last_epoch["streams"]`` has each stream's samples, bytes and
+    skips.
+
     Settings that define the trainer's epochs (each None: the server's): ``slab_bytes``
     and ``slabs`` (default: slabs sized from the batch by the server, and grown, with
     one ShardloadWarning, when a batch turns out larger), ``shuffle`` (False: shards
@@ -126,8 +138,14 @@ class Client:
                  slab_bytes: Optional[int] = None, slabs: Optional[int] = None, shuffle: Optional[bool] = None,
                  shuffle_buffer: Optional[int] = None, shuffle_bytes: Optional[int] = None,
                  open_shards: Optional[int] = None, read_gap: Optional[int] = None,
-                 image_layout: Optional[str] = None) -> None:
+                 image_layout: Optional[str] = None, streams: Optional[Iterable[Mapping[str, Any]]] = None,
+                 epoch_samples: Optional[float] = None, batching: Optional[str] = None) -> None:
         self.socket_path = socket_path or default_socket()
+        # epoch_samples=math.inf: the epochs (of what the streams give) follow one
+        # another without an end.
+        self.endless = epoch_samples == math.inf
+        if self.endless:
+            epoch_samples = None
         self.rank = _env_int("RANK", 0) if rank is None else rank
         self.world = _env_int("WORLD_SIZE", 1) if world is None else world
         self.local_rank = _env_int("LOCAL_RANK", 0) if local_rank is None else local_rank
@@ -166,7 +184,8 @@ class Client:
             cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES", ""),
             allow_estimate=allow_estimate, count_first=count_first, slab_bytes=slab_bytes, slabs=slabs,
             shuffle=shuffle, shuffle_buffer=shuffle_buffer, shuffle_bytes=shuffle_bytes,
-            open_shards=open_shards, read_gap=read_gap)
+            open_shards=open_shards, read_gap=read_gap, streams=streams,
+            epoch_samples=cast(Optional[int], epoch_samples), batching=batching)
         sock: Optional[socket.socket] = None
         fds: List[int] = []
         try:
@@ -335,7 +354,15 @@ class Client:
                     pass
 
     def __iter__(self) -> Iterator[Batch]:
+        if self.endless:
+            return self._endless()
         return self.batches()
+
+    def _endless(self) -> Iterator[Batch]:
+        """The batches of the current epoch and of every epoch after it."""
+        yield from self.batches()
+        while not self.closed:
+            yield from self.epoch(self.current_epoch + 1)
 
     def _ended(self, msg: EndMessage) -> None:
         """Note an epoch's end message (last_end, last_epoch), and warn when an epoch

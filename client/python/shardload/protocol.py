@@ -91,6 +91,29 @@ class HelloMessage(TypedDict):
     shuffle_bytes: NotRequired[int]
     open_shards: NotRequired[int]
     read_gap: NotRequired[int]
+    streams: NotRequired[List["StreamSpec"]]
+    epoch_samples: NotRequired[int]
+    batching: NotRequired[str]
+
+
+class StreamSpec(TypedDict):
+    """One stream of a mix, as the hello carries it: its URLs or patterns, and its
+    weight (share of each epoch), or repeat (times its samples per epoch) or choose
+    (samples per epoch)."""
+
+    urls: List[str]
+    weight: NotRequired[float]
+    repeat: NotRequired[float]
+    choose: NotRequired[int]
+
+
+class StreamEnd(TypedDict):
+    """What an epoch read of one stream of a mix: samples, bytes read, samples
+    skipped."""
+
+    samples: int
+    bytes: int
+    skipped: int
 
 
 class FieldInfo(TypedDict):
@@ -210,6 +233,7 @@ class EndMessage(TypedDict):
     abandoned: bool
     trimmed: NotRequired[int]
     estimated: NotRequired[bool]
+    streams: NotRequired[List[StreamEnd]]
     state: NotRequired[State]
 
 
@@ -250,6 +274,7 @@ class EpochEnd(TypedDict):
     skipped: int
     estimated: bool
     abandoned: bool
+    streams: List[StreamEnd]
 
 
 def epoch_end(msg: EndMessage) -> EpochEnd:
@@ -259,6 +284,8 @@ def epoch_end(msg: EndMessage) -> EpochEnd:
         "samples": int(msg.get("samples", 0)), "padded": int(msg.get("padded", 0)),
         "left_out": int(msg.get("trimmed", 0)), "skipped": int(msg.get("skipped", 0)),
         "estimated": bool(msg.get("estimated", False)), "abandoned": bool(msg.get("abandoned", False)),
+        "streams": [{"samples": int(s.get("samples", 0)), "bytes": int(s.get("bytes", 0)),
+                     "skipped": int(s.get("skipped", 0))} for s in msg.get("streams") or []],
     }
 
 
@@ -282,13 +309,15 @@ def hello_message(*, rank: int, world: int, local_rank: int, seed: int, epoch: i
                   count_first: bool = False, slab_bytes: Optional[int] = None, slabs: Optional[int] = None,
                   shuffle: Optional[bool] = None, shuffle_buffer: Optional[int] = None,
                   shuffle_bytes: Optional[int] = None, open_shards: Optional[int] = None,
-                  read_gap: Optional[int] = None) -> HelloMessage:
+                  read_gap: Optional[int] = None, streams: Optional[Iterable[Mapping[str, Any]]] = None,
+                  epoch_samples: Optional[int] = None, batching: Optional[str] = None) -> HelloMessage:
     """The hello for the Client's settings (a pure function: Client passes its
     arguments, the GPU's PCI address it found and $CUDA_VISIBLE_DEVICES). Settings left
     None, and a false allow_estimate or count_first, are left out: the server's hold.
     cuda_visible_devices is sent when it is a list the server takes. Raises ValueError
     for an image_layout other than "chw" and "hwc", and for a setting that is not a
-    non-negative int."""
+    non-negative int, and for streams that are not a list of {"urls": ..., "weight" or
+    "repeat" or "choose": ...}."""
     hello: Message = {
         "type": "hello", "version": PROTOCOL_VERSION, "rank": rank, "world": world,
         "local_rank": local_rank, "seed": seed, "epoch": epoch, "batch_size": batch_size,
@@ -311,6 +340,18 @@ def hello_message(*, rank: int, world: int, local_rank: int, seed: int, epoch: i
         if name != "shuffle" and not isinstance(value, bool) and (not isinstance(value, int) or value < 0):
             raise ValueError(f"{name}={value!r}: want a non-negative int")
         hello[name] = value
+    if urls and streams:
+        raise ValueError("urls and streams: give one or the other")
+    if streams is not None:
+        hello["streams"] = stream_specs(streams)
+    if epoch_samples is not None:
+        if isinstance(epoch_samples, bool) or not isinstance(epoch_samples, int) or epoch_samples < 0:
+            raise ValueError(f"epoch_samples={epoch_samples!r}: want a non-negative int")
+        hello["epoch_samples"] = epoch_samples
+    if batching is not None:
+        if batching not in BATCHINGS:
+            raise ValueError(f"batching={batching!r}: want one of {', '.join(BATCHINGS)}")
+        hello["batching"] = batching
     if state is not None:
         hello["state"] = state
     if gpu_pci:
@@ -320,6 +361,41 @@ def hello_message(*, rank: int, world: int, local_rank: int, seed: int, epoch: i
         # Without gpu_pci, the server maps local_rank through it to a GPU.
         hello["cuda_visible_devices"] = visible
     return cast(HelloMessage, hello)
+
+
+BATCHINGS: Tuple[str, ...] = ("random", "stratified", "per_stream")
+
+
+def stream_specs(streams: Iterable[Mapping[str, Any]]) -> List[StreamSpec]:
+    """The hello's streams for a mix given as dicts: "urls" (a pattern or a list of
+    them) and at most one of "weight", "repeat" and "choose". Raises ValueError for
+    anything else."""
+    out: List[StreamSpec] = []
+    for i, st in enumerate(streams):
+        if not isinstance(st, Mapping):
+            raise ValueError(f"stream {i}: {st!r} is not a dict with urls and a weight")
+        unknown = set(st) - {"urls", "weight", "repeat", "choose"}
+        if unknown:
+            raise ValueError(f"stream {i}: unknown keys {sorted(unknown)} (urls, weight, repeat, choose)")
+        urls = st.get("urls")
+        if isinstance(urls, str):
+            urls = [urls]
+        if not urls or not all(isinstance(u, str) and u for u in urls):
+            raise ValueError(f"stream {i}: urls {urls!r}: want a pattern or a list of them")
+        spec: StreamSpec = {"urls": list(urls)}
+        given = [k for k in ("weight", "repeat", "choose") if st.get(k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"stream {i}: {' and '.join(given)}: give one of weight, repeat and choose")
+        for k in given:
+            v = st[k]
+            ok = isinstance(v, int) if k == "choose" else isinstance(v, (int, float))
+            if isinstance(v, bool) or not ok or not v > 0 or v != v or v == float("inf"):
+                raise ValueError(f"stream {i}: {k}={v!r}: want a positive {'int' if k == 'choose' else 'number'}")
+            spec[k] = v  # type: ignore[literal-required]
+        out.append(spec)
+    if not out:
+        raise ValueError("streams: none given")
+    return out
 
 
 def release_message(slab: int, seq: int, epoch: int, wait: Optional[float] = None) -> ReleaseMessage:

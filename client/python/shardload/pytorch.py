@@ -4,6 +4,7 @@ copies each batch to the GPU on a side stream while the previous batch computes.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Dict, Iterator, Mapping, Optional, Set, Tuple, Union
 
@@ -113,9 +114,18 @@ class ShardloadDataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
         info = _data.get_worker_info()
         if info is not None and info.num_workers > 1:
             raise ShardloadError(WORKERS_MESSAGE.format(n=info.num_workers))
+        if self._kwargs.get("epoch_samples") == math.inf:
+            return self._endless()
         return self._epoch()
 
+    def _endless(self) -> Iterator[Dict[str, Any]]:
+        """Epoch after epoch, without an end (epoch_samples=math.inf)."""
+        while True:
+            yield from self._epoch()
+
     def __len__(self) -> int:
+        if self._kwargs.get("epoch_samples") == math.inf:
+            raise TypeError("an endless ShardloadDataset (epoch_samples=math.inf) has no length")
         return self._connect().epoch_batches
 
     def _connect(self) -> Client:
