@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/source"
 )
 
@@ -211,4 +212,45 @@ func ExampleSampleError() {
 	}
 	// Output:
 	// mem://shards/labels.tar: sample k2 at byte 2048, field cls
+}
+
+// Mix two streams into each epoch at 3:1, in epochs of 8 samples and stratified batches
+// of 4 (every batch 3 + 1 rows). Here both streams are the real WebDataset shard in
+// testdata/ (ten samples); each stream goes through its samples without replacement
+// across epochs.
+func ExampleConfig_streams() {
+	ctx := context.Background()
+	cfg := shardload.Config{
+		Streams: []shardload.Stream{
+			{URLs: []string{"testdata/pytorch-data__wds.tar"}, Weight: 3},
+			{URLs: []string{"testdata/pytorch-data__wds.tar"}, Weight: 1},
+		},
+		EpochSamples: 8,
+		Batching:     plan.Stratified,
+		BatchSize:    4,
+		NoIndexStore: true,
+	}
+	for epoch := range 2 {
+		cfg.Epoch = epoch
+		l, err := shardload.Open(ctx, cfg)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for b, err := range l.All(ctx) {
+			if err != nil {
+				log.Fatal(err)
+			}
+			fmt.Println(epoch, b.Seq, len(b.Keys()))
+		}
+		st := l.Stats().Streams
+		fmt.Println("streams:", st[0].Samples, st[1].Samples)
+		l.Close()
+	}
+	// Output:
+	// 0 0 4
+	// 0 1 4
+	// streams: 6 2
+	// 1 0 4
+	// 1 1 4
+	// streams: 6 2
 }
