@@ -85,6 +85,9 @@ func (b *Batch) Transfer() *device.Transfer { return b.b.Transfer }
 // ends or Close.
 func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	defer func() { err = redact.Error(err) }()
+	// The rank's first requests spread their start over a window derived from the
+	// rank, and its retries draw their jitter from it (source.WithRank).
+	ctx = source.WithRank(ctx, cfg.Rank, cfg.World)
 	start := time.Now()
 	pl, err := planOf(ctx, cfg)
 	if err != nil {

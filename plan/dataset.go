@@ -18,8 +18,9 @@ func Dataset(shards []shard.Info) (string, int64) {
 	h := sha256.New()
 	var n [8]byte
 	var total int64
+	var c source.Canonicalizer
 	for _, s := range shards {
-		u := redact.URL(source.Canonical(s.URL))
+		u := redact.URL(c.Canonical(s.URL))
 		binary.LittleEndian.PutUint64(n[:], uint64(len(u)))
 		h.Write(n[:])
 		h.Write([]byte(u))

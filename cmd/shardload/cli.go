@@ -142,6 +142,7 @@ type readFlags struct {
 	stall       time.Duration
 	deadline    time.Duration
 	minProgress byteSize
+	maxRate     float64 // requests/s to one bucket or host
 	indexDir    string
 	noIndex     bool
 	logFormat   string
@@ -170,6 +171,7 @@ func (rf *readFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&rf.deadline, "retry-deadline", source.DefaultRetryDeadline, "a remote shard whose reads keep failing fails once it has spent this long waiting for the store since its first failure (the reader's own pauses not counted), naming the byte reached and the attempts made (0 or negative: no deadline)")
 	rf.minProgress = source.DefaultMinProgress
 	fs.Var(&rf.minProgress, "retry-min-progress", "a failed remote read that delivered at least this much since its last failure starts --retry-attempts afresh; less counts against them (0: any progress does)")
+	fs.Float64Var(&rf.maxRate, "max-request-rate", 0, "most requests per second this process sends to one bucket (S3, GCS) or host (HTTP), whatever the store says; under it the rate follows the store's throttling (503 SlowDown, 429) down and back up (0: no cap)")
 	fs.StringVar(&rf.indexDir, "index-dir", index.DefaultStoreDir(), "the node's index store: the sample counts and offsets of every shard counted on this node, kept for later runs and other processes ($"+index.StoreDirEnv+")")
 	fs.BoolVar(&rf.noIndex, "no-index-store", false, "neither read nor write the node's index store")
 	fs.StringVar(&rf.logFormat, "log-format", "text", "log lines on stderr (warnings, the cache's and the loader's messages): text (a timestamp, the level and the message) or json (one object per line: time, level, msg)")
@@ -204,9 +206,10 @@ func (rf *readFlags) fetchOptions() (source.FetchOptions, error) {
 	if rf.partSize <= 0 || rf.parallel <= 0 || rf.attempts <= 0 || rf.maxBackoff <= 0 {
 		return source.FetchOptions{}, fmt.Errorf("%w: --fetch-part-size, --fetch-parallel, --retry-attempts and --retry-max-backoff must be more than 0", errUsage)
 	}
-	if rf.singleRate < 0 {
-		return source.FetchOptions{}, fmt.Errorf("%w: --fetch-single-rate must not be negative", errUsage)
+	if rf.singleRate < 0 || rf.maxRate < 0 {
+		return source.FetchOptions{}, fmt.Errorf("%w: --fetch-single-rate and --max-request-rate must not be negative", errUsage)
 	}
+	source.DefaultRateLimiter.SetMaxRate(rf.maxRate)
 	single := rf.singleRate * 1e6
 	if single == 0 {
 		single = -1 // always parallel
