@@ -70,7 +70,14 @@ type header struct {
 	Format  string `json:"format"`
 	Version int    `json:"version"`
 	Shards  int    `json:"shards"`
+	// Offsets is offsetsBlocks in the counts of an addressable index
+	// (WriteAddressable), whose lines have no offsets; a reader that does not know
+	// the field reads them as shards of unknown offsets.
+	Offsets string `json:"offsets,omitempty"`
 }
+
+// offsetsBlocks is header.Offsets of an addressable index.
+const offsetsBlocks = "blocks"
 
 type line struct {
 	URL     string `json:"url"`
@@ -121,6 +128,10 @@ func lineOf(info shard.Info) line {
 // increasing and block-aligned. It returns the shards in the order of the index.
 func Read(r io.Reader, name string) ([]shard.Info, error) {
 	br := bufio.NewReaderSize(r, 1<<16)
+	if isAddressable(br) {
+		infos, _, err := readAddressable(br, name, true)
+		return infos, err
+	}
 	if magic, _ := br.Peek(4); bytes.Equal(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}) {
 		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(64<<20))
 		if err != nil {
@@ -131,9 +142,17 @@ func Read(r io.Reader, name string) ([]shard.Info, error) {
 	} else {
 		r = br
 	}
+	infos, _, err := readLines(r, name)
+	return infos, err
+}
+
+// readLines reads the JSON lines of an index from r, and returns its shards and its
+// header (zero when it has none).
+func readLines(r io.Reader, name string) ([]shard.Info, header, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), MaxLine)
 	var infos []shard.Info
+	var h header
 	for n := 1; sc.Scan(); n++ {
 		text := bytes.TrimSpace(sc.Bytes())
 		if len(text) == 0 {
@@ -143,46 +162,53 @@ func Read(r io.Reader, name string) ([]shard.Info, error) {
 			return fmt.Errorf("%w: %s line %d: %s; got %.80q", ErrFormat, redact.URL(name), n, why, text)
 		}
 		if n == 1 && bytes.Contains(text, []byte(`"format"`)) {
-			var h header
 			if err := json.Unmarshal(text, &h); err != nil || h.Format != formatName {
-				return nil, bad(`want the header {"format": "shardload-index", ...}`)
+				return nil, h, bad(`want the header {"format": "shardload-index", ...}`)
 			}
 			if h.Version != formatVersion {
-				return nil, bad(fmt.Sprintf("index format version %d; this build reads version %d (rebuild the index with \"shardload index\")", h.Version, formatVersion))
+				return nil, h, bad(fmt.Sprintf("index format version %d; this build reads version %d (rebuild the index with \"shardload index\")", h.Version, formatVersion))
+			}
+			if h.Shards > 0 {
+				infos = make([]shard.Info, 0, min(h.Shards, 1<<20))
 			}
 			continue
 		}
 		var l line
 		if err := json.Unmarshal(text, &l); err != nil || l.URL == "" || l.Samples == nil || *l.Samples < 0 || l.Size < 0 {
-			return nil, bad(`want {"url": ..., "samples": N, ...}`)
+			return nil, h, bad(`want {"url": ..., "samples": N, ...}`)
 		}
 		info := shard.Info{URL: l.URL, Samples: *l.Samples, Version: l.Version, Size: l.Size}
 		if l.Offsets != "" {
 			offs, err := decodeOffsets(l.Offsets, info.Samples)
 			if err != nil {
-				return nil, bad(err.Error())
+				return nil, h, bad(err.Error())
 			}
 			info.Offsets = offs
 		}
 		infos = append(infos, info)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrFormat, redact.URL(name), err)
+		return nil, h, fmt.Errorf("%w: %s: %v", ErrFormat, redact.URL(name), err)
 	}
-	return infos, nil
+	return infos, h, nil
 }
 
 func encodeOffsets(offs []int64) string {
 	if len(offs) == 0 {
 		return ""
 	}
-	b := make([]byte, 0, 3*len(offs))
+	return base64.RawStdEncoding.EncodeToString(appendDeltas(make([]byte, 0, 3*len(offs)), offs))
+}
+
+// appendDeltas appends offs to b as uvarint differences, each from the offset before
+// (the first from 0).
+func appendDeltas(b []byte, offs []int64) []byte {
 	prev := int64(0)
 	for _, o := range offs {
 		b = binary.AppendUvarint(b, uint64(o-prev))
 		prev = o
 	}
-	return base64.RawStdEncoding.EncodeToString(b)
+	return b
 }
 
 func decodeOffsets(s string, samples int) ([]int64, error) {
@@ -190,6 +216,12 @@ func decodeOffsets(s string, samples int) ([]int64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("offsets: %v", err)
 	}
+	return decodeDeltas(b, samples)
+}
+
+// decodeDeltas decodes the offsets of appendDeltas, checking that they are samples,
+// increasing and on 512-byte tar blocks.
+func decodeDeltas(b []byte, samples int) ([]int64, error) {
 	if samples > len(b) { // every offset takes at least a byte
 		return nil, fmt.Errorf("offsets: %d bytes for %d samples", len(b), samples)
 	}
@@ -207,6 +239,9 @@ func decodeOffsets(s string, samples int) ([]int64, error) {
 		prev += int64(d)
 		if prev%512 != 0 {
 			return nil, fmt.Errorf("offsets: sample %d at byte %d, not on a 512-byte tar block", len(offs), prev)
+		}
+		if len(offs) == samples {
+			return nil, fmt.Errorf("offsets: more than %d for %d samples", samples, samples)
 		}
 		offs = append(offs, prev)
 	}

@@ -52,6 +52,9 @@ type Lookup struct {
 	// Once, when set, calls f unless a line of the kind what went to Logf's logger
 	// already; nil calls f always.
 	Once func(what string, f func())
+
+	// lazy, set by Quick, leaves the offsets of an addressable index unread (Plan).
+	lazy *deferred
 }
 
 // statBatch is the fewest shards in one directory for which Resolve lists the
@@ -75,15 +78,26 @@ func (lk Lookup) Resolve(ctx context.Context, urls []string) ([]shard.Info, erro
 // that a job of one rank (world 1) also takes the exact entries of the Store. The
 // choice between exact and estimated depends on nothing a node keeps for itself, so
 // the ranks of a job on several nodes plan alike.
+//
+// The entries of an index whose offsets are addressable (WriteAddressable) come
+// without their sample offsets, which stay in the index: Plan reads those of the
+// shards a plan reads.
 func (lk Lookup) Quick(ctx context.Context, urls []string, world int) ([]shard.Info, error) {
 	lk = lk.withDefaults()
+	lk.lazy = &deferred{}
 	known, from, err := lk.global(ctx, urls)
 	if err != nil {
 		return nil, err
 	}
 	if from != "" {
-		return lk.resolve(ctx, urls, known, from)
+		infos, err := lk.resolve(ctx, urls, known, from)
+		lk.lazy.ord = nil
+		if err == nil && lk.lazy.pos != nil {
+			remember(infos, lk.lazy)
+		}
+		return infos, err
 	}
+	lk.lazy = nil
 	known = nil
 	if world == 1 && lk.Store != nil {
 		if known = lk.stored(ctx, urls); len(known) == len(urls) {
@@ -153,18 +167,29 @@ func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]sh
 	missing, stale, moved := 0, 0, 0
 	ids := lk.identities(urls, keys, known, objs, checked)
 	var keep []shard.Info // entries found under another URL, for the store
+	lazy := lk.lazy
+	if lazy != nil && lazy.table != nil && from != "" {
+		lazy.pos = make([]int32, len(urls))
+	} else {
+		lazy = nil
+	}
 	for i, u := range urls {
 		e, ok := known[keys[i]]
+		orig := e.URL // as the index has it
 		if !ok && checked[i] {
 			// No entry under this URL: one of the same object elsewhere (a dataset
 			// moved with its index, or counted on this node under another path).
 			if id := identity(u, objs[i].Version, objs[i].Size); id != "" {
 				if e, ok = ids[id]; ok {
+					orig = e.URL
 					moved++
 					e.URL = u
 					keep = append(keep, e)
 				}
 			}
+		}
+		if lazy != nil {
+			lazy.pos[i] = -1
 		}
 		switch {
 		case !ok:
@@ -190,6 +215,9 @@ func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]sh
 					continue
 				}
 				return nil, fmt.Errorf("shardload: index %s: %w; rebuild it (shardload index)", from, err)
+			}
+			if o, ok := lazy.ordinal(orig); ok && e.Version != "" && e.Offsets == nil {
+				lazy.pos[i] = o
 			}
 			infos[i] = e
 		}
@@ -324,7 +352,7 @@ func (lk Lookup) known(ctx context.Context, urls []string) (map[string]shard.Inf
 func (lk Lookup) global(ctx context.Context, urls []string) (map[string]shard.Info, string, error) {
 	known := map[string]shard.Info{}
 	if lk.Index != "" {
-		infos, err := lk.read(ctx, lk.Index)
+		infos, err := lk.readIndex(ctx, lk.Index)
 		if err != nil {
 			return nil, "", err
 		}
@@ -341,7 +369,7 @@ func (lk Lookup) global(ctx context.Context, urls []string) (map[string]shard.In
 	if name == "" {
 		return known, "", nil
 	}
-	infos, err := lk.read(ctx, name)
+	infos, err := lk.readIndex(ctx, name)
 	if errors.Is(err, source.ErrNotFound) {
 		return known, "", nil
 	}
@@ -415,6 +443,15 @@ func addEntries(known map[string]shard.Info, infos []shard.Info, name string) {
 }
 
 func hasKey(m map[string]shard.Info, k string) bool { _, ok := m[k]; return ok }
+
+// readIndex reads the index at url: whole, or for Quick (lazy) the counts of an
+// addressable one.
+func (lk Lookup) readIndex(ctx context.Context, url string) ([]shard.Info, error) {
+	if lk.lazy != nil {
+		return lk.readDeferred(ctx, url, lk.lazy)
+	}
+	return lk.read(ctx, url)
+}
 
 func (lk Lookup) read(ctx context.Context, url string) ([]shard.Info, error) {
 	body, err := lk.Sources.Open(ctx, url)

@@ -35,8 +35,10 @@ store or a fresh read. A listing ('DIR/', a glob) leaves out ` + index.FileName 
 
 The index goes to stdout, or to --output: a local path, an s3:// or gs:// URL, or a
 directory or prefix ending in "/" for DIR/` + index.FileName + `; it is written whole or
-not at all (an earlier index stays when this one fails). zstd-compressed unless
---no-compress. Progress and a summary go to stderr.`,
+not at all (an earlier index stays when this one fails). zstd-compressed, with the
+offsets in blocks a loader reads only for the shards its rank plans to read, unless
+--no-compress (plain JSON lines, read whole by every rank). Progress and a summary go
+to stderr.`,
 	setup: func(fs *pflag.FlagSet) func(context.Context, []string, io.Writer, io.Writer) error {
 		var rf readFlags
 		rf.register(fs)
@@ -184,7 +186,12 @@ func writeIndex(ctx context.Context, patterns []string, rf *readFlags, o indexOp
 		}
 	}
 	cw := &countingWriter{w: out}
-	if err := index.Write(cw, infos, o.compress); err != nil {
+	write := func(w io.Writer, infos []shard.Info) error { return index.Write(w, infos, false) }
+	if o.compress {
+		// zstd, offsets addressable: a rank reads those of the shards it plans to read.
+		write = index.WriteAddressable
+	}
+	if err := write(cw, infos); err != nil {
 		return fmt.Errorf("writing the index to %s: %w", dest, err)
 	}
 	if w != nil {
@@ -199,7 +206,7 @@ func writeIndex(ctx context.Context, patterns []string, rf *readFlags, o indexOp
 			offsets++
 		}
 	}
-	kind := "zstd"
+	kind := "zstd, offsets addressable"
 	if !o.compress {
 		kind = "plain"
 	}

@@ -1,0 +1,164 @@
+package index
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"weak"
+
+	"github.com/shardload/shardload/internal/redact"
+	"github.com/shardload/shardload/plan"
+	"github.com/shardload/shardload/shard"
+)
+
+// deferred is how Lookup.Quick left the offsets of an addressable index unread: the
+// index and, per shard Quick returned, its ordinal in the index (-1: nothing to load).
+type deferred struct {
+	src   RangeOpener
+	url   string
+	table *addrTable
+	ord   map[string]int32 // ordinal by the index's URL, while Quick runs
+	pos   []int32
+}
+
+// loaded records, by the first element of a slice of shards Quick returned, the
+// offsets it left to load; an entry goes when its slice is collected.
+var loaded struct {
+	sync.Mutex
+	m map[weak.Pointer[shard.Info]]*deferred
+}
+
+// remember records that the offsets of infos (Quick's result) are left to d.
+func remember(infos []shard.Info, d *deferred) {
+	if len(infos) == 0 || len(d.pos) != len(infos) {
+		return
+	}
+	k := weak.Make(&infos[0])
+	loaded.Lock()
+	defer loaded.Unlock()
+	if loaded.m == nil {
+		loaded.m = map[weak.Pointer[shard.Info]]*deferred{}
+	}
+	if _, ok := loaded.m[k]; ok {
+		return
+	}
+	loaded.m[k] = d
+	runtime.AddCleanup(&infos[0], func(k weak.Pointer[shard.Info]) {
+		loaded.Lock()
+		delete(loaded.m, k)
+		loaded.Unlock()
+	}, k)
+}
+
+// deferredOf returns what remember recorded for infos, or nil.
+func deferredOf(infos []shard.Info) *deferred {
+	if len(infos) == 0 {
+		return nil
+	}
+	loaded.Lock()
+	defer loaded.Unlock()
+	d := loaded.m[weak.Make(&infos[0])]
+	if d == nil || len(d.pos) != len(infos) {
+		return nil
+	}
+	return d
+}
+
+// Deferred returns the number of shards of infos whose sample offsets Lookup.Quick
+// left in the index for Plan to read.
+func Deferred(infos []shard.Info) int {
+	d := deferredOf(infos)
+	if d == nil {
+		return 0
+	}
+	n := 0
+	for i, o := range d.pos {
+		if o >= 0 && infos[i].Offsets == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// Plan returns the plan that planFn makes of infos, and the shards it was made from,
+// with the sample offsets of the shards the plan reads. When infos came from
+// Lookup.Quick over an index whose offsets are addressable (WriteAddressable), Quick
+// read the counts of every shard and left their offsets in the index: Plan plans from
+// the counts alone, reads the offsets of the shards that plan's spans read (a
+// ranged read per block of them) and plans again. Offsets join or split a plan's
+// spans but change neither its samples nor its shards, so the second plan is the one
+// planFn makes of every shard's offsets. infos is not changed: the shards returned
+// are a copy, with those offsets in. Shards from anywhere else are planned once and
+// returned as they are.
+func Plan(ctx context.Context, infos []shard.Info, planFn func([]shard.Info) (plan.Plan, error)) ([]shard.Info, plan.Plan, error) {
+	p, err := planFn(infos)
+	d := deferredOf(infos)
+	if err != nil || d == nil {
+		return infos, p, err
+	}
+	want := map[int]int{}
+	for _, sp := range p.Spans {
+		if i := sp.Shard; i >= 0 && i < len(infos) && d.pos[i] >= 0 && infos[i].Offsets == nil {
+			want[i] = int(d.pos[i])
+		}
+	}
+	if len(want) == 0 {
+		return infos, p, nil
+	}
+	out := slices.Clone(infos)
+	if err := d.table.offsetsOf(ctx, d.src, d.url, out, want, 16); err != nil {
+		return infos, p, err
+	}
+	for i := range want {
+		if err := out[i].Check(-1, -1); err != nil {
+			return infos, p, fmt.Errorf("shardload: index %s: %w; rebuild it (shardload index)", redact.URL(d.url), err)
+		}
+	}
+	left := &deferred{src: d.src, url: d.url, table: d.table, pos: slices.Clone(d.pos)}
+	for i := range want {
+		left.pos[i] = -1 // read (none, for a compressed shard)
+	}
+	remember(out, left)
+	p, err = planFn(out)
+	return out, p, err
+}
+
+// readDeferred reads the index at url as read does, but for an addressable one only
+// its counts: their offsets are left to d.
+func (lk Lookup) readDeferred(ctx context.Context, url string, d *deferred) ([]shard.Info, error) {
+	body, err := lk.Sources.Open(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("shardload: index: %w", err)
+	}
+	defer body.Close()
+	br := bufio.NewReaderSize(body, 1<<16)
+	if !isAddressable(br) {
+		infos, err := Read(br, url)
+		if err != nil {
+			return nil, fmt.Errorf("shardload: %w", err)
+		}
+		return infos, nil
+	}
+	infos, t, err := readAddressable(br, url, false)
+	if err != nil {
+		return nil, fmt.Errorf("shardload: %w", err)
+	}
+	d.src, d.url, d.table = lk.Sources, url, t
+	d.ord = make(map[string]int32, len(infos))
+	for i, e := range infos {
+		d.ord[e.URL] = int32(i)
+	}
+	return infos, nil
+}
+
+// ordinal returns the ordinal of the index's shard of URL url; false for a nil d.
+func (d *deferred) ordinal(url string) (int32, bool) {
+	if d == nil {
+		return 0, false
+	}
+	o, ok := d.ord[url]
+	return o, ok
+}

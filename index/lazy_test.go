@@ -1,0 +1,339 @@
+package index_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/shardload/shardload/index"
+	"github.com/shardload/shardload/plan"
+	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/source"
+)
+
+// synthShards returns n shards under prefix of samples samples each (some of them
+// compressed, without offsets, some empty), whose samples vary in size, so that a
+// plan's read gaps depend on the offsets.
+func synthShards(prefix string, n, samples int) []shard.Info {
+	infos := make([]shard.Info, n)
+	for i := range infos {
+		info := shard.Info{URL: fmt.Sprintf("%strain-%06d.tar", prefix, i), Samples: samples, Version: fmt.Sprintf(`"v%d"`, i)}
+		switch {
+		case i%97 == 5:
+			info.URL += ".gz" // a compressed shard: a count, no offsets
+			info.Size = int64(samples) * 4096
+		case i%101 == 7:
+			info.Samples, info.Size = 0, 1024
+		default:
+			off := int64(0)
+			for j := range samples {
+				info.Offsets = append(info.Offsets, off)
+				off += 512 * int64(1+(i*7+j*13)%4000) // up to 2 MB a sample
+			}
+			info.Size = off + 1024
+		}
+		infos[i] = info
+	}
+	return infos
+}
+
+// memShards serves Stat of synthetic shards (the objects an index was written for).
+type memShards struct{ infos map[string]shard.Info }
+
+func (m memShards) Stat(_ context.Context, url string) (source.Info, error) {
+	in, ok := m.infos[url]
+	if !ok {
+		return source.Info{}, source.ErrNotFound
+	}
+	return source.Info{URL: url, Size: in.Size, Version: in.Version}, nil
+}
+
+func (m memShards) Open(context.Context, string) (io.ReadCloser, error) {
+	return nil, fmt.Errorf("memShards: no data")
+}
+
+// rangeFile is the File source counting the ranges read of each object.
+type rangeFile struct {
+	source.File
+	mu     sync.Mutex
+	ranges int
+	bytes  int64
+}
+
+func (f *rangeFile) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
+	f.mu.Lock()
+	f.ranges++
+	f.bytes += length
+	f.mu.Unlock()
+	return f.File.OpenRange(ctx, url, off, length)
+}
+
+// synthLookup writes infos as an addressable index (or with Write when old) to a
+// temporary file and returns a Lookup of it whose shards are "mem://" objects.
+func synthLookup(t testing.TB, infos []shard.Info, old bool) (index.Lookup, *rangeFile, []string) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), index.FileName)
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old {
+		err = index.Write(f, infos, true)
+	} else {
+		err = index.WriteAddressable(f, infos)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	byURL := map[string]shard.Info{}
+	urls := make([]string, len(infos))
+	for i, in := range infos {
+		byURL[in.URL], urls[i] = in, in.URL
+	}
+	rf := &rangeFile{}
+	reg := &source.Registry{}
+	reg.Register("file", rf)
+	reg.Register("mem", memShards{byURL})
+	return index.Lookup{Sources: reg, Index: p, NoBeside: true}, rf, urls
+}
+
+func planFn(rank, world int) func([]shard.Info) (plan.Plan, error) {
+	return func(infos []shard.Info) (plan.Plan, error) {
+		return plan.New(infos, plan.Config{Seed: 7, Rank: rank, World: world, Shuffle: true, BatchSize: 8, GapBytes: 64 << 10, Window: 400, Lanes: 8})
+	}
+}
+
+// The addressable index reads back whole, as written; shards with and without
+// offsets, empty ones, over several blocks.
+func TestAddressableRoundTrip(t *testing.T) {
+	for _, n := range []int{0, 1, 3000} {
+		infos := synthShards("s3://b/d/", n, 50)
+		var buf bytes.Buffer
+		if err := index.WriteAddressable(&buf, infos); err != nil {
+			t.Fatal(err)
+		}
+		got, err := index.Read(bytes.NewReader(buf.Bytes()), "x")
+		if err != nil {
+			t.Fatal(n, err)
+		}
+		if len(got) != len(infos) || (n > 0 && !reflect.DeepEqual(got, infos)) {
+			t.Fatalf("%d shards: read back differs", n)
+		}
+	}
+}
+
+// A reader of earlier releases (a zstd decoder and the JSON lines of Write, as
+// "zstd -d" then a plain index) reads an addressable index as every shard's URL,
+// count, version and size, without offsets; and this release reads the indexes of
+// earlier releases (Write), plain and compressed, with their offsets, whole, through
+// Quick too.
+func TestAddressableAndOldReaders(t *testing.T) {
+	infos := synthShards("mem://b/d/", 500, 20)
+	var buf bytes.Buffer
+	if err := index.WriteAddressable(&buf, infos); err != nil {
+		t.Fatal(err)
+	}
+	zr, err := zstd.NewReader(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := io.ReadAll(zr)
+	zr.Close()
+	if err != nil {
+		t.Fatalf("a plain zstd decoder: %v", err)
+	}
+	old, err := index.Read(bytes.NewReader(plain), "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(old) != len(infos) {
+		t.Fatalf("%d shards, want %d", len(old), len(infos))
+	}
+	for i, in := range old {
+		want := infos[i]
+		want.Offsets = nil
+		if !reflect.DeepEqual(in, want) {
+			t.Fatalf("shard %d: %+v, want %+v", i, in, want)
+		}
+	}
+	for _, compress := range []bool{false, true} {
+		buf.Reset()
+		if err := index.Write(&buf, infos, compress); err != nil {
+			t.Fatal(err)
+		}
+		got, err := index.Read(&buf, "v1")
+		if err != nil || !reflect.DeepEqual(got, infos) {
+			t.Fatalf("compress %v: %v", compress, err)
+		}
+	}
+	lk, _, urls := synthLookup(t, infos, true)
+	got, err := lk.Quick(context.Background(), urls, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, infos) || index.Deferred(got) != 0 {
+		t.Fatalf("an index of Write through Quick: not every entry as written, or %d deferred", index.Deferred(got))
+	}
+}
+
+// Quick reads the counts of an addressable index and no offsets; Plan reads those of
+// the shards the rank's plan reads (one ranged read per block of them), and its plan
+// is the plan of the whole index. Resolve (Count) still reads every offset.
+func TestPlanLoadsOnlyTouchedOffsets(t *testing.T) {
+	const world = 64
+	infos := synthShards("mem://b/d/", 2000, 40)
+	lk, rf, urls := synthLookup(t, infos, false)
+	ctx := context.Background()
+	whole, err := lk.Resolve(ctx, urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(whole, infos) {
+		t.Fatal("Resolve: not every entry as written")
+	}
+	split := false
+	for _, rank := range []int{0, 17, world - 1} {
+		counts, err := lk.Quick(ctx, urls, world)
+		if err != nil {
+			t.Fatal(err)
+		}
+		withOffsets := 0
+		for i, in := range counts {
+			want := infos[i]
+			want.Offsets = nil
+			if in.Offsets != nil {
+				withOffsets++
+			} else if !reflect.DeepEqual(in, want) {
+				t.Fatalf("shard %d: %+v", i, in)
+			}
+		}
+		if withOffsets != 0 || index.Deferred(counts) == 0 {
+			t.Fatalf("Quick: %d shards with offsets, %d deferred", withOffsets, index.Deferred(counts))
+		}
+		rf.mu.Lock()
+		rf.ranges, rf.bytes = 0, 0
+		rf.mu.Unlock()
+		got, p, err := index.Plan(ctx, counts, planFn(rank, world))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first, err := planFn(rank, world)(counts); err != nil || !reflect.DeepEqual(first.Spans, p.Spans) {
+			split = true // the offsets split spans: the second plan is another
+		}
+		want, err := planFn(rank, world)(infos)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(p.Spans, want.Spans) || !reflect.DeepEqual(p.Windows, want.Windows) || p.Samples != want.Samples || p.Batches != want.Batches {
+			t.Fatalf("rank %d: the plan from lazily read offsets differs from the plan of every offset", rank)
+		}
+		touched := map[int]bool{}
+		for _, sp := range p.Spans {
+			touched[sp.Shard] = true
+		}
+		for i, in := range got {
+			switch {
+			case touched[i] && !reflect.DeepEqual(in, infos[i]):
+				t.Fatalf("rank %d: shard %d read by the plan: %+v", rank, i, in)
+			case !touched[i] && in.Offsets != nil:
+				t.Fatalf("rank %d: shard %d not read by the plan has its offsets decoded", rank, i)
+			}
+		}
+		for i := range counts {
+			if counts[i].Offsets != nil {
+				t.Fatal("Plan changed the shards it was given")
+			}
+		}
+		if len(touched) == 0 || len(touched) > len(infos)/4 || rf.ranges == 0 || rf.ranges > len(touched) {
+			t.Fatalf("rank %d: %d shards read, %d ranged reads of the index", rank, len(touched), rf.ranges)
+		}
+		if index.Deferred(got) != index.Deferred(counts)-len(touched) {
+			t.Fatalf("rank %d: Deferred of Plan's shards: %d", rank, index.Deferred(got))
+		}
+		// Planning again from Plan's shards reads nothing more.
+		rf.mu.Lock()
+		before := rf.ranges
+		rf.mu.Unlock()
+		if _, p2, err := index.Plan(ctx, got, planFn(rank, world)); err != nil || !reflect.DeepEqual(p2.Spans, p.Spans) || rf.ranges != before {
+			t.Fatalf("rank %d: planning again: %v, %d more reads", rank, err, rf.ranges-before)
+		}
+	}
+	if !split {
+		t.Fatal("no plan from the counts alone differs from the plan with offsets: the test shows nothing")
+	}
+}
+
+// Shards from anywhere but Quick over an addressable index are planned once, as
+// they are.
+func TestPlanOtherShards(t *testing.T) {
+	infos := synthShards("mem://b/d/", 300, 10)
+	calls := 0
+	fn := func(in []shard.Info) (plan.Plan, error) { calls++; return planFn(1, 4)(in) }
+	got, p, err := index.Plan(context.Background(), infos, fn)
+	want, _ := planFn(1, 4)(infos)
+	if err != nil || calls != 1 || &got[0] != &infos[0] || !reflect.DeepEqual(p.Spans, want.Spans) {
+		t.Fatalf("%v, %d calls", err, calls)
+	}
+}
+
+// A block read from an index replaced since its counts were read is an error, not
+// another index's offsets.
+func TestPlanIndexReplaced(t *testing.T) {
+	infos := synthShards("mem://b/d/", 400, 30)
+	lk, _, urls := synthLookup(t, infos, false)
+	counts, err := lk.Quick(context.Background(), urls, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := synthShards("mem://b/d/", 400, 30)
+	other[0].Version = `"another"`
+	f, err := os.Create(lk.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := index.WriteAddressable(f, other); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, _, err := index.Plan(context.Background(), counts, planFn(0, 4)); err == nil {
+		t.Fatal("offsets read from a replaced index")
+	}
+}
+
+func FuzzReadAddressable(f *testing.F) {
+	for _, infos := range [][]shard.Info{
+		{{URL: "s3://b/a.tar", Samples: 2, Version: "v", Size: 2048, Offsets: []int64{0, 1024}}, {URL: "s3://b/b.tar.gz", Samples: 3}},
+		synthShards("s3://b/", 40, 3),
+	} {
+		var buf bytes.Buffer
+		index.WriteAddressable(&buf, infos)
+		f.Add(buf.Bytes())
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		infos, err := index.Read(bytes.NewReader(data), "fuzz")
+		if err != nil {
+			return
+		}
+		for _, in := range infos {
+			if in.Samples < 0 || (in.Offsets != nil && len(in.Offsets) != in.Samples) {
+				t.Fatalf("accepted %+v", in)
+			}
+			for i, o := range in.Offsets {
+				if o%512 != 0 || (i > 0 && o <= in.Offsets[i-1]) {
+					t.Fatalf("accepted offsets %v", in.Offsets)
+				}
+			}
+		}
+	})
+}
