@@ -105,7 +105,7 @@ func synthLookup(t testing.TB, infos []shard.Info, old bool) (index.Lookup, *ran
 	reg := &source.Registry{}
 	reg.Register("file", rf)
 	reg.Register("mem", memShards{byURL})
-	return index.Lookup{Sources: reg, Index: p, NoBeside: true}, rf, urls
+	return index.Lookup{Sources: reg, Index: p, NoBeside: true, LazyOffsets: true}, rf, urls
 }
 
 func planFn(rank, world int) func([]shard.Info) (plan.Plan, error) {
@@ -201,6 +201,11 @@ func TestPlanLoadsOnlyTouchedOffsets(t *testing.T) {
 	}
 	if !reflect.DeepEqual(whole, infos) {
 		t.Fatal("Resolve: not every entry as written")
+	}
+	eager := lk
+	eager.LazyOffsets = false
+	if got, err := eager.Quick(ctx, urls, world); err != nil || !reflect.DeepEqual(got, infos) || index.Deferred(got) != 0 {
+		t.Fatalf("Quick without LazyOffsets: %v, or not every entry as written", err)
 	}
 	split := false
 	for _, rank := range []int{0, 17, world - 1} {

@@ -53,6 +53,12 @@ type Lookup struct {
 	// already; nil calls f always.
 	Once func(what string, f func())
 
+	// LazyOffsets makes Quick read only the counts of an index whose offsets are
+	// addressable (WriteAddressable), leaving the offsets for Plan to read: those of
+	// the shards a rank's plan reads, where otherwise every process holds every
+	// sample's offset. Resolve reads every offset all the same.
+	LazyOffsets bool
+
 	// lazy, set by Quick, leaves the offsets of an addressable index unread (Plan).
 	lazy *deferred
 }
@@ -79,21 +85,23 @@ func (lk Lookup) Resolve(ctx context.Context, urls []string) ([]shard.Info, erro
 // choice between exact and estimated depends on nothing a node keeps for itself, so
 // the ranks of a job on several nodes plan alike.
 //
-// The entries of an index whose offsets are addressable (WriteAddressable) come
-// without their sample offsets, which stay in the index: Plan reads those of the
-// shards a plan reads.
+// With LazyOffsets, the entries of an index whose offsets are addressable
+// (WriteAddressable) come without their sample offsets, which stay in the index:
+// Plan reads those of the shards a plan reads.
 func (lk Lookup) Quick(ctx context.Context, urls []string, world int) ([]shard.Info, error) {
 	lk = lk.withDefaults()
-	lk.lazy = &deferred{}
+	if lk.LazyOffsets {
+		lk.lazy = &deferred{}
+	}
 	known, from, err := lk.global(ctx, urls)
 	if err != nil {
 		return nil, err
 	}
 	if from != "" {
 		infos, err := lk.resolve(ctx, urls, known, from)
-		lk.lazy.ord = nil
-		if err == nil && lk.lazy.pos != nil {
-			remember(infos, lk.lazy)
+		if d := lk.lazy; d != nil && err == nil && d.pos != nil {
+			d.ord = nil
+			remember(infos, d)
 		}
 		return infos, err
 	}

@@ -206,7 +206,7 @@ func writeIndex(ctx context.Context, patterns []string, rf *readFlags, o indexOp
 			offsets++
 		}
 	}
-	kind := "zstd, offsets addressable"
+	kind := "zstd"
 	if !o.compress {
 		kind = "plain"
 	}
