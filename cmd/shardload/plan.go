@@ -87,9 +87,15 @@ type planOptions struct {
 	nodeBandwidth   byteSize
 	prefixLimit     float64
 	json            bool
+	streams         []string // --stream: a mix of indexes
+	epochSamples    int64
+	batching        string
 }
 
 func (o *planOptions) register(fs *pflag.FlagSet) {
+	fs.StringArrayVar(&o.streams, "stream", nil, "instead of --index, a stream of a mix, repeatable: its index and weight=W, repeat=R or choose=N, e.g. --stream 'web/shardload.index weight=0.7' (see bench --stream)")
+	fs.Int64Var(&o.epochSamples, "epoch-samples", 0, "samples in each epoch of a mix of streams (0: what the streams give)")
+	fs.StringVar(&o.batching, "batching", "random", "how a mix's batches are made: random, stratified or per_stream")
 	fs.StringVar(&o.index, "index", "", "the dataset's index (a path or URL, from \"shardload index\"); without it, the synthetic dataset of --shards")
 	fs.IntVar(&o.shards, "shards", 0, "synthetic dataset: number of shards")
 	fs.IntVar(&o.samplesPerShard, "samples-per-shard", 1000, "synthetic dataset: samples per shard")
@@ -181,8 +187,8 @@ type planReport struct {
 // planCheck refuses flags out of range.
 func (o planOptions) check() error {
 	var bad []string
-	if o.index == "" && o.shards <= 0 {
-		bad = append(bad, "give --index, or --shards N for a synthetic dataset")
+	if o.index == "" && o.shards <= 0 && len(o.streams) == 0 {
+		bad = append(bad, "give --index (or --stream), or --shards N for a synthetic dataset")
 	}
 	if o.index != "" && o.shards > 0 {
 		bad = append(bad, "--index and --shards: give one")
@@ -305,6 +311,24 @@ type nodeCost struct {
 	batches, samples, dropped             int
 }
 
+// readPlanIndex reads the index at path (a path or URL): its shards, the bytes read
+// and the seconds it took.
+func readPlanIndex(ctx context.Context, reg *source.Registry, path string) ([]shard.Info, int64, float64, error) {
+	body, err := reg.Open(ctx, path)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer body.Close()
+	cw := &countingReader{r: body}
+	t0 := time.Now()
+	infos, err := index.Read(cw, path)
+	secs := time.Since(t0).Seconds()
+	if err == nil && len(infos) == 0 {
+		err = fmt.Errorf("the index %s has no shards", path)
+	}
+	return infos, cw.n, secs, err
+}
+
 func runPlan(ctx context.Context, o planOptions) (*planReport, error) {
 	if err := o.check(); err != nil {
 		return nil, err
@@ -312,25 +336,44 @@ func runPlan(ctx context.Context, o planOptions) (*planReport, error) {
 	start := time.Now()
 	rep := &planReport{Nodes: o.nodes, RanksPerNode: o.ranksPerNode, World: o.nodes * o.ranksPerNode, BatchSize: o.batchSize, Prefixes: o.prefixes}
 	var infos []shard.Info
-	if o.index != "" {
-		reg := &source.Registry{}
-		all.RegisterDefaults(reg, source.FetchOptions{})
-		body, err := reg.Open(ctx, o.index)
-		if err != nil {
+	var mix *plan.Mix
+	reg := &source.Registry{}
+	all.RegisterDefaults(reg, source.FetchOptions{})
+	if len(o.streams) > 0 {
+		if o.index != "" {
+			return nil, fmt.Errorf("%w: give --index or --stream, not both", errUsage)
+		}
+		mix = &plan.Mix{Samples: o.epochSamples}
+		var err error
+		if mix.Batching, err = plan.ParseBatching(o.batching); err != nil {
+			return nil, fmt.Errorf("%w: --batching: %v", errUsage, err)
+		}
+		for _, spec := range o.streams {
+			st, err := parseStream(spec)
+			if err != nil || len(st.URLs) != 1 {
+				return nil, fmt.Errorf("%w: --stream %q: want an index and weight=W, repeat=R or choose=N (%v)", errUsage, spec, err)
+			}
+			got, n, secs, err := readPlanIndex(ctx, reg, st.URLs[0])
+			if err != nil {
+				return nil, err
+			}
+			mix.Streams = append(mix.Streams, plan.Stream{First: len(infos), Count: len(got), Weight: st.Weight, Repeat: st.Repeat, Choose: st.Choose})
+			infos = append(infos, got...)
+			rep.IndexFileBytes += n
+			rep.IndexLoadSeconds += secs
+		}
+		rep.IndexLoad = "measured: this process read the streams' indexes"
+	}
+	if mix != nil {
+		if o.readGap == 0 {
+			o.readGap = byteSize(source.RequestCostOf(reg, infos[0].URL))
+		}
+	} else if o.index != "" {
+		var err error
+		if infos, rep.IndexFileBytes, rep.IndexLoadSeconds, err = readPlanIndex(ctx, reg, o.index); err != nil {
 			return nil, err
 		}
-		cw := &countingReader{r: body}
-		t0 := time.Now()
-		infos, err = index.Read(cw, o.index)
-		rep.IndexLoadSeconds = time.Since(t0).Seconds()
-		body.Close()
-		if err != nil {
-			return nil, err
-		}
-		if len(infos) == 0 {
-			return nil, fmt.Errorf("the index %s has no shards", o.index)
-		}
-		rep.IndexFileBytes, rep.IndexLoad = cw.n, "measured: this process read the index"
+		rep.IndexLoad = "measured: this process read the index"
 		if o.readGap == 0 {
 			o.readGap = byteSize(source.RequestCostOf(reg, infos[0].URL))
 		}
@@ -351,8 +394,15 @@ func runPlan(ctx context.Context, o planOptions) (*planReport, error) {
 		rep.DatasetBytes += in.Size
 	}
 	rep.IndexBytesPerProcess = indexMemory(infos)
+	if mix != nil {
+		n, err := mix.Len(infos, o.batchSize)
+		if err != nil {
+			return nil, err
+		}
+		rep.Samples = n // the mixed epoch's
+	}
 
-	cfg := plan.Config{Seed: o.seed, World: rep.World, Shuffle: !o.noShuffle, BatchSize: o.batchSize, DropLast: o.dropLast, GapBytes: int64(o.readGap)}
+	cfg := plan.Config{Seed: o.seed, World: rep.World, Shuffle: !o.noShuffle, BatchSize: o.batchSize, DropLast: o.dropLast, GapBytes: int64(o.readGap), Mix: mix}
 	if cfg.Shuffle {
 		cfg.Lanes, cfg.Window = o.openShards, plan.WindowSize(o.shuffleBuffer, int64(o.shuffleBytes), infos)
 	}

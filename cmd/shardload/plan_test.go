@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/internal/shardgen"
 	"github.com/shardload/shardload/source"
 )
@@ -195,5 +197,65 @@ func TestPlanUsageErrors(t *testing.T) {
 		if code, _, stderr := runCLI(t, args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2: %s", args, code, stderr)
 		}
+	}
+}
+
+// plan of a mix of two indexed streams agrees with bench runs of every rank of a job
+// of 1 node of 2 ranks reading the same mix, within 10% for bytes and requests, and
+// on the batches.
+func TestPlanOfStreams(t *testing.T) {
+	dir := t.TempDir()
+	var patterns, indexes []string
+	for i, n := range []int{6, 18} {
+		spec := shardgen.Spec{Shards: n, SamplesPerShard: 30, Seed: uint64(7 + i), Prefix: fmt.Sprintf("s%d", i)}
+		if _, err := shardgen.Generate(dir, spec); err != nil {
+			t.Fatal(err)
+		}
+		pattern := dir + "/" + spec.Pattern()
+		idx := filepath.Join(t.TempDir(), "ds.index")
+		if code, _, stderr := runCLI(t, "index", "--no-index-store", "--output", idx, pattern); code != 0 {
+			t.Fatalf("index: exit %d: %s", code, stderr)
+		}
+		patterns, indexes = append(patterns, pattern), append(indexes, idx)
+	}
+	job := []string{"--batch-size", "8", "--read-gap", "16KiB", "--seed", "5", "--epoch-samples", "400"}
+	rep := planJSON(t, append([]string{"--stream", indexes[0] + " weight=1", "--stream", indexes[1] + " weight=3", "--nodes", "1", "--ranks-per-node", "2"}, job...)...)
+	var bytes, requests, batches int64
+	for rank := range 2 {
+		var lf loaderFlags
+		fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
+		lf.register(fs, true)
+		args := append([]string{"--world", "2", "--rank", strconv.Itoa(rank), "--no-index-store", "--autotune=false",
+			"--stream", patterns[0] + " weight=1", "--stream", patterns[1] + " weight=3"}, job...)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := lf.config(fs.Args(), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range cfg.Streams {
+			cfg.Streams[i].Shards, err = shardload.Count(context.Background(), shardload.Config{URLs: cfg.Streams[i].URLs, Index: indexes[i], NoIndexStore: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := bench(context.Background(), cfg, 1, 0, 0, false, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Streams) != 2 || res.Streams[0].Samples+res.Streams[1].Samples != res.Samples {
+			t.Fatalf("rank %d: streams %+v of %d samples", rank, res.Streams, res.Samples)
+		}
+		bytes += res.BytesIn
+		requests += res.Requests
+		batches = res.Batches
+	}
+	t.Logf("plan %d bytes, %d requests; bench %d bytes, %d requests", rep.BytesPerNode, rep.RequestsPerNode, bytes, requests)
+	if batches != int64(rep.BatchesPerRank) || rep.BatchesPerRank != 25 {
+		t.Errorf("bench ran %d batches per rank, plan says %d (want 25: 400 samples, 2 ranks, batches of 8)", batches, rep.BatchesPerRank)
+	}
+	if !within(float64(rep.BytesPerNode), float64(bytes), 0.1) || !within(float64(rep.RequestsPerNode), float64(requests), 0.1) {
+		t.Errorf("plan %d bytes and %d requests per node, bench %d and %d (more than 10%% apart)", rep.BytesPerNode, rep.RequestsPerNode, bytes, requests)
 	}
 }
