@@ -1,0 +1,184 @@
+package index_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardload/shardload/index"
+	"github.com/shardload/shardload/plan"
+	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/source"
+)
+
+// BenchmarkIndexAtScale measures what one rank of a job of 80,000 (10,000 nodes of 8)
+// holds and spends to plan its epoch from the index of a synthetic dataset of
+// 10^6 shards of 100 samples of 100-120 KB ($SHARDLOAD_ATSCALE_SHARDS shards when
+// set): Lookup.Quick and a plan, from an index of Write (every offset read: "whole")
+// and from one of WriteAddressable with LazyOffsets and Plan ("lazy"). It reports
+// the seconds, the peak Go heap above what the process held before (sampled every
+// millisecond), the index file's bytes and the shards whose offsets were decoded.
+// The indexes are written once to $TMPDIR/shardload-atscale-s3-N/ and kept for later
+// runs (a few minutes to write at 10^6 shards). Run each case in its own process:
+//
+//	go test -run '^$' -bench 'IndexAtScale/lazy' -benchtime 1x -timeout 30m ./index/
+//	go test -run '^$' -bench 'IndexAtScale/whole' -benchtime 1x -timeout 30m ./index/
+func BenchmarkIndexAtScale(b *testing.B) {
+	n := 1_000_000
+	if s := os.Getenv("SHARDLOAD_ATSCALE_SHARDS"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	const samples, world, rank = 100, 80_000, 12_345
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("shardload-atscale-s3-%d", n))
+	for _, c := range []struct {
+		name string
+		lazy bool
+	}{{"whole", false}, {"lazy", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			path := atScaleIndex(b, dir, n, samples, c.lazy)
+			st, err := os.Stat(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			reg := &source.Registry{}
+			reg.Register("file", &source.File{})
+			reg.Register("s3", memShards{})
+			lk := index.Lookup{Sources: reg, Index: path, NoBeside: true, LazyOffsets: c.lazy}
+			cfg := plan.Config{Seed: 1, Rank: rank, World: world, Shuffle: true, Lanes: 8, Window: 1000, BatchSize: 32, GapBytes: 1 << 20}
+			planFn := func(infos []shard.Info) (plan.Plan, error) { return plan.New(infos, cfg) }
+			var decoded int
+			for b.Loop() {
+				runtime.GC()
+				peak := heapPeak()
+				start := time.Now()
+				urls := make([]string, n)
+				for i := range urls {
+					urls[i] = atScaleURL(i)
+				}
+				infos, err := lk.Quick(context.Background(), urls, world)
+				if err != nil {
+					b.Fatal(err)
+				}
+				infos, p, err := index.Plan(context.Background(), infos, planFn)
+				if err != nil {
+					b.Fatal(err)
+				}
+				secs := time.Since(start).Seconds()
+				max := peak()
+				decoded = 0
+				for _, in := range infos {
+					if in.Offsets != nil {
+						decoded++
+					}
+				}
+				b.ReportMetric(secs, "s/plan")
+				b.ReportMetric(float64(max)/1e6, "peak-heap-MB")
+				b.ReportMetric(float64(st.Size())/1e6, "index-MB")
+				b.ReportMetric(float64(decoded), "shards-decoded")
+				b.ReportMetric(float64(len(p.Spans)), "spans")
+				runtime.KeepAlive(infos)
+			}
+		})
+	}
+}
+
+// heapPeak starts sampling the heap's objects every millisecond and returns a
+// function that stops and returns the most seen above the heap at the start.
+func heapPeak() func() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() uint64 { metrics.Read(s); return s[0].Value.Uint64() }
+	base := read()
+	var mu sync.Mutex
+	most := base
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				v := read()
+				mu.Lock()
+				most = max(most, v)
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() uint64 {
+		close(stop)
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		most = max(most, read())
+		return most - base
+	}
+}
+
+// atScaleURL is shard i's URL: in an object store, whose objects are not checked
+// against their entries beyond Lookup.CheckUpTo (the stub source answers no Stat).
+func atScaleURL(i int) string { return fmt.Sprintf("s3://bucket/train/shard-%07d.tar", i) }
+
+// atScaleIndex returns the path of the synthetic index of n shards in dir (written
+// by WriteAddressable when addressable, else Write), writing it if it is not there.
+// Samples are 100-120 KB (a tar header and the data in 512-byte blocks), from a
+// generator seeded by the shard's number.
+func atScaleIndex(b *testing.B, dir string, n, samples int, addressable bool) string {
+	name := "whole.idx"
+	if addressable {
+		name = "addressable.idx"
+	}
+	path := filepath.Join(dir, name)
+	if _, err := os.Stat(path); err == nil {
+		return path
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	infos := make([]shard.Info, n)
+	for i := range infos {
+		r := rand.New(rand.NewPCG(uint64(i), 7))
+		offs := make([]int64, samples)
+		off := int64(0)
+		for j := range offs {
+			offs[j] = off
+			off += 512 + (100_000+r.Int64N(20_000)+511)/512*512
+		}
+		u := atScaleURL(i)
+		infos[i] = shard.Info{URL: u, Samples: samples, Version: fmt.Sprintf("%d-%x", off+1024, i), Size: off + 1024, Offsets: offs}
+	}
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if addressable {
+		err = index.WriteAddressable(f, infos)
+	} else {
+		err = index.Write(f, infos, true)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
