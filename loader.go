@@ -165,7 +165,7 @@ func (l *Loader) params(pl planned, images decode.ImageDecoder, b tune.Budget, k
 		ImageDecoder: images, AugmentSeed: cfg.Seed, Epoch: order.Epoch,
 		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxSampleSize: cfg.MaxSampleSize, MaxRatio: cfg.MaxRatio},
 		Rank:   cfg.Rank, FirstSeq: firstSeq, Replay: pl.replay,
-		NoShuffle: cfg.NoShuffle, ShuffleBytes: cfg.ShuffleBytes, OpenShards: cfg.OpenShards + len(cfg.Streams), Knobs: fetch,
+		NoShuffle: cfg.NoShuffle, ShuffleBytes: cfg.ShuffleBytes, OpenShards: max(cfg.OpenShards, pl.plan.Lanes), Knobs: fetch,
 		SampleBytes: cfg.Memory - int64(cfg.Slabs)*cfg.SlabBytes - b.Fetch(knobs),
 		BatchSize:   cfg.BatchSize, DropLast: cfg.DropLast, CPUs: cfg.CPUs,
 		Stretch: cfg.World == 1 && pl.plan.Estimated, Record: lookup(cfg).Store.Keep(pl.infos, cfg.Logf),

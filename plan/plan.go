@@ -83,6 +83,9 @@ type Plan struct {
 	// Streams, for a mixed epoch (Config.Mix), are the samples this rank yields of
 	// each stream, in the order of Mix.Streams.
 	Streams []int64
+	// Lanes is the number of lanes the order reads side by side: Config.Lanes, or a
+	// mix's (at least one per stream).
+	Lanes int
 
 	order *Order
 	seq   sequence
@@ -166,7 +169,7 @@ func New(shards []shard.Info, cfg Config) (Plan, error) {
 	if per > math.MaxInt32*int64(cfg.BatchSize) {
 		return Plan{}, fmt.Errorf("shard: %d samples per rank is too many", per)
 	}
-	p := Plan{Samples: int(per), Dropped: int(total - per*int64(world)), order: order, seq: o}
+	p := Plan{Samples: int(per), Dropped: int(total - per*int64(world)), order: order, seq: o, Lanes: o.laneCount()}
 	for _, s := range shards {
 		p.Estimated = p.Estimated || s.Estimated
 	}
