@@ -4,7 +4,7 @@
 // prints the bytes read, the bytes decompressed, the seconds and the process's CPU
 // seconds as one JSON object (scripts/bench-peers.sh).
 //
-//	leanget [-jobs N] [-zstd] URL...
+//	leanget [-jobs N] [-zstd] [-cpuprofile FILE] URL...
 package main
 
 import (
@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -28,6 +29,7 @@ import (
 func main() {
 	jobs := flag.Int("jobs", 4, "objects in flight")
 	unzstd := flag.Bool("zstd", false, "decompress each object as a zstd stream")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the reads to this file")
 	flag.Parse()
 	if flag.NArg() == 0 || *jobs < 1 {
 		fmt.Fprintln(os.Stderr, "usage: leanget [-jobs N] [-zstd] URL...")
@@ -40,6 +42,17 @@ func main() {
 	var in, out atomic.Int64
 	var wg sync.WaitGroup
 	var failed atomic.Bool
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "leanget:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+	}
 	cpu0, start := cpuSeconds(), time.Now()
 	for range *jobs {
 		wg.Add(1)
@@ -64,6 +77,7 @@ func main() {
 	}
 	close(urls)
 	wg.Wait()
+	pprof.StopCPUProfile()
 	if failed.Load() {
 		os.Exit(1)
 	}
