@@ -22,6 +22,9 @@ type deferred struct {
 	table *addrTable
 	ord   map[string]int32 // ordinal by the index's URL, while Quick runs
 	pos   []int32
+	// entries are the index's, read by Quick, until it takes them (resolve) or
+	// indexes their ordinals (ordinals).
+	entries []shard.Info
 }
 
 // loaded records, by the first element of a slice of shards Quick returned, the
@@ -146,12 +149,69 @@ func (lk Lookup) readDeferred(ctx context.Context, url string, d *deferred) ([]s
 	if err != nil {
 		return nil, fmt.Errorf("shardload: %w", err)
 	}
-	d.src, d.url, d.table = lk.Sources, url, t
+	d.src, d.url, d.table, d.entries = lk.Sources, url, t, infos
+	return infos, nil
+}
+
+// inOrder reports whether Quick may take the entries of an addressable index it read
+// lazily (lk.lazy.entries, which are infos) as they come, without looking them up
+// by key: they are the shards of urls in order, under the same spelling, none local
+// (a local file is checked against its entry), and so many that resolve would check
+// none of their objects (more than CheckUpTo).
+func (lk Lookup) inOrder(urls []string, infos []shard.Info) bool {
+	d := lk.lazy
+	if d == nil || d.table == nil || len(d.entries) != len(infos) || len(infos) != len(urls) {
+		return false
+	}
+	checked := 0
+	for i, u := range urls {
+		e := &infos[i]
+		if e.URL != u || isLocal(u) {
+			return false
+		}
+		if e.Version != "" || e.Size <= 0 {
+			checked++
+		}
+	}
+	return checked > lk.CheckUpTo
+}
+
+// resolve returns the entries of an addressable index read lazily (d.entries) as
+// Lookup.resolve does when they are the shards of urls in order, none of them
+// checked against its object (inOrder): each under its URL, checked against its own
+// size.
+func (d *deferred) resolve(urls []string, from string, maxRatio float64) ([]shard.Info, error) {
+	infos := d.entries
+	d.entries = nil
+	d.pos = make([]int32, len(infos))
+	for i := range infos {
+		e := &infos[i]
+		e.URL = urls[i]
+		if e.Version == "" {
+			e.Offsets = nil // a count without a version: its offsets cannot be trusted
+		}
+		if err := e.Check(-1, maxRatio); err != nil {
+			return nil, fmt.Errorf("shardload: index %s: %w; rebuild it (shardload index)", from, err)
+		}
+		d.pos[i] = -1
+		if e.Version != "" && e.Offsets == nil {
+			d.pos[i] = int32(i)
+		}
+	}
+	return infos, nil
+}
+
+// ordinals indexes the ordinals of an addressable index's entries (d.entries, which
+// are infos) by URL, for Lookup.resolve; a nil d or an index read whole has none.
+func (d *deferred) ordinals(infos []shard.Info) {
+	if d == nil || d.table == nil {
+		return
+	}
+	d.entries = nil
 	d.ord = make(map[string]int32, len(infos))
 	for i, e := range infos {
 		d.ord[e.URL] = int32(i)
 	}
-	return infos, nil
 }
 
 // ordinal returns the ordinal of the index's shard of URL url; false for a nil d.

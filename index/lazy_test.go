@@ -208,7 +208,13 @@ func TestPlanLoadsOnlyTouchedOffsets(t *testing.T) {
 		t.Fatalf("Quick without LazyOffsets: %v, or not every entry as written", err)
 	}
 	split := false
-	for _, rank := range []int{0, 17, world - 1} {
+	for k, rank := range []int{0, 17, world - 1, 5} {
+		lk := lk
+		if k%2 == 1 {
+			// Every object checked against its entry: entries looked up by URL,
+			// rather than taken in order.
+			lk.CheckUpTo = len(urls) + 1
+		}
 		counts, err := lk.Quick(ctx, urls, world)
 		if err != nil {
 			t.Fatal(err)

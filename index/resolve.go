@@ -97,6 +97,14 @@ func (lk Lookup) Quick(ctx context.Context, urls []string, world int) ([]shard.I
 	if err != nil {
 		return nil, err
 	}
+	if known == nil { // lazy, and the index's shards are urls, in order
+		infos, err := lk.lazy.resolve(urls, from, lk.Reader.MaxRatio)
+		if err != nil {
+			return nil, err
+		}
+		remember(infos, lk.lazy)
+		return infos, nil
+	}
 	if from != "" {
 		infos, err := lk.resolve(ctx, urls, known, from)
 		if d := lk.lazy; d != nil && err == nil && d.pos != nil {
@@ -364,7 +372,12 @@ func (lk Lookup) global(ctx context.Context, urls []string) (map[string]shard.In
 		if err != nil {
 			return nil, "", err
 		}
+		if lk.inOrder(urls, infos) {
+			return nil, redact.URL(lk.Index), nil
+		}
+		known = make(map[string]shard.Info, len(infos))
 		addEntries(known, infos, lk.Index)
+		lk.lazy.ordinals(infos)
 		return known, redact.URL(lk.Index), nil
 	}
 	if lk.NoBeside || len(urls) == 0 {
@@ -388,7 +401,12 @@ func (lk Lookup) global(ctx context.Context, urls []string) (map[string]shard.In
 		lk.Logf("shardload: warning: the index beside the shards is not used: %v", err)
 		return known, "", nil
 	}
+	if lk.inOrder(urls, infos) {
+		return nil, redact.URL(name), nil
+	}
+	known = make(map[string]shard.Info, len(infos))
 	addEntries(known, infos, name)
+	lk.lazy.ordinals(infos)
 	return known, redact.URL(name), nil
 }
 
