@@ -173,8 +173,13 @@ func readLines(r io.Reader, name string) ([]shard.Info, header, error) {
 			}
 			continue
 		}
-		var l line
-		if err := json.Unmarshal(text, &l); err != nil || l.URL == "" || l.Samples == nil || *l.Samples < 0 || l.Size < 0 {
+		l, samples, ok := parseLine(text)
+		if ok {
+			l.Samples = &samples
+		} else if l = (line{}); json.Unmarshal(text, &l) != nil {
+			l.URL = ""
+		}
+		if l.URL == "" || l.Samples == nil || *l.Samples < 0 || l.Size < 0 {
 			return nil, h, bad(`want {"url": ..., "samples": N, ...}`)
 		}
 		info := shard.Info{URL: l.URL, Samples: *l.Samples, Version: l.Version, Size: l.Size}
