@@ -158,15 +158,12 @@ func readLines(r io.Reader, name string) ([]shard.Info, header, error) {
 		if len(text) == 0 {
 			continue
 		}
-		bad := func(why string) error {
-			return fmt.Errorf("%w: %s line %d: %s; got %.80q", ErrFormat, redact.URL(name), n, why, text)
-		}
 		if n == 1 && bytes.Contains(text, []byte(`"format"`)) {
 			if err := json.Unmarshal(text, &h); err != nil || h.Format != formatName {
-				return nil, h, bad(`want the header {"format": "shardload-index", ...}`)
+				return nil, h, badLine(name, n, text, `want the header {"format": "shardload-index", ...}`)
 			}
 			if h.Version != formatVersion {
-				return nil, h, bad(fmt.Sprintf("index format version %d; this build reads version %d (rebuild the index with \"shardload index\")", h.Version, formatVersion))
+				return nil, h, badLine(name, n, text, fmt.Sprintf("index format version %d; this build reads version %d (rebuild the index with \"shardload index\")", h.Version, formatVersion))
 			}
 			if h.Shards > 0 {
 				infos = make([]shard.Info, 0, min(h.Shards, 1<<20))
@@ -174,19 +171,21 @@ func readLines(r io.Reader, name string) ([]shard.Info, header, error) {
 			continue
 		}
 		l, samples, ok := parseLine(text)
-		if ok {
-			l.Samples = &samples
-		} else if l = (line{}); json.Unmarshal(text, &l) != nil {
-			l.URL = ""
+		if !ok {
+			if l = (line{}); json.Unmarshal(text, &l) != nil || l.Samples == nil {
+				l.URL = ""
+			} else {
+				samples = *l.Samples
+			}
 		}
-		if l.URL == "" || l.Samples == nil || *l.Samples < 0 || l.Size < 0 {
-			return nil, h, bad(`want {"url": ..., "samples": N, ...}`)
+		if l.URL == "" || samples < 0 || l.Size < 0 {
+			return nil, h, badLine(name, n, text, `want {"url": ..., "samples": N, ...}`)
 		}
-		info := shard.Info{URL: l.URL, Samples: *l.Samples, Version: l.Version, Size: l.Size}
+		info := shard.Info{URL: l.URL, Samples: samples, Version: l.Version, Size: l.Size}
 		if l.Offsets != "" {
 			offs, err := decodeOffsets(l.Offsets, info.Samples)
 			if err != nil {
-				return nil, h, bad(err.Error())
+				return nil, h, badLine(name, n, text, err.Error())
 			}
 			info.Offsets = offs
 		}
@@ -196,6 +195,11 @@ func readLines(r io.Reader, name string) ([]shard.Info, header, error) {
 		return nil, h, fmt.Errorf("%w: %s: %v", ErrFormat, redact.URL(name), err)
 	}
 	return infos, h, nil
+}
+
+// badLine returns the error of line n of the index name, text.
+func badLine(name string, n int, text []byte, why string) error {
+	return fmt.Errorf("%w: %s line %d: %s; got %.80q", ErrFormat, redact.URL(name), n, why, text)
 }
 
 func encodeOffsets(offs []int64) string {
