@@ -228,7 +228,10 @@ func readTable(br *bufio.Reader, name string) (*addrTable, error) {
 // readAddressable reads an addressable index from br (isAddressable): its counts, and
 // with offsets set the offsets of every shard too (Read); otherwise it stops after the
 // counts and returns the table, for loading offsets later (offsetsOf).
-func readAddressable(br *bufio.Reader, name string, offsets bool) ([]shard.Info, *addrTable, error) {
+//
+// urls, when given, are the URLs the shards are likely to have, in order: a URL
+// equal to its line's takes no memory of its own.
+func readAddressable(br *bufio.Reader, name string, offsets bool, urls []string) ([]shard.Info, *addrTable, error) {
 	t, err := readTable(br, name)
 	if err != nil {
 		return nil, nil, err
@@ -238,7 +241,7 @@ func readAddressable(br *bufio.Reader, name string, offsets bool) ([]shard.Info,
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %s: %v", ErrFormat, redact.URL(name), err)
 	}
-	infos, h, err := readLines(zr, name)
+	infos, h, err := readLines(zr, name, urls)
 	zr.Close()
 	if err != nil {
 		return nil, nil, err

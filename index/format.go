@@ -129,7 +129,7 @@ func lineOf(info shard.Info) line {
 func Read(r io.Reader, name string) ([]shard.Info, error) {
 	br := bufio.NewReaderSize(r, 1<<16)
 	if isAddressable(br) {
-		infos, _, err := readAddressable(br, name, true)
+		infos, _, err := readAddressable(br, name, true, nil)
 		return infos, err
 	}
 	if magic, _ := br.Peek(4); bytes.Equal(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}) {
@@ -142,13 +142,14 @@ func Read(r io.Reader, name string) ([]shard.Info, error) {
 	} else {
 		r = br
 	}
-	infos, _, err := readLines(r, name)
+	infos, _, err := readLines(r, name, nil)
 	return infos, err
 }
 
 // readLines reads the JSON lines of an index from r, and returns its shards and its
-// header (zero when it has none).
-func readLines(r io.Reader, name string) ([]shard.Info, header, error) {
+// header (zero when it has none). A shard's URL equal to urls[i] for the i-th shard
+// is that string.
+func readLines(r io.Reader, name string, urls []string) ([]shard.Info, header, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), MaxLine)
 	var infos []shard.Info
@@ -170,7 +171,11 @@ func readLines(r io.Reader, name string) ([]shard.Info, header, error) {
 			}
 			continue
 		}
-		l, samples, ok := parseLine(text)
+		want := ""
+		if len(infos) < len(urls) {
+			want = urls[len(infos)]
+		}
+		l, samples, ok := parseLine(text, want)
 		if !ok {
 			if l = (line{}); json.Unmarshal(text, &l) != nil || l.Samples == nil {
 				l.URL = ""

@@ -131,7 +131,7 @@ func Plan(ctx context.Context, infos []shard.Info, planFn func([]shard.Info) (pl
 
 // readDeferred reads the index at url as read does, but for an addressable one only
 // its counts: their offsets are left to d.
-func (lk Lookup) readDeferred(ctx context.Context, url string, d *deferred) ([]shard.Info, error) {
+func (lk Lookup) readDeferred(ctx context.Context, url string, d *deferred, urls []string) ([]shard.Info, error) {
 	body, err := lk.Sources.Open(ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("shardload: index: %w", err)
@@ -145,7 +145,7 @@ func (lk Lookup) readDeferred(ctx context.Context, url string, d *deferred) ([]s
 		}
 		return infos, nil
 	}
-	infos, t, err := readAddressable(br, url, false)
+	infos, t, err := readAddressable(br, url, false, urls)
 	if err != nil {
 		return nil, fmt.Errorf("shardload: %w", err)
 	}

@@ -20,7 +20,7 @@ func FuzzParseLine(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		l, samples, ok := parseLine(b)
+		l, samples, ok := parseLine(b, "s3://b/a.tar")
 		if !ok {
 			return
 		}

@@ -368,7 +368,7 @@ func (lk Lookup) known(ctx context.Context, urls []string) (map[string]shard.Inf
 func (lk Lookup) global(ctx context.Context, urls []string) (map[string]shard.Info, string, error) {
 	known := map[string]shard.Info{}
 	if lk.Index != "" {
-		infos, err := lk.readIndex(ctx, lk.Index)
+		infos, err := lk.readIndex(ctx, lk.Index, urls)
 		if err != nil {
 			return nil, "", err
 		}
@@ -390,7 +390,7 @@ func (lk Lookup) global(ctx context.Context, urls []string) (map[string]shard.In
 	if name == "" {
 		return known, "", nil
 	}
-	infos, err := lk.readIndex(ctx, name)
+	infos, err := lk.readIndex(ctx, name, urls)
 	if errors.Is(err, source.ErrNotFound) {
 		return known, "", nil
 	}
@@ -472,9 +472,9 @@ func hasKey(m map[string]shard.Info, k string) bool { _, ok := m[k]; return ok }
 
 // readIndex reads the index at url: whole, or for Quick (lazy) the counts of an
 // addressable one.
-func (lk Lookup) readIndex(ctx context.Context, url string) ([]shard.Info, error) {
+func (lk Lookup) readIndex(ctx context.Context, url string, urls []string) ([]shard.Info, error) {
 	if lk.lazy != nil {
-		return lk.readDeferred(ctx, url, lk.lazy)
+		return lk.readDeferred(ctx, url, lk.lazy, urls)
 	}
 	return lk.read(ctx, url)
 }
