@@ -23,6 +23,20 @@
 // version or offsets is valid (the format "shardload ls --summary --json" prints, which
 // has only url and samples): its count is trusted as it is.
 //
+// # Addressable offsets
+//
+// "shardload index" writes, compressed, an addressable index (WriteAddressable): the
+// same lines without offsets (the counts: about 100 bytes a shard, 106 MB for 10^6
+// shards of 100 samples, almost all of it offsets), then the offsets in blocks of
+// shards, each a zstd skippable frame, with a table of where each block lies at the
+// start. A loader (Lookup.LazyOffsets, Plan) reads the counts of every shard and,
+// with one ranged read per block, the offsets of the shards its rank's plan reads:
+// a rank of 80,000 over 10^6 shards decodes the offsets of about 30 of them. Read
+// reads it whole. Every zstd decoder passes over skippable frames, so releases
+// before this format read it as an index without offsets (valid: they read such a
+// shard from its start, and check its count by reading to its end); a plain index
+// (--no-compress) and the node's store keep every line's offsets, as before.
+//
 // Sizes (BenchmarkIndexSize): an index takes 4.1 bytes per sample of 100-120 KB
 // images as plain JSON lines and 1.1 zstd-compressed, 2.8 and 0.005 for fixed-size
 // token samples: 100,000 shards of 1,000 images are a 414 MB index, 107 MB
