@@ -55,6 +55,7 @@ test: deps tools lint validate
 	$(GO) test -run '^$$' -fuzz '^FuzzURL$$' -fuzztime 20000x ./internal/redact/
 	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime 20000x ./index/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRuns$$' -fuzztime 20000x ./plan/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseStream$$' -fuzztime 20000x ./cmd/shardload/
 
 tools:
 	scripts/tools.sh
