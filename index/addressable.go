@@ -260,12 +260,13 @@ func readAddressable(br *bufio.Reader, name string, offsets bool, urls []string)
 		return nil, nil, err
 	}
 	defer dec.Close()
+	var buf bytes.Buffer
 	for k := range t.first {
-		b := make([]byte, t.length[k])
-		if _, err := io.ReadFull(br, b); err != nil {
+		buf.Reset() // grown as the bytes come, not as the table says
+		if _, err := io.CopyN(&buf, br, t.length[k]); err != nil {
 			return nil, nil, fmt.Errorf("%w: %s: block %d: %v", ErrFormat, redact.URL(name), k, err)
 		}
-		if err := t.decodeBlock(dec, k, b, infos[t.first[k]:t.end(k)], nil, name); err != nil {
+		if err := t.decodeBlock(dec, k, buf.Bytes(), infos[t.first[k]:t.end(k)], nil, name); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -315,8 +316,8 @@ func (t *addrTable) decodeBlock(dec *zstd.Decoder, k int, b []byte, infos []shar
 	return nil
 }
 
-// RangeOpener opens byte ranges of objects (a *source.Registry).
-type RangeOpener interface {
+// rangeOpener opens byte ranges of objects (a *source.Registry).
+type rangeOpener interface {
 	OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error)
 }
 
@@ -324,7 +325,7 @@ type RangeOpener interface {
 // shards of ordinals ords into infos[i] for each i with ords[i] set (infos[i] is
 // the shard of ordinal ords[i]): a ranged read of each block that holds any of them,
 // workers at a time.
-func (t *addrTable) offsetsOf(ctx context.Context, src RangeOpener, url string, infos []shard.Info, ords map[int]int, workers int) error {
+func (t *addrTable) offsetsOf(ctx context.Context, src rangeOpener, url string, infos []shard.Info, ords map[int]int, workers int) error {
 	byBlock := map[int]map[int]int{} // block -> ordinal -> index in infos
 	for i, ord := range ords {
 		if ord < 0 || ord >= t.shards {

@@ -17,7 +17,7 @@ import (
 // deferred is how Lookup.Quick left the offsets of an addressable index unread: the
 // index and, per shard Quick returned, its ordinal in the index (-1: nothing to load).
 type deferred struct {
-	src   RangeOpener
+	src   rangeOpener
 	url   string
 	table *addrTable
 	ord   map[string]int32 // ordinal by the index's URL, while Quick runs
