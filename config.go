@@ -143,8 +143,9 @@ type Config struct {
 	// OpenShards is the number of lanes the shuffled order interleaves, and the
 	// number of shards read at once. Default 8.
 	OpenShards int
-	// Workers is the number of shards being fetched, inflated, split and decoded at
-	// the same moment. Default GOMAXPROCS, at most OpenShards + ReadAhead, then the
+	// Workers is the number of shards being read (fetched, inflated, split and
+	// decoded) at the same moment; opening a shard (and waiting for its first byte)
+	// takes no worker. Default GOMAXPROCS, at most OpenShards + ReadAhead, then the
 	// tuner's.
 	Workers int
 	// ReadAhead is the shards opened beyond OpenShards, ahead of the order: each is

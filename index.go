@@ -66,7 +66,7 @@ func (cfg Config) expand(ctx context.Context) ([]string, error) {
 
 // lookup returns the index lookup of cfg (with defaults).
 func lookup(cfg Config) index.Lookup {
-	lk := index.Lookup{Sources: cfg.Sources, Index: cfg.Index, Workers: max(cfg.Workers, 16), Logf: cfg.Logf, Once: cfg.once,
+	lk := index.Lookup{Sources: cfg.Sources, Index: cfg.Index, Workers: max(cfg.Workers, 16), Logf: cfg.Logf, Once: cfg.once, LazyOffsets: true,
 		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxRatio: cfg.MaxRatio}}
 	if !cfg.NoIndexStore {
 		lk.Store = cfg.openStore()

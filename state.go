@@ -167,7 +167,11 @@ func planOf(ctx context.Context, cfg Config) (p planned, err error) {
 		}
 		runs = nil
 	}
-	p.plan, err = newPlan(p.infos, p.cfg, p.order, runs, p.mix)
+	// Planned from the counts, then again with the offsets of the shards it reads
+	// (an addressable index's are read for those alone: index.Plan).
+	p.infos, p.plan, err = index.Plan(ctx, p.infos, func(infos []shard.Info) (plan.Plan, error) {
+		return newPlan(infos, p.cfg, p.order, runs, p.mix)
+	})
 	return p, err
 }
 
