@@ -483,3 +483,43 @@ func countedShards(t *testing.T, per int, seed uint64, minBytes, maxBytes int) (
 	}
 	return infos, total
 }
+
+// A loader over an addressable index (what "shardload index" writes) plans each rank
+// as one given every shard's offsets does, reading the offsets of its own shards only.
+func TestAddressableIndexPlans(t *testing.T) {
+	ctx := context.Background()
+	infos, _ := countedShards(t, 300, 9, 200, 2000)
+	idx := t.TempDir() + "/ds.index"
+	f, err := os.Create(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := index.WriteAddressable(f, infos); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var urls []string
+	for _, in := range infos {
+		urls = append(urls, in.URL)
+	}
+	for _, world := range []int{1, 3, 16} {
+		for rank := range world {
+			cfg := shardload.Config{Rank: rank, World: world, BatchSize: 8, Seed: 2, ReadGap: -1, NoIndexStore: true}
+			c := cfg
+			c.Shards = infos
+			want, err := shardload.PlanOf(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c = cfg
+			c.URLs, c.Index = urls, idx
+			got, err := shardload.PlanOf(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got.Spans) != fmt.Sprint(want.Spans) || fmt.Sprint(got.Windows) != fmt.Sprint(want.Windows) {
+				t.Fatalf("world %d rank %d: the plan over the addressable index differs from the one with every offset:\n%v\n%v", world, rank, got.Spans, want.Spans)
+			}
+		}
+	}
+}
