@@ -39,7 +39,16 @@ import (
 //     API requires them, as S3-compatible stores do not all support the SDK's
 //     default checksums; AWS_REQUEST_CHECKSUM_CALCULATION and
 //     AWS_RESPONSE_CHECKSUM_VALIDATION, when set, win (the same settings in a
-//     shared config file do not, for a custom endpoint).
+//     shared config file do not, for a custom endpoint);
+//   - the endpoint may have a path (http://ais-gateway:51080/s3): requests go under
+//     it; redirects (307) are followed for reads, and for Create's PutObject too,
+//     its body sent again, as an AIStore gateway redirects every object request to
+//     the node that holds the object.
+//
+// Versions are ETags in their quoted form ("d41d8cd9..."), whether the store quoted
+// them or not: AIStore, for one, lists them unquoted and answers HEAD and GET with
+// them quoted, and a listing's version must equal Stat's for a cache or an index to
+// match them. A listing entry without an ETag has no version.
 //
 // A Source is safe for concurrent use. It must not be copied after first use.
 type Source struct {
@@ -79,7 +88,7 @@ func (s *Source) Stat(ctx context.Context, url string) (source.Info, error) {
 	return source.Info{
 		URL:     url,
 		Size:    aws.ToInt64(out.ContentLength),
-		Version: aws.ToString(out.ETag),
+		Version: quoteETag(aws.ToString(out.ETag)),
 		ModTime: aws.ToTime(out.LastModified),
 	}, nil
 }
@@ -127,6 +136,7 @@ func (s *Source) openRange(ctx context.Context, url, etag string, off, length in
 	}
 	in := &awss3.GetObjectInput{Bucket: &bucket, Key: &key, Range: &rng}
 	if etag != "" {
+		etag = quoteETag(etag)
 		in.IfMatch = &etag
 	}
 	out, err := c.GetObject(ctx, in)
@@ -138,8 +148,8 @@ func (s *Source) openRange(ctx context.Context, url, etag string, off, length in
 		}
 		return nil, &source.Error{Op: "open", URL: url, Err: s3Err(err)}
 	}
-	if got := aws.ToString(out.ETag); etag != "" && got != "" && got != etag {
-		out.Body.Close() // a store that ignored If-Match
+	if got := quoteETag(aws.ToString(out.ETag)); etag != "" && got != "" && got != etag {
+		out.Body.Close() // a store that ignored If-Match, as AIStore does
 		return nil, &source.Error{Op: "open", URL: url, Err: fmt.Errorf("%w: ETag %s, was %s", source.ErrChanged, got, etag)}
 	}
 	// A server may answer a Range with the whole object (200, no Content-Range).
@@ -180,7 +190,7 @@ func (s *Source) List(ctx context.Context, prefix string, fn func(source.Info) e
 			err := fn(source.Info{
 				URL:     base + aws.ToString(o.Key),
 				Size:    aws.ToInt64(o.Size),
-				Version: aws.ToString(o.ETag),
+				Version: quoteETag(aws.ToString(o.ETag)),
 				ModTime: aws.ToTime(o.LastModified),
 			})
 			if err != nil {
@@ -189,6 +199,16 @@ func (s *Source) List(ctx context.Context, prefix string, fn func(source.Info) e
 		}
 	}
 	return nil
+}
+
+// quoteETag returns etag in its quoted form, as S3 sends it in headers and
+// listings: "abc" for abc or "abc". An empty or weak (W/"...") ETag is returned as
+// it is.
+func quoteETag(etag string) string {
+	if etag == "" || strings.HasPrefix(etag, "W/") {
+		return etag
+	}
+	return `"` + strings.Trim(etag, `"`) + `"`
 }
 
 // prepare returns the client and the object's bucket and key.
@@ -229,6 +249,9 @@ func newS3Client(ctx context.Context) (*awss3.Client, error) {
 	return awss3.NewFromConfig(cfg, func(o *awss3.Options) {
 		// One attempt per call: the retry policy of a Fetcher is the one in charge.
 		o.Retryer = aws.NopRetryer{}
+		if o.HTTPClient != nil {
+			o.HTTPClient = replayClient{o.HTTPClient}
+		}
 		custom := o.BaseEndpoint != nil // resolved from cfg and the environment by now
 		o.UsePathStyle = custom
 		if pathStyle != nil {
@@ -369,11 +392,12 @@ func (w *s3Writer) Close() error {
 		return w.err
 	}
 	data := w.buf.Bytes()
+	ctx := context.WithValue(w.ctx, putBodyKey{}, data) // for replayClient
 	err := source.RetryPolicy{}.Do(w.ctx, func(int) error {
 		if err := w.ctx.Err(); err != nil {
 			return err
 		}
-		_, err := w.c.PutObject(w.ctx, &awss3.PutObjectInput{
+		_, err := w.c.PutObject(ctx, &awss3.PutObjectInput{
 			Bucket: &w.bucket, Key: &w.key, Body: bytes.NewReader(data),
 			ContentLength: aws.Int64(int64(len(data))), ContentType: aws.String("application/octet-stream"),
 		})
@@ -387,6 +411,26 @@ func (w *s3Writer) Close() error {
 		w.err = &source.Error{Op: "write", URL: w.url, Err: err}
 	}
 	return w.err
+}
+
+// putBodyKey is the context key under which Create's PutObject carries its body for
+// replayClient.
+type putBodyKey struct{}
+
+// replayClient lets the HTTP client follow a redirect of a PutObject that Create
+// makes, by giving the request a GetBody that returns its bytes again: the SDK's
+// requests have none, and net/http then returns a 307 to a request with a body
+// instead of following it. An AIStore gateway answers every PUT with such a
+// redirect, to the target node that stores the object.
+type replayClient struct{ next awss3.HTTPClient }
+
+// Do sends req, replayable when it carries Create's body.
+func (c replayClient) Do(req *http.Request) (*http.Response, error) {
+	if data, ok := req.Context().Value(putBodyKey{}).([]byte); ok && req.GetBody == nil &&
+		req.Body != nil && req.ContentLength == int64(len(data)) {
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
+	}
+	return c.next.Do(req)
 }
 
 // Scheme is the URL scheme this package serves.
