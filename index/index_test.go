@@ -464,3 +464,41 @@ func BenchmarkRead(b *testing.B) {
 		}
 	}
 }
+
+// noVersion reports objects without a version, as a store that leaves some out of
+// its listings does (AIStore for multipart objects).
+type noVersion struct{ *countingFile }
+
+func (n noVersion) Stat(ctx context.Context, url string) (source.Info, error) {
+	info, err := n.countingFile.Stat(ctx, url)
+	info.Version = ""
+	return info, err
+}
+
+// An entry whose object is reported without a version is not taken as changed (its
+// size is still checked): the shard is not read again.
+func TestResolveUnknownVersion(t *testing.T) {
+	ctx := context.Background()
+	paths := gen(t, t.TempDir(), 4, shard.None)
+	remote := make([]string, len(paths))
+	for i, p := range paths {
+		remote[i] = "remote://" + p
+	}
+	store, _ := index.OpenStore(t.TempDir())
+	c := &countingFile{opens: map[string]int{}}
+	reg := &source.Registry{}
+	reg.Register("remote", c)
+	if _, err := (index.Lookup{Sources: reg, Store: store}).Resolve(ctx, remote); err != nil {
+		t.Fatal(err)
+	}
+	c.opens = map[string]int{}
+	reg = &source.Registry{}
+	reg.Register("remote", noVersion{c})
+	got, err := (index.Lookup{Sources: reg, Store: store}).Resolve(ctx, remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.shardOpens() != 0 || got[1].Version == "" || got[1].Samples != len(truth(t, paths[1])) {
+		t.Fatalf("%d shard opens, entry %+v", c.shardOpens(), got[1])
+	}
+}

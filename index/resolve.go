@@ -211,7 +211,9 @@ func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]sh
 		case !ok:
 			missing++
 			todo = append(todo, i)
-		case e.Version != "" && checked[i] && (e.Version != objs[i].Version || (e.Size > 0 && objs[i].Size >= 0 && e.Size != objs[i].Size)):
+		case e.Version != "" && checked[i] && (objs[i].Version != "" && e.Version != objs[i].Version || (e.Size > 0 && objs[i].Size >= 0 && e.Size != objs[i].Size)):
+			// (A store that gives no version for an object, as AIStore's listings for a
+			// multipart object, says nothing of a change: its size still does.)
 			stale++
 			todo = append(todo, i)
 		default:
