@@ -502,3 +502,31 @@ func TestResolveUnknownVersion(t *testing.T) {
 		t.Fatalf("%d shard opens, entry %+v", c.shardOpens(), got[1])
 	}
 }
+
+// Local files are checked against their entries up to LocalCheckFactor times
+// CheckUpTo, and trusted beyond it.
+func TestResolveLocalCheckUpTo(t *testing.T) {
+	ctx := context.Background()
+	paths := gen(t, t.TempDir(), 2*index.LocalCheckFactor+2, shard.None)
+	store, _ := index.OpenStore(t.TempDir())
+	for _, tc := range []struct {
+		upTo     int
+		wantStat bool
+	}{{3, true}, {2, false}} {
+		c := &countingFile{opens: map[string]int{}}
+		reg := &source.Registry{}
+		reg.Register("file", c)
+		lk := index.Lookup{Sources: reg, Store: store, CheckUpTo: tc.upTo}
+		if _, err := lk.Resolve(ctx, paths); err != nil { // fills the store
+			t.Fatal(err)
+		}
+		c.stats, c.opens = 0, map[string]int{}
+		got, err := lk.Resolve(ctx, paths)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (c.stats > 0) != tc.wantStat || c.shardOpens() != 0 || got[5].Version == "" {
+			t.Errorf("CheckUpTo %d over %d local shards: %d stats, %d shard opens, entry %+v; want stats: %v", tc.upTo, len(paths), c.stats, c.shardOpens(), got[5], tc.wantStat)
+		}
+	}
+}

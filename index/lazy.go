@@ -155,25 +155,26 @@ func (lk Lookup) readDeferred(ctx context.Context, url string, d *deferred, urls
 
 // inOrder reports whether Quick may take the entries of an addressable index it read
 // lazily (lk.lazy.entries, which are infos) as they come, without looking them up
-// by key: they are the shards of urls in order, under the same spelling, none local
-// (a local file is checked against its entry), and so many that resolve would check
-// none of their objects (more than CheckUpTo).
+// by key: they are the shards of urls in order, under the same spelling, and so many
+// that resolve would check none of their objects (more than CheckUpTo, or for local
+// files LocalCheckFactor times as many).
 func (lk Lookup) inOrder(urls []string, infos []shard.Info) bool {
 	d := lk.lazy
 	if d == nil || d.table == nil || len(d.entries) != len(infos) || len(infos) != len(urls) {
 		return false
 	}
-	checked := 0
+	checked, local := 0, false
 	for i, u := range urls {
 		e := &infos[i]
-		if e.URL != u || isLocal(u) {
+		if e.URL != u {
 			return false
 		}
+		local = local || isLocal(u)
 		if e.Version != "" || e.Size <= 0 {
 			checked++
 		}
 	}
-	return checked > lk.CheckUpTo
+	return checked > lk.CheckUpTo && (!local || checked > LocalCheckFactor*lk.CheckUpTo)
 }
 
 // resolve returns the entries of an addressable index read lazily (d.entries) as

@@ -42,8 +42,9 @@ type Lookup struct {
 	// versions before planning (a listing, or a Stat each); beyond it entries are
 	// trusted, and a loader reads each shard pinned to its entry's version, so that an
 	// object overwritten since fails its reader (source.ErrChanged) instead of being
-	// counted again. Local files are always checked (a stat each is cheap). Default
-	// 1000: one listing page on S3.
+	// counted again. Local files are checked up to LocalCheckFactor times as many (a
+	// stat each is cheap, but 100,000 of them take most of a second). Default 1000:
+	// one listing page on S3.
 	CheckUpTo int
 	// Progress, when set, is called after each shard scanned, with the number done
 	// and the number to scan.
@@ -123,6 +124,11 @@ func (lk Lookup) Quick(ctx context.Context, urls []string, world int) ([]shard.I
 	return lk.Estimate(ctx, urls, known)
 }
 
+// LocalCheckFactor: local files' entries are checked against their files up to this
+// many times Lookup.CheckUpTo (20,000 by default: about 0.1 s of stats), and trusted
+// beyond it, as remote ones are beyond CheckUpTo.
+const LocalCheckFactor = 20
+
 func (lk Lookup) withDefaults() Lookup {
 	if lk.Workers <= 0 {
 		lk.Workers = 16
@@ -158,7 +164,7 @@ func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]sh
 			local = false
 		}
 	}
-	if !local && len(check) > lk.CheckUpTo {
+	if len(check) > lk.CheckUpTo && (!local || len(check) > LocalCheckFactor*lk.CheckUpTo) {
 		// Too many to check first: only the shards without an entry are stat'ed (to
 		// be counted); the others are trusted, and read pinned to their versions.
 		check = check[:0]
