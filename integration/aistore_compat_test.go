@@ -23,7 +23,6 @@ import (
 	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/shardgen"
 	"github.com/shardload/shardload/internal/testutil"
-	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 	s3src "github.com/shardload/shardload/source/s3"
 )
@@ -382,30 +381,7 @@ func TestAIStoreCompat(t *testing.T) {
 	spec := shardgen.Spec{Shards: shards, SamplesPerShard: samples, Seed: 51,
 		Fields: []shardgen.Field{{Ext: "bin", Kind: shardgen.Random, MinBytes: 200, MaxBytes: 3000}, {Ext: "cls", Kind: shardgen.Class}}}
 	paths, _ := putShards(t, m, "remote", "ds", "", spec)
-	want := map[string][]byte{}
-	for _, p := range paths {
-		f, err := os.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := shard.NewReader(f, shard.Options{})
-		for {
-			s, err := r.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, fd := range s.Fields {
-				if fd.Ext == "bin" {
-					want[s.Key] = bytes.Clone(fd.Data)
-				}
-			}
-		}
-		r.Close()
-		f.Close()
-	}
+	want := membersOf(t, paths, "bin")
 	if len(want) != shards*samples {
 		t.Fatalf("%d samples in the shards, want %d", len(want), shards*samples)
 	}

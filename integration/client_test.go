@@ -123,6 +123,37 @@ func field(t *testing.T, line map[string]json.RawMessage, name string, v any) {
 	}
 }
 
+// membersOf reads the member ext of every sample of the shard files paths: key ->
+// bytes.
+func membersOf(t *testing.T, paths []string, ext string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := shard.NewReader(f, shard.Options{})
+		for {
+			s, err := r.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, fd := range s.Fields {
+				if fd.Ext == ext {
+					out[s.Key] = bytes.Clone(fd.Data)
+				}
+			}
+		}
+		r.Close()
+		f.Close()
+	}
+	return out
+}
+
 // samplesOf reads every sample of the shards of pattern: key -> extension -> bytes.
 func samplesOf(t *testing.T, pattern string) map[string]map[string]string {
 	t.Helper()

@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -24,7 +22,6 @@ import (
 	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/shardgen"
 	"github.com/shardload/shardload/internal/testutil"
-	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 	s3src "github.com/shardload/shardload/source/s3"
 )
@@ -58,29 +55,7 @@ func TestStorm(t *testing.T) {
 	spec := shardgen.Spec{Shards: stormShards, SamplesPerShard: stormSamples, Seed: 33,
 		Fields: []shardgen.Field{{Ext: "bin", Kind: shardgen.Random, MinBytes: 100, MaxBytes: 400}, {Ext: "cls", Kind: shardgen.Class}}}
 	paths, _ := putShards(t, m, "storm", "ds", "", spec)
-	want := map[string][]byte{} // key -> the bin member's bytes
-	for _, p := range paths {
-		f, err := os.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := shard.NewReader(f, shard.Options{})
-		for {
-			s, err := r.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, fd := range s.Fields {
-				if fd.Ext == "bin" {
-					want[s.Key] = bytes.Clone(fd.Data)
-				}
-			}
-		}
-		f.Close()
-	}
+	want := membersOf(t, paths, "bin") // key -> the bin member's bytes
 	if len(want) != stormShards*stormSamples {
 		t.Fatalf("%d samples in the shards, want %d", len(want), stormShards*stormSamples)
 	}
