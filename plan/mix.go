@@ -413,6 +413,9 @@ func newMixOrder(shards []shard.Info, cfg Config) (*mixOrder, error) {
 		}
 		st.n, _ = countSamples(st.shards)
 		st.draws = mo.streamCount(i, total)
+		if st.draws == 0 {
+			return nil, fmt.Errorf("%w: stream %d gets no sample of an epoch of %d in %s batches of %d at these weights", ErrMix, i, total, kind, cfg.BatchSize)
+		}
 		mo.lanes += st.lanes
 		mo.streams = append(mo.streams, st)
 	}

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"errors"
 	"math/rand/v2"
 	"testing"
 
@@ -301,5 +302,14 @@ func TestMixEveryOnceBeforeTwice(t *testing.T) {
 		if n != 3 {
 			t.Fatalf("%v drawn %d times in 10 epochs", id, n)
 		}
+	}
+}
+
+// A stream that its weight leaves without a row of a stratified batch is refused.
+func TestMixNoRowRefused(t *testing.T) {
+	shards := twoStreams(4, 4, 50)
+	m := Mix{Streams: []Stream{{First: 0, Count: 4, Weight: 100}, {First: 4, Count: 4, Weight: 1}}, Batching: Stratified}
+	if _, err := New(shards, Config{BatchSize: 8, Mix: &m}); !errors.Is(err, ErrMix) {
+		t.Fatalf("a stream without a row: %v", err)
 	}
 }
