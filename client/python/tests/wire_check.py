@@ -139,10 +139,16 @@ def check_messages(d):
                                "fields", "urls", "image_layout", "state", "gpu_pci", "cuda_visible_devices")}
     kw.update({k: want[k] for k in protocol.SETTINGS})
     kw["count_first"] = True  # a false one is left out (the server reads it as false)
+    kw["epoch_samples"], kw["batching"] = want["epoch_samples"], want["batching"]
     got = protocol.hello_message(**kw)
     check_message(got, protocol.HelloMessage, "hello_message")
-    if sorted(got) != sorted(want):
-        problem(f"hello_message's members {sorted(got)}, the fixture's {sorted(want)}")
+    # The fixture sets urls and streams; a client sends one or the other.
+    if sorted(got) != sorted(set(want) - {"streams"}):
+        problem(f"hello_message's members {sorted(got)}, the fixture's {sorted(want)} less streams")
+    mixed = protocol.hello_message(**dict(kw, urls=None, streams=want["streams"]))
+    check_message(mixed, protocol.HelloMessage, "hello_message with streams")
+    if mixed.get("streams") != want["streams"] or "urls" in mixed:
+        problem(f"hello_message's streams {mixed.get('streams')!r} (urls {mixed.get('urls')!r}), the fixture's {want['streams']!r}")
     for k in want:
         if k in got and k != "count_first" and got[k] != want[k]:
             problem(f"hello_message's {k} {got[k]!r}, the fixture's {want[k]!r}")
