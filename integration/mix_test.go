@@ -67,6 +67,7 @@ func TestMixThroughServe(t *testing.T) {
 	srv := startServer(t, "", "--allow", "file://"+dir+"/")
 	streams := []map[string]any{{"urls": a, "weight": 1}, {"urls": b, "weight": 1}}
 	seenB := map[string]int{}
+	var epoch1 []string
 	for epoch := range 4 {
 		spec := map[string]any{"streams": streams, "epoch_samples": 2000, "epoch": epoch}
 		r := mixRead(t, py, srv.socket, spec)
@@ -102,6 +103,7 @@ func TestMixThroughServe(t *testing.T) {
 			t.Fatalf("epoch %d: last_epoch %+v, read %d of A", epoch, r.LastEpoch, nA)
 		}
 		if epoch == 1 {
+			epoch1 = keys
 			if again := mixRead(t, py, srv.socket, spec); strings.Join(flat(again.Batches), " ") != strings.Join(keys, " ") {
 				t.Fatal("the same settings read another order")
 			}
@@ -151,6 +153,13 @@ func TestMixThroughServe(t *testing.T) {
 				t.Fatalf("%s: batch %d holds %d of A in %d rows", batching, i, nA, len(keys))
 			}
 		}
+	}
+
+	// The server's own mix (serve --stream), for a hello that names none.
+	own := startServer(t, "", "--stream", a+" weight=1", "--stream", b+" weight=1", "--epoch-samples", "2000")
+	r := mixRead(t, py, own.socket, map[string]any{"epoch": 1})
+	if got := flat(r.Batches); strings.Join(got, " ") != strings.Join(epoch1, " ") {
+		t.Fatalf("the server's own mix read %d samples, not the epoch the hello's mix reads", len(got))
 	}
 
 	// Endless: epochs follow one another.

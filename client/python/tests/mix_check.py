@@ -2,7 +2,7 @@
 (integration/mix_test.go). Each mode prints one JSON object on stdout.
 
     mix_check.py read SOCKET SPEC   one rank's epoch (or its first N batches) of the mix SPEC, a JSON
-                                    object: streams, epoch_samples, batching, epoch, rank, world,
+                                    object: streams (none: the server's), epoch_samples, batching, epoch, rank, world,
                                     batch, state (a state_dict to resume from) and n (batches to read,
                                     0: the whole epoch). Prints each batch's keys, the state_dict()
                                     after them and, after a whole epoch, last_epoch.
@@ -30,7 +30,7 @@ def read(sock, spec):
     batches = []
     with shardload.Client(sock, rank=spec.get("rank", 0), world=spec.get("world", 1), seed=spec.get("seed", 4),
                           epoch=spec.get("epoch", 0), batch_size=spec.get("batch", 16), fields=["cls:int"],
-                          streams=spec["streams"], epoch_samples=spec.get("epoch_samples"),
+                          streams=spec.get("streams"), epoch_samples=spec.get("epoch_samples"),
                           batching=spec.get("batching"), state=spec.get("state"), check_order=False,
                           timeout=120) as c:
         for b in c:
