@@ -9,6 +9,7 @@ import (
 
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/internal/shardgen"
+	"github.com/shardload/shardload/internal/testutil"
 	"github.com/shardload/shardload/plan"
 )
 
@@ -56,7 +57,7 @@ func TestMixedEpochs(t *testing.T) {
 		}
 		seen := map[string]bool{}
 		nA := 0
-		for i, k := range keys {
+		for _, k := range keys {
 			if seen[k] {
 				t.Fatalf("epoch %d: %s twice", epoch, k)
 			}
@@ -66,20 +67,12 @@ func TestMixedEpochs(t *testing.T) {
 			} else {
 				seenB[k]++
 			}
-			if i >= 256 {
-				n := 0
-				for _, w := range keys[i-256 : i] {
-					if inA(w) {
-						n++
-					}
-				}
-				if n < 90 || n > 166 {
-					t.Fatalf("epoch %d: samples [%d, %d) hold %d of A", epoch, i-256, i, n)
-				}
-			}
 		}
 		if nA != 1000 {
 			t.Fatalf("epoch %d: %d of A", epoch, nA)
+		}
+		if lo, hi := testutil.WindowCounts(keys, 256, inA); lo < 90 || hi > 166 {
+			t.Fatalf("epoch %d: 256 consecutive samples hold %d to %d of A", epoch, lo, hi)
 		}
 	}
 	if len(seenB) != 4000 {

@@ -128,28 +128,10 @@ func field(t *testing.T, line map[string]json.RawMessage, name string, v any) {
 func membersOf(t *testing.T, paths []string, ext string) map[string][]byte {
 	t.Helper()
 	out := map[string][]byte{}
-	for _, p := range paths {
-		f, err := os.Open(p)
-		if err != nil {
-			t.Fatal(err)
+	for key, m := range readSamples(t, paths) {
+		if v, ok := m[ext]; ok {
+			out[key] = []byte(v)
 		}
-		r := shard.NewReader(f, shard.Options{})
-		for {
-			s, err := r.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, fd := range s.Fields {
-				if fd.Ext == ext {
-					out[s.Key] = bytes.Clone(fd.Data)
-				}
-			}
-		}
-		r.Close()
-		f.Close()
 	}
 	return out
 }
@@ -161,9 +143,15 @@ func samplesOf(t *testing.T, pattern string) map[string]map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return readSamples(t, urls)
+}
+
+// readSamples reads every sample of the shard files paths: key -> extension -> bytes.
+func readSamples(t *testing.T, paths []string) map[string]map[string]string {
+	t.Helper()
 	out := map[string]map[string]string{}
-	for _, u := range urls {
-		f, err := os.Open(u)
+	for _, p := range paths {
+		f, err := os.Open(p)
 		if err != nil {
 			t.Fatal(err)
 		}

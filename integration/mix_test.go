@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/shardload/shardload/internal/shardgen"
+	"github.com/shardload/shardload/internal/testutil"
 )
 
 var mixCheck = func() string { p, _ := filepath.Abs("../client/python/tests/mix_check.py"); return p }()
@@ -74,7 +75,7 @@ func TestMixThroughServe(t *testing.T) {
 		keys := flat(r.Batches)
 		seen := map[string]bool{}
 		nA := 0
-		for i, k := range keys {
+		for _, k := range keys {
 			if seen[k] {
 				t.Fatalf("epoch %d: %s twice", epoch, k)
 			}
@@ -84,17 +85,9 @@ func TestMixThroughServe(t *testing.T) {
 			} else {
 				seenB[k]++
 			}
-			if i >= 256 {
-				n := 0
-				for _, w := range keys[i-256 : i] {
-					if inA(w) {
-						n++
-					}
-				}
-				if n < 90 || n > 166 {
-					t.Fatalf("epoch %d: samples [%d, %d) hold %d of A", epoch, i-256, i, n)
-				}
-			}
+		}
+		if lo, hi := testutil.WindowCounts(keys, 256, inA); lo < 90 || hi > 166 {
+			t.Fatalf("epoch %d: 256 consecutive samples hold %d to %d of A", epoch, lo, hi)
 		}
 		if len(keys) != 2000 || nA < 1000-16 || nA > 1000+16 {
 			t.Fatalf("epoch %d: %d samples, %d of A", epoch, len(keys), nA)

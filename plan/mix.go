@@ -319,26 +319,24 @@ type mixOrder struct {
 	epoch   int
 	shuffle bool
 	win     int
-	align   int64 // rank slices take multiples of it: a batch, or 1
-	batch   int64
+	batch   int64 // a batch with Stratified and PerStream batching, else 1: rank slices take multiples of it
 	kind    Batching
 	sched   *split // random: positions to streams; stratified: a batch's rows; per_stream: batches
-	blocks  int64  // per_stream: batches in the epoch
 	streams []*mixStream
 	lanes   int
 }
 
 // mixStream is one stream of a mixOrder: its draws go through cycles of its samples.
 type mixStream struct {
-	first  int
-	shards []shard.Info
-	n      int64 // samples
-	draws  int64 // per epoch
-	seed   uint64
-	lanes  int
-	lane0  int // its first lane among the order's
-	shufle bool
-	cycles map[int64]*mixCycle
+	first   int
+	shards  []shard.Info
+	n       int64 // samples
+	draws   int64 // per epoch
+	seed    uint64
+	lanes   int
+	lane0   int // its first lane among the order's
+	shuffle bool
+	cycles  map[int64]*mixCycle
 }
 
 // mixCycle is one cycle of a stream: its shards' order and its draws' lanes.
@@ -371,7 +369,7 @@ func newMixOrder(shards []shard.Info, cfg Config) (*mixOrder, error) {
 	if err != nil {
 		return nil, err
 	}
-	mo := &mixOrder{seed: cfg.Seed, epoch: cfg.Epoch, shuffle: cfg.Shuffle, win: cfg.Window, align: 1, batch: 1, kind: kind}
+	mo := &mixOrder{seed: cfg.Seed, epoch: cfg.Epoch, shuffle: cfg.Shuffle, win: cfg.Window, batch: 1, kind: kind}
 	if !mo.shuffle {
 		mo.win = 1
 	}
@@ -389,7 +387,7 @@ func newMixOrder(shards []shard.Info, cfg Config) (*mixOrder, error) {
 		mo.sched = newSplit(draws, phase)
 	case Stratified, PerStream:
 		b := int64(cfg.BatchSize)
-		mo.align, mo.batch = b, b
+		mo.batch = b
 		total = total / b * b
 		if total == 0 {
 			return nil, fmt.Errorf("%w: an epoch of %d samples holds no whole batch of %d", ErrMix, total, b)
@@ -398,8 +396,7 @@ func newMixOrder(shards []shard.Info, cfg Config) (*mixOrder, error) {
 			rows := apportion(b, w)
 			mo.sched = newSplit(rows, phase)
 		} else {
-			mo.blocks = total / b
-			mo.sched = newSplit(apportion(mo.blocks, w), phase)
+			mo.sched = newSplit(apportion(total/b, w), phase)
 		}
 	}
 	mo.cuts = newCuts(total, mo.win)
@@ -407,8 +404,8 @@ func newMixOrder(shards []shard.Info, cfg Config) (*mixOrder, error) {
 	lanes := apportion(int64(max(cfg.Lanes, 1)), w)
 	for i, s := range m.Streams {
 		st := &mixStream{first: s.First, shards: shards[s.First : s.First+s.Count], seed: mixStreamSeed(cfg.Seed, i),
-			lanes: int(max(lanes[i], 1)), lane0: mo.lanes, shufle: mo.shuffle, cycles: map[int64]*mixCycle{}}
-		if !st.shufle {
+			lanes: int(max(lanes[i], 1)), lane0: mo.lanes, shuffle: mo.shuffle, cycles: map[int64]*mixCycle{}}
+		if !st.shuffle {
 			st.lanes = 1
 		}
 		st.n, _ = countSamples(st.shards)
@@ -551,7 +548,7 @@ func (st *mixStream) cycle(c int64) *mixCycle {
 	if cy := st.cycles[c]; cy != nil {
 		return cy
 	}
-	o, err := NewOrder(st.shards, OrderConfig{Seed: st.seed, Epoch: int(c), Shuffle: st.shufle, Lanes: st.lanes, Window: 1})
+	o, err := NewOrder(st.shards, OrderConfig{Seed: st.seed, Epoch: int(c), Shuffle: st.shuffle, Lanes: st.lanes, Window: 1})
 	if err != nil {
 		panic(err) // the counts were checked by Draws
 	}
@@ -560,7 +557,7 @@ func (st *mixStream) cycle(c int64) *mixCycle {
 		counts[l] = ln.n
 	}
 	var phase func(int64) uint64
-	if st.shufle {
+	if st.shuffle {
 		rng := EpochRand(st.seed, int(c), mixStreamRand)
 		phase = func(t int64) uint64 { return rng.Uint64N(uint64(t)) }
 	}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/shardload/shardload/internal/testutil"
 	"github.com/shardload/shardload/shard"
 )
 
@@ -102,7 +103,7 @@ func TestMixRotates(t *testing.T) {
 		}
 		seen := map[sampleID]bool{}
 		a := 0
-		for i, id := range seq {
+		for _, id := range seq {
 			if seen[id] {
 				t.Fatalf("epoch %d: %v twice", epoch, id)
 			}
@@ -112,20 +113,12 @@ func TestMixRotates(t *testing.T) {
 			} else {
 				seenB[id]++
 			}
-			if i >= 256 {
-				n := 0
-				for _, w := range seq[i-256 : i] {
-					if w.shard < 10 {
-						n++
-					}
-				}
-				if n < 90 || n > 166 {
-					t.Fatalf("epoch %d: positions [%d, %d) hold %d of A", epoch, i-256, i, n)
-				}
-			}
 		}
 		if a != 1000 {
 			t.Fatalf("epoch %d: %d of A", epoch, a)
+		}
+		if lo, hi := testutil.WindowCounts(seq, 256, func(id sampleID) bool { return id.shard < 10 }); lo < 90 || hi > 166 {
+			t.Fatalf("epoch %d: 256 consecutive positions hold %d to %d of A", epoch, lo, hi)
 		}
 		equalSeq(t, "again", mixEpoch(t, shards, m, epoch, 1, 16, nil), seq)
 		two := mixEpoch(t, shards, m, epoch, 2, 16, nil)

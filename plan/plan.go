@@ -153,7 +153,7 @@ func New(shards []shard.Info, cfg Config) (Plan, error) {
 		if mix, err = newMixOrder(shards, cfg); err != nil {
 			return Plan{}, err
 		}
-		o, align = mix, mix.align
+		o, align = mix, mix.batch
 	} else {
 		if order, err = NewOrder(shards, OrderConfig{Seed: cfg.Seed, Epoch: cfg.Epoch, Shuffle: cfg.Shuffle, Lanes: cfg.Lanes, Window: cfg.Window}); err != nil {
 			return Plan{}, err
