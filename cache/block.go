@@ -168,7 +168,13 @@ func (r *blockReader) Read(p []byte) (int, error) {
 	}
 	if r.at < 0 || r.off < r.at || r.off >= r.at+r.bufN {
 		i := r.off / r.e.meta.Block
-		if off, n := r.e.meta.blockRange(i); off == r.off && int64(len(p)) >= n {
+		off, n := r.e.meta.blockRange(i)
+		if r.e.isChecked(i) {
+			// Checked by this process already: read straight into p, as from a
+			// local file, without the block buffer.
+			return r.readChecked(p[:min(int64(len(p)), off+n-r.off)])
+		}
+		if off == r.off && int64(len(p)) >= n {
 			// A whole block: read and checked in p itself, not copied through buf.
 			err := r.readBlock(i, p[:n])
 			if err == nil {
@@ -247,6 +253,23 @@ func (r *blockReader) readBlock(i int64, b []byte) error {
 		r.e.setChecked(i)
 	}
 	return nil
+}
+
+// readChecked reads p from the current position, which lies in one block this
+// process has checked.
+func (r *blockReader) readChecked(p []byte) (int, error) {
+	k, err := r.fh.ReadAt(p, r.off)
+	if k < len(p) {
+		m := &r.e.meta
+		if err == nil || err == io.EOF {
+			err = fmt.Errorf("%w: %s ends at byte %d, recorded size %d", ErrCorrupt, r.path, r.off+int64(k), m.Size)
+		} else {
+			err = fmt.Errorf("cache: %s: %w", r.path, err)
+		}
+		return 0, &source.Error{Op: "read", URL: m.URL, Err: err}
+	}
+	r.off += int64(k)
+	return k, nil
 }
 
 // recover drops the corrupt entry and continues the stream from a new fetch.

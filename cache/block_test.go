@@ -188,3 +188,66 @@ func TestCheckedBlocks(t *testing.T) {
 		}
 	}
 }
+
+// Blocks this process has checked are read straight into the caller's buffer, in
+// reads of any size and alignment; a data file cut short after the check fails the
+// read as corrupt rather than serving fewer bytes.
+func TestCheckedBlocksReadDirect(t *testing.T) {
+	const url = "s3://b/direct.tar"
+	up := newFake()
+	want := randBytes(11, 3*minBlock+777)
+	up.put(url, want, "v1")
+	dir := t.TempDir()
+	c := newCache(t, Options{Dir: dir, DiskBytes: 64 << 20}, up)
+	readAll(t, c, url)
+	c.Close()
+	c = newCache(t, Options{Dir: dir, DiskBytes: 64 << 20}, up)
+	readAll(t, c, url) // checks every block
+	for _, size := range []int{1, 7 << 10, minBlock - 1, minBlock + 13} {
+		r, err := c.Open(t.Context(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []byte
+		buf := make([]byte, size)
+		for {
+			n, err := r.Read(buf)
+			if n > minBlock {
+				t.Fatalf("read %d bytes at once, more than a block", n)
+			}
+			got = append(got, buf[:n]...)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if br, ok := r.(*blockReader); !ok || br.buf != nil {
+			t.Fatalf("reads of %d bytes: a %T, through the block buffer: want a *blockReader reading straight into the caller's buffer", size, r)
+		}
+		r.Close()
+		if !bytes.Equal(got, want) {
+			t.Fatalf("reads of %d bytes: the stream differs from the source's bytes", size)
+		}
+	}
+	if st := c.Stats(); st.Corrupt != 0 || up.openCount(url) != 1 {
+		t.Fatalf("stats %+v, %d source opens: want no corrupt entry and the one fetch", st, up.openCount(url))
+	}
+
+	r, err := c.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := os.Truncate(dataFile(t, dir, url), 2*minBlock+5); err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, io.LimitReader(r, 3*minBlock))
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("read %d bytes of a data file cut short, error %v: want ErrCorrupt", n, err)
+	}
+	if n > 2*minBlock+5 {
+		t.Fatalf("served %d bytes of a file cut at %d", n, 2*minBlock+5)
+	}
+}

@@ -39,6 +39,8 @@
 // Blocks are 256 KiB (larger for objects of more than 1024 blocks). Each block's
 // checksum is verified the first time a process reads it, before any of its bytes
 // are served, in the same pass that serves them: a warm epoch reads each file once.
+// Blocks a process has checked are read from then on straight into the caller's
+// buffer, as a local file is.
 // A mismatch drops the entry, counts it in Stats.Corrupt, and the stream goes on from
 // the same byte through a new fetch of the object, provided the source still holds
 // the version that was being served (if not, the read fails with ErrCorrupt and
