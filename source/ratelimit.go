@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,7 +70,8 @@ type RateLimiter struct {
 
 	mu        sync.Mutex
 	endpoints map[string]*endpoint
-	maxRate   float64 // opts.MaxRate, or what SetMaxRate set
+	maxRate   float64       // opts.MaxRate, or what SetMaxRate set
+	forgotten EndpointStats // the counts of endpoints forgotten (maxEndpoints)
 
 	throttled, decreases, waits atomic.Int64
 	waited                      atomic.Int64 // nanoseconds
@@ -89,6 +91,9 @@ type endpoint struct {
 	bucket    int64 // start of the current bucket, in seconds since the epoch
 	cur, prev int64
 	first     time.Time // the first request counted
+	// What the limiter did to the endpoint's requests (see EndpointStats).
+	throttled, decreases, waits int64
+	waited                      time.Duration
 }
 
 // NewRateLimiter returns a RateLimiter with opts (zero fields take defaults).
@@ -153,6 +158,54 @@ type RateStats struct {
 func (l *RateLimiter) Stats() RateStats {
 	return RateStats{Throttled: l.throttled.Load(), Decreases: l.decreases.Load(),
 		Waits: l.waits.Load(), Waited: time.Duration(l.waited.Load())}
+}
+
+// EndpointStats are what a RateLimiter did to the requests of one endpoint (see
+// EndpointOf) since it was made.
+type EndpointStats struct {
+	// Endpoint is EndpointOf's name of it: "s3://bucket", "https://host:port".
+	// ForgottenEndpoints stands for the endpoints the limiter no longer keeps
+	// (beyond the thousands it keeps state for, those it never limited).
+	Endpoint string
+	// Rate is the limit in force, in requests per second; +Inf when there is none
+	// (the store never throttled and no MaxRate caps it).
+	Rate float64
+	// Throttled is the store's throttling answers (IsThrottle) to the endpoint's
+	// requests; Decreases the times they decreased its rate (once a round).
+	Throttled, Decreases int64
+	// Waits is the requests that waited for their turn, and Waited their waits in
+	// all.
+	Waits  int64
+	Waited time.Duration
+}
+
+// ForgottenEndpoints is the Endpoint of the EndpointStats of the endpoints a
+// RateLimiter forgot (see EndpointStats).
+const ForgottenEndpoints = "other"
+
+// Endpoints returns the figures of the endpoints the limiter has acted on: those
+// with a limit in force, throttled or made to wait, sorted by name. Their counts
+// never go down: an endpoint the limiter forgets (one it never limited) adds them
+// to the ForgottenEndpoints entry.
+func (l *RateLimiter) Endpoints() []EndpointStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []EndpointStats
+	for k, e := range l.endpoints {
+		rate := l.clamp(e.rate)
+		if math.IsInf(rate, 1) && e.throttled == 0 && e.waits == 0 {
+			continue
+		}
+		out = append(out, EndpointStats{Endpoint: k, Rate: rate, Throttled: e.throttled, Decreases: e.decreases,
+			Waits: e.waits, Waited: e.waited})
+	}
+	if l.forgotten.Waits > 0 {
+		f := l.forgotten
+		f.Endpoint, f.Rate = ForgottenEndpoints, math.Inf(1)
+		out = append(out, f)
+	}
+	slices.SortFunc(out, func(a, b EndpointStats) int { return strings.Compare(a.Endpoint, b.Endpoint) })
+	return out
 }
 
 // Rate returns the limit in force for the endpoint of url, in requests per second;
@@ -250,6 +303,9 @@ func (l *RateLimiter) Wait(ctx context.Context, url string) (Ticket, error) {
 		if len(l.endpoints) >= maxEndpoints {
 			for k, o := range l.endpoints {
 				if math.IsInf(o.rate, 1) {
+					// (Never throttled; its waits, under MaxRate, are kept in all.)
+					l.forgotten.Waits += o.waits
+					l.forgotten.Waited += o.waited
 					delete(l.endpoints, k)
 				}
 			}
@@ -277,6 +333,8 @@ func (l *RateLimiter) Wait(ctx context.Context, url string) (Ticket, error) {
 		l.mu.Unlock()
 		return t, nil
 	}
+	e.waits++
+	e.waited += wait
 	l.mu.Unlock()
 	l.waits.Add(1)
 	l.waited.Add(int64(wait))
@@ -346,12 +404,13 @@ func (l *RateLimiter) done(e *endpoint, round int64, err error) {
 		return
 	}
 	l.throttled.Add(1)
-	if l.opts.Fixed {
-		return
-	}
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	e.throttled++
+	if l.opts.Fixed {
+		return
+	}
 	if round != e.round {
 		return // sent before the last decrease, at the rate it already corrected
 	}
@@ -362,6 +421,7 @@ func (l *RateLimiter) done(e *endpoint, round int64, err error) {
 	e.ref = max(cur, l.opts.MinRate)
 	e.rate = l.clamp(max(cur*l.opts.Decrease, l.opts.MinRate))
 	e.round++
+	e.decreases++
 	l.decreases.Add(1)
 	// The requests already scheduled keep their turns; the next ones are spaced at
 	// the new rate from the last of them.

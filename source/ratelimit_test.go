@@ -154,6 +154,85 @@ func TestRateLimiterFixedCap(t *testing.T) {
 	}
 }
 
+// Endpoints reports, per endpoint, the limit in force, the throttles, the decreases
+// and the waits, for the endpoints the limiter acted on alone; the counts of
+// endpoints it forgets stay in the ForgottenEndpoints entry.
+func TestRateLimiterEndpoints(t *testing.T) {
+	ctx := context.Background()
+	l, c := newFakeLimiter(RateOptions{})
+	if got := l.Endpoints(); len(got) != 0 {
+		t.Fatalf("a new limiter reports %+v", got)
+	}
+	// Ten requests over 0.1 s to one bucket, four of them throttled: one round, so
+	// one decrease, to half of the 100/s they were sent at.
+	var tickets []Ticket
+	for range 10 {
+		c.t = c.t.Add(10 * time.Millisecond)
+		tk, _ := l.Wait(ctx, "s3://hot/k")
+		tickets = append(tickets, tk)
+	}
+	for i, tk := range tickets {
+		if i < 4 {
+			tk.Done(slowDown)
+		} else {
+			tk.Done(nil)
+		}
+	}
+	l.Wait(ctx, "s3://quiet/k") // never throttled: not reported
+	rate := l.Rate("s3://hot/k")
+	// The next three requests at once: the first goes, the next two wait 1/rate
+	// and 2/rate.
+	tickets = tickets[:0]
+	for range 3 {
+		tk, _ := l.Wait(ctx, "s3://hot/other-key")
+		tickets = append(tickets, tk)
+	}
+	for _, tk := range tickets { // one round: one decrease
+		tk.Done(&Error{Op: "open", URL: "s3://hot/other-key", Err: &StatusError{Status: 429}})
+	}
+	got := l.Endpoints()
+	if len(got) != 1 {
+		t.Fatalf("endpoints %+v, want s3://hot alone", got)
+	}
+	e := got[0]
+	wantWait := time.Duration(3 * float64(time.Second) / rate)
+	if e.Endpoint != "s3://hot" || e.Throttled != 7 || e.Decreases != 2 || e.Waits != 2 ||
+		e.Waited < wantWait-time.Millisecond || e.Waited > wantWait+time.Millisecond {
+		t.Fatalf("endpoint %+v, want s3://hot, 7 throttled, 2 decreases, 2 waits of %v in all", e, wantWait)
+	}
+	if e.Rate != l.Rate("s3://hot/k") || e.Rate >= rate {
+		t.Fatalf("rate %v, want Rate's %v (below %v after the second round)", e.Rate, l.Rate("s3://hot/k"), rate)
+	}
+	if s := l.Stats(); s.Throttled != e.Throttled || s.Waits != e.Waits || s.Waited != e.Waited || s.Decreases != e.Decreases {
+		t.Fatalf("totals %+v disagree with the one endpoint's %+v", s, e)
+	}
+
+	// Under a cap, the endpoints made to wait are reported; forgotten ones keep
+	// their waits under ForgottenEndpoints.
+	capped, _ := newFakeLimiter(RateOptions{MaxRate: 50}) // no burst: 20 ms apart
+	for i := range maxEndpoints {
+		host := fmt.Sprintf("https://h%d.example/x", i)
+		capped.Wait(ctx, host)
+		capped.Wait(ctx, host) // waits 20 ms
+	}
+	capped.Wait(ctx, "https://one-more.example/x") // forgets the others
+	var waits int64
+	var waited time.Duration
+	for _, e := range capped.Endpoints() {
+		waits += e.Waits
+		waited += e.Waited
+		if e.Endpoint != ForgottenEndpoints && e.Rate != 50 {
+			t.Fatalf("endpoint %+v: want the cap's rate", e)
+		}
+	}
+	if waits != maxEndpoints || waited != maxEndpoints*20*time.Millisecond {
+		t.Fatalf("%d waits of %v in all after forgetting, want %d of %v", waits, waited, maxEndpoints, maxEndpoints*20*time.Millisecond)
+	}
+	if got := capped.Endpoints(); len(got) != 2 || got[0].Endpoint != "https://one-more.example" || got[1].Endpoint != ForgottenEndpoints {
+		t.Fatalf("after forgetting: %+v, want the last endpoint and %q", got, ForgottenEndpoints)
+	}
+}
+
 func TestEndpointOf(t *testing.T) {
 	for _, tt := range [][2]string{
 		{"s3://bucket/train/x.tar", "s3://bucket"},
