@@ -479,8 +479,11 @@ func addEntries(known map[string]shard.Info, infos []shard.Info, name string) {
 func hasKey(m map[string]shard.Info, k string) bool { _, ok := m[k]; return ok }
 
 // readIndex reads the index at url: whole, or for Quick (lazy) the counts of an
-// addressable one.
-func (lk Lookup) readIndex(ctx context.Context, url string, urls []string) ([]shard.Info, error) {
+// addressable one; through the node's copy of it where there is one (indexSources).
+func (lk Lookup) readIndex(ctx context.Context, url string, urls []string) (_ []shard.Info, err error) {
+	if lk.Sources, err = lk.indexSources(ctx, url); err != nil {
+		return nil, err
+	}
 	if lk.lazy != nil {
 		return lk.readDeferred(ctx, url, lk.lazy, urls)
 	}

@@ -1,0 +1,51 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/shardload/shardload/source"
+)
+
+// OpenAt returns length bytes from off (to the end when length < 0) of the object
+// info describes (info.URL at info.Version and info.Size, as a Stat answered), without
+// asking the source again: from a cached copy of that version, or from the one fetch
+// of the whole object into the cache, which the opens of the same object join
+// (every process sharing the directory: they wait for it and read what it
+// committed). Where Open and OpenRange each ask the source for the object's Info,
+// and OpenRange reads a part of an object not cached yet from the source, OpenAt
+// serves many reads of one object at one version (an index every rank of a node
+// reads, counts and blocks) with one fetch per node and no request after it.
+//
+// An object at another version than info's at the source fails the fetch with
+// ErrChanged where its size shows it; the caller's Stat is the version check.
+func (c *Cache) OpenAt(ctx context.Context, info source.Info, off, length int64) (io.ReadCloser, error) {
+	url := info.URL
+	if off < 0 {
+		return nil, &source.Error{Op: "open", URL: url, Err: fmt.Errorf("cache: negative offset %d", off)}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, &source.Error{Op: "open", URL: url, Err: err}
+	}
+	r, _, err := c.openAt(ctx, url, 0, 0, info, true)
+	if err != nil {
+		return nil, err
+	}
+	if sk, ok := r.(io.Seeker); ok {
+		if _, err := sk.Seek(off, io.SeekStart); err != nil {
+			r.Close()
+			return nil, &source.Error{Op: "open", URL: url, Err: err}
+		}
+	} else if _, err := io.CopyN(io.Discard, r, off); err != nil && err != io.EOF {
+		r.Close()
+		return nil, err
+	}
+	if length < 0 {
+		return r, nil
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(r, length), r}, nil
+}
