@@ -436,7 +436,10 @@ type benchResult struct {
 	SlabsPageLocked bool                `json:"slabs_page_locked"`
 	Device          deviceResult        `json:"device"`
 	// Streams are each stream's figures in a mix of streams (--stream), in order.
-	Streams        []streamResult `json:"streams,omitempty"`
+	Streams []streamResult `json:"streams,omitempty"`
+	// RateLimit is, per endpoint the store throttled, what the process's request rate
+	// limiter did (none when no store throttled).
+	RateLimit      []rateLimitResult `json:"rate_limit,omitempty"`
 	trainerSeconds float64
 }
 
@@ -652,6 +655,7 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 		res.Tuned = &st
 	}
 	res.Bottleneck = res.bottleneck()
+	res.RateLimit = throttledEndpoints()
 	return res, nil
 }
 
@@ -771,6 +775,9 @@ func (r *benchResult) report(w io.Writer) error {
 	}
 	if d.Placement != "" {
 		fmt.Fprintf(bw, "  placement: %s\n", d.Placement)
+	}
+	for _, e := range r.RateLimit {
+		fmt.Fprintf(bw, "  %s\n", e)
 	}
 	fmt.Fprintf(bw, "  bottleneck: %s\n", r.Bottleneck)
 	return bw.Flush()

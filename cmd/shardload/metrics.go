@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -31,8 +32,9 @@ type statsFunc func() ([]serve.SessionStats, shardload.Stats)
 // and of the cache as Prometheus metrics, read at each scrape: nothing on the
 // loader's hot path.
 type serverMetrics struct {
-	stats statsFunc
-	cache *cache.Cache // nil without a cache
+	stats   statsFunc
+	cache   *cache.Cache        // nil without a cache
+	limiter *source.RateLimiter // the process's request pacing (source.DefaultRateLimiter)
 
 	sessions                                               *prometheus.Desc
 	samples, batches, padded, skipped, skippedShards       *prometheus.Desc
@@ -44,6 +46,8 @@ type serverMetrics struct {
 	retries, resumes, budget, ringSlabs, ringInUse         *prometheus.Desc
 	memory, knob, tunerChanges, queued                     *prometheus.Desc
 	streamSamples, streamBytes, streamSkipped              *prometheus.Desc
+	rateLimit, throttles, rateDecreases, rateWaits         *prometheus.Desc
+	rateWaited                                             *prometheus.Desc
 }
 
 func newServerMetrics(stats statsFunc, c *cache.Cache) *serverMetrics {
@@ -52,7 +56,7 @@ func newServerMetrics(stats statsFunc, c *cache.Cache) *serverMetrics {
 		return prometheus.NewDesc("shardload_"+name, help, labels, nil)
 	}
 	return &serverMetrics{
-		stats: stats, cache: c,
+		stats: stats, cache: c, limiter: source.DefaultRateLimiter,
 		sessions:      d("sessions", "Trainer sessions being served."),
 		samples:       d("session_samples_total", "Samples a session's loader collated into batches (padding not counted).", sess...),
 		batches:       d("session_batches_total", "Batches a session's loader collated.", sess...),
@@ -90,6 +94,11 @@ func newServerMetrics(stats statsFunc, c *cache.Cache) *serverMetrics {
 		streamSamples:  d("session_stream_samples_total", "Samples of each stream of a mix a session's loader collated into batches (label stream: its index in the mix).", "session", "rank", "stream"),
 		streamBytes:    d("session_stream_read_bytes_total", "Bytes read of each stream of a mix, as stored.", "session", "rank", "stream"),
 		streamSkipped:  d("session_stream_skipped_samples_total", "Samples of each stream of a mix the skip policy left out.", "session", "rank", "stream"),
+		rateLimit:      d("request_rate_limit", "Requests per second the process's adaptive rate limiter lets go to an endpoint (a bucket of S3 or GCS, a host of HTTP): set by the store's throttling answers and --max-request-rate; only endpoints with a limit in force.", "endpoint"),
+		throttles:      d("request_throttles_total", "Throttling answers an endpoint gave the process's requests (S3's 503 SlowDown, HTTP 429 and 503).", "endpoint"),
+		rateDecreases:  d("request_rate_decreases_total", "Times an endpoint's throttling answers lowered its rate limit (once per round of them).", "endpoint"),
+		rateWaits:      d("request_rate_waits_total", "Requests to an endpoint that waited for their turn under its rate limit.", "endpoint"),
+		rateWaited:     d("request_rate_wait_seconds_total", "Time requests to an endpoint waited for their turn under its rate limit, summed over the requests.", "endpoint"),
 	}
 }
 
@@ -157,6 +166,15 @@ func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
 	retries, resumes := source.Retries()
 	c(m.retries, float64(retries))
 	c(m.resumes, float64(resumes))
+	for _, e := range m.limiter.Endpoints() {
+		if !math.IsInf(e.Rate, 1) {
+			g(m.rateLimit, e.Rate, e.Endpoint)
+		}
+		c(m.throttles, float64(e.Throttled), e.Endpoint)
+		c(m.rateDecreases, float64(e.Decreases), e.Endpoint)
+		c(m.rateWaits, float64(e.Waits), e.Endpoint)
+		c(m.rateWaited, e.Waited.Seconds(), e.Endpoint)
+	}
 	if m.cache == nil {
 		return
 	}
@@ -171,6 +189,44 @@ func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
 	g(m.cacheBytes, float64(cs.DiskBytes), "disk")
 	g(m.cacheEntries, float64(cs.MemoryEntries), "memory")
 	g(m.cacheEntries, float64(cs.DiskEntries), "disk")
+}
+
+// rateLimitResult is bench's report of the process's request rate limiter for one
+// endpoint that throttled requests (source.EndpointStats).
+type rateLimitResult struct {
+	Endpoint    string  `json:"endpoint"`
+	Rate        float64 `json:"rate"` // requests per second it allows at the end; 0: no limit in force
+	Throttled   int64   `json:"throttled"`
+	Decreases   int64   `json:"decreases"`
+	Waits       int64   `json:"waits"`
+	WaitSeconds float64 `json:"wait_seconds"`
+}
+
+// throttledEndpoints returns the figures of source.DefaultRateLimiter for the
+// endpoints whose store throttled the process's requests.
+func throttledEndpoints() []rateLimitResult {
+	var out []rateLimitResult
+	for _, e := range source.DefaultRateLimiter.Endpoints() {
+		if e.Throttled == 0 {
+			continue
+		}
+		r := rateLimitResult{Endpoint: e.Endpoint, Throttled: e.Throttled, Decreases: e.Decreases, Waits: e.Waits, WaitSeconds: e.Waited.Seconds()}
+		if !math.IsInf(e.Rate, 1) {
+			r.Rate = e.Rate
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// String is the report's line.
+func (r rateLimitResult) String() string {
+	limit := "no limit in force now"
+	if r.Rate > 0 {
+		limit = fmt.Sprintf("now %.1f requests/s", r.Rate)
+	}
+	return fmt.Sprintf("rate limit %s: throttled %d times (rate lowered %d times), %s; %d requests waited %.2fs in all",
+		r.Endpoint, r.Throttled, r.Decreases, limit, r.Waits, r.WaitSeconds)
 }
 
 // serveMetrics listens on addr and serves /metrics (the sessions', the cache's and
