@@ -48,7 +48,7 @@ type OrderConfig struct {
 type Order struct {
 	cfg    OrderConfig
 	shards []shard.Info
-	perm   []int   // shard indices in epoch order
+	perm   []int32 // shard indices in epoch order
 	starts []int64 // starts[i]: position in S of shard perm[i]'s first sample; len(perm)+1
 	lanes  []lane
 	cuts
@@ -88,6 +88,9 @@ const warmFirst = 64
 
 // NewOrder returns the order of shards' samples under cfg.
 func NewOrder(shards []shard.Info, cfg OrderConfig) (*Order, error) {
+	if len(shards) > math.MaxInt32 {
+		return nil, fmt.Errorf("shard: %d shards, more than an order holds (%d)", len(shards), math.MaxInt32)
+	}
 	if !cfg.Shuffle {
 		cfg.Lanes, cfg.Window = 1, 1
 	}
@@ -95,14 +98,15 @@ func NewOrder(shards []shard.Info, cfg OrderConfig) (*Order, error) {
 	cfg.Window = max(cfg.Window, 1)
 	// Without permutations (Window 1), windows only cut the order into pieces,
 	// which a reader yields as they come.
-	o := &Order{cfg: cfg, shards: shards, perm: make([]int, len(shards)), starts: make([]int64, len(shards)+1)}
 	total, err := countSamples(shards)
 	if err != nil {
 		return nil, err
 	}
+	// 12 bytes a shard: a shard index and a start.
+	o := &Order{cfg: cfg, shards: shards, perm: make([]int32, len(shards)), starts: make([]int64, len(shards)+1)}
 	o.cuts = newCuts(total, cfg.Window)
-	for i := range shards {
-		o.perm[i] = i
+	for i := range o.perm {
+		o.perm[i] = int32(i)
 	}
 	if cfg.Shuffle {
 		EpochRand(cfg.Seed, cfg.Epoch, 0).Shuffle(len(o.perm), func(i, j int) { o.perm[i], o.perm[j] = o.perm[j], o.perm[i] })
@@ -267,7 +271,7 @@ func (o *Order) Item(j int64, q int) (shardIdx, sample int) {
 // sampleAt returns the shard and sample at position s of S.
 func (o *Order) sampleAt(s int64) (shardIdx, sample int) {
 	i := sort.Search(len(o.perm), func(i int) bool { return o.starts[i+1] > s })
-	return o.perm[i], int(s - o.starts[i])
+	return int(o.perm[i]), int(s - o.starts[i])
 }
 
 // At returns the shard and sample index at position n of the order.

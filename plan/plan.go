@@ -317,7 +317,7 @@ func (b *planBuilder) addRun(w *Window, pc piece, s, e int64) {
 	o, l := pc.o, pc.lane
 	for s < e {
 		i := sort.Search(len(o.perm), func(i int) bool { return o.starts[i+1] > s })
-		si := pc.base + o.perm[i]
+		si := pc.base + int(o.perm[i])
 		skip := int(s - o.starts[i])
 		take := int(min(e, o.starts[i+1]) - s)
 		b.addPiece(w, l, si, skip, take)
