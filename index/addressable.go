@@ -55,6 +55,8 @@ const (
 	maxTable = 64 << 20
 	maxBlock = MaxLine + 64<<10
 	idLen    = 8
+	// countsWindow is the zstd window of the counts.
+	countsWindow = 1 << 20
 )
 
 // addrTable is an addressable index's table.
@@ -96,7 +98,9 @@ func (t *addrTable) end(k int) int {
 func WriteAddressable(w io.Writer, infos []shard.Info) error {
 	level := zstd.WithEncoderLevel(zstd.SpeedBetterCompression)
 	var counts bytes.Buffer
-	zw, err := zstd.NewWriter(&counts, level)
+	// A window of 1 MiB rather than the level's 8: a reader's decoder holds a window,
+	// and one shard's line matches the lines just before it (no larger for it).
+	zw, err := zstd.NewWriter(&counts, level, zstd.WithWindowSize(countsWindow))
 	if err != nil {
 		return err
 	}
@@ -255,7 +259,7 @@ func readAddressable(br *bufio.Reader, name string, offsets bool, urls []string)
 	if _, err := io.Copy(io.Discard, lr); err != nil {
 		return nil, nil, fmt.Errorf("%w: %s: %v", ErrFormat, redact.URL(name), err)
 	}
-	dec, err := blockDecoder()
+	dec, err := blockDecoder(1)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -266,21 +270,24 @@ func readAddressable(br *bufio.Reader, name string, offsets bool, urls []string)
 		if _, err := io.CopyN(&buf, br, t.length[k]); err != nil {
 			return nil, nil, fmt.Errorf("%w: %s: block %d: %v", ErrFormat, redact.URL(name), k, err)
 		}
-		if err := t.decodeBlock(dec, k, buf.Bytes(), infos[t.first[k]:t.end(k)], nil, name); err != nil {
+		blk := infos[t.first[k]:t.end(k)]
+		samples := func(i int) int { return blk[i].Samples }
+		if err := t.decodeBlock(dec, k, buf.Bytes(), samples, func(i int, offs []int64) { blk[i].Offsets = offs }, name); err != nil {
 			return nil, nil, err
 		}
 	}
 	return infos, nil, nil
 }
 
-func blockDecoder() (*zstd.Decoder, error) {
-	return zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxBlock))
+// blockDecoder returns a decoder of blocks for DecodeAll, n at a time.
+func blockDecoder(n int) (*zstd.Decoder, error) {
+	return zstd.NewReader(nil, zstd.WithDecoderConcurrency(n), zstd.WithDecoderMaxMemory(maxBlock))
 }
 
-// decodeBlock decodes block k (its frame b) into the shards of the block, infos:
-// every shard's offsets, or with want set those of the shards whose index in infos
-// want holds (the others are skipped unchecked).
-func (t *addrTable) decodeBlock(dec *zstd.Decoder, k int, b []byte, infos []shard.Info, want map[int]bool, name string) error {
+// decodeBlock decodes block k (its frame b): for the i-th shard of the block,
+// samples(i) is its count, or -1 to skip it unchecked, and set(i, offs) takes its
+// offsets, if it has some and is not skipped.
+func (t *addrTable) decodeBlock(dec *zstd.Decoder, k int, b []byte, samples func(i int) int, set func(i int, offs []int64), name string) error {
 	bad := func(why string) error {
 		return fmt.Errorf("%w: %s: addressable index: block %d: %s", ErrFormat, redact.URL(name), k, why)
 	}
@@ -294,21 +301,22 @@ func (t *addrTable) decodeBlock(dec *zstd.Decoder, k int, b []byte, infos []shar
 	if err != nil {
 		return bad(err.Error())
 	}
-	for i := range infos {
+	for i := range t.end(k) - t.first[k] {
 		n, m := binary.Uvarint(raw)
 		if m <= 0 || n > uint64(len(raw)-m) {
 			return bad("cut short")
 		}
 		d := raw[m : m+int(n)]
 		raw = raw[m+int(n):]
-		if n == 0 || (want != nil && !want[i]) {
+		count := samples(i)
+		if n == 0 || count < 0 {
 			continue
 		}
-		offs, err := decodeDeltas(d, infos[i].Samples)
+		offs, err := decodeDeltas(d, count)
 		if err != nil {
 			return bad(fmt.Sprintf("shard %d: %v", t.first[k]+i, err))
 		}
-		infos[i].Offsets = offs
+		set(i, offs)
 	}
 	if len(raw) > 0 {
 		return bad("bytes after its last shard")
@@ -342,6 +350,11 @@ func (t *addrTable) offsetsOf(ctx context.Context, src rangeOpener, url string, 
 		blocks = append(blocks, k)
 	}
 	lk := Lookup{Workers: workers}.withDefaults()
+	dec, err := blockDecoder(max(1, min(lk.Workers, len(blocks))))
+	if err != nil {
+		return err
+	}
+	defer dec.Close()
 	return lk.each(ctx, len(blocks), func(j int) error {
 		k := blocks[j]
 		body, err := src.OpenRange(ctx, url, t.off[k], t.length[k])
@@ -354,23 +367,14 @@ func (t *addrTable) offsetsOf(ctx context.Context, src rangeOpener, url string, 
 		if err != nil {
 			return fmt.Errorf("shardload: index %s: block %d: %w", redact.URL(url), k, err)
 		}
-		dec, err := blockDecoder()
-		if err != nil {
-			return err
+		first, of := t.first[k], byBlock[k]
+		samples := func(i int) int {
+			if at, ok := of[first+i]; ok {
+				return infos[at].Samples
+			}
+			return -1
 		}
-		defer dec.Close()
-		part := make([]shard.Info, t.end(k)-t.first[k])
-		want := map[int]bool{}
-		for ord, i := range byBlock[k] {
-			part[ord-t.first[k]].Samples = infos[i].Samples
-			want[ord-t.first[k]] = true
-		}
-		if err := t.decodeBlock(dec, k, b, part, want, url); err != nil {
-			return err
-		}
-		for ord, i := range byBlock[k] {
-			infos[i].Offsets = part[ord-t.first[k]].Offsets // nil for a compressed shard
-		}
-		return nil
+		// A compressed shard's offsets stay nil.
+		return t.decodeBlock(dec, k, b, samples, func(i int, offs []int64) { infos[of[first+i]].Offsets = offs }, url)
 	})
 }

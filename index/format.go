@@ -162,12 +162,15 @@ func Read(r io.Reader, name string) ([]shard.Info, error) {
 
 // readLines reads the JSON lines of an index from r, and returns its shards and its
 // header (zero when it has none). A shard's URL equal to urls[i] for the i-th shard
-// is that string.
+// is that string; the others, and the versions, share a few large allocations (strs).
+// A line as Write writes it allocates nothing but its offsets.
 func readLines(r io.Reader, name string, urls []string) ([]shard.Info, header, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), MaxLine)
 	var infos []shard.Info
 	var h header
+	var arena strs     // the bytes of the versions and URLs
+	var scratch []byte // a line's offsets, decoded from base64
 	for n := 1; sc.Scan(); n++ {
 		text := bytes.TrimSpace(sc.Bytes())
 		if len(text) == 0 {
@@ -185,28 +188,28 @@ func readLines(r io.Reader, name string, urls []string) ([]shard.Info, header, e
 			}
 			continue
 		}
-		want := ""
-		if len(infos) < len(urls) {
-			want = urls[len(infos)]
-		}
-		l, samples, ok := parseLine(text, want)
-		if !ok {
-			if l = (line{}); json.Unmarshal(text, &l) != nil || l.Samples == nil {
-				l.URL = ""
+		var info shard.Info
+		var offsets []byte
+		if l, ok := parseLine(text); ok {
+			info = shard.Info{Samples: l.samples, Version: arena.of(l.version), Size: l.size}
+			if i := len(infos); i < len(urls) && string(l.url) == urls[i] {
+				info.URL = urls[i] // no string of its own
 			} else {
-				samples = *l.Samples
+				info.URL = arena.of(l.url)
 			}
+			offsets = l.offsets
+		} else if l := (line{}); json.Unmarshal(text, &l) == nil && l.Samples != nil {
+			info = shard.Info{URL: l.URL, Samples: *l.Samples, Version: l.Version, Size: l.Size}
+			offsets = []byte(l.Offsets)
 		}
-		if l.URL == "" || samples < 0 || l.Size < 0 {
+		if info.URL == "" || info.Samples < 0 || info.Size < 0 {
 			return nil, h, badLine(name, n, text, `want {"url": ..., "samples": N, ...}`)
 		}
-		info := shard.Info{URL: l.URL, Samples: samples, Version: l.Version, Size: l.Size}
-		if l.Offsets != "" {
-			offs, err := decodeOffsets(l.Offsets, info.Samples)
-			if err != nil {
+		if len(offsets) > 0 {
+			var err error
+			if info.Offsets, scratch, err = decodeOffsets(offsets, info.Samples, scratch); err != nil {
 				return nil, h, badLine(name, n, text, err.Error())
 			}
-			info.Offsets = offs
 		}
 		infos = append(infos, info)
 	}
@@ -239,12 +242,18 @@ func appendDeltas(b []byte, offs []int64) []byte {
 	return b
 }
 
-func decodeOffsets(s string, samples int) ([]int64, error) {
-	b, err := base64.RawStdEncoding.DecodeString(s)
-	if err != nil {
-		return nil, fmt.Errorf("offsets: %v", err)
+// decodeOffsets decodes the base64 of a line's offsets (decodeDeltas), by way of
+// scratch, which it returns grown as it needed.
+func decodeOffsets(s []byte, samples int, scratch []byte) ([]int64, []byte, error) {
+	if n := base64.RawStdEncoding.DecodedLen(len(s)); cap(scratch) < n {
+		scratch = make([]byte, n)
 	}
-	return decodeDeltas(b, samples)
+	n, err := base64.RawStdEncoding.Decode(scratch[:cap(scratch)], s)
+	if err != nil {
+		return nil, scratch, fmt.Errorf("offsets: %v", err)
+	}
+	offs, err := decodeDeltas(scratch[:n], samples)
+	return offs, scratch, err
 }
 
 // decodeDeltas decodes the offsets of appendDeltas, checking that they are samples,

@@ -2,6 +2,7 @@ package index
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 )
 
@@ -20,7 +21,7 @@ func FuzzParseLine(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		l, samples, ok := parseLine(b, "s3://b/a.tar")
+		l, ok := parseLine(b)
 		if !ok {
 			return
 		}
@@ -28,8 +29,32 @@ func FuzzParseLine(f *testing.F) {
 		if err := json.Unmarshal(b, &want); err != nil {
 			t.Fatalf("parsed %q, which json.Unmarshal does not: %v", b, err)
 		}
-		if want.Samples == nil || *want.Samples != samples || want.URL != l.URL || want.Version != l.Version || want.Size != l.Size || want.Offsets != l.Offsets {
-			t.Fatalf("%q: %+v, %d; json.Unmarshal %+v", b, l, samples, want)
+		if want.Samples == nil || *want.Samples != l.samples || want.URL != string(l.url) || want.Version != string(l.version) || want.Size != l.size || want.Offsets != string(l.offsets) {
+			t.Fatalf("%q: %+v; json.Unmarshal %+v", b, l, want)
 		}
 	})
+}
+
+// strs returns strings equal to the bytes given, which keep their bytes however many
+// follow them and whatever becomes of the bytes given.
+func TestStrs(t *testing.T) {
+	var a strs
+	var got, want []string
+	b := make([]byte, 0, strsChunk)
+	for i := range 20_000 {
+		b = fmt.Appendf(b[:0], "%d-%x", i*7919, i)
+		if i%1000 == 999 {
+			b = append(b, make([]byte, strsChunk/8)...) // longer than a chunk holds well
+		}
+		got, want = append(got, a.of(b)), append(want, string(b))
+		clear(b)
+	}
+	if a.of(nil) != "" {
+		t.Fatal("of(nil) is not empty")
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("string %d: %q, want %q", i, got[i], want[i])
+		}
+	}
 }
