@@ -118,10 +118,11 @@ func planOf(ctx context.Context, cfg Config) (p planned, err error) {
 	if st := p.cfg.Streams; len(st) == 1 && st[0].Repeat == 0 && st[0].Choose == 0 && p.cfg.EpochSamples == 0 && p.cfg.Batching == plan.Random {
 		p.cfg.URLs, p.cfg.Shards, p.cfg.Streams = st[0].URLs, st[0].Shards, nil // a plain job
 	}
+	planFrom := index.Plan // copies shards others may hold (cfg.Shards: a server's sessions share a dataset's)
 	if len(p.cfg.Streams) > 0 {
 		p.infos, p.mix, err = mixOf(ctx, p.cfg)
-	} else {
-		p.infos, err = Shards(ctx, p.cfg)
+	} else if p.infos, err = Shards(ctx, p.cfg); len(p.cfg.Shards) == 0 {
+		planFrom = index.PlanInPlace // shards looked up for this plan alone: no copy of them
 	}
 	if err != nil {
 		return p, err
@@ -169,7 +170,7 @@ func planOf(ctx context.Context, cfg Config) (p planned, err error) {
 	}
 	// Planned from the counts, then again with the offsets of the shards it reads
 	// (an addressable index's are read for those alone: index.Plan).
-	p.infos, p.plan, err = index.Plan(ctx, p.infos, func(infos []shard.Info) (plan.Plan, error) {
+	p.infos, p.plan, err = planFrom(ctx, p.infos, func(infos []shard.Info) (plan.Plan, error) {
 		return newPlan(infos, p.cfg, p.order, runs, p.mix)
 	})
 	return p, err
@@ -197,7 +198,5 @@ func estimatedShards(ctx context.Context, cfg Config) ([]shard.Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	lk := lookup(cfg)
-	lk.Store, lk.Index, lk.NoBeside = nil, "", true
-	return lk.Quick(ctx, urls, cfg.World)
+	return lookup(cfg).Estimate(ctx, urls, nil) // from the objects alone: no store, no index
 }

@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,7 +27,9 @@ import (
 // set): Lookup.Quick and a plan, from an index of Write (every offset read: "whole")
 // and from one of WriteAddressable with LazyOffsets and Plan ("lazy"). It reports
 // the seconds, the peak Go heap above what the process held before (sampled every
-// millisecond; garbage included, as the collector lets it grow), the heap still held
+// millisecond; garbage included, as the collector lets it grow), the peak resident
+// set of the process while it plans (Linux: VmHWM, reset before; the process's own
+// few MB included), the heap still held
 // once the plan is made (the URLs, the shards and the plan, after a collection), the
 // index file's bytes and the shards whose offsets were decoded.
 // The indexes are written once to $TMPDIR/shardload-atscale-s3-N/ and kept for later
@@ -62,6 +66,8 @@ func BenchmarkIndexAtScale(b *testing.B) {
 			var decoded int
 			for b.Loop() {
 				runtime.GC()
+				debug.FreeOSMemory()
+				rss := rssPeak()
 				var ms runtime.MemStats
 				runtime.ReadMemStats(&ms)
 				base := ms.HeapAlloc
@@ -75,12 +81,16 @@ func BenchmarkIndexAtScale(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				infos, p, err := index.Plan(context.Background(), infos, planFn)
+				// As a loader plans from the shards it looked up itself.
+				infos, p, err := index.PlanInPlace(context.Background(), infos, planFn)
 				if err != nil {
 					b.Fatal(err)
 				}
 				secs := time.Since(start).Seconds()
 				max := peak()
+				if r := rss(); r > 0 {
+					b.ReportMetric(float64(r)/1e6, "peak-rss-MB")
+				}
 				decoded = 0
 				for _, in := range infos {
 					if in.Offsets != nil {
@@ -98,6 +108,81 @@ func BenchmarkIndexAtScale(b *testing.B) {
 				runtime.KeepAlive(infos)
 			}
 		})
+	}
+}
+
+// rssPeak resets the process's peak resident set (VmHWM, Linux) to its resident set
+// now, and returns a function that reads it: 0 where it cannot.
+func rssPeak() func() int64 {
+	if os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) != nil {
+		return func() int64 { return 0 }
+	}
+	return func() int64 {
+		b, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			return 0
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+				kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+				if err == nil {
+					return kb << 10
+				}
+			}
+		}
+		return 0
+	}
+}
+
+// One rank's plan of a job of 8,000 from an addressable index of 10^5 shards, as a
+// loader makes it (Lookup.Quick with LazyOffsets, then PlanInPlace), allocates at
+// most maxAlloc bytes a shard in all (garbage included: what the heap grows by
+// between two collections) and holds at most maxHeld once made: the shards'
+// entries (80 bytes each), their versions and the order's 12 bytes a shard. The
+// URLs are the caller's, made before. BenchmarkIndexAtScale has the figures at 10^6.
+func TestPlanMemoryPerShard(t *testing.T) {
+	const n, samples, world, rank = 100_000, 20, 8_000, 1_234
+	const maxAlloc, maxHeld = 250, 100
+	path := atScaleIndex(t, t.TempDir(), n, samples, true)
+	reg := &source.Registry{}
+	reg.Register("file", &source.File{})
+	reg.Register("s3", memShards{})
+	lk := index.Lookup{Sources: reg, Index: path, NoBeside: true, LazyOffsets: true}
+	cfg := plan.Config{Seed: 1, Rank: rank, World: world, Shuffle: true, Lanes: 8, Window: 1000, BatchSize: 32, GapBytes: 1 << 20}
+	urls := make([]string, n)
+	for i := range urls {
+		urls[i] = atScaleURL(i)
+	}
+	ctx := context.Background()
+	runtime.GC()
+	var before, after, held runtime.MemStats
+	runtime.ReadMemStats(&before)
+	infos, err := lk.Quick(ctx, urls, world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, p, err := index.PlanInPlace(ctx, infos, func(infos []shard.Info) (plan.Plan, error) { return plan.New(infos, cfg) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	runtime.GC()
+	runtime.ReadMemStats(&held)
+	decoded := 0
+	for _, in := range infos {
+		if in.Offsets != nil {
+			decoded++
+		}
+	}
+	if decoded == 0 || decoded > 100 || len(p.Spans) == 0 {
+		t.Fatalf("%d shards' offsets decoded for %d spans", decoded, len(p.Spans))
+	}
+	runtime.KeepAlive(infos)
+	alloc := float64(after.TotalAlloc-before.TotalAlloc) / n
+	kept := (float64(held.HeapAlloc) - float64(before.HeapAlloc)) / n
+	t.Logf("%d shards: %.0f bytes a shard allocated, %.0f held; %d shards' offsets decoded", n, alloc, kept, decoded)
+	if alloc > maxAlloc || kept > maxHeld {
+		t.Errorf("%.0f bytes a shard allocated and %.0f held, want at most %d and %d", alloc, kept, maxAlloc, maxHeld)
 	}
 }
 
@@ -145,10 +230,11 @@ func atScaleURL(i int) string { return fmt.Sprintf("s3://bucket/train/shard-%07d
 // by WriteAddressable when addressable, else Write), writing it if it is not there.
 // Samples are 100-120 KB (a tar header and the data in 512-byte blocks), from a
 // generator seeded by the shard's number.
-func atScaleIndex(b *testing.B, dir string, n, samples int, addressable bool) string {
+func atScaleIndex(b testing.TB, dir string, n, samples int, addressable bool) string {
+	b.Helper()
 	name := "whole.idx"
 	if addressable {
-		name = "addressable.idx"
+		name = "addressable-2.idx" // its counts in a 1 MiB window (addressable.idx: 8 MiB)
 	}
 	path := filepath.Join(dir, name)
 	if _, err := os.Stat(path); err == nil {

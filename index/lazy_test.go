@@ -285,6 +285,75 @@ func TestPlanLoadsOnlyTouchedOffsets(t *testing.T) {
 	}
 }
 
+// PlanInPlace plans as Plan does, writing the offsets it reads into the shards it was
+// given (those of the shards the plan reads, and no others) rather than into a copy;
+// when the offsets cannot be read, the shards are left as they were.
+func TestPlanInPlace(t *testing.T) {
+	const world, rank = 64, 17
+	infos := synthShards("mem://b/d/", 2000, 40)
+	lk, rf, urls := synthLookup(t, infos, false)
+	ctx := context.Background()
+	counts, err := lk.Quick(ctx, urls, world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied, want, err := index.Plan(ctx, counts, planFn(rank, world))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deferred := index.Deferred(counts)
+	got, p, err := index.PlanInPlace(ctx, counts, planFn(rank, world))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &got[0] != &counts[0] {
+		t.Fatal("PlanInPlace returned a copy")
+	}
+	if !reflect.DeepEqual(got, copied) || !reflect.DeepEqual(p.Spans, want.Spans) || !reflect.DeepEqual(p.Windows, want.Windows) {
+		t.Fatal("PlanInPlace's shards or plan differ from Plan's")
+	}
+	read := 0
+	for _, in := range got {
+		if in.Offsets != nil {
+			read++
+		}
+	}
+	if read == 0 || index.Deferred(got) != deferred-read {
+		t.Fatalf("%d shards' offsets read; %d deferred, were %d", read, index.Deferred(got), deferred)
+	}
+	rf.mu.Lock()
+	before := rf.ranges
+	rf.mu.Unlock()
+	if _, p2, err := index.PlanInPlace(ctx, got, planFn(rank, world)); err != nil || !reflect.DeepEqual(p2.Spans, p.Spans) || rf.ranges != before {
+		t.Fatalf("planning again: %v, %d more reads", err, rf.ranges-before)
+	}
+
+	// Another rank's offsets, from an index replaced since: an error, and the
+	// shards as they were.
+	other, err := lk.Quick(ctx, urls, world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(lk.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replaced := synthShards("mem://b/d/", 2000, 40)
+	replaced[0].Version = `"another"`
+	if err := index.WriteAddressable(f, replaced); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, _, err := index.PlanInPlace(ctx, other, planFn(3, world)); err == nil {
+		t.Fatal("offsets read from a replaced index")
+	}
+	for i, in := range other {
+		if in.Offsets != nil {
+			t.Fatalf("shard %d: offsets left in after a failure", i)
+		}
+	}
+}
+
 // Shards from anywhere but Quick over an addressable index are planned once, as
 // they are.
 func TestPlanOtherShards(t *testing.T) {
