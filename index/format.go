@@ -169,7 +169,10 @@ func readLines(r io.Reader, name string, urls []string) ([]shard.Info, header, e
 	sc.Buffer(make([]byte, 64<<10), MaxLine)
 	var infos []shard.Info
 	var h header
-	var arena strs     // the bytes of the versions and URLs
+	// The versions' bytes, and apart from them the URLs': entries looked up by key
+	// take the caller's spelling of their URLs, and the URLs' chunks go then, where
+	// the versions' stay.
+	var versions, urlBytes strs
 	var scratch []byte // a line's offsets, decoded from base64
 	for n := 1; sc.Scan(); n++ {
 		text := bytes.TrimSpace(sc.Bytes())
@@ -191,11 +194,11 @@ func readLines(r io.Reader, name string, urls []string) ([]shard.Info, header, e
 		var info shard.Info
 		var offsets []byte
 		if l, ok := parseLine(text); ok {
-			info = shard.Info{Samples: l.samples, Version: arena.of(l.version), Size: l.size}
+			info = shard.Info{Samples: l.samples, Version: versions.of(l.version), Size: l.size}
 			if i := len(infos); i < len(urls) && string(l.url) == urls[i] {
 				info.URL = urls[i] // no string of its own
 			} else {
-				info.URL = arena.of(l.url)
+				info.URL = urlBytes.of(l.url)
 			}
 			offsets = l.offsets
 		} else if l := (line{}); json.Unmarshal(text, &l) == nil && l.Samples != nil {
