@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -28,8 +30,15 @@ var ErrBadPattern = errors.New("shard: bad URL pattern")
 //	{a..e}                       letter ranges
 //	{train,val}-{0..1}.tar       lists, several groups multiply, groups nest
 //	\{ and \}                    literal braces
+//	s3://b/{hash:16}/train-{0..9}.tar
+//	                             a hashed key prefix: HashPrefix of each URL's
+//	                             name (what follows its last "/") over 16 prefixes
 //
-// A brace group holding neither a comma nor a range is kept literally ("{x}").
+// A brace group holding neither a comma nor a range is kept literally ("{x}"), except
+// {hash:P}, which is filled once the rest of the URL is expanded. It must stand in a
+// directory of the pattern: in no other group, with a "/" after it outside any group
+// (the name it is derived from cannot hold it); P is a decimal integer from 1 to
+// MaxHashPrefixes.
 // Unbalanced braces and patterns that would give more than MaxExpansion URLs are
 // errors; the count is checked, with no arithmetic overflow, before anything is
 // allocated.
@@ -45,7 +54,11 @@ func Expand(pattern string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w %q: %v", ErrBadPattern, pattern, err)
 	}
+	hashed := strings.Contains(pattern, "{hash:")
 	for i, s := range out {
+		if hashed {
+			s = fillHash(s)
+		}
 		out[i] = unescape(s)
 	}
 	return out, nil
@@ -88,6 +101,9 @@ func Count(pattern string) (uint64, error) {
 		return 0, err
 	}
 	n, err := count(pattern)
+	if err == nil {
+		err = checkHash(pattern)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("%w %q: %v", ErrBadPattern, pattern, err)
 	}
@@ -400,5 +416,175 @@ func unescape(s string) string {
 		}
 		b.WriteByte(s[i])
 	}
+	return b.String()
+}
+
+// MaxHashPrefixes is the most key prefixes HashPrefix and a {hash:P} placeholder
+// spread shards over: 65,536, four hexadecimal digits.
+const MaxHashPrefixes = 1 << 16
+
+// HashPrefix returns the key prefix of the shard named name among prefixes hashed
+// prefixes, the directory a writer puts it in so that a dataset's keys spread over
+// prefixes that an object store such as S3 scales separately
+// (s3://bucket/HashPrefix("train-000123.tar", 16)/train-000123.tar). The rule, which
+// a writer in any language reproduces, and which does not change, since data written
+// under it would no longer be found:
+//
+//	h      = the first 8 bytes of SHA-256(name's UTF-8 bytes), a big-endian uint64
+//	prefix = h mod prefixes, in lower-case hexadecimal, zero-padded to the number
+//	         of hexadecimal digits of prefixes-1 (at least one)
+//
+// So 16 prefixes are "0" to "f", 256 are "00" to "ff", 100 are "00" to "63". name is
+// the shard's base name, what follows the last "/" of its URL. In Python:
+//
+//	h = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")
+//	prefix = format(h % prefixes, "x").zfill(len(format(prefixes - 1, "x")))
+//
+// HashPrefix panics unless 1 <= prefixes <= MaxHashPrefixes.
+func HashPrefix(name string, prefixes int) string {
+	var buf [8]byte
+	return string(appendHashPrefix(buf[:0], []byte(name), prefixes))
+}
+
+// appendHashPrefix appends HashPrefix(name, prefixes) to dst.
+func appendHashPrefix(dst, name []byte, prefixes int) []byte {
+	if prefixes < 1 || prefixes > MaxHashPrefixes {
+		panic(fmt.Sprintf("shard: HashPrefix over %d prefixes: want 1 to %d", prefixes, MaxHashPrefixes))
+	}
+	sum := sha256.Sum256(name)
+	v := binary.BigEndian.Uint64(sum[:8]) % uint64(prefixes)
+	var hex [8]byte
+	digits := strconv.AppendUint(hex[:0], v, 16)
+	for range hexWidth(prefixes) - len(digits) {
+		dst = append(dst, '0')
+	}
+	return append(dst, digits...)
+}
+
+// hexWidth returns the hexadecimal digits of prefixes-1, at least one.
+func hexWidth(prefixes int) int {
+	return max(1, (bits.Len(uint(prefixes-1))+3)/4)
+}
+
+// hashPlaceholder parses the inside of a {hash:P} group: its P, and whether body is
+// one (it starts with "hash:" and is no list: "{hash:4,x}" is one); a bad P is an
+// error.
+func hashPlaceholder(body string) (int, bool, error) {
+	ps, ok := strings.CutPrefix(body, "hash:")
+	if !ok || topLevelComma(body) {
+		return 0, false, nil
+	}
+	p, err := strconv.Atoi(ps)
+	if err != nil || p < 1 || p > MaxHashPrefixes || ps[0] < '1' || ps[0] > '9' {
+		return 0, true, fmt.Errorf("{%s}: want {hash:P} with P a number of prefixes from 1 to %d", body, MaxHashPrefixes)
+	}
+	return p, true, nil
+}
+
+// checkHash checks the {hash:P} placeholders of a balanced pattern: a valid P, in no
+// other group, and a "/" after each outside any group.
+func checkHash(p string) error {
+	if !strings.Contains(p, "{hash:") {
+		return nil
+	}
+	depth := 0
+	for i := 0; i < len(p); i++ {
+		switch p[i] {
+		case '\\':
+			i++
+		case '}':
+			depth--
+		case '{':
+			_, close := findGroup(p, i)
+			body := p[i+1 : close]
+			_, ok, err := hashPlaceholder(body)
+			switch {
+			case err != nil:
+				return err
+			case ok && depth > 0:
+				return fmt.Errorf("{%s} at byte %d is inside another group: a hashed prefix stands in a directory of the pattern, outside any group", body, i)
+			case ok && !topLevelSlash(p[close+1:]):
+				return fmt.Errorf("{%s} at byte %d has no \"/\" after it outside any group: a hashed prefix is a directory, derived from the shard's name after it", body, i)
+			}
+			depth++
+		}
+	}
+	return nil
+}
+
+// topLevelComma reports whether s holds a "," outside any brace group: a list.
+func topLevelComma(s string) bool {
+	depth := 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '{':
+			depth++
+		case '}':
+			depth--
+		case ',':
+			if depth == 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// topLevelSlash reports whether s holds a "/" outside any brace group.
+func topLevelSlash(s string) bool {
+	depth := 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '{':
+			depth++
+		case '}':
+			depth--
+		case '/':
+			if depth == 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// fillHash replaces the {hash:P} placeholders of an expanded URL s (still escaped;
+// checked by checkHash) with HashPrefix of the URL's name, what follows its last "/".
+func fillHash(s string) string {
+	var nameBuf [128]byte
+	name := append(nameBuf[:0], unescape(s[strings.LastIndexByte(s, '/')+1:])...)
+	var b strings.Builder
+	var buf [8]byte
+	last := 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '{':
+			end := strings.IndexByte(s[i:], '}')
+			if end < 0 {
+				continue
+			}
+			p, ok, err := hashPlaceholder(s[i+1 : i+end])
+			if !ok || err != nil {
+				continue
+			}
+			if last == 0 {
+				b.Grow(len(s))
+			}
+			b.WriteString(s[last:i])
+			b.Write(appendHashPrefix(buf[:0], name, p))
+			last = i + end + 1
+			i = last - 1
+		}
+	}
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
 	return b.String()
 }
