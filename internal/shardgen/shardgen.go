@@ -63,6 +63,11 @@ type Spec struct {
 	Compression     shard.Compression // None, Gzip or Zstd
 	Seed            uint64
 	Prefix          string // file name prefix, default "train"
+	// KeyPrefixes, when more than 1, puts each shard in a directory of its own
+	// hashed key prefix, shard.HashPrefix(Name(i), KeyPrefixes): Path and Pattern
+	// say "{hash:P}/" before the name. 0 or 1: every shard directly in the dataset's
+	// directory.
+	KeyPrefixes int
 	// Samples, when set, gives shard i Samples[i%len(Samples)] samples instead of
 	// SamplesPerShard, for datasets with uneven shards.
 	Samples []int
@@ -111,12 +116,28 @@ func (s Spec) Name(i int) string {
 	return fmt.Sprintf("%s-%06d%s", s.Prefix, i, ext)
 }
 
-// Pattern returns the brace pattern naming all shards, e.g. "train-{000000..000003}.tar".
+// Path returns the path of shard i relative to the dataset's directory: its Name, in
+// the directory of its hashed key prefix when KeyPrefixes is more than 1, e.g.
+// "3/train-000003.tar".
+func (s Spec) Path(i int) string {
+	name := s.Name(i)
+	if s.KeyPrefixes > 1 {
+		return shard.HashPrefix(name, s.KeyPrefixes) + "/" + name
+	}
+	return name
+}
+
+// Pattern returns the brace pattern naming all shards, e.g. "train-{000000..000003}.tar",
+// or "{hash:16}/train-{000000..000003}.tar" over 16 key prefixes.
 func (s Spec) Pattern() string {
 	s = s.Defaults()
 	first, last := s.Name(0), s.Name(s.Shards-1)
 	n := len(s.Prefix) + 1
-	return first[:n] + "{" + first[n:n+6] + ".." + last[n:n+6] + "}" + first[n+6:]
+	p := first[:n] + "{" + first[n:n+6] + ".." + last[n:n+6] + "}" + first[n+6:]
+	if s.KeyPrefixes > 1 {
+		p = fmt.Sprintf("{hash:%d}/%s", s.KeyPrefixes, p)
+	}
+	return p
 }
 
 // Key returns the key of sample j of shard i.
@@ -220,16 +241,27 @@ func appendTokens(buf []byte, n int, rng *rand.Rand) []byte {
 	return buf
 }
 
-// Generate writes every shard of s into dir (created if needed) and returns their
-// paths. Each file is written to a temporary name and renamed when complete.
+// Generate writes every shard of s into dir (created if needed), each at its Path
+// (its key prefix's directory created too), and returns their paths. Each file is
+// written to a temporary name and renamed when complete.
 func Generate(dir string, s Spec) ([]string, error) {
 	s = s.Defaults()
+	if s.KeyPrefixes > shard.MaxHashPrefixes {
+		return nil, fmt.Errorf("shardgen: %d key prefixes: at most %d", s.KeyPrefixes, shard.MaxHashPrefixes)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	paths := make([]string, 0, s.Shards)
+	made := map[string]bool{}
 	for i := 0; i < s.Shards; i++ {
-		p := filepath.Join(dir, s.Name(i))
+		p := filepath.Join(dir, filepath.FromSlash(s.Path(i)))
+		if d := filepath.Dir(p); !made[d] {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return nil, err
+			}
+			made[d] = true
+		}
 		if err := writeFile(p, s, i); err != nil {
 			return nil, err
 		}
