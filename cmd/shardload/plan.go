@@ -48,6 +48,7 @@ inputs (latency, bandwidth, a store's GET limit per prefix) printed beside them.
 			if len(args) > 0 {
 				return fmt.Errorf("%w: plan takes no URLs: give --index, or --shards and the synthetic dataset's flags", errUsage)
 			}
+			o.prefixesGiven = fs.Changed("prefixes")
 			rep, err := runPlan(ctx, o)
 			if err != nil {
 				return err
@@ -67,6 +68,7 @@ type planOptions struct {
 	samplesPerShard int
 	sampleBytes     byteSize
 	prefixes        int
+	prefixesGiven   bool // --prefixes was given: a synthetic dataset's alone
 	nodes           int
 	ranksPerNode    int
 	batchSize       int
@@ -101,7 +103,7 @@ func (o *planOptions) register(fs *pflag.FlagSet) {
 	fs.IntVar(&o.samplesPerShard, "samples-per-shard", 1000, "synthetic dataset: samples per shard")
 	o.sampleBytes = 100 << 10
 	fs.Var(&o.sampleBytes, "sample-bytes", "synthetic dataset: stored bytes per sample, tar headers included")
-	fs.IntVar(&o.prefixes, "prefixes", 1, "key prefixes the shards are spread over (S3 scales GET requests per prefix): shard i in prefix i mod P")
+	fs.IntVar(&o.prefixes, "prefixes", 1, fmt.Sprintf("synthetic dataset: hashed key prefixes the shards are spread over (S3 scales GET requests per prefix), as gen --prefixes writes them (at most %d); an index's prefixes are its URLs' directories", shard.MaxHashPrefixes))
 	fs.IntVar(&o.nodes, "nodes", 1, "nodes of the job")
 	fs.IntVar(&o.ranksPerNode, "ranks-per-node", 8, "ranks (trainer processes, GPUs) per node")
 	fs.IntVar(&o.batchSize, "batch-size", 32, "samples per batch")
@@ -136,7 +138,7 @@ type planReport struct {
 	RanksPerNode    int     `json:"ranks_per_node"`
 	World           int     `json:"world"`
 	BatchSize       int     `json:"batch_size"`
-	Prefixes        int     `json:"prefixes"`
+	Prefixes        int     `json:"prefixes"` // the directories of the shards' URLs
 	BatchesPerRank  int     `json:"batches_per_rank"`
 	SamplesPerRank  int     `json:"samples_per_rank"`
 	DroppedPerEpoch int     `json:"dropped_samples_per_epoch"`
@@ -163,6 +165,16 @@ type planReport struct {
 	MeanGetRatePerPrefix       float64 `json:"mean_get_rate_per_prefix"` // over the epoch
 	StartRequestsPerJob        int64   `json:"start_requests_per_job"`
 	OverPrefixLimit            bool    `json:"over_prefix_limit"`
+	// The rates per prefix are the busiest prefix's: requests fall on a prefix in
+	// proportion to its shards, and it holds this share of them (1/prefixes when
+	// they are spread evenly). The rates of one prefix are those of the whole job,
+	// the dataset before its keys are spread (the figures "before").
+	PrefixBusiestShare   float64 `json:"prefix_busiest_share"`
+	PeakGetRateOnePrefix float64 `json:"peak_get_rate_one_prefix"`
+	MeanGetRateOnePrefix float64 `json:"mean_get_rate_one_prefix"`
+	// PrefixesNeeded is the fewest prefixes, evenly spread, that keep both rates
+	// under --prefix-get-limit.
+	PrefixesNeeded int `json:"prefixes_needed"`
 
 	IndexBytesPerProcess int64   `json:"index_bytes_per_process"`
 	IndexFileBytes       int64   `json:"index_file_bytes"`
@@ -192,6 +204,12 @@ func (o planOptions) check() error {
 	}
 	if o.index != "" && o.shards > 0 {
 		bad = append(bad, "--index and --shards: give one")
+	}
+	if o.prefixesGiven && (o.index != "" || len(o.streams) > 0) {
+		bad = append(bad, "--prefixes describes a synthetic dataset: an index's shards are in the key prefixes their URLs name")
+	}
+	if o.prefixes > shard.MaxHashPrefixes {
+		bad = append(bad, fmt.Sprintf("--prefixes %d: at most %d", o.prefixes, shard.MaxHashPrefixes))
 	}
 	if o.index == "" && (o.samplesPerShard <= 0 || o.sampleBytes <= 0) {
 		bad = append(bad, "--samples-per-shard and --sample-bytes must be more than 0")
@@ -224,7 +242,8 @@ func (o planOptions) check() error {
 // synthetic returns the shards of the synthetic dataset: --shards shards of
 // --samples-per-shard samples of --sample-bytes each (rounded up to tar blocks), with their offsets (one slice
 // shared by every shard: a real index holds one per shard, counted as such), spread
-// over --prefixes prefixes.
+// over --prefixes hashed key prefixes as gen --prefixes writes them (each in the
+// directory shard.HashPrefix gives its name; directly in the bucket for one).
 func (o planOptions) synthetic() []shard.Info {
 	stride := (int64(o.sampleBytes) + 511) / 512 * 512 // tar members end on 512-byte blocks
 	offs := make([]int64, o.samplesPerShard)
@@ -234,7 +253,11 @@ func (o planOptions) synthetic() []shard.Info {
 	size := int64(o.samplesPerShard)*stride + 1024 // the tar's end blocks
 	infos := make([]shard.Info, o.shards)
 	for i := range infos {
-		infos[i] = shard.Info{URL: fmt.Sprintf("s3://bucket/p%04d/train-%07d.tar", i%o.prefixes, i), Version: `"0123456789abcdef0123456789abcdef"`,
+		name := fmt.Sprintf("train-%07d.tar", i)
+		if o.prefixes > 1 {
+			name = shard.HashPrefix(name, o.prefixes) + "/" + name
+		}
+		infos[i] = shard.Info{URL: "s3://bucket/" + name, Version: `"0123456789abcdef0123456789abcdef"`,
 			Size: size, Samples: o.samplesPerShard, Offsets: offs}
 	}
 	return infos
@@ -334,7 +357,7 @@ func runPlan(ctx context.Context, o planOptions) (*planReport, error) {
 		return nil, err
 	}
 	start := time.Now()
-	rep := &planReport{Nodes: o.nodes, RanksPerNode: o.ranksPerNode, World: o.nodes * o.ranksPerNode, BatchSize: o.batchSize, Prefixes: o.prefixes}
+	rep := &planReport{Nodes: o.nodes, RanksPerNode: o.ranksPerNode, World: o.nodes * o.ranksPerNode, BatchSize: o.batchSize}
 	var infos []shard.Info
 	var mix *plan.Mix
 	reg := &source.Registry{}
@@ -389,6 +412,7 @@ func runPlan(ctx context.Context, o planOptions) (*planReport, error) {
 		}
 	}
 	rep.Shards = len(infos)
+	rep.Prefixes, rep.PrefixBusiestShare = keyPrefixes(infos)
 	for _, in := range infos {
 		rep.Samples += int64(in.Samples)
 		rep.DatasetBytes += in.Size
@@ -550,13 +574,16 @@ feed:
 	// time of each other; after that, the epoch's requests spread over its length.
 	rep.EpochSeconds = float64(rep.BatchesPerRank) * o.stepTime.Seconds()
 	window := max(o.firstByte.Seconds(), 1)
-	rep.PeakGetRatePerPrefix = float64(rep.StartRequestsPerJob) / window / float64(o.prefixes)
+	rep.PeakGetRateOnePrefix = float64(rep.StartRequestsPerJob) / window
+	rep.PeakGetRatePerPrefix = rep.PeakGetRateOnePrefix * rep.PrefixBusiestShare
 	rep.StartSpreadSeconds = source.StartSpreadWindow(rep.World).Seconds()
-	rep.PeakGetRatePerPrefixSpread = float64(rep.StartRequestsPerJob) / (window + rep.StartSpreadSeconds) / float64(o.prefixes)
+	rep.PeakGetRatePerPrefixSpread = float64(rep.StartRequestsPerJob) / (window + rep.StartSpreadSeconds) * rep.PrefixBusiestShare
 	if rep.EpochSeconds > 0 {
-		rep.MeanGetRatePerPrefix = float64(rep.RequestsPerJob) / rep.EpochSeconds / float64(o.prefixes)
+		rep.MeanGetRateOnePrefix = float64(rep.RequestsPerJob) / rep.EpochSeconds
+		rep.MeanGetRatePerPrefix = rep.MeanGetRateOnePrefix * rep.PrefixBusiestShare
 	}
 	rep.OverPrefixLimit = rep.PeakGetRatePerPrefix > o.prefixLimit || rep.MeanGetRatePerPrefix > o.prefixLimit
+	rep.PrefixesNeeded = int(math.Ceil(max(rep.PeakGetRateOnePrefix, rep.MeanGetRateOnePrefix, 1) / o.prefixLimit))
 
 	// The cache: each epoch reshuffles which shards a node reads; the node reads a
 	// fraction f of the shards, and its LRU holds the last cache/(f x dataset)
@@ -598,7 +625,7 @@ feed:
 	rep.Assumptions = []string{
 		fmt.Sprintf("requests: each span (a run of a shard's samples a rank reads) as ranged GETs of --fetch-part-size %s, %d in flight (the fetcher's parallel parts; a fast store read as one stream after the first part takes requests_per_node_per_epoch_single_stream); local files one read a span", formatBytes(int64(o.partSize)), o.parallel),
 		fmt.Sprintf("epoch start: every rank opens its first %d spans (--open-shards) at once; they arrive within max(--first-byte, 1s), and with the ranks' start spread within %.2fs more (derived from the rank, up to %v); over a prefix's limit, the process's adaptive rate limit paces them instead of letting them fail and retry", o.openShards, source.StartSpreadWindow(o.nodes*o.ranksPerNode).Seconds(), source.MaxStartSpread),
-		fmt.Sprintf("prefixes: shard i in prefix i mod %d, requests spread evenly; a store serves %.0f GET/s per prefix (--prefix-get-limit)", o.prefixes, o.prefixLimit),
+		fmt.Sprintf("prefixes: a shard's key prefix is its URL's directory (a synthetic dataset's: shard.HashPrefix of its name over --prefixes, as gen --prefixes writes it); requests fall on a prefix in proportion to its shards, the busiest of the %d holding %.2f%% of them; a store serves %.0f GET/s per prefix (--prefix-get-limit)", rep.Prefixes, 100*rep.PrefixBusiestShare, o.prefixLimit),
 		fmt.Sprintf("steady state: the epoch's requests spread over batches per rank x --step-time %s", o.stepTime),
 		"index: every process holds every shard's entry (shard.Info, URL, version, 8 bytes per sample offset)",
 		"cache: whole shards, LRU per node; an epoch's shards fall on nodes independently of the epoch before (the order is reshuffled per epoch); a hit rate of at most --cache-bytes over the dataset",
@@ -648,10 +675,22 @@ func (r *planReport) write(w io.Writer) error {
 	fmt.Fprintf(&b, "  per node and epoch: %s read (%s to %s over the planned nodes), %d requests (%d to %d; %d reading each span as one stream after its first part), %d spans of %d shards\n",
 		gb(r.BytesPerNode), gb(r.BytesPerNodeMin), gb(r.BytesPerNodeMax), r.RequestsPerNode, r.RequestsPerNodeMin, r.RequestsPerNodeMax, r.SingleRequestsPerNode, r.SpansPerNode, r.ShardsPerNode)
 	fmt.Fprintf(&b, "  per job and epoch: %s read (%.2fx the dataset), %d requests\n", gb(r.BytesPerJob), r.ReadAmplification, r.RequestsPerJob)
-	fmt.Fprintf(&b, "  GET rate per prefix (%d prefixes): %.0f/s at the epoch's start (%d requests at once; %.0f/s with the ranks' start spread over %.2fs more), %.0f/s on average over an epoch of %.0fs",
-		r.Prefixes, r.PeakGetRatePerPrefix, r.StartRequestsPerJob, r.PeakGetRatePerPrefixSpread, r.StartSpreadSeconds, r.MeanGetRatePerPrefix, r.EpochSeconds)
+	prefixes := "one prefix"
+	if r.Prefixes > 1 {
+		prefixes = fmt.Sprintf("%d prefixes, the busiest", r.Prefixes)
+	}
+	fmt.Fprintf(&b, "  GET rate per prefix (%s): %.0f/s at the epoch's start (%d requests at once; %.0f/s with the ranks' start spread over %.2fs more), %.0f/s on average over an epoch of %.0fs",
+		prefixes, r.PeakGetRatePerPrefix, r.StartRequestsPerJob, r.PeakGetRatePerPrefixSpread, r.StartSpreadSeconds, r.MeanGetRatePerPrefix, r.EpochSeconds)
 	if r.OverPrefixLimit {
-		fmt.Fprintf(&b, "; OVER the store's limit per prefix: expect 503 SlowDown (more prefixes, fewer --open-shards)")
+		fmt.Fprintf(&b, "; OVER the store's limit per prefix: expect 503 SlowDown (%d hashed prefixes or more: gen --prefixes, a {hash:P} pattern; or fewer --open-shards)", r.PrefixesNeeded)
+	}
+	if r.Prefixes > 1 {
+		need := "one prefix keeps both under the limit"
+		if r.PrefixesNeeded > 1 {
+			need = fmt.Sprintf("%d prefixes or more keep both under the limit", r.PrefixesNeeded)
+		}
+		fmt.Fprintf(&b, "\n  prefixes, before and after: under one prefix %.0f/s at the epoch's start, %.0f/s on average; over %d prefixes %.0f/s and %.0f/s (the busiest, %.2f%% of the shards); %s",
+			r.PeakGetRateOnePrefix, r.MeanGetRateOnePrefix, r.Prefixes, r.PeakGetRatePerPrefix, r.MeanGetRatePerPrefix, 100*r.PrefixBusiestShare, need)
 	}
 	fmt.Fprintf(&b, "\n  index: %s in memory in every process, %s as a file; %.2fs to load (%s)\n",
 		gb(r.IndexBytesPerProcess), gb(r.IndexFileBytes), r.IndexLoadSeconds, r.IndexLoad)
@@ -673,4 +712,18 @@ func (r *planReport) write(w io.Writer) error {
 	fmt.Fprintf(&b, "  computed in %.1fs\n", r.ComputeSeconds)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// keyPrefixes returns how many key prefixes the shards are in, a prefix being the
+// directory of a shard's URL (what precedes its name), and the share of the shards in
+// the busiest.
+func keyPrefixes(infos []shard.Info) (int, float64) {
+	counts := map[string]int{}
+	busiest := 0
+	for _, in := range infos {
+		dir := in.URL[:strings.LastIndexByte(in.URL, '/')+1]
+		counts[dir]++
+		busiest = max(busiest, counts[dir])
+	}
+	return len(counts), float64(busiest) / float64(max(len(infos), 1))
 }

@@ -162,9 +162,11 @@ func TestPlanSynthetic(t *testing.T) {
 	if want := int64(shards) * (samples*sampleBytes + 1024); rep.DatasetBytes != want { // the tars' end blocks
 		t.Errorf("dataset bytes %d, want %d", rep.DatasetBytes, want)
 	}
-	// Four prefixes share the requests; the index holds every offset in each process.
-	if rep.StartRequestsPerJob < int64(world) || !within(rep.PeakGetRatePerPrefix*4, float64(rep.StartRequestsPerJob), 0.01) {
-		t.Errorf("start requests %d, peak rate per prefix %.0f", rep.StartRequestsPerJob, rep.PeakGetRatePerPrefix)
+	// Four hashed prefixes share the requests, the busiest a little over a quarter;
+	// the index holds every offset in each process.
+	if rep.StartRequestsPerJob < int64(world) || rep.Prefixes != 4 || rep.PrefixBusiestShare < 0.25 || rep.PrefixBusiestShare > 0.27 ||
+		!within(rep.PeakGetRatePerPrefix, float64(rep.StartRequestsPerJob)*rep.PrefixBusiestShare, 0.01) {
+		t.Errorf("start requests %d, peak rate per prefix %.0f, %d prefixes, the busiest %.3f", rep.StartRequestsPerJob, rep.PeakGetRatePerPrefix, rep.Prefixes, rep.PrefixBusiestShare)
 	}
 	if rep.IndexBytesPerProcess < int64(shards)*samples*8 {
 		t.Errorf("index bytes per process %d: less than the offsets alone", rep.IndexBytesPerProcess)
