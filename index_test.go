@@ -523,3 +523,47 @@ func TestAddressableIndexPlans(t *testing.T) {
 		}
 	}
 }
+
+// A mix of streams over an addressable index plans with the offsets of the shards
+// it reads, as from shards whose every offset is known.
+func TestAddressableIndexPlansMix(t *testing.T) {
+	ctx := context.Background()
+	infos, _ := countedShards(t, 300, 9, 200, 2000)
+	idx := t.TempDir() + "/ds.index"
+	f, err := os.Create(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := index.WriteAddressable(f, infos); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	parts := [][]shard.Info{infos[:1], infos[1:]}
+	var urls [2][]string
+	for k, part := range parts {
+		for _, in := range part {
+			urls[k] = append(urls[k], in.URL)
+		}
+	}
+	for _, world := range []int{1, 4} {
+		for rank := range world {
+			cfg := shardload.Config{Rank: rank, World: world, BatchSize: 8, Seed: 2, ReadGap: -1, NoIndexStore: true}
+			c := cfg
+			c.Streams = []shardload.Stream{{Shards: parts[0], Weight: 1}, {Shards: parts[1], Weight: 3}}
+			want, err := shardload.PlanOf(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c = cfg
+			c.Streams = []shardload.Stream{{URLs: urls[0], Weight: 1}, {URLs: urls[1], Weight: 3}}
+			c.Index = idx
+			got, err := shardload.PlanOf(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got.Spans) != fmt.Sprint(want.Spans) || fmt.Sprint(got.Windows) != fmt.Sprint(want.Windows) {
+				t.Fatalf("world %d rank %d: the mix's plan over an addressable index differs from the one with every offset:\n%v\n%v", world, rank, got.Spans, want.Spans)
+			}
+		}
+	}
+}
