@@ -176,11 +176,29 @@ type planReport struct {
 	// under --prefix-get-limit.
 	PrefixesNeeded int `json:"prefixes_needed"`
 
-	IndexBytesPerProcess int64   `json:"index_bytes_per_process"`
-	IndexFileBytes       int64   `json:"index_file_bytes"`
-	IndexLoadSeconds     float64 `json:"index_load_seconds"`
-	IndexLoad            string  `json:"index_load_method"`
-	PlanSecondsPerRank   float64 `json:"plan_seconds_per_rank"`
+	// IndexBytesPerProcess is what a loader's process holds of the index after
+	// planning: of an addressable index, every shard's entry without its offsets and
+	// the offsets of the shards the rank's plan reads (the most of the planned ranks);
+	// of an index of an earlier format, read whole, IndexBytesWhole.
+	IndexBytesPerProcess int64 `json:"index_bytes_per_process"`
+	IndexBytesWhole      int64 `json:"index_bytes_per_process_whole"` // every shard's entry with its offsets
+	IndexAddressable     bool  `json:"index_addressable"`
+	// IndexReadBytesPerProcess and IndexGetsPerProcess are what a process reads of
+	// the index object when it reads it itself (no node index store, no node cache):
+	// its start and counts, then the blocks of its plan's shards (the mean of the
+	// planned ranks); an index of an earlier format whole, in one GET.
+	IndexReadBytesPerProcess int64   `json:"index_read_bytes_per_process"`
+	IndexGetsPerProcess      float64 `json:"index_gets_per_process"`
+	// IndexReadBytesPerNode and IndexGetsPerNodeAtStart are what a node reads of it
+	// from the store with its index store or cache (the loader's default): the whole
+	// object, once, shared by its ranks.
+	IndexReadBytesPerNode   int64 `json:"index_read_bytes_per_node"`
+	IndexGetsPerNodeAtStart int64 `json:"index_gets_per_node_at_start"`
+
+	IndexFileBytes     int64   `json:"index_file_bytes"`
+	IndexLoadSeconds   float64 `json:"index_load_seconds"`
+	IndexLoad          string  `json:"index_load_method"`
+	PlanSecondsPerRank float64 `json:"plan_seconds_per_rank"`
 
 	CacheBytes          int64     `json:"cache_bytes"`
 	CacheHitRate        []float64 `json:"cache_hit_rate"` // per epoch, across epochs
@@ -273,6 +291,102 @@ func indexMemory(infos []shard.Info) int64 {
 	return n
 }
 
+// indexModel is what a loader's process holds and reads of the dataset's index: of
+// an addressable one (index.WriteAddressable) the start and the counts of every
+// shard (index.Lookup.Quick), then the blocks holding the offsets of the shards its
+// plan reads (index.Plan); one of an earlier format, whole.
+type indexModel struct {
+	addressable bool
+	layout      index.Layout
+	entries     int64 // every shard's entry without its offsets
+}
+
+// entryBytes is the memory of one shard's entry without its offsets: its
+// shard.Info, the strings of its URL and version, and its ordinal in the index (an
+// int32) until its offsets are read.
+func entryBytes(in shard.Info) int64 {
+	return int64(unsafe.Sizeof(in)) + int64(len(in.URL)+len(in.Version)) + 4
+}
+
+// newIndexModel models the index of infos: the one at path as it is (its table
+// read: its parts' sizes exact), or for a synthetic dataset or a mix (path "") the
+// addressable index "shardload index" writes, its compression measured on a
+// sample of the shards, as measureIndexLoad does, and its blocks laid out as
+// index.WriteAddressable lays out the shards.
+func newIndexModel(ctx context.Context, reg *source.Registry, path string, infos []shard.Info) (indexModel, error) {
+	m := indexModel{addressable: true}
+	for _, in := range infos {
+		m.entries += entryBytes(in)
+	}
+	if path != "" {
+		body, err := reg.Open(ctx, path)
+		if err != nil {
+			return m, err
+		}
+		defer body.Close()
+		l, ok, err := index.ReadLayout(body, path)
+		m.addressable, m.layout = ok, l
+		return m, err
+	}
+	n := min(len(infos), 2000)
+	sample := make([]shard.Info, n)
+	for i := range sample {
+		sample[i] = infos[i*len(infos)/n]
+	}
+	var buf bytes.Buffer
+	if err := index.WriteAddressable(&buf, sample); err != nil {
+		return m, err
+	}
+	sl, _, err := index.ReadLayout(&buf, "plan")
+	if err != nil {
+		return m, err
+	}
+	var raw, packed int64
+	for k, first := range sl.First {
+		raw += index.RawBlockBytes(sample, first, blockEnd(sl.First, k, n))
+		packed += sl.Blocks[k]
+	}
+	ratio := float64(packed) / float64(max(raw, 1))
+	first := index.BlockStarts(infos)
+	m.layout = index.Layout{First: first, Counts: sl.Counts * int64(len(infos)) / int64(max(n, 1)),
+		Head: sl.Head + 16*int64(len(first)-len(sl.First))} // 16 bytes a block in the table
+	for k, f := range first {
+		m.layout.Blocks = append(m.layout.Blocks, int64(float64(index.RawBlockBytes(infos, f, blockEnd(first, k, len(infos))))*ratio))
+	}
+	return m, nil
+}
+
+// blockEnd returns the shard after the last of block k of a layout whose blocks
+// start at first, of n shards.
+func blockEnd(first []int, k, n int) int {
+	if k+1 < len(first) {
+		return first[k+1]
+	}
+	return n
+}
+
+// rank returns what the process of a rank whose plan reads shards holds and reads
+// of the index: the bytes of those shards' offsets, and the bytes and GETs of its
+// reads of the index object when it reads it itself.
+func (m indexModel) rank(infos []shard.Info, shards []int, file int64) (offsets, read, gets int64) {
+	if !m.addressable {
+		return 0, file, 1
+	}
+	blocks := map[int]bool{}
+	for _, s := range shards {
+		if infos[s].Version == "" {
+			continue // no offsets read for an entry without a version
+		}
+		offsets += 8 * int64(len(infos[s].Offsets))
+		blocks[m.layout.Block(s)] = true
+	}
+	read = m.layout.Head + m.layout.Counts
+	for k := range blocks {
+		read += m.layout.Blocks[k]
+	}
+	return offsets, read, 1 + int64(len(blocks))
+}
+
 // measureIndexLoad writes the entries of a sample of infos as an index (zstd) and
 // reads it back, and returns the bytes of the whole index and the seconds a process
 // takes to read it (the CPU time of the fastest of five reads), both scaled from the sample by the
@@ -332,6 +446,9 @@ type nodeCost struct {
 	firstBytes, firstRequests             int64 // the most of its ranks
 	planSeconds                           []float64
 	batches, samples, dropped             int
+	// The index: its ranks' offsets in memory (the most of them), and their reads of
+	// the index object, summed.
+	indexOffsets, indexRead, indexGets int64
 }
 
 // readPlanIndex reads the index at path (a path or URL): its shards, the bytes read
@@ -417,7 +534,12 @@ func runPlan(ctx context.Context, o planOptions) (*planReport, error) {
 		rep.Samples += int64(in.Samples)
 		rep.DatasetBytes += in.Size
 	}
-	rep.IndexBytesPerProcess = indexMemory(infos)
+	rep.IndexBytesWhole = indexMemory(infos)
+	im, err := newIndexModel(ctx, reg, o.index, infos)
+	if err != nil {
+		return nil, err
+	}
+	rep.IndexAddressable = im.addressable
 	if mix != nil {
 		n, err := mix.Len(infos, o.batchSize)
 		if err != nil {
@@ -494,6 +616,10 @@ func runPlan(ctx context.Context, o planOptions) (*planReport, error) {
 				nc.firstBytes = max(nc.firstBytes, rc.FirstBatchBytes)
 				nc.firstRequests = max(nc.firstRequests, rc.FirstBatchRequests)
 				nc.planSeconds = append(nc.planSeconds, secs)
+				offs, read, gets := im.rank(infos, rc.Shards, rep.IndexFileBytes)
+				nc.indexOffsets = max(nc.indexOffsets, offs)
+				nc.indexRead += read
+				nc.indexGets += gets
 				nc.batches, nc.samples, nc.dropped = p.Batches, p.Samples, p.Dropped
 				mu.Unlock()
 			}
@@ -523,8 +649,11 @@ feed:
 	// Per node: the mean of the planned nodes.
 	var planSecs []float64
 	rep.BytesPerNodeMin, rep.RequestsPerNodeMin = math.MaxInt64, math.MaxInt64
-	var shardsPerNode, starts int64
+	var shardsPerNode, starts, indexOffsets, indexRead, indexGets int64
 	for _, nc := range costs {
+		indexOffsets = max(indexOffsets, nc.indexOffsets)
+		indexRead += nc.indexRead
+		indexGets += nc.indexGets
 		rep.BytesPerNode += nc.bytes
 		rep.BytesPerNodeMin = min(rep.BytesPerNodeMin, nc.bytes)
 		rep.BytesPerNodeMax = max(rep.BytesPerNodeMax, nc.bytes)
@@ -541,6 +670,17 @@ feed:
 		rep.BatchesPerRank, rep.SamplesPerRank, rep.DroppedPerEpoch = nc.batches, nc.samples, nc.dropped
 	}
 	planned := int64(len(costs))
+	ranks := planned * int64(len(locals))
+	rep.IndexBytesPerProcess = rep.IndexBytesWhole
+	if im.addressable {
+		rep.IndexBytesPerProcess = im.entries + indexOffsets
+	}
+	rep.IndexReadBytesPerProcess = indexRead / ranks
+	rep.IndexGetsPerProcess = float64(indexGets) / float64(ranks)
+	rep.IndexReadBytesPerNode, rep.IndexGetsPerNodeAtStart = rep.IndexFileBytes, 1
+	if im.addressable {
+		rep.IndexReadBytesPerNode = im.layout.Size()
+	}
 	// Scaled from the ranks planned of each node to all of them.
 	scale := func(n int64) int64 { return n * int64(o.ranksPerNode) / int64(len(locals)) }
 	rep.BytesPerNode = scale(rep.BytesPerNode / planned)
@@ -627,7 +767,7 @@ feed:
 		fmt.Sprintf("epoch start: every rank opens its first %d spans (--open-shards) at once; they arrive within max(--first-byte, 1s), and with the ranks' start spread within %.2fs more (derived from the rank, up to %v); over a prefix's limit, the process's adaptive rate limit paces them instead of letting them fail and retry", o.openShards, source.StartSpreadWindow(o.nodes*o.ranksPerNode).Seconds(), source.MaxStartSpread),
 		fmt.Sprintf("prefixes: a shard's key prefix is its URL's directory (a synthetic dataset's: shard.HashPrefix of its name over --prefixes, as gen --prefixes writes it); requests fall on a prefix in proportion to its shards, the busiest of the %d holding %.2f%% of them; a store serves %.0f GET/s per prefix (--prefix-get-limit)", rep.Prefixes, 100*rep.PrefixBusiestShare, o.prefixLimit),
 		fmt.Sprintf("steady state: the epoch's requests spread over batches per rank x --step-time %s", o.stepTime),
-		"index: every process holds every shard's entry (shard.Info, URL, version, 8 bytes per sample offset)",
+		"index: an addressable index (shardload index) is read lazily: every process holds every shard's entry without its offsets (shard.Info, URL, version, its ordinal) and the offsets (8 bytes a sample) of the shards its plan reads, after reading the index's counts and the blocks of those shards' offsets; an index of an earlier format is held whole (index_bytes_per_process_whole). With the node's index store or cache (the default) a node GETs the index object once, whole, and its ranks read it there",
 		"cache: whole shards, LRU per node; an epoch's shards fall on nodes independently of the epoch before (the order is reshuffled per epoch); a hit rate of at most --cache-bytes over the dataset",
 		fmt.Sprintf("first batch: index load + a rank's plan (median, measured here) + --first-byte %s + the first batch's windows' bytes at the rank's share of --node-bandwidth %s/s (+ the time a prefix over its limit takes to drain the epoch's first requests)", o.firstByte, formatBytes(int64(o.nodeBandwidth))),
 	}
@@ -694,6 +834,12 @@ func (r *planReport) write(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "\n  index: %s in memory in every process, %s as a file; %.2fs to load (%s)\n",
 		gb(r.IndexBytesPerProcess), gb(r.IndexFileBytes), r.IndexLoadSeconds, r.IndexLoad)
+	if r.IndexAddressable {
+		fmt.Fprintf(&b, "  index reads: %s of it read whole by each node (%d GET at the start, shared by its ranks); a process reading it itself reads %s (%.1f GETs: counts and its plan's blocks) and holds %s, not the %s of every offset\n",
+			gb(r.IndexReadBytesPerNode), r.IndexGetsPerNodeAtStart, gb(r.IndexReadBytesPerProcess), r.IndexGetsPerProcess, gb(r.IndexBytesPerProcess), gb(r.IndexBytesWhole))
+	} else {
+		fmt.Fprintf(&b, "  index reads: an index of an earlier format, read whole: by each node once (%d GET at the start) with its index store or cache, else by every process\n", r.IndexGetsPerNodeAtStart)
+	}
 	fmt.Fprintf(&b, "  a rank's plan: %.3fs (median, measured here)\n", r.PlanSecondsPerRank)
 	if r.CacheBytes > 0 {
 		fmt.Fprintf(&b, "  node cache of %s: hit rate by epoch", gb(r.CacheBytes))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,7 +16,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/shardgen"
+	"github.com/shardload/shardload/plan"
+	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 )
 
@@ -162,14 +166,15 @@ func TestPlanSynthetic(t *testing.T) {
 	if want := int64(shards) * (samples*sampleBytes + 1024); rep.DatasetBytes != want { // the tars' end blocks
 		t.Errorf("dataset bytes %d, want %d", rep.DatasetBytes, want)
 	}
-	// Four hashed prefixes share the requests, the busiest a little over a quarter;
-	// the index holds every offset in each process.
+	// Four hashed prefixes share the requests, the busiest a little over a quarter.
 	if rep.StartRequestsPerJob < int64(world) || rep.Prefixes != 4 || rep.PrefixBusiestShare < 0.25 || rep.PrefixBusiestShare > 0.27 ||
 		!within(rep.PeakGetRatePerPrefix, float64(rep.StartRequestsPerJob)*rep.PrefixBusiestShare, 0.01) {
 		t.Errorf("start requests %d, peak rate per prefix %.0f, %d prefixes, the busiest %.3f", rep.StartRequestsPerJob, rep.PeakGetRatePerPrefix, rep.Prefixes, rep.PrefixBusiestShare)
 	}
-	if rep.IndexBytesPerProcess < int64(shards)*samples*8 {
-		t.Errorf("index bytes per process %d: less than the offsets alone", rep.IndexBytesPerProcess)
+	// An index read whole holds every offset in each process; read as the loader
+	// reads it, those of the rank's shards alone.
+	if rep.IndexBytesWhole < int64(shards)*samples*8 || rep.IndexBytesPerProcess >= rep.IndexBytesWhole {
+		t.Errorf("index bytes per process %d, whole %d: want the whole index's more than the offsets alone, and more than the lazy read's", rep.IndexBytesPerProcess, rep.IndexBytesWhole)
 	}
 	// The cache is cold in the first epoch, and (1 GB, more than the dataset) holds
 	// every shard a node read since in the later ones.
@@ -259,5 +264,125 @@ func TestPlanOfStreams(t *testing.T) {
 	}
 	if !within(float64(rep.BytesPerNode), float64(bytes), 0.1) || !within(float64(rep.RequestsPerNode), float64(requests), 0.1) {
 		t.Errorf("plan %d bytes and %d requests per node, bench %d and %d (more than 10%% apart)", rep.BytesPerNode, rep.RequestsPerNode, bytes, requests)
+	}
+}
+
+// indexCounter serves local files and counts the bytes and the reads (opens of any
+// kind) it serves; a stream gives at most 1 KiB a Read, as a network stream gives
+// a little at a time, so that a reader that stops early reads little past its stop.
+type indexCounter struct {
+	source.File
+	bytes, reads atomic.Int64
+}
+
+type countedBody struct {
+	io.ReadCloser
+	c *indexCounter
+}
+
+func (b countedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p[:min(len(p), 1<<10)])
+	b.c.bytes.Add(int64(n))
+	return n, err
+}
+
+func (c *indexCounter) Open(ctx context.Context, url string) (io.ReadCloser, error) {
+	return c.OpenRange(ctx, url, 0, -1)
+}
+
+func (c *indexCounter) OpenRange(ctx context.Context, url string, off, n int64) (io.ReadCloser, error) {
+	c.reads.Add(1)
+	body, err := c.File.OpenRange(ctx, url, off, n)
+	if err != nil {
+		return nil, err
+	}
+	return countedBody{body, c}, nil
+}
+
+// plan's model of what a process reads of an addressable index (its start and
+// counts, then the blocks of its plan's shards' offsets) agrees within 10% with what
+// index.Lookup.Quick and index.Plan read of a small synthetic index, for each rank
+// plan plans; and so do its GETs. Its memory model counts every shard's entry and
+// the offsets of a rank's shards alone: less than the whole index.
+func TestPlanIndexReads(t *testing.T) {
+	const shards, samples, world = 20000, 50, 1024
+	infos := make([]shard.Info, shards)
+	for i := range infos {
+		in := shard.Info{URL: fmt.Sprintf("s3://bucket/train/train-%06d.tar", i), Samples: samples, Version: fmt.Sprintf(`"%032x"`, i*7919)}
+		off := int64(0)
+		for j := range samples {
+			in.Offsets = append(in.Offsets, off)
+			off += 512 * int64(1+(i*31+j*17)%300) // samples of varied sizes
+		}
+		in.Size = off + 1024
+		infos[i] = in
+	}
+	path := filepath.Join(t.TempDir(), "ds.index")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := index.WriteAddressable(f, infos); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep := planJSON(t, "--index", path, "--nodes", fmt.Sprint(world), "--ranks-per-node", "1", "--batch-size", "8", "--seed", "5")
+	if !rep.IndexAddressable {
+		t.Fatal("plan did not take the index as addressable")
+	}
+
+	// Each planned rank as a loader reads the index, with plan's settings.
+	cfg := plan.Config{Seed: 5, World: world, Shuffle: true, BatchSize: 8, GapBytes: source.RemoteRequestCost,
+		Lanes: shardload.DefaultOpenShards, Window: plan.WindowSize(shardload.DefaultShuffleBuffer, shardload.DefaultShuffleBytes, infos)}
+	urls := make([]string, shards)
+	for i, in := range infos {
+		urls[i] = in.URL
+	}
+	var bytes, reads int64
+	var held int64
+	for _, rank := range rep.PlannedNodes {
+		c := &indexCounter{}
+		reg := &source.Registry{}
+		reg.Register("file", c)
+		lk := index.Lookup{Sources: reg, Index: path, NoBeside: true, LazyOffsets: true}
+		q, err := lk.Quick(context.Background(), urls, world)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := index.Plan(context.Background(), q, func(in []shard.Info) (plan.Plan, error) {
+			rc := cfg
+			rc.Rank = rank
+			return plan.New(in, rc)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if index.Deferred(q) == 0 {
+			t.Fatal("the lookup read every offset: not the lazy reads plan models")
+		}
+		bytes += c.bytes.Load()
+		reads += c.reads.Load()
+		var offs int64
+		for _, in := range got {
+			offs += 8 * int64(len(in.Offsets))
+		}
+		held = max(held, offs)
+	}
+	n := int64(len(rep.PlannedNodes))
+	t.Logf("per process: plan models %d bytes read in %.1f GETs, holding %d bytes (whole: %d); the ranks read %d bytes in %.1f reads, holding %d bytes of offsets",
+		rep.IndexReadBytesPerProcess, rep.IndexGetsPerProcess, rep.IndexBytesPerProcess, rep.IndexBytesWhole, bytes/n, float64(reads)/float64(n), held)
+	if !within(float64(rep.IndexReadBytesPerProcess), float64(bytes/n), 0.1) {
+		t.Errorf("index bytes read per process: plan %d, the ranks %d (more than 10%% apart)", rep.IndexReadBytesPerProcess, bytes/n)
+	}
+	if !within(rep.IndexGetsPerProcess, float64(reads)/float64(n), 0.1) {
+		t.Errorf("index GETs per process: plan %.2f, the ranks %.2f", rep.IndexGetsPerProcess, float64(reads)/float64(n))
+	}
+	if rep.IndexBytesPerProcess >= rep.IndexBytesWhole || rep.IndexBytesPerProcess < held {
+		t.Errorf("index memory per process %d: want less than the whole index's %d, and at least the %d of a rank's offsets", rep.IndexBytesPerProcess, rep.IndexBytesWhole, held)
+	}
+	if rep.IndexGetsPerNodeAtStart != 1 || rep.IndexReadBytesPerNode != rep.IndexFileBytes {
+		t.Errorf("per node: %d GETs of %d bytes, want 1 of the index's %d", rep.IndexGetsPerNodeAtStart, rep.IndexReadBytesPerNode, rep.IndexFileBytes)
 	}
 }
