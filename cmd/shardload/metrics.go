@@ -225,7 +225,7 @@ func (r rateLimitResult) String() string {
 	if r.Rate > 0 {
 		limit = fmt.Sprintf("now %.1f requests/s", r.Rate)
 	}
-	return fmt.Sprintf("rate limit %s: throttled %d times (rate lowered %d times), %s; %d requests waited %.2fs in all",
+	return fmt.Sprintf("rate limit %s: %d throttling answers, %d decreases of the rate (%s); %d requests waited %.2fs in all",
 		r.Endpoint, r.Throttled, r.Decreases, limit, r.Waits, r.WaitSeconds)
 }
 

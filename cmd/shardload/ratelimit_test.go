@@ -64,7 +64,8 @@ func TestRateLimiterReported(t *testing.T) {
 	if err := res.report(&report); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(report.String(), "rate limit "+endpoint+": throttled 3 times") {
+	t.Logf("bench's report:\n%s", report.String())
+	if !strings.Contains(report.String(), "rate limit "+endpoint+": 3 throttling answers") {
 		t.Errorf("bench's report says nothing of the rate limit:\n%s", report.String())
 	}
 
