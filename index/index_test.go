@@ -530,3 +530,66 @@ func TestResolveLocalCheckUpTo(t *testing.T) {
 		}
 	}
 }
+
+// Shards in sibling directories (hashed key prefixes) have their index in the
+// directories' parent; shards whose directories have no common parent, none.
+func TestBesideSiblings(t *testing.T) {
+	for _, c := range []struct {
+		urls []string
+		want string
+	}{
+		{[]string{"s3://b/ds/0/a.tar", "s3://b/ds/1/b.tar", "s3://b/ds/0/c.tar"}, "s3://b/ds/" + index.FileName},
+		{[]string{"s3://b/0/a.tar", "s3://b/f/b.tar"}, "s3://b/" + index.FileName},
+		{[]string{"s3://b/a.tar", "s3://b/c.tar"}, "s3://b/" + index.FileName},
+		{[]string{"s3://b1/a.tar", "s3://b2/a.tar"}, ""},
+		{[]string{"s3://b/x/0/a.tar", "s3://b/y/1/a.tar"}, ""},
+		{[]string{"s3://b/ds/a.tar", "s3://b/ds/0/a.tar"}, ""},
+		{[]string{"gs://b/ds/00/a.tar", "gs://b/ds/ff/a.tar"}, "gs://b/ds/" + index.FileName},
+		{[]string{"https://h/ds/0/a.tar", "https://h/ds/1/a.tar"}, ""},
+	} {
+		if got := index.Beside(c.urls); got != c.want {
+			t.Errorf("Beside(%q) = %q, want %q", c.urls, got, c.want)
+		}
+	}
+
+	// Local shards under hashed prefixes: the index in their parent is found and
+	// read; no shard is opened.
+	ctx := context.Background()
+	dir := t.TempDir()
+	var paths []string
+	for i, p := range gen(t, t.TempDir(), 6, shard.None) {
+		sub := filepath.Join(dir, shard.HashPrefix(filepath.Base(p), 4))
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(sub, fmt.Sprintf("s-%d.tar", i))
+		if err := os.Rename(p, dst); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, dst)
+	}
+	if got, want := index.Beside(paths), "file://"+dir+"/"+index.FileName; got != want && got != dir+"/"+index.FileName {
+		t.Fatalf("Beside = %q, want %q", got, want)
+	}
+	reg, _ := registry()
+	infos, err := index.Lookup{Sources: reg, NoBeside: true}.Resolve(ctx, paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(dir, index.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := index.Write(f, infos, true); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	reg2, files := registry()
+	got, err := index.Lookup{Sources: reg2}.Resolve(ctx, paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files.shardOpens() != 0 || !reflect.DeepEqual(got, infos) {
+		t.Fatalf("with the index in the prefixes' parent: %d shard opens", files.shardOpens())
+	}
+}

@@ -420,31 +420,59 @@ func (lk Lookup) global(ctx context.Context, urls []string) (map[string]shard.In
 
 // Beside returns the URL of the index a loader looks for beside urls (brace-expanded
 // shard URLs, or listing prefixes and globs: their directory counts), or "" when they
-// do not share a directory where one can be looked for.
+// do not share a directory where one can be looked for. Shards in sibling
+// directories (hashed key prefixes: DIR/{hash:P}/NAME) have theirs in the directories'
+// parent, DIR/.
 func Beside(urls []string) string {
 	if len(urls) == 0 {
 		return ""
 	}
 	canon := besideDir(urls[0])
 	last := dirOf(urls[0])
+	parent := "" // the canonical directories' parent, once two differ
 	for _, u := range urls {
 		// The same directory as written is the same directory canonically: each
 		// directory is made canonical once, not each shard.
 		if d := dirOf(u); d != last {
-			if besideDir(u) != canon {
-				return ""
+			if c := besideDir(u); c != canon {
+				if parent == "" {
+					parent = parentDir(canon)
+				}
+				if parent == "" || parentDir(c) != parent {
+					return ""
+				}
 			}
 			last = d
 		}
 	}
 	dir := dirOf(urls[0])
+	if parent != "" {
+		dir = parentDir(dir)
+	}
 	if dir == "" {
 		dir = canon
+		if parent != "" {
+			dir = parent
+		}
 	}
 	if dir == "" || strings.HasPrefix(dir, "http://") || strings.HasPrefix(dir, "https://") {
 		return ""
 	}
 	return dir + FileName
+}
+
+// parentDir returns the parent of dir (a directory ending in "/"), or "" where there
+// is none: above a bucket, or of a bare relative name.
+func parentDir(dir string) string {
+	d := strings.TrimSuffix(dir, "/")
+	i := strings.LastIndex(d, "/")
+	if i < 0 {
+		return ""
+	}
+	if j := strings.Index(d, "://"); j >= 0 && !strings.Contains(d[j+3:i+1], "/") {
+		return "" // s3://bucket/ has none
+	}
+	return d[:i+1]
 }
 
 // besideDir is the directory of url where an index beside it would be: url's own

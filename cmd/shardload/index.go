@@ -213,12 +213,13 @@ func writeIndex(ctx context.Context, patterns []string, rf *readFlags, o indexOp
 	fmt.Fprintf(stderr, "shardload index: %d shards (%d with sample offsets), %d samples: %d bytes of index (%s) written to %s in %s\n",
 		len(infos), offsets, samples, cw.n, kind, dest, time.Since(start).Round(time.Millisecond))
 	if index.Beside(urls) == "" {
-		// Shards under hashed key prefixes ({hash:P}) are in directories of their own.
+		// Shards in unrelated directories (hashed key prefixes, {hash:P}, are sibling
+		// directories: their index is found in the parent).
 		where := dest
 		if dest == "stdout" {
 			where = "with the index's path or URL"
 		}
-		fmt.Fprintf(stderr, "shardload index: a loader finds no index beside these shards (they are in more than one directory, or http(s) URLs): give it --index %s\n", where)
+		fmt.Fprintf(stderr, "shardload index: a loader finds no index beside these shards (they are neither in one directory nor in sibling directories, or they are http(s) URLs): give it --index %s\n", where)
 	}
 	return nil
 }
