@@ -11,6 +11,9 @@
 // ranges, lists and nested groups, escaped braces. At most MaxExpansion URLs come from
 // one call; Count works the number out before anything is allocated, so a pattern
 // that would give more fails at once with ErrBadPattern instead of filling memory.
+// A directory written {hash:P} is filled from each URL's file name by HashPrefix: a
+// dataset spread over P hashed key prefixes (DIR/3/train-000123.tar) is named by one
+// pattern, DIR/{hash:16}/train-{000000..000999}.tar, with no listing.
 //
 // # Samples
 //
