@@ -16,8 +16,9 @@ type rawLine struct {
 // parseLine parses a shard's line as Write writes it ({"url":...,"version":...,
 // "size":N,"samples":N,"offsets":...}, those keys in that order, version, size and
 // offsets optional, no spaces), without encoding/json's reflection: a tenth of the
-// time of a line of 10^6, and no allocation. ok is false for anything else (escapes,
-// bytes beyond ASCII, other keys, orders or spellings of numbers), which
+// time of a line of 10^6, and no allocation. ok is false for anything else (escapes
+// other than \" and \\ in the version, which it removes in place in b, as a quoted S3
+// ETag needs; bytes beyond ASCII, other keys, orders or spellings of numbers), which
 // json.Unmarshal parses instead; what it accepts, json.Unmarshal reads the same.
 func parseLine(b []byte) (l rawLine, ok bool) {
 	if b, ok = cut(b, `{"url":`); !ok {
@@ -26,8 +27,9 @@ func parseLine(b []byte) (l rawLine, ok bool) {
 	if l.url, b, ok = str(b); !ok {
 		return l, false
 	}
+	escaped := false
 	if rest, found := cut(b, `,"version":`); found {
-		if l.version, b, ok = str(rest); !ok {
+		if l.version, b, escaped, ok = quotedStr(rest); !ok {
 			return l, false
 		}
 	}
@@ -49,7 +51,13 @@ func parseLine(b []byte) (l rawLine, ok bool) {
 			return l, false
 		}
 	}
-	return l, string(b) == "}"
+	if string(b) != "}" {
+		return l, false
+	}
+	if escaped {
+		l.version = unescape(l.version)
+	}
+	return l, true
 }
 
 // strs copies strings into shared chunks: one allocation a chunk rather than one a
@@ -96,6 +104,44 @@ func str(b []byte) (s, rest []byte, ok bool) {
 		}
 	}
 	return nil, b, false
+}
+
+// quotedStr is str for a string that may hold the escapes \" and \\ as well (an S3
+// ETag is a quoted string: "version":"\"9b2cf535f27731c974343645a3985328\""): s is
+// the string as written, escapes in, and escaped says whether there are any.
+func quotedStr(b []byte) (s, rest []byte, escaped, ok bool) {
+	if len(b) == 0 || b[0] != '"' {
+		return nil, b, false, false
+	}
+	for i := 1; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return b[1:i], b[i+1:], escaped, true
+		case c == '\\':
+			if i+1 == len(b) || b[i+1] != '"' && b[i+1] != '\\' {
+				return nil, b, false, false
+			}
+			escaped = true
+			i++
+		case c < 0x20 || c >= 0x7f:
+			return nil, b, false, false
+		}
+	}
+	return nil, b, false, false
+}
+
+// unescape removes the backslashes of s's escapes (\" and \\, as quotedStr
+// accepts them) in place, and returns the shorter s.
+func unescape(s []byte) []byte {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' {
+			i++
+		}
+		s[n] = s[i]
+		n++
+	}
+	return s[:n]
 }
 
 // num parses a non-negative JSON integer of at most 18 digits at the start of b.

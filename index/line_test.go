@@ -1,6 +1,7 @@
 package index
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -11,6 +12,9 @@ func FuzzParseLine(f *testing.F) {
 	for _, s := range []string{
 		`{"url":"s3://b/a.tar","version":"\"9b2c\"","size":2048,"samples":2,"offsets":"AIAI"}`,
 		`{"url":"s3://b/a.tar","version":"v","size":2048,"samples":2,"offsets":"AIAI"}`,
+		`{"url":"a","version":"\\\"x\\","samples":1}`,
+		`{"url":"a","version":"\"x","samples":1,"x":2}`,
+		`{"url":"a","version":"\n","samples":1}`,
 		`{"url":"a","samples":3}`,
 		`{"url":"a","size":0,"samples":0}`,
 		`{"url":"a","samples":01}`,
@@ -21,10 +25,15 @@ func FuzzParseLine(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		orig := bytes.Clone(b) // parseLine removes a version's escapes in place
 		l, ok := parseLine(b)
 		if !ok {
+			if !bytes.Equal(b, orig) {
+				t.Fatalf("%q: changed to %q, and not parsed (json.Unmarshal reads what is left)", orig, b)
+			}
 			return
 		}
+		b = orig
 		var want line
 		if err := json.Unmarshal(b, &want); err != nil {
 			t.Fatalf("parsed %q, which json.Unmarshal does not: %v", b, err)
