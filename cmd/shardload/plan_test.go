@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -170,6 +172,25 @@ func TestPlanSynthetic(t *testing.T) {
 	if rep.StartRequestsPerJob < int64(world) || rep.Prefixes != 4 || rep.PrefixBusiestShare < 0.25 || rep.PrefixBusiestShare > 0.27 ||
 		!within(rep.PeakGetRatePerPrefix, float64(rep.StartRequestsPerJob)*rep.PrefixBusiestShare, 0.01) {
 		t.Errorf("start requests %d, peak rate per prefix %.0f, %d prefixes, the busiest %.3f", rep.StartRequestsPerJob, rep.PeakGetRatePerPrefix, rep.Prefixes, rep.PrefixBusiestShare)
+	}
+	// The index file is about what shardload index writes for such shards, whose
+	// samples are never all of one size: here each 0.9-1.1 times --sample-bytes.
+	rng := rand.New(rand.NewPCG(7, 7))
+	real := make([]shard.Info, shards)
+	for i := range real {
+		offs := make([]int64, samples)
+		for k := 1; k < samples; k++ {
+			offs[k] = offs[k-1] + int64(sampleBytes*(90+rng.IntN(21))/100+511)/512*512
+		}
+		real[i] = shard.Info{URL: fmt.Sprintf("s3://bucket/%s/train-%07d.tar", shard.HashPrefix(fmt.Sprintf("train-%07d.tar", i), 4), i),
+			Version: `"0123456789abcdef0123456789abcdef"`, Samples: samples, Offsets: offs, Size: offs[samples-1] + sampleBytes + 1024}
+	}
+	var idx bytes.Buffer
+	if err := index.WriteAddressable(&idx, real); err != nil {
+		t.Fatal(err)
+	}
+	if !within(float64(rep.IndexFileBytes), float64(idx.Len()), 0.2) {
+		t.Errorf("index file %d bytes; shardload index writes %d for such shards", rep.IndexFileBytes, idx.Len())
 	}
 	// An index read whole holds every offset in each process; read as the loader
 	// reads it, those of the rank's shards alone.
