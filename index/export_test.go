@@ -3,9 +3,17 @@ package index
 import (
 	"encoding/json"
 	"io"
+	"time"
 
 	"github.com/shardload/shardload/shard"
 )
+
+// SetStatFresh sets statFresh, for tests, and returns what sets it back.
+func SetStatFresh(d time.Duration) func() {
+	old := statFresh
+	statFresh = d
+	return func() { statFresh = old }
+}
 
 // ListPrefixes is listPrefixes, for tests.
 var ListPrefixes = listPrefixes
