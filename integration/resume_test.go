@@ -18,6 +18,8 @@ import (
 	sl "github.com/shardload/shardload"
 	"github.com/shardload/shardload/internal/shardgen"
 	"github.com/shardload/shardload/internal/testutil"
+	"github.com/shardload/shardload/source"
+	"github.com/shardload/shardload/source/s3"
 )
 
 // The tests of checkpoint and resume through the loader process (protocol version 3):
@@ -219,7 +221,11 @@ func TestResumeDistributedJob(t *testing.T) {
 	putShards(t, m, "train", "ds", "", spec)
 	pattern := "s3://train/ds/" + spec.Pattern()
 	ok(t, m.Env(), "index", "--output", "s3://train/ds/", pattern) // exact counts
-	m.SetEnv(t)                                                    // for the server, and the library below
+	m.SetEnv(t)                                                    // for the server
+	// The library reads through a registry of this test's own: the default one keeps
+	// the S3 client it made first, for the process's life.
+	reg := &source.Registry{}
+	reg.Register("s3", source.NewFetcher(&s3.Source{Client: m.Client}, source.FetchOptions{}))
 	srv := startServer(t, "", "--open-shards", "3", "--shuffle-buffer", "30", pattern)
 
 	const (
@@ -256,7 +262,7 @@ func TestResumeDistributedJob(t *testing.T) {
 	for e := range epochs {
 		seen := map[string]int{}
 		for rank := range 2 {
-			lib := libraryKeys(t, sl.Config{URLs: []string{pattern}, Fields: fields(t, "label=cls:int"), Seed: seed, Epoch: e,
+			lib := libraryKeys(t, sl.Config{URLs: []string{pattern}, Sources: reg, Fields: fields(t, "label=cls:int"), Seed: seed, Epoch: e,
 				Rank: rank, World: 2, BatchSize: batch, OpenShards: 3, ShuffleBuffer: 30, Logf: t.Logf})
 			var got [][]string
 			for _, s := range want[rank] {
