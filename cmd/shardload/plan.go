@@ -195,6 +195,11 @@ type planReport struct {
 	IndexReadBytesPerNode   int64 `json:"index_read_bytes_per_node"`
 	IndexGetsPerNodeAtStart int64 `json:"index_gets_per_node_at_start"`
 
+	// IndexFetchSeconds is the time a node takes to get the index object before its
+	// ranks read it: a HEAD and a GET of the whole object, every node's on the
+	// object's one key (over a prefix's limit, in their turn); 0 for a local index.
+	IndexFetchSeconds float64 `json:"index_fetch_seconds"`
+
 	IndexFileBytes     int64   `json:"index_file_bytes"`
 	IndexLoadSeconds   float64 `json:"index_load_seconds"`
 	IndexLoad          string  `json:"index_load_method"`
@@ -831,7 +836,11 @@ feed:
 	// spans read at the rank's share of the node's bandwidth, after a first byte;
 	// requests over a prefix's limit wait for it to drain them.
 	perRank := float64(o.nodeBandwidth) / float64(o.ranksPerNode)
-	rep.FirstBatchSeconds = rep.IndexLoadSeconds + rep.PlanSecondsPerRank + o.firstByte.Seconds() + float64(rep.FirstBatchBytes)/perRank
+	if o.index == "" || source.Scheme(o.index) != "file" {
+		key := 2 * float64(o.nodes) / o.prefixLimit // every node's HEAD and GET, arriving within a second
+		rep.IndexFetchSeconds = 2*o.firstByte.Seconds() + float64(rep.IndexReadBytesPerNode)/float64(o.nodeBandwidth) + max(key-1, 0)
+	}
+	rep.FirstBatchSeconds = rep.IndexFetchSeconds + rep.IndexLoadSeconds + rep.PlanSecondsPerRank + o.firstByte.Seconds() + float64(rep.FirstBatchBytes)/perRank
 	if over := rep.PeakGetRatePerPrefix * window / o.prefixLimit; over > 1 {
 		rep.FirstBatchSeconds += over - 1
 	}
@@ -842,7 +851,7 @@ feed:
 		fmt.Sprintf("steady state: the epoch's requests spread over batches per rank x --step-time %s", o.stepTime),
 		"index: an addressable index (shardload index) is read lazily: every process holds every shard's entry without its offsets (shard.Info, URL, version, its ordinal) and the offsets (8 bytes a sample) of the shards its plan reads, after reading the index's counts and the blocks of those shards' offsets; an index of an earlier format is held whole (index_bytes_per_process_whole). With the node's index store or cache (the default) a node GETs the index object once, whole, and its ranks read it there",
 		"cache: whole shards, LRU per node; an epoch's shards fall on nodes independently of the epoch before (the order is reshuffled per epoch); a hit rate of at most --cache-bytes over the dataset",
-		fmt.Sprintf("first batch: index load + a rank's plan (median, measured here) + --first-byte %s + the first batch's windows' bytes at the rank's share of --node-bandwidth %s/s (+ the time a prefix over its limit takes to drain the epoch's first requests)", o.firstByte, formatBytes(int64(o.nodeBandwidth))),
+		fmt.Sprintf("first batch: the index object fetched by each node (a HEAD and a GET a node, all on its one key, served at the prefix's limit, then the object at --node-bandwidth; none for a local index) + index load + a rank's plan (median, measured here) + --first-byte %s + the first batch's windows' bytes at the rank's share of --node-bandwidth %s/s (+ the time a prefix over its limit takes to drain the epoch's first requests)", o.firstByte, formatBytes(int64(o.nodeBandwidth))),
 	}
 	rep.ComputeSeconds = time.Since(start).Seconds()
 	var ms runtime.MemStats
@@ -911,7 +920,7 @@ func (r *planReport) write(w io.Writer) error {
 	} else {
 		fmt.Fprintf(&b, "  node cache: none (--cache-bytes)\n")
 	}
-	fmt.Fprintf(&b, "  first batch: %.2fs (%s and %d requests per rank before it)\n", r.FirstBatchSeconds, gb(r.FirstBatchBytes), r.FirstBatchRequests)
+	fmt.Fprintf(&b, "  first batch: %.2fs (%s and %d requests per rank before it; %.2fs of it getting the index object to the nodes)\n", r.FirstBatchSeconds, gb(r.FirstBatchBytes), r.FirstBatchRequests, r.IndexFetchSeconds)
 	fmt.Fprintf(&b, "  assumptions:\n")
 	for _, a := range r.Assumptions {
 		fmt.Fprintf(&b, "    - %s\n", a)

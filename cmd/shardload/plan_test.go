@@ -86,6 +86,9 @@ func TestPlanMatchesBench(t *testing.T) {
 	const nodes, perNode, batch = 2, 2, 8
 	job := []string{"--batch-size", strconv.Itoa(batch), "--read-gap", "16KiB", "--seed", "5"}
 	rep := planJSON(t, append([]string{"--index", idx, "--nodes", strconv.Itoa(nodes), "--ranks-per-node", strconv.Itoa(perNode)}, job...)...)
+	if rep.IndexFetchSeconds != 0 {
+		t.Errorf("a local index takes %.3fs to fetch, want none", rep.IndexFetchSeconds)
+	}
 	if !strings.HasPrefix(rep.Method, "exact") {
 		t.Errorf("method %q, want exact for a job of 2 nodes", rep.Method)
 	}
@@ -172,6 +175,11 @@ func TestPlanSynthetic(t *testing.T) {
 	if rep.StartRequestsPerJob < int64(world) || rep.Prefixes != 4 || rep.PrefixBusiestShare < 0.25 || rep.PrefixBusiestShare > 0.27 ||
 		!within(rep.PeakGetRatePerPrefix, float64(rep.StartRequestsPerJob)*rep.PrefixBusiestShare, 0.01) {
 		t.Errorf("start requests %d, peak rate per prefix %.0f, %d prefixes, the busiest %.3f", rep.StartRequestsPerJob, rep.PeakGetRatePerPrefix, rep.Prefixes, rep.PrefixBusiestShare)
+	}
+	// The index object reaches each node first (a HEAD and a GET, and its bytes),
+	// before the index is loaded and the first batch read.
+	if least := 0.1 + float64(rep.IndexReadBytesPerNode)/(1250<<20); rep.IndexFetchSeconds < least || rep.FirstBatchSeconds < rep.IndexFetchSeconds+rep.IndexLoadSeconds {
+		t.Errorf("index fetched in %.3fs (want at least %.3fs), first batch %.3fs after %.3fs of index load", rep.IndexFetchSeconds, least, rep.FirstBatchSeconds, rep.IndexLoadSeconds)
 	}
 	// The index file is about what shardload index writes for such shards, whose
 	// samples are never all of one size: here each 0.9-1.1 times --sample-bytes.
