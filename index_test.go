@@ -489,15 +489,7 @@ func countedShards(t *testing.T, per int, seed uint64, minBytes, maxBytes int) (
 func TestAddressableIndexPlans(t *testing.T) {
 	ctx := context.Background()
 	infos, _ := countedShards(t, 300, 9, 200, 2000)
-	idx := t.TempDir() + "/ds.index"
-	f, err := os.Create(idx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := index.WriteAddressable(f, infos); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	idx := addressableIndex(t, infos)
 	var urls []string
 	for _, in := range infos {
 		urls = append(urls, in.URL)
@@ -529,15 +521,7 @@ func TestAddressableIndexPlans(t *testing.T) {
 func TestAddressableIndexPlansMix(t *testing.T) {
 	ctx := context.Background()
 	infos, _ := countedShards(t, 300, 9, 200, 2000)
-	idx := t.TempDir() + "/ds.index"
-	f, err := os.Create(idx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := index.WriteAddressable(f, infos); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	idx := addressableIndex(t, infos)
 	parts := [][]shard.Info{infos[:1], infos[1:]}
 	var urls [2][]string
 	for k, part := range parts {
@@ -566,4 +550,22 @@ func TestAddressableIndexPlansMix(t *testing.T) {
 			}
 		}
 	}
+}
+
+// addressableIndex writes infos as an addressable index in a new directory and
+// returns its path.
+func addressableIndex(t *testing.T, infos []shard.Info) string {
+	t.Helper()
+	idx := t.TempDir() + "/ds.index"
+	f, err := os.Create(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := index.WriteAddressable(f, infos); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return idx
 }

@@ -32,20 +32,5 @@ func (c *Cache) OpenAt(ctx context.Context, info source.Info, off, length int64)
 	if err != nil {
 		return nil, err
 	}
-	if sk, ok := r.(io.Seeker); ok {
-		if _, err := sk.Seek(off, io.SeekStart); err != nil {
-			r.Close()
-			return nil, &source.Error{Op: "open", URL: url, Err: err}
-		}
-	} else if _, err := io.CopyN(io.Discard, r, off); err != nil && err != io.EOF {
-		r.Close()
-		return nil, err
-	}
-	if length < 0 {
-		return r, nil
-	}
-	return struct {
-		io.Reader
-		io.Closer
-	}{io.LimitReader(r, length), r}, nil
+	return section(url, r, off, length)
 }

@@ -322,6 +322,12 @@ func (c *Cache) openRange(ctx context.Context, url string, node int, off, length
 	if err != nil {
 		return nil, err
 	}
+	return section(url, r, off, length)
+}
+
+// section returns length bytes of r from off (the rest, when length < 0), seeking
+// where r can; r is closed when that fails.
+func section(url string, r io.ReadCloser, off, length int64) (io.ReadCloser, error) {
 	if sk, ok := r.(io.Seeker); ok {
 		if _, err := sk.Seek(off, io.SeekStart); err != nil {
 			r.Close()

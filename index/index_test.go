@@ -271,14 +271,7 @@ func TestResolveBeside(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Create(filepath.Join(dir, index.FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := index.Write(f, infos, true); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	writeIndexFile(t, filepath.Join(dir, index.FileName), infos)
 
 	store, _ := index.OpenStore(t.TempDir())
 	reg2, files := registry()
@@ -576,14 +569,7 @@ func TestBesideSiblings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Create(filepath.Join(dir, index.FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := index.Write(f, infos, true); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	writeIndexFile(t, filepath.Join(dir, index.FileName), infos)
 	reg2, files := registry()
 	got, err := index.Lookup{Sources: reg2}.Resolve(ctx, paths)
 	if err != nil {
@@ -591,5 +577,20 @@ func TestBesideSiblings(t *testing.T) {
 	}
 	if files.shardOpens() != 0 || !reflect.DeepEqual(got, infos) {
 		t.Fatalf("with the index in the prefixes' parent: %d shard opens", files.shardOpens())
+	}
+}
+
+// writeIndexFile writes infos as a compressed index at path.
+func writeIndexFile(t *testing.T, path string, infos []shard.Info) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := index.Write(f, infos, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

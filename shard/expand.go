@@ -471,7 +471,7 @@ func hexWidth(prefixes int) int {
 // error.
 func hashPlaceholder(body string) (int, bool, error) {
 	ps, ok := strings.CutPrefix(body, "hash:")
-	if !ok || topLevelComma(body) {
+	if !ok || topLevel(body, ',') {
 		return 0, false, nil
 	}
 	p, err := strconv.Atoi(ps)
@@ -503,7 +503,7 @@ func checkHash(p string) error {
 				return err
 			case ok && depth > 0:
 				return fmt.Errorf("{%s} at byte %d is inside another group: a hashed prefix stands in a directory of the pattern, outside any group", body, i)
-			case ok && !topLevelSlash(p[close+1:]):
+			case ok && !topLevel(p[close+1:], '/'):
 				return fmt.Errorf("{%s} at byte %d has no \"/\" after it outside any group: a hashed prefix is a directory, derived from the shard's name after it", body, i)
 			}
 			depth++
@@ -512,8 +512,9 @@ func checkHash(p string) error {
 	return nil
 }
 
-// topLevelComma reports whether s holds a "," outside any brace group: a list.
-func topLevelComma(s string) bool {
+// topLevel reports whether s holds the byte c outside any brace group: a "," of a
+// list, a "/" after a directory.
+func topLevel(s string, c byte) bool {
 	depth := 0
 	for i := 0; i < len(s); i++ {
 		switch s[i] {
@@ -523,27 +524,7 @@ func topLevelComma(s string) bool {
 			depth++
 		case '}':
 			depth--
-		case ',':
-			if depth == 0 {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// topLevelSlash reports whether s holds a "/" outside any brace group.
-func topLevelSlash(s string) bool {
-	depth := 0
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '\\':
-			i++
-		case '{':
-			depth++
-		case '}':
-			depth--
-		case '/':
+		case c:
 			if depth == 0 {
 				return true
 			}
