@@ -901,3 +901,10 @@ var _ source.Lister = (*Cache)(nil)
 // secret is written to the cache's files and a presigned URL whose signature changed
 // still finds its entry. The version check on every open tells objects apart.
 func key(url string) string { return redact.URL(url) }
+
+// Prepare starts the set-up of the upstream Source that serves url (see
+// source.Preparer): a cache's first Open of a remote object asks the source for its
+// version, whose client then need not be built at that moment.
+func (c *Cache) Prepare(url string) { source.Prepare(c.up, url) }
+
+var _ source.Preparer = (*Cache)(nil)

@@ -1084,3 +1084,26 @@ func TestWholeObjectRangeIsCached(t *testing.T) {
 		t.Errorf("stats %+v: want 2 fetches, 2 hits, no bypass", st)
 	}
 }
+
+// preparingSource is a fakeSource that records what it was asked to prepare.
+type preparingSource struct {
+	*fakeSource
+	prepared []string
+}
+
+func (p *preparingSource) Prepare(url string) { p.prepared = append(p.prepared, url) }
+
+func TestPrepareReachesTheUpstream(t *testing.T) {
+	up := &preparingSource{fakeSource: newFake()}
+	reg := &source.Registry{}
+	reg.Register("s3", up)
+	wrapped, c, err := Wrap(Options{Dir: t.TempDir(), DiskBytes: 1 << 20, Logf: t.Logf}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	source.Prepare(wrapped, "s3://b/a.tar")
+	if len(up.prepared) != 1 || up.prepared[0] != "s3://b/a.tar" {
+		t.Fatalf("upstream prepared %v, want the URL once", up.prepared)
+	}
+}

@@ -54,8 +54,13 @@ func IsListPattern(url string) bool {
 // brace-expanded (shard.ExpandAll). A trailing "/" lists the objects directly under
 // that prefix; a glob in the last component (path.Match syntax: "train-*.tar")
 // keeps the objects there whose name matches. A listing that finds nothing is an
-// error wrapping ErrNoMatch.
+// error wrapping ErrNoMatch. Expand first starts the set-up of the first URL's
+// Source (Prepare), which a caller's next step (a listing, an index, a first read)
+// needs.
 func (r *Registry) Expand(ctx context.Context, urls []string) ([]string, error) {
+	if len(urls) > 0 {
+		Prepare(r, urls[0])
+	}
 	var out []string
 	for _, u := range urls {
 		if !IsListPattern(u) {

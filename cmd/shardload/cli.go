@@ -152,6 +152,7 @@ type readFlags struct {
 	once    sync.Once
 	reg     *source.Registry // what shards are read through
 	cache   *cache.Cache     // nil without --cache-dir
+	first   string           // the first shard's URL, when known before sources: its client is built early
 }
 
 func (rf *readFlags) register(fs *pflag.FlagSet) {
@@ -249,6 +250,10 @@ func (rf *readFlags) sources() *source.Registry {
 	rf.once.Do(func() {
 		var err error
 		rf.reg, err = rf.remote()
+		if err == nil && rf.first != "" {
+			// The client of the first shard's source is built while the cache opens.
+			source.Prepare(rf.reg, rf.first)
+		}
 		if err == nil && rf.cacheDir != "" {
 			var opts cache.Options
 			if opts, err = rf.cacheOptions(); err == nil {
@@ -301,6 +306,9 @@ func eachShard(ctx context.Context, patterns []string, rf *readFlags, opts shard
 		return err
 	}
 	defer rf.closeCache()
+	if len(urls) > 0 {
+		rf.first = urls[0]
+	}
 	if urls, err = rf.sources().Expand(ctx, urls); err != nil {
 		return err
 	}

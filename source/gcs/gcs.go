@@ -185,6 +185,13 @@ func (g *Source) prepare(url string) (c *storage.Client, bucket, name string, er
 	return c, bucket, name, err
 }
 
+// Prepare builds the client (unless Client is set) in the background: finding the
+// default credentials reads files and may ask the metadata server, which then
+// overlaps the caller's other work. It makes a Source a source.Preparer.
+func (g *Source) Prepare(url string) { go g.gcsClient() }
+
+var _ source.Preparer = (*Source)(nil)
+
 func (g *Source) gcsClient() (*storage.Client, error) {
 	if g.Client != nil {
 		return g.Client, nil

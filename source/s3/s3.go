@@ -220,6 +220,30 @@ func (s *Source) prepare(url string) (c *awss3.Client, bucket, key string, err e
 	return c, bucket, key, err
 }
 
+// Prepare builds the client (unless Client is set) and has it fetch its
+// credentials, in the background: where they come from a web identity token, an
+// instance role or SSO, that is a request of its own, which then overlaps the
+// caller's other work instead of delaying the first request for url. It makes a
+// Source a source.Preparer.
+func (s *Source) Prepare(url string) {
+	go func() {
+		c, err := s.s3Client()
+		if err != nil || c.Options().Credentials == nil {
+			return // the first call reports it
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), prepareTimeout)
+		defer cancel()
+		c.Options().Credentials.Retrieve(ctx) // kept by the client's credentials cache; an error is the first call's
+	}()
+}
+
+// prepareTimeout bounds how long Prepare's goroutine waits for credentials; a
+// request that needs them meanwhile waits for the same retrieval under its own
+// deadline.
+const prepareTimeout = 30 * time.Second
+
+var _ source.Preparer = (*Source)(nil)
+
 func (s *Source) s3Client() (*awss3.Client, error) {
 	if s.Client != nil {
 		return s.Client, nil

@@ -320,3 +320,27 @@ func (r rewrite) Stat(ctx context.Context, url string) (source.Info, error) {
 func (r rewrite) Open(ctx context.Context, url string) (io.ReadCloser, error) {
 	return r.src.Open(ctx, r.url(url))
 }
+
+// countingCreds is a credentials provider that reports each retrieval.
+type countingCreds struct{ got chan struct{} }
+
+func (c countingCreds) Retrieve(context.Context) (aws.Credentials, error) {
+	c.got <- struct{}{}
+	return aws.Credentials{AccessKeyID: "k", SecretAccessKey: "s", Source: "test"}, nil
+}
+
+func TestPrepareFetchesCredentialsAhead(t *testing.T) {
+	creds := countingCreds{got: make(chan struct{}, 1)}
+	s := &Source{Client: awss3.New(awss3.Options{Region: "us-east-1", Credentials: aws.NewCredentialsCache(creds)})}
+	s.Prepare("s3://bucket/a.tar")
+	<-creds.got // retrieved without any request
+	// Kept by the client's cache: a request's signing does not retrieve them again.
+	if _, err := s.Client.Options().Credentials.Retrieve(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-creds.got:
+		t.Fatal("credentials retrieved a second time")
+	default:
+	}
+}
