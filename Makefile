@@ -52,6 +52,7 @@ test: deps tools lint validate
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCPUList$$' -fuzztime 50000x ./numa/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseContentRange$$' -fuzztime 20000x ./source/httpsrc/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMeta$$' -fuzztime 20000x ./cache/
+	$(GO) test -run '^$$' -fuzz '^FuzzMatchFile$$' -fuzztime 50000x ./cache/
 	$(GO) test -run '^$$' -fuzz '^FuzzURL$$' -fuzztime 20000x ./internal/redact/
 	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime 20000x ./index/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRuns$$' -fuzztime 20000x ./plan/

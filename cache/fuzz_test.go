@@ -2,6 +2,7 @@ package cache
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 )
@@ -25,6 +26,25 @@ func FuzzParseMeta(f *testing.F) {
 		}
 		if hashURL(m.URL) != hash || m.Size < 0 || m.Format != metaFormat || m.Block != blockSize(m.Size) || int64(len(m.sums)) != m.blocks() {
 			t.Fatalf("accepted %q as %+v", b, m)
+		}
+	})
+}
+
+// FuzzMatchFile checks matchFile, which opening a directory runs on every file name,
+// against the regular expression that defines the names the disk tier creates.
+func FuzzMatchFile(f *testing.F) {
+	h, g := hashURL("s3://b/a.tar"), "0123456789abcdef"
+	for _, name := range []string{h + "-" + g + ".data", h + "-" + g + ".meta", "tmp-" + h + "-" + g + "-4096.data",
+		"tmp-" + h + "-" + g + ".meta", h + "-" + g + "-.data", h + "-" + g + "-12345678901234567890.data", h + ".lock",
+		"tmp-tmp-" + h + "-" + g + ".data", h[:63] + "A-" + g + ".data", "budget", "lock", ""} {
+		f.Add(name)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		if got, want := matchFile(name), fileRE.FindStringSubmatch(name); !slices.Equal(got, want) {
+			t.Fatalf("matchFile(%q) = %q, the expression gives %q", name, got, want)
+		}
+		if got, want := lockName(name), lockRE.FindStringSubmatch(name); !slices.Equal(got, want) {
+			t.Fatalf("lockName(%q) = %q, the expression gives %q", name, got, want)
 		}
 	})
 }

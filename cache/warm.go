@@ -130,11 +130,12 @@ func (c *Cache) Plan(ctx context.Context, urls []string, concurrency int) (*Plan
 // touch returns url's state against info and marks a cached copy as recently used.
 func (c *Cache) touch(url string, info source.Info) State {
 	url = key(url)
+	c.loadDisk(url)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	state := Missing
 	if c.disk != nil {
-		if e, ok := c.disk.lru.Get(url); ok {
+		if e, ok := c.disk.get(url); ok {
 			if e.matches(info) {
 				return Cached
 			}
