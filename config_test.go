@@ -168,7 +168,7 @@ func TestOrderFingerprint(t *testing.T) {
 	}{
 		{func(c *shardload.Config) { c.OpenShards = 2 }, []string{"lanes"}},
 		{func(c *shardload.Config) { c.ShuffleBuffer = 10 }, []string{"window"}},
-		{func(c *shardload.Config) { c.NoShuffle = true }, []string{"shuffle", "lanes", "window"}},
+		{func(c *shardload.Config) { c.NoShuffle = true }, []string{"shuffle", "lanes", "window", "split"}},
 		{func(c *shardload.Config) { c.Seed = 9; c.BatchSize = 8 }, []string{"seed", "batch_size"}},
 		{func(c *shardload.Config) {
 			c.Shards = slices.Clone(infos)

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"reflect"
+	"strings"
 
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
@@ -41,6 +42,11 @@ type Order struct {
 	Window int `json:"window"`
 	// Runs are the earlier runs of the epoch when the loader resumes it (State.Runs).
 	Runs string `json:"runs"`
+	// Split names how the ranks split a shuffled epoch of one dataset: "items", by
+	// the samples' places in the data within the windows ranks share (see
+	// plan.New); empty for a mix or an unshuffled epoch, which ranks split by
+	// positions. A State saved under another split does not resume.
+	Split string `json:"split,omitempty"`
 	// Mix is a digest of the mix of a job of several streams (Config.Streams: their
 	// shards, weights, draws, the epoch's length and the batching); Samples is then
 	// the mixed epoch's length.
@@ -61,6 +67,8 @@ func orderOf(cfg Config, shards []shard.Info, mix *plan.Mix) Order {
 	}
 	if mix != nil {
 		o.Mix, o.Samples = mix.Key(shards, cfg.BatchSize)
+	} else if o.Shuffle {
+		o.Split = "items"
 	}
 	return o
 }
@@ -94,7 +102,8 @@ func (o Order) Diff(other Order) []string {
 	t := a.Type()
 	for i := range t.NumField() {
 		if a.Field(i).Interface() != b.Field(i).Interface() {
-			names = append(names, t.Field(i).Tag.Get("json"))
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+			names = append(names, name)
 		}
 	}
 	return names

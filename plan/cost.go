@@ -95,7 +95,7 @@ func CostOf(p *Plan, shards []shard.Info, batchSize int, partSize int64, paralle
 				c.FirstBatchRequests += min(reqs[f.Span], int64(max(parallel, 1)))
 			}
 		}
-		if yielded += int(w.To - w.From); yielded >= batchSize {
+		if yielded += int(w.Held); yielded >= batchSize {
 			break
 		}
 	}

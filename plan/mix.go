@@ -424,6 +424,9 @@ func (mo *mixOrder) Len() int64 { return mo.total }
 
 func (mo *mixOrder) laneCount() int { return mo.lanes }
 
+// bounds returns window j's first and end positions.
+func (mo *mixOrder) bounds(j int64) (start, end int64) { return mo.cut(j), mo.cut(j + 1) }
+
 // window returns the window holding position n.
 func (mo *mixOrder) window(n int64) (j, start, end int64) {
 	nw := mo.Windows()

@@ -163,13 +163,13 @@ func TestMixRepeat(t *testing.T) {
 	off := 0
 	for _, w := range p.Windows {
 		in := map[sampleID]bool{}
-		for _, id := range seq[off : off+int(w.To-w.From)] {
+		for _, id := range seq[off : off+int(w.Held)] {
 			if in[id] {
 				t.Fatalf("window %d holds %v twice", w.Index, id)
 			}
 			in[id] = true
 		}
-		off += int(w.To - w.From)
+		off += int(w.Held)
 	}
 }
 

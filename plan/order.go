@@ -212,6 +212,9 @@ func (o *Order) WindowStart(j int64) int64 {
 	return a
 }
 
+// bounds returns window j's first and end positions.
+func (o *Order) bounds(j int64) (start, end int64) { return o.WindowStart(j), o.WindowStart(j + 1) }
+
 // window returns the window holding position n: its number and its first and end
 // positions.
 func (o *Order) window(n int64) (j, start, end int64) {
@@ -296,69 +299,29 @@ type Run struct {
 }
 
 // Remaining returns the positions of an order of total samples that the runs left
-// unread, in the order the next run takes them: each run of World ranks splits what
-// the runs before it left into World equal contiguous parts (the rest, fewer than
-// World samples, goes to no rank) and each rank consumed the first Consumed samples
-// of its part. What is left is every rank's unconsumed part, rank after rank,
-// followed by the rest no rank had.
+// unread, in the order the next run takes them, where ranks split the order by
+// positions (a mixed epoch's; a plain order's ranks split it by items, see New):
+// each run of World ranks splits what the runs before it left into World equal
+// contiguous parts (the rest, fewer than World samples, goes to no rank) and each
+// rank consumed the first Consumed samples of its part. What is left is every
+// rank's unconsumed part, rank after rank, followed by the rest no rank had.
 func Remaining(total int64, runs []Run) ([]Range, error) {
-	return remaining(total, runs, 1)
+	sp := splitter{}
+	rs, err := sp.remaining(total, runs, 1)
+	return sp.positionRanges(rs), err
 }
 
-// remaining is Remaining for an order whose ranks take multiples of align samples
-// (whole batches of a mix whose batches hold fixed shares: Mix.Batching): each run
-// split what was left in parts of per samples, floor(n/World) rounded down to a
-// multiple of align.
-func remaining(total int64, runs []Run, align int64) ([]Range, error) {
-	rs := []Range{{0, total}}
-	if total == 0 {
-		rs = nil
+// checkRun checks run i's world size.
+func checkRun(i int, run Run) error {
+	if run.World < 1 {
+		return fmt.Errorf("shard: run %d has world size %d", i, run.World)
 	}
-	for i, run := range runs {
-		if run.World < 1 {
-			return nil, fmt.Errorf("shard: run %d has world size %d", i, run.World)
-		}
-		n := rangesLen(rs)
-		per := n / int64(run.World) / align * align
-		if run.Consumed < 0 || run.Consumed > per {
-			return nil, fmt.Errorf("shard: run %d consumed %d samples per rank of %d", i, run.Consumed, per)
-		}
-		if per == 0 {
-			continue // every sample goes to no rank: what is left stays as it was
-		}
-		var next []Range
-		for r := range int64(run.World) {
-			next = append(next, sub(rs, r*per+run.Consumed, (r+1)*per)...)
-		}
-		rs = append(next, sub(rs, int64(run.World)*per, n)...)
-	}
-	return rs, nil
+	return nil
 }
 
-func rangesLen(rs []Range) int64 {
-	var n int64
-	for _, r := range rs {
-		n += r.End - r.Start
-	}
-	return n
-}
-
-// sub returns positions [from, to) of the sequence rs.
-func sub(rs []Range, from, to int64) []Range {
-	var out []Range
-	var at int64
-	for _, r := range rs {
-		n := r.End - r.Start
-		s, e := max(from, at), min(to, at+n)
-		if s < e {
-			out = append(out, Range{r.Start + s - at, r.Start + e - at})
-		}
-		at += n
-		if at >= to {
-			break
-		}
-	}
-	return out
+// errConsumed: run i's ranks consumed more than their parts of per samples.
+func errConsumed(i int, run Run, per int64) error {
+	return fmt.Errorf("shard: run %d consumed %d samples per rank of %d", i, run.Consumed, per)
 }
 
 // ErrBadRuns means a resume state's runs do not fit the epoch.
@@ -377,13 +340,18 @@ type Feed struct {
 // they come from, and which positions of the window it yields.
 type Window struct {
 	Index int64 // the window's number in the order
-	// From and To are the positions of the window, from its start, that the rank
-	// yields, in order: [From, To).
-	From, To int32
-	Size     int32  // samples in the whole window
-	Held     int32  // samples the rank holds: the items of positions [From, To)
-	Feeds    []Feed // in the order each span delivers them
+	Size  int32 // samples in the whole window
+	Held  int32 // samples the rank holds, and yields
+	// Items are the window's items the rank holds, in increasing order, when it
+	// holds only some (nil: all). The rank yields them in the order of their
+	// positions (see Plan.Emit).
+	Items []int32
+	// Last reports whether the rank holds the window's last sample in the rank
+	// split's sequence: the one rank of a job that also yields the samples found
+	// past an estimated shard's count in the window.
+	Last  bool
+	Feeds []Feed // in the order each span delivers them
 }
 
 // Full reports whether the rank yields the whole window.
-func (w *Window) Full() bool { return w.From == 0 && w.To == w.Size }
+func (w *Window) Full() bool { return w.Held == w.Size }

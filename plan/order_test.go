@@ -1,8 +1,10 @@
 package plan
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/shardload/shardload/shard"
@@ -128,14 +130,70 @@ func TestOrderIsAPermutation(t *testing.T) {
 	}
 }
 
-// TestPlanReadsTheOrder: what a rank reads by its plan is its slice of the
-// world-independent order, for every rank of several world sizes; together the
-// ranks read the whole order but the dropped rest.
+// splitSeq returns the rank split's sequence T of o, worked out afresh: window by
+// window, the window's positions sorted by where their items lie in the data, the
+// lanes' parts interleaved in proportion to their lengths (item i of a part of n
+// at (2i+1)/2n, the earlier part first on a tie).
+func splitSeq(o *Order) []int64 {
+	var seq []int64
+	for j := range o.Windows() {
+		start, end := o.bounds(j)
+		size := int(end - start)
+		inv := make([]int64, size)
+		for p := range inv {
+			inv[p] = int64(p)
+		}
+		for p, q := range o.Perm(j, size) {
+			inv[q] = int64(p)
+		}
+		type el struct{ piece, i, n, q int64 }
+		var els []el
+		var q int64
+		for k, pc := range o.pieces(j, nil) {
+			for i := range pc.n {
+				els = append(els, el{int64(k), i, pc.n, q})
+				q++
+			}
+		}
+		slices.SortFunc(els, func(a, b el) int {
+			if c := cmp.Compare((2*a.i+1)*b.n, (2*b.i+1)*a.n); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.piece, b.piece)
+		})
+		for _, e := range els {
+			seq = append(seq, start+inv[e.q])
+		}
+	}
+	return seq
+}
+
+// rankSeq returns what a rank yields of T's elements [lo, lo+per), of which it
+// takes the first take (DropLast): window by window, each window's in position
+// order.
+func rankSeq(o *Order, t []int64, lo, per, take int64) []sampleID {
+	part := slices.Clone(t[lo : lo+per])
+	slices.Sort(part) // windows are runs of positions: by window, then position
+	var out []sampleID
+	for _, n := range part[:take] {
+		s, i := o.At(n)
+		out = append(out, sampleID{s, i})
+	}
+	return out
+}
+
+// TestPlanReadsTheOrder: what a rank reads by its plan is its part of the split's
+// sequence, in the order's positions, for every rank of several world sizes;
+// together the ranks read every sample of the order once but the dropped rest (and
+// one rank reads the order itself). The ranks read no sample twice between them,
+// even where reading across a gap is taken to cost nothing: a rank's samples of a
+// window it shares are a run of every lane's part of it.
 func TestPlanReadsTheOrder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for trial := range 30 {
 		shards := randomShards(rng, 1+rng.IntN(25), 200)
-		if trial%3 == 0 {
+		offsets := trial%3 == 0
+		if offsets {
 			// Offsets for some shards: gaps are then measured in bytes.
 			for i := range shards {
 				if i%2 == 0 {
@@ -147,10 +205,23 @@ func TestPlanReadsTheOrder(t *testing.T) {
 		}
 		base := Config{Seed: rng.Uint64(), Epoch: rng.IntN(3), Shuffle: trial%4 != 0, Lanes: 1 + rng.IntN(5),
 			Window: 1 + rng.IntN(700), BatchSize: 1 + rng.IntN(40), DropLast: trial%2 == 1}
+		if offsets && trial%2 == 0 {
+			// Every shard's offsets known, and reading between runs always cheaper
+			// than a new request: a rank still reads none of another's samples.
+			for i := range shards {
+				shards[i].Offsets = nil
+				for k := range shards[i].Samples {
+					shards[i].Offsets = append(shards[i].Offsets, int64(k)*100<<10)
+				}
+			}
+			base.GapBytes = 1 << 40
+		}
 		o, _ := NewOrder(shards, OrderConfig{Seed: base.Seed, Epoch: base.Epoch, Shuffle: base.Shuffle, Lanes: base.Lanes, Window: base.Window})
+		tseq := splitSeq(o)
 		for _, world := range []int{1, 2, 3, 7} {
 			var all []sampleID
 			var batches int
+			var read int
 			for rank := range world {
 				cfg := base
 				cfg.Rank, cfg.World = rank, world
@@ -163,15 +234,64 @@ func TestPlanReadsTheOrder(t *testing.T) {
 				}
 				batches = p.Batches
 				got := readPlan(t, p)
-				equalSeq(t, fmt.Sprintf("trial %d world %d rank %d", trial, world, rank), got, orderSeq(o, p.Ranges))
+				per := int64(p.Samples)
+				take := per
+				if base.DropLast {
+					take = int64(p.Batches * base.BatchSize)
+				}
+				equalSeq(t, fmt.Sprintf("trial %d world %d rank %d", trial, world, rank), got, rankSeq(o, tseq, int64(rank)*per, per, take))
 				all = append(all, got...)
+				for _, sp := range p.Spans {
+					read += sp.Take
+				}
 			}
 			if all == nil {
 				continue
 			}
-			full := orderSeq(o, []Range{{0, int64(len(all))}})
-			if !base.DropLast {
-				equalSeq(t, fmt.Sprintf("trial %d world %d: all ranks", trial, world), all, full)
+			if world == 1 {
+				equalSeq(t, fmt.Sprintf("trial %d: one rank", trial), all, orderSeq(o, []Range{{0, int64(len(all))}}))
+			}
+			seen := map[sampleID]bool{}
+			for _, id := range all {
+				if seen[id] {
+					t.Fatalf("trial %d world %d: %v read twice", trial, world, id)
+				}
+				seen[id] = true
+			}
+			if base.GapBytes > 1<<30 && read != len(all) {
+				t.Fatalf("trial %d world %d: the ranks read %d samples to yield %d", trial, world, read, len(all))
+			}
+		}
+	}
+}
+
+// TestResumeSameWorld: a rank of a run that resumes one of its own world size
+// yields what it would have yielded after the samples consumed, whatever windows
+// the ranks share.
+func TestResumeSameWorld(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for trial := range 40 {
+		shards := randomShards(rng, 1+rng.IntN(12), 150)
+		base := Config{Seed: rng.Uint64(), Shuffle: trial%5 != 0, Lanes: 1 + rng.IntN(5), Window: 1 + rng.IntN(400),
+			BatchSize: 1 + rng.IntN(16), World: 1 + rng.IntN(6), DropLast: trial%3 == 0}
+		for rank := range base.World {
+			cfg := base
+			cfg.Rank = rank
+			p, err := New(shards, cfg)
+			if err != nil {
+				break
+			}
+			whole := readPlan(t, p)
+			// A loader consumes whole batches (the last may be short).
+			b := int64(base.BatchSize)
+			for _, consumed := range []int64{0, b, int64(rng.IntN(p.Batches+1)) * b, int64(p.Batches) * b} {
+				consumed = min(consumed, int64(p.Samples))
+				cfg.Runs = []Run{{World: base.World, Consumed: consumed}}
+				q, err := New(shards, cfg)
+				if err != nil {
+					t.Fatalf("trial %d rank %d consumed %d: %v", trial, rank, consumed, err)
+				}
+				equalSeq(t, fmt.Sprintf("trial %d rank %d consumed %d", trial, rank, consumed), readPlan(t, q), whole[min(consumed, int64(len(whole))):])
 			}
 		}
 	}

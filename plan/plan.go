@@ -65,8 +65,6 @@ type Plan struct {
 	// order the rank yields them.
 	Spans   []Span
 	Windows []Window
-	// Ranges are the positions of the epoch's order the rank yields, in order.
-	Ranges  []Range
 	Samples int // samples this rank yields (positions of the order, before DropLast)
 	Batches int // batches this rank yields; the same on every rank
 	// Dropped is the number of samples of the epoch (of what earlier runs left, when
@@ -97,6 +95,8 @@ type sequence interface {
 	// window returns the window holding position n: its number and its first and
 	// end positions.
 	window(n int64) (j, start, end int64)
+	// bounds returns window j's first and end positions.
+	bounds(j int64) (start, end int64)
 	// Perm returns window j's permutation (position to item), nil for the identity.
 	Perm(j int64, size int) []int32
 	// pieces appends window j's items to dst, in item order, as runs of positions
@@ -160,11 +160,12 @@ func New(shards []shard.Info, cfg Config) (Plan, error) {
 		}
 		o = order
 	}
-	rest, err := remaining(o.Len(), cfg.Runs, align)
+	sp := &splitter{o: o, byItems: mix == nil}
+	rest, err := sp.remaining(o.Len(), cfg.Runs, align)
 	if err != nil {
 		return Plan{}, fmt.Errorf("%w: %w", ErrBadRuns, err)
 	}
-	total := rangesLen(rest)
+	total := sp.segsLen(rest)
 	per := total / int64(world) / align * align
 	if per > math.MaxInt32*int64(cfg.BatchSize) {
 		return Plan{}, fmt.Errorf("shard: %d samples per rank is too many", per)
@@ -187,28 +188,27 @@ func New(shards []shard.Info, cfg Config) (Plan, error) {
 		}
 	}
 	lo := int64(cfg.Rank) * per
-	p.Ranges = sub(rest, lo, lo+take)
+	part := sp.sub(rest, lo, lo+per)
+	if take < per {
+		part = sp.limit(part, take)
+	}
 	if cfg.MaxBytes > 0 {
 		var windows int64
-		for _, r := range p.Ranges {
-			j0, _, _ := o.window(r.Start)
-			j1, _, _ := o.window(r.End - 1)
-			windows += j1 - j0 + 1
+		for _, g := range part {
+			windows += sp.windowOf(g.e-1) - sp.windowOf(g.s) + 1
 		}
 		if need := windows * windowBytes(o.laneCount()); need > cfg.MaxBytes {
 			return Plan{}, fmt.Errorf("%w: rank %d's part of the epoch is %d samples in %d windows of the order, whose plan takes about %d MB, more than the %d MB it may (are the counts right? %d samples in %d shards)",
 				ErrPlanTooLarge, cfg.Rank, take, windows, need>>20, cfg.MaxBytes>>20, o.Len(), len(shards))
 		}
 	}
-	b := planBuilder{p: &p, o: o, shards: shards, gap: cfg.GapBytes, last: make([]int, o.laneCount()), partial: make([]bool, o.laneCount())}
+	b := planBuilder{p: &p, o: o, sp: sp, shards: shards, gap: cfg.GapBytes, last: make([]int, o.laneCount()), partial: make([]bool, o.laneCount())}
 	for i := range b.last {
 		b.last[i] = -1
 	}
-	for _, r := range p.Ranges {
-		b.addRange(r)
-	}
+	b.addPart(part)
 	if mix != nil {
-		p.Streams = mix.streamSamples(p.Ranges)
+		p.Streams = mix.streamSamples(sp.positionRanges(part))
 	}
 	return p, nil
 }
@@ -231,30 +231,30 @@ func (p *Plan) Order() *Order { return p.order }
 // Emit returns, for each position the rank yields of window w, in order, the index of
 // its sample among the window's held items (the order in which w.Feeds fill them).
 func (p *Plan) Emit(w *Window) []int32 {
-	out := make([]int32, 0, w.To-w.From)
 	perm := p.seq.Perm(w.Index, int(w.Size))
+	if w.Items == nil && perm != nil {
+		return perm
+	}
+	out := make([]int32, 0, w.Held)
 	if perm == nil {
-		for i := range w.To - w.From {
+		for i := range w.Held {
 			out = append(out, i)
 		}
 		return out
 	}
-	if w.Full() {
-		return perm
-	}
-	held := slices.Clone(perm[w.From:w.To])
-	slices.Sort(held)
-	for _, q := range perm[w.From:w.To] {
-		i, _ := slices.BinarySearch(held, q)
-		out = append(out, int32(i))
+	for _, q := range perm {
+		if i, ok := slices.BinarySearch(w.Items, q); ok {
+			out = append(out, int32(i))
+		}
 	}
 	return out
 }
 
-// planBuilder turns a rank's ranges into windows, spans and feeds.
+// planBuilder turns a rank's part into windows, spans and feeds.
 type planBuilder struct {
 	p      *Plan
 	o      sequence
+	sp     *splitter
 	shards []shard.Info
 	pcs    []piece // scratch
 	gap    int64
@@ -264,33 +264,32 @@ type planBuilder struct {
 	// the partial window (a resumed rank's first) then has spans of known lengths,
 	// not one that reads on to its shard's end before the first batch is out.
 	partial []bool
+	full    bool // the window being added is the rank's whole
 }
 
-func (b *planBuilder) addRange(r Range) {
-	o := b.o
-	for n := r.Start; n < r.End; {
-		j, start, end := o.window(n)
-		w := Window{Index: j, From: int32(n - start), To: int32(min(r.End, end) - start), Size: int32(end - start)}
-		n = min(r.End, end)
+// addPart adds the rank's part (segs of the split's sequence T), window by window.
+func (b *planBuilder) addPart(part []seg) {
+	var in []seg
+	for len(part) > 0 {
+		var j, start, end int64
+		j, start, end, in, part = b.sp.inWindow(part, in[:0])
+		w := Window{Index: j, Size: int32(end - start)}
+		b.full = b.sp.segsLen(in) == end-start
 		// The held items, in increasing item order: piece by piece (lane by lane),
-		// each a run of S positions (whole for a full window, else the wanted items
+		// each a run of S positions (whole for a full window, else the held items
 		// only).
-		var q0 int32
 		var want []int32
-		if !w.Full() {
-			if perm := o.Perm(j, int(w.Size)); perm != nil {
-				want = slices.Clone(perm[w.From:w.To])
-				slices.Sort(want)
-			} else {
-				for q := w.From; q < w.To; q++ {
-					want = append(want, q)
-				}
-			}
+		if !b.full {
+			want, w.Last = b.sp.items(in, end)
+			w.Items = want
+		} else {
+			w.Last = true
 		}
-		b.pcs = o.pieces(j, b.pcs[:0])
+		var q0 int32
+		b.pcs = b.o.pieces(j, b.pcs[:0])
 		for _, pc := range b.pcs {
 			q1 := q0 + int32(pc.n)
-			if w.Full() {
+			if b.full {
 				b.addRun(&w, pc, pc.s, pc.s+pc.n)
 			} else {
 				// The wanted items of this piece, as runs of consecutive positions.
@@ -328,8 +327,8 @@ func (b *planBuilder) addRun(w *Window, pc piece, s, e int64) {
 // addPiece adds samples [skip, skip+take) of shard si, read in lane l, to window w.
 func (b *planBuilder) addPiece(w *Window, l, si, skip, take int) {
 	p := b.p
-	defer func() { b.partial[l] = !w.Full() }()
-	if k := b.last[l]; k >= 0 && p.Spans[k].Shard == si && !(w.Full() && b.partial[l]) {
+	defer func() { b.partial[l] = !b.full }()
+	if k := b.last[l]; k >= 0 && p.Spans[k].Shard == si && !(b.full && b.partial[l]) {
 		sp := &p.Spans[k]
 		end := sp.Skip + sp.Take
 		if skip >= end && (skip == end || b.cheapGap(si, end, skip)) {

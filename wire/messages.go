@@ -329,6 +329,7 @@ type OrderSettings struct {
 	Lanes     int    `json:"lanes"`
 	Window    int    `json:"window"`
 	Runs      string `json:"runs"`
+	Split     string `json:"split,omitempty"`
 	Mix       string `json:"mix,omitempty"`
 }
 

@@ -220,7 +220,7 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 					return s.err
 				}
 			}
-			if w.w.To == w.w.Size {
+			if w.w.Last {
 				// Samples past an estimated shard's end go to the rank that yields the
 				// window's end.
 				for _, sp := range slices.Sorted(maps.Keys(w.extras)) {
@@ -282,7 +282,7 @@ func (pl *Pipeline) yield(ctx context.Context, w *window, bat *batcher, bySpan m
 				if !spanClosed[sp] && (bySpan[sp] == nil || !bySpan[sp].closed) {
 					return moved, nil
 				}
-				if w.w.To == w.w.Size {
+				if w.w.Last {
 					for _, it := range w.extras[sp] {
 						if err := bat.add(ctx, it); err != nil {
 							return moved, err

@@ -141,6 +141,7 @@ class OrderSettings(TypedDict):
     lanes: int
     window: int
     runs: str
+    split: NotRequired[str]
     mix: NotRequired[str]
 
 
