@@ -133,7 +133,8 @@ func putBlock(b []byte) {
 }
 
 // blockReader streams a disk entry. Each block's checksum is checked, the first time
-// this process reads it, before any of its bytes are served. A block that does not
+// this process reads it, before any of its bytes are served, unless the entry's data
+// file carries the mark of a check of every block in this boot (see mark.go). A block that does not
 // match drops the entry and the reader goes on from the same byte through a new
 // fetch of the object, after checking that the source still holds the version it
 // was serving.
@@ -170,8 +171,8 @@ func (r *blockReader) Read(p []byte) (int, error) {
 		i := r.off / r.e.meta.Block
 		off, n := r.e.meta.blockRange(i)
 		if r.e.isChecked(i) {
-			// Checked by this process already: read straight into p, as from a
-			// local file, without the block buffer.
+			// Checked by this process, or in this boot, already: read straight
+			// into p, as from a local file, without the block buffer.
 			return r.readChecked(p[:min(int64(len(p)), off+n-r.off)])
 		}
 		if off == r.off && int64(len(p)) >= n {
@@ -219,7 +220,7 @@ func (r *blockReader) ReadByte() (byte, error) {
 	return b[0], nil
 }
 
-// load reads block i into the buffer, checking its checksum unless this process has.
+// load reads block i into the buffer, checking its checksum unless it was checked.
 func (r *blockReader) load(i int64) error {
 	m := &r.e.meta
 	if r.buf == nil {
@@ -234,8 +235,8 @@ func (r *blockReader) load(i int64) error {
 	return nil
 }
 
-// readBlock reads block i into b (its length), checking its checksum unless this
-// process has.
+// readBlock reads block i into b (its length), checking its checksum unless it was
+// checked (in this process, or in this boot).
 func (r *blockReader) readBlock(i int64, b []byte) error {
 	m := &r.e.meta
 	off, n := m.blockRange(i)
@@ -247,16 +248,16 @@ func (r *blockReader) readBlock(i int64, b []byte) error {
 		return &source.Error{Op: "read", URL: m.URL, Err: fmt.Errorf("cache: %s: %w", r.path, err)}
 	}
 	if !r.e.isChecked(i) {
+		r.c.n.checked.Add(1)
 		if err := m.checkBlock(i, b, r.path); err != nil {
 			return err
 		}
-		r.e.setChecked(i)
+		r.c.disk.checked(r.e, i, r.fh)
 	}
 	return nil
 }
 
-// readChecked reads p from the current position, which lies in one block this
-// process has checked.
+// readChecked reads p from the current position, which lies in one checked block.
 func (r *blockReader) readChecked(p []byte) (int, error) {
 	k, err := r.fh.ReadAt(p, r.off)
 	if k < len(p) {

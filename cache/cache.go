@@ -114,6 +114,10 @@ type Stats struct {
 	// read-only or unwritable directory, any error writing the cache's own files):
 	// their readers went on from the source, and nothing was cached.
 	WriteErrors int64
+	// BlocksChecked counts disk blocks whose XXH3 checksum was computed and
+	// compared: a fetch's read-back, and the first read of a block in a boot (or,
+	// where the file system keeps no mark, in this process).
+	BlocksChecked int64
 
 	DiskBytes     int64 // bytes the disk tier holds or has reserved
 	DiskEntries   int   // entries in the disk tier
@@ -122,7 +126,7 @@ type Stats struct {
 }
 
 type counters struct {
-	memHits, diskHits, fetches, joined, bypassed, stale, corrupt, unvalidated, evicted, failed, writeErrs atomic.Int64
+	memHits, diskHits, fetches, joined, bypassed, stale, corrupt, unvalidated, evicted, failed, writeErrs, checked atomic.Int64
 }
 
 // Cache is a source.Source that keeps the objects it reads in a memory and a disk
@@ -213,7 +217,7 @@ func (c *Cache) Stats() Stats {
 		MemoryHits: c.n.memHits.Load(), DiskHits: c.n.diskHits.Load(), Fetches: c.n.fetches.Load(),
 		Joined: c.n.joined.Load(), Bypassed: c.n.bypassed.Load(), Stale: c.n.stale.Load(),
 		Corrupt: c.n.corrupt.Load(), Unvalidated: c.n.unvalidated.Load(), Evicted: c.n.evicted.Load(),
-		Failed: c.n.failed.Load(), WriteErrors: c.n.writeErrs.Load(),
+		Failed: c.n.failed.Load(), WriteErrors: c.n.writeErrs.Load(), BlocksChecked: c.n.checked.Load(),
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -644,6 +648,7 @@ func (c *Cache) openDisk(ctx context.Context, url string, de *diskEntry, node in
 		return nil, &source.Error{Op: "open", URL: de.meta.URL, Err: fmt.Errorf("%w: %v", ErrCorrupt, err)}
 	}
 	c.disk.touch(de)
+	c.disk.lookForMark(de, fh)
 	return &blockReader{c: c, e: de, fh: fh, path: path, at: -1, open: func(off int64) (io.ReadCloser, error) {
 		return c.reopen(ctx, url, de.meta, node, off)
 	}}, nil
@@ -696,13 +701,12 @@ func (c *Cache) loadToMemory(de *diskEntry, node int) (any, error) {
 		return nil, nil
 	}
 	buf := c.alloc(size, node)
-	if err := c.disk.readVerified(de, buf); err != nil {
+	if err := c.disk.readVerified(de, buf, &c.n); err != nil {
 		c.mu.Lock()
 		m.used -= size
 		c.mu.Unlock()
 		return nil, err
 	}
-	de.setVerified()
 	c.mu.Lock()
 	e := m.insert(de.meta.URL, de.meta.Version, buf)
 	c.mu.Unlock()

@@ -163,7 +163,10 @@ type diskEntry struct {
 	bytes    int64           // data and meta file sizes
 	refs     int             // open readers
 	gone     bool            // removed from the index; files go when the last reader closes
-	checked  []atomic.Uint64 // a bit per block: its checksum matched in this process
+	checked  []atomic.Uint64 // a bit per block: its checksum matched in this process, or in this boot (see mark.go)
+	nchecked atomic.Int64    // bits set in checked
+	looked   atomic.Bool     // the data file's mark was looked for
+	marked   atomic.Bool     // the data file carries this boot's mark, or its setting was tried
 	opens    atomic.Int32    // opens in this process: the memory tier admits the second
 }
 
@@ -203,13 +206,44 @@ func (e *diskEntry) setVerified() {
 	for i := range e.checked {
 		e.checked[i].Store(^uint64(0))
 	}
+	e.nchecked.Store(e.meta.blocks())
 }
 
-// isChecked reports whether block i was checked in this process.
+// isChecked reports whether block i was checked in this process or boot.
 func (e *diskEntry) isChecked(i int64) bool { return e.checked[i/64].Load()&(1<<(i%64)) != 0 }
 
-// setChecked records that block i was checked.
-func (e *diskEntry) setChecked(i int64) { e.checked[i/64].Or(1 << (i % 64)) }
+// setChecked records that block i's checksum matched. It reports whether that made
+// every block of the entry checked (true for one call only).
+func (e *diskEntry) setChecked(i int64) bool {
+	bit := uint64(1) << (i % 64)
+	if e.checked[i/64].Or(bit)&bit != 0 {
+		return false
+	}
+	return e.nchecked.Add(1) == e.meta.blocks()
+}
+
+// allChecked reports whether every block of the entry was checked.
+func (e *diskEntry) allChecked() bool { return e.nchecked.Load() == e.meta.blocks() }
+
+// lookForMark, on an entry's first open in this process, marks every block checked
+// when fh, its data file, carries this boot's mark (see mark.go).
+func (d *diskTier) lookForMark(e *diskEntry, fh *os.File) {
+	if e.allChecked() || e.looked.Swap(true) {
+		return
+	}
+	if d.hasMark(fh, e.meta.Size) {
+		e.marked.Store(true)
+		e.setVerified()
+	}
+}
+
+// checked records that block i of e, read from fh, matched its checksum; the last
+// block of the entry to be checked sets fh's mark.
+func (d *diskTier) checked(e *diskEntry, i int64, fh *os.File) {
+	if e.setChecked(i) && !e.marked.Swap(true) {
+		d.setMark(fh)
+	}
+}
 
 // diskTier is the disk tier: an LRU index of entries in root with a byte budget,
 // shared with the other processes that use the directory (see the package
@@ -227,9 +261,16 @@ type diskTier struct {
 	gmu    sync.Mutex            // this process's holder of gfile's lock
 	gen    uint64                // the generation the index and used were read at
 	logf   func(string, ...any)
+	// boot is the digest of the boot's identifier (bootID; tests set their own):
+	// empty, no marks.
+	boot    string
+	noMarks atomic.Bool // the file system refused extended attributes
+	markErr sync.Once   // logs the first other error with a mark
 	// fault, when set (by tests), is asked before each write of the tier's files
-	// (op "create", "write", "sync" or "rename") and fails it with the error it
-	// returns: a disk that fills up, a directory that turns read-only.
+	// (op "create", "write", "sync" or "rename") and before each read or setting
+	// of a mark ("getxattr", "setxattr") and fails it with the error it returns: a
+	// disk that fills up, a directory that turns read-only, a file system without
+	// extended attributes.
 	fault func(op, path string) error
 }
 
@@ -259,7 +300,7 @@ func openDisk(dir string, budget int64, mu *sync.Mutex, logf func(string, ...any
 	if err != nil {
 		panic(err)
 	}
-	d := &diskTier{root: root, budget: budget, mu: mu, lru: lru, stems: map[string]*diskEntry{}, lock: lock, gfile: gfile, logf: logf}
+	d := &diskTier{root: root, budget: budget, mu: mu, lru: lru, stems: map[string]*diskEntry{}, lock: lock, gfile: gfile, logf: logf, boot: bootID()}
 	var rerr error
 	if err := d.shared(true, func() { rerr = d.startup() }); err != nil {
 		rerr = err
@@ -341,7 +382,7 @@ func (d *diskTier) refresh() {
 type scanned struct {
 	meta, data     bool
 	size, metaSize int64
-	mtime          time.Time
+	mtime          time.Time // the meta file's: the last hit (see touch)
 }
 
 // rescan reads the directory: the committed entries other processes added join the
@@ -379,9 +420,9 @@ func (d *diskTier) rescan() {
 			names[stem] = f
 		}
 		if m[5] == "meta" {
-			f.meta, f.metaSize = true, fi.Size()
+			f.meta, f.metaSize, f.mtime = true, fi.Size(), fi.ModTime()
 		} else {
-			f.data, f.size, f.mtime = true, fi.Size(), fi.ModTime()
+			f.data, f.size = true, fi.Size()
 		}
 	}
 	type cand struct {
@@ -726,15 +767,17 @@ func (d *diskTier) removePath(path string) {
 	}
 }
 
-// touch records a use in the data file's modification time, the LRU order the next
-// start rebuilds.
+// touch records a use in the meta file's modification time, the LRU order the next
+// start rebuilds. The data file's stays the time it was written: its mark records
+// it (see mark.go).
 func (d *diskTier) touch(e *diskEntry) {
 	now := time.Now()
-	os.Chtimes(d.dataPath(e.name), now, now)
+	os.Chtimes(d.metaPath(e.name), now, now)
 }
 
-// readVerified reads an entry's data into buf (its size) and checks every block.
-func (d *diskTier) readVerified(e *diskEntry, buf []byte) error {
+// readVerified reads an entry's data into buf (its size) and checks every block not
+// checked yet in this process or boot, counting them in cn.
+func (d *diskTier) readVerified(e *diskEntry, buf []byte, cn *counters) error {
 	path := d.dataPath(e.name)
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -753,11 +796,17 @@ func (d *diskTier) readVerified(e *diskEntry, buf []byte) error {
 	if n, _ := f.Read(make([]byte, 1)); n != 0 {
 		return &source.Error{Op: "read", URL: e.meta.URL, Err: fmt.Errorf("%w: %s is longer than %d bytes", ErrCorrupt, path, e.meta.Size)}
 	}
+	d.lookForMark(e, f)
 	for i := range e.meta.blocks() {
+		if e.isChecked(i) {
+			continue
+		}
 		off, n := e.meta.blockRange(i)
+		cn.checked.Add(1)
 		if err := e.meta.checkBlock(i, buf[off:off+n], path); err != nil {
 			return err
 		}
+		d.checked(e, i, f)
 	}
 	return nil
 }

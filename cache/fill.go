@@ -219,9 +219,13 @@ func (f *fill) fetch() error {
 	if err := d.sync(f.fh, tmp); err != nil {
 		return unwritable(err)
 	}
+	c.n.checked.Add(m.blocks())
 	if err := checkFile(f.fh, m, tmp); err != nil {
 		return fail(err)
 	}
+	// Read back and checked in this boot: later processes of the boot need not
+	// check it again.
+	d.setMark(f.fh)
 	metaTmp = d.tmpMeta(name)
 	if err := d.writeFileSync(metaTmp, mb); err != nil {
 		return uncommitted(err)
@@ -243,6 +247,7 @@ func (f *fill) fetch() error {
 		}
 		e := newDiskEntry(name, m, size+int64(len(mb)))
 		e.setVerified()
+		e.marked.Store(true)
 		c.mu.Lock()
 		if old, ok := d.lru.Peek(e.hash()); ok {
 			victims = d.remove(old)
