@@ -184,8 +184,10 @@ type Config struct {
 	// to every epoch's loader of a job (Tuner.Settings says where it is). Default:
 	// a tuner of the loader's own, starting from the defaults.
 	Tuner *Tuner
-	// ReadGap: the samples a rank wants of a window it shares with another rank (or
-	// of a resumed window) are read with one request per run of them, and two runs of
+	// ReadGap: the samples a rank wants of a window it holds only some of are read
+	// with one request per run of them (a window shared with another rank is a run
+	// of each lane; a resumed rank's first window, a DropLast rank's last and a
+	// window a mix's ranks share may be scattered), and two runs of
 	// one shard are read in one request, dropping the samples between them, when
 	// these take at most ReadGap bytes. Default: the request cost of the first shard's
 	// source (source.RequestCostOf: 64 KiB for local files, 1 MiB for object stores

@@ -123,13 +123,18 @@ var ErrNoSamples = errors.New("shard: not enough samples for the ranks")
 //
 // The epoch's samples are in the order NewOrder gives, which does not depend on the
 // world size. What the runs before this one left (all of it, without Runs) is cut
-// into World contiguous slices of floor(total/World) samples each, one per rank, so
+// into World contiguous parts of floor(total/World) samples each, one per rank, so
 // that every rank yields the same number of samples and batches and none runs out
-// early and hangs a distributed job. The total%World samples at the end are read by
-// no rank in that epoch (Plan.Dropped; fewer than World, and different samples each
-// epoch when shuffling). Every other sample is read by exactly one rank. A rank
-// reads the windows of its slice; only the first and the last can be partial, and of
-// those it reads only the samples it yields (and short gaps between them).
+// early and hangs a distributed job: parts of the split's sequence, which is the
+// order's windows, each window's samples in their place in the data (see split.go),
+// so that two ranks sharing a window each read a run of every lane's part of it. A
+// rank yields its part window by window, each window's samples in the order's
+// positions. The total%World samples at the end are read by no rank in that epoch
+// (Plan.Dropped; fewer than World, and different samples each epoch when
+// shuffling). Every other sample is read by exactly one rank. A rank reads the
+// windows of its part; only the first and the last can be partial, and of those it
+// reads only the samples it yields (and, where these are not runs, short gaps
+// between them: a resumed rank's first window, a DropLast rank's last, a mix's).
 //
 // The plan is a pure function of (shards, cfg). A plan that resumes an epoch whose
 // runs left fewer samples than World has no batches.
