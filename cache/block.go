@@ -134,10 +134,13 @@ func putBlock(b []byte) {
 
 // blockReader streams a disk entry. Each block's checksum is checked, the first time
 // this process reads it, before any of its bytes are served, unless the entry's data
-// file carries the mark of a check of every block in this boot (see mark.go). A block that does not
-// match drops the entry and the reader goes on from the same byte through a new
-// fetch of the object, after checking that the source still holds the version it
-// was serving.
+// file carries the mark of a check of every block in this boot (see mark.go). A block
+// that does not match drops the entry and the reader goes on from the same byte
+// through a new fetch of the object, after checking that the source still holds the
+// version it was serving. Checked blocks are read as a local file is through a
+// bufio.Reader: reads of smallRead bytes or more straight into the caller's buffer,
+// smaller ones (a tar header) from a window of smallRead bytes, one system call for
+// several of them.
 type blockReader struct {
 	c    *Cache
 	e    *diskEntry
@@ -145,9 +148,10 @@ type blockReader struct {
 	path string
 	open func(off int64) (io.ReadCloser, error) // a stream of the object from off, fetched anew
 
-	buf  []byte // block bufAt's bytes, verified
-	bufN int64  // valid bytes in buf
-	at   int64  // offset of buf[0]; -1: none
+	buf  []byte // a block buffer (load)
+	win  []byte // a window of a checked block (window)
+	view []byte // checked bytes at offset at: a block in buf, or a window in win
+	at   int64  // offset of view[0]; -1: none
 	off  int64  // read position
 	up   io.ReadCloser
 	once sync.Once
@@ -167,13 +171,19 @@ func (r *blockReader) Read(p []byte) (int, error) {
 	if r.off >= r.e.meta.Size {
 		return 0, io.EOF
 	}
-	if r.at < 0 || r.off < r.at || r.off >= r.at+r.bufN {
+	if r.at < 0 || r.off < r.at || r.off >= r.at+int64(len(r.view)) {
 		i := r.off / r.e.meta.Block
 		off, n := r.e.meta.blockRange(i)
-		if r.e.isChecked(i) {
+		if r.e.isChecked(i) && len(p) >= smallRead {
 			// Checked by this process, or in this boot, already: read straight
 			// into p, as from a local file, without the block buffer.
 			return r.readChecked(p[:min(int64(len(p)), off+n-r.off)])
+		}
+		if r.e.isChecked(i) {
+			if err := r.window(off + n); err != nil {
+				return 0, err
+			}
+			return r.Read(p)
 		}
 		if off == r.off && int64(len(p)) >= n {
 			// A whole block: read and checked in p itself, not copied through buf.
@@ -200,16 +210,36 @@ func (r *blockReader) Read(p []byte) (int, error) {
 			return r.Read(p)
 		}
 	}
-	n := copy(p, r.buf[r.off-r.at:r.bufN])
+	n := copy(p, r.view[r.off-r.at:])
 	r.off += int64(n)
 	return n, nil
+}
+
+// smallRead is the size under which a read of a checked block is served from a
+// window of this size: bufio.Reader's default, as the shard reader puts in front of
+// a local file.
+const smallRead = 8 << 10
+
+// window reads the next smallRead bytes from the read position, at most to end (the
+// end of the position's block, which is checked), into the window.
+func (r *blockReader) window(end int64) error {
+	if r.win == nil {
+		r.win = make([]byte, smallRead)
+	}
+	r.at, r.view = -1, nil
+	k := min(smallRead, end-r.off)
+	if err := r.readAt(r.win[:k], r.off); err != nil {
+		return err
+	}
+	r.at, r.view = r.off, r.win[:k]
+	return nil
 }
 
 // ReadByte lets readers that want a buffered source (io.ByteReader) use this one
 // without another buffer.
 func (r *blockReader) ReadByte() (byte, error) {
-	if r.up == nil && r.at >= 0 && r.off >= r.at && r.off < r.at+r.bufN {
-		c := r.buf[r.off-r.at]
+	if r.up == nil && r.at >= 0 && r.off >= r.at && r.off < r.at+int64(len(r.view)) {
+		c := r.view[r.off-r.at]
 		r.off++
 		return c, nil
 	}
@@ -226,12 +256,12 @@ func (r *blockReader) load(i int64) error {
 	if r.buf == nil {
 		r.buf = getBlock(m.Block)
 	}
-	r.at = -1
+	r.at, r.view = -1, nil
 	off, n := m.blockRange(i)
 	if err := r.readBlock(i, r.buf[:n]); err != nil {
 		return err
 	}
-	r.at, r.bufN = off, n
+	r.at, r.view = off, r.buf[:n]
 	return nil
 }
 
@@ -259,18 +289,27 @@ func (r *blockReader) readBlock(i int64, b []byte) error {
 
 // readChecked reads p from the current position, which lies in one checked block.
 func (r *blockReader) readChecked(p []byte) (int, error) {
-	k, err := r.fh.ReadAt(p, r.off)
+	if err := r.readAt(p, r.off); err != nil {
+		return 0, err
+	}
+	r.off += int64(len(p))
+	return len(p), nil
+}
+
+// readAt reads all of p from off of the data file, bytes of checked blocks: a
+// file that ends before is corrupt.
+func (r *blockReader) readAt(p []byte, off int64) error {
+	k, err := r.fh.ReadAt(p, off)
 	if k < len(p) {
 		m := &r.e.meta
 		if err == nil || err == io.EOF {
-			err = fmt.Errorf("%w: %s ends at byte %d, recorded size %d", ErrCorrupt, r.path, r.off+int64(k), m.Size)
+			err = fmt.Errorf("%w: %s ends at byte %d, recorded size %d", ErrCorrupt, r.path, off+int64(k), m.Size)
 		} else {
 			err = fmt.Errorf("cache: %s: %w", r.path, err)
 		}
-		return 0, &source.Error{Op: "read", URL: m.URL, Err: err}
+		return &source.Error{Op: "read", URL: m.URL, Err: err}
 	}
-	r.off += int64(k)
-	return k, nil
+	return nil
 }
 
 // recover drops the corrupt entry and continues the stream from a new fetch.

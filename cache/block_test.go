@@ -189,7 +189,9 @@ func TestCheckedBlocks(t *testing.T) {
 	}
 }
 
-// Blocks this process has checked are read straight into the caller's buffer, in
+// Blocks this process has checked are read as a local file is through a
+// bufio.Reader: reads of smallRead bytes or more straight into the caller's buffer,
+// smaller ones from a window of smallRead bytes, never through the block buffer, in
 // reads of any size and alignment; a data file cut short after the check fails the
 // read as corrupt rather than serving fewer bytes.
 func TestCheckedBlocksReadDirect(t *testing.T) {
@@ -223,8 +225,12 @@ func TestCheckedBlocksReadDirect(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if br, ok := r.(*blockReader); !ok || br.buf != nil {
-			t.Fatalf("reads of %d bytes: a %T, through the block buffer: want a *blockReader reading straight into the caller's buffer", size, r)
+		br, ok := r.(*blockReader)
+		if !ok || br.buf != nil {
+			t.Fatalf("reads of %d bytes: a %T, through the block buffer: want a *blockReader reading checked blocks without it", size, r)
+		}
+		if usedWindow := br.win != nil; usedWindow != (size < smallRead) {
+			t.Errorf("reads of %d bytes: through the window %v, want %v", size, usedWindow, size < smallRead)
 		}
 		r.Close()
 		if !bytes.Equal(got, want) {
