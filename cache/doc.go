@@ -43,21 +43,25 @@
 // blocks are checked once when it is written (the read-back above) and once more in
 // each boot of the node, on their first read: before any of a block's bytes are
 // served, in the same pass that serves them, so a warm epoch reads each file once.
-// Checked blocks are read from then on straight into the caller's buffer, as a local
-// file is. When every block of an entry has matched in a process (the fetch's
-// read-back, a whole read such as cat's or an epoch's, a load into the memory tier),
-// its data file is given a mark, the extended attribute user.shardload.checked: 32
-// bytes, a digest of the boot's identifier (/proc/sys/kernel/random/boot_id) and the
-// file's size and modification time. A process that opens an entry whose data file
-// carries the mark of the current boot, at the file's present size and modification
-// time, serves it as checked, without a checksum; a reboot, a file written since (its
-// modification time moved) or a replaced file (the mark is the inode's) has the
-// blocks checked again. The mark costs an fgetxattr on an entry's first open in a
-// process and one fsetxattr per entry and boot. A mismatch, or a read of part of an
-// entry, sets no mark. Where the file system keeps no extended attributes (tmpfs
+// Checked blocks are read from then on as a local file is read through bufio: reads
+// of 8 KiB or more straight into the caller's buffer, smaller ones (a tar header)
+// from an 8 KiB window of the file.
+//
+// When every block of an entry has matched in a process (the fetch's read-back, a
+// whole read such as cat's or an epoch's, a load into the memory tier), its data
+// file is given a mark, the extended attribute user.shardload.checked: 32 bytes, a
+// digest of the boot's identifier (/proc/sys/kernel/random/boot_id) and the file's
+// size and modification time. A process that opens an entry whose data file carries
+// the mark of the current boot, at the file's present size and modification time,
+// serves it as checked, without a checksum. A reboot, a write to the file since the
+// mark (its modification time moved) or a file that replaced it (the mark is the
+// inode's) has the blocks checked again. A mismatch sets no mark, nor does a read
+// that leaves a block of the entry unchecked. The mark costs an fgetxattr and an
+// fstat on an entry's first open in a process, and an fstat and an fsetxattr once
+// per entry and boot. Where the file system keeps no extended attributes (tmpfs
 // before Linux 6.6, some network file systems) or the boot's identifier cannot be
-// read, there are no marks and each process checks each block the first time it
-// reads it, silently; another error setting a mark is logged once. Stats.BlocksChecked
+// read, there are no marks, silently, and each process checks each block the first
+// time it reads it; another error setting a mark is logged once. Stats.BlocksChecked
 // counts the blocks checksummed.
 //
 // A mismatch drops the entry, counts it in Stats.Corrupt, and the stream goes on from
