@@ -275,6 +275,7 @@ type planBuilder struct {
 // addPart adds the rank's part (segs of the split's sequence T), window by window.
 func (b *planBuilder) addPart(part []seg) {
 	var in []seg
+	part = slices.Clone(part)
 	for len(part) > 0 {
 		var j, start, end int64
 		j, start, end, in, part = b.sp.inWindow(part, in[:0])

@@ -205,7 +205,8 @@ func (sp *splitter) sub(rs []seg, from, to int64) []seg {
 }
 
 // inWindow splits part (in T's order) at its first window's end: the segs of that
-// window, clipped to it, and the rest. It returns the window's number and bounds.
+// window, clipped to it, appended to in, and the rest. It returns the window's number
+// and bounds. It may move the start of part's first seg.
 func (sp *splitter) inWindow(part []seg, in []seg) (j, start, end int64, _, rest []seg) {
 	j, start, end = sp.o.window(part[0].s)
 	for len(part) > 0 && part[0].s < end {
@@ -215,11 +216,9 @@ func (sp *splitter) inWindow(part []seg, in []seg) (j, start, end int64, _, rest
 			part = part[1:]
 			continue
 		}
-		h := g
-		h.e = end
-		in = append(in, h)
-		g.s = end
-		part = append([]seg{g}, part[1:]...)
+		g.e = end
+		in = append(in, g)
+		part[0].s = end
 	}
 	return j, start, end, in, part
 }
@@ -247,6 +246,7 @@ func (sp *splitter) consume(part []seg, c int64) []seg {
 		return sp.sub(part, c, sp.segsLen(part)) // T is the order: yielded in T's order
 	}
 	var out, in []seg
+	part = slices.Clone(part)
 	for c > 0 && len(part) > 0 {
 		_, _, _, in, part = sp.inWindow(part, in[:0])
 		n := sp.segsLen(in)
@@ -273,6 +273,7 @@ func (sp *splitter) limit(part []seg, c int64) []seg {
 		return sp.sub(part, 0, c)
 	}
 	var out, in []seg
+	part = slices.Clone(part)
 	for c > 0 && len(part) > 0 {
 		_, _, _, in, part = sp.inWindow(part, in[:0])
 		n := sp.segsLen(in)
