@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/internal/mem"
 )
 
 // Align is the alignment in bytes of every column's data and of every ragged
@@ -215,7 +216,7 @@ func CollateInto(b *Layout, slab []byte, fields []decode.Field, keys []string, r
 			binary.LittleEndian.PutUint64(offs, 0)
 			for i := range rows {
 				if j < len(fields) {
-					o += copy(data[o:], rows[i][j].Data)
+					o += mem.CopyOut(data[o:], rows[i][j].Data)
 				} else {
 					o += copy(data[o:], keys[i])
 				}
@@ -231,7 +232,7 @@ func CollateInto(b *Layout, slab []byte, fields []decode.Field, keys []string, r
 			} else {
 				var o int
 				for i := range rows {
-					o += copy(data[o:], rows[i][j].Data)
+					o += mem.CopyOut(data[o:], rows[i][j].Data)
 				}
 			}
 		}

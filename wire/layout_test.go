@@ -357,3 +357,48 @@ func TestCollateIntoReuse(t *testing.T) {
 	}
 	checkBatch(t, slab, &b, fx)
 }
+
+// Values of 32 KiB and more (copied into the slab with non-temporal stores where
+// the CPU has them, mem.CopyOut) land where smaller ones would: a ragged column of
+// sizes around and above that, and a fixed column of 48 KiB rows.
+func TestCollateLargeValues(t *testing.T) {
+	fields := []decode.Field{
+		{Name: "jpg", Kind: decode.KindRaw},
+		{Name: "x", Kind: decode.KindNPY, DType: decode.Uint8, Shape: []int{48 << 10}},
+	}
+	sizes := []int{0, 1, 32<<10 - 1, 32 << 10, 32<<10 + 1, 110<<10 + 17, 7}
+	var keys []string
+	var rows [][]decode.Value
+	for i, n := range sizes {
+		raw := make([]byte, n)
+		fixed := make([]byte, 48<<10)
+		for k := range raw {
+			raw[k] = byte(k*13 + i)
+		}
+		for k := range fixed {
+			fixed[k] = byte(k*5 + i)
+		}
+		keys = append(keys, fmt.Sprint("k", i))
+		rows = append(rows, []decode.Value{{Data: raw}, {Data: fixed}})
+	}
+	need := Needed(fields, keys, rows)
+	slab := bytes.Repeat([]byte{0xAA}, int(need)+3) // odd length: nothing aligned by chance
+	b, err := Collate(slab[3:], fields, keys, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j, name := range []string{"jpg", "x"} {
+		c, ok := b.Column(name)
+		if !ok {
+			t.Fatalf("no column %s", name)
+		}
+		for i := range rows {
+			if got := c.Row(slab[3:], i); !bytes.Equal(got, rows[i][j].Data) {
+				t.Fatalf("column %s row %d: %d bytes, differ from the value's %d", name, i, len(got), len(rows[i][j].Data))
+			}
+		}
+	}
+	if !bytes.Equal(slab[:3], []byte{0xAA, 0xAA, 0xAA}) {
+		t.Fatal("bytes written before the slab")
+	}
+}

@@ -1,0 +1,7 @@
+//go:build !(amd64 && cgo)
+
+package mem
+
+const haveStream = false
+
+func stream(dst, src []byte) { copy(dst, src) }
