@@ -187,7 +187,7 @@ type Config struct {
 	// ReadGap: the samples a rank wants of a window it holds only some of are read
 	// with one request per run of them (a window shared with another rank is a run
 	// of each lane; a resumed rank's first window, a DropLast rank's last and a
-	// window a mix's ranks share may be scattered), and two runs of
+	// window a stratified mix's ranks share may be scattered), and two runs of
 	// one shard are read in one request, dropping the samples between them, when
 	// these take at most ReadGap bytes. Default: the request cost of the first shard's
 	// source (source.RequestCostOf: 64 KiB for local files, 1 MiB for object stores

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -87,7 +88,9 @@ func TestMixedEpochs(t *testing.T) {
 		c.Rank, c.World = r, 2
 		two = append(two, readEpoch(t, c)...)
 	}
-	if strings.Join(one, " ") != strings.Join(two, " ") {
+	// The same samples (the window the two share is split by items, each rank
+	// yielding its runs in the window's order).
+	if strings.Join(slices.Sorted(slices.Values(one)), " ") != strings.Join(slices.Sorted(slices.Values(two)), " ") {
 		t.Fatal("two ranks read another epoch than one")
 	}
 	batches, states, _ := run(t, cfg)

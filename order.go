@@ -42,10 +42,10 @@ type Order struct {
 	Window int `json:"window"`
 	// Runs are the earlier runs of the epoch when the loader resumes it (State.Runs).
 	Runs string `json:"runs"`
-	// Split names how the ranks split a shuffled epoch of one dataset: "items", by
-	// the samples' places in the data within the windows ranks share (see
-	// plan.New); empty for a mix or an unshuffled epoch, which ranks split by
-	// positions. A State saved under another split does not resume.
+	// Split names how the ranks split a shuffled epoch: "items", by the samples'
+	// places in the data within the windows ranks share (see plan.New); empty for
+	// an unshuffled epoch or a mix of stratified or per-stream batches, which ranks
+	// split by positions. A State saved under another split does not resume.
 	Split string `json:"split,omitempty"`
 	// Mix is a digest of the mix of a job of several streams (Config.Streams: their
 	// shards, weights, draws, the epoch's length and the batching); Samples is then
@@ -67,7 +67,8 @@ func orderOf(cfg Config, shards []shard.Info, mix *plan.Mix) Order {
 	}
 	if mix != nil {
 		o.Mix, o.Samples = mix.Key(shards, cfg.BatchSize)
-	} else if o.Shuffle {
+	}
+	if o.Shuffle && (mix == nil || mix.Batching == "" || mix.Batching == plan.Random) {
 		o.Split = "items"
 	}
 	return o

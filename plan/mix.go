@@ -511,12 +511,25 @@ func (mo *mixOrder) pieces(j int64, dst []piece) []piece {
 	return dst
 }
 
-// streamSamples returns the samples of each stream in positions rs.
-func (mo *mixOrder) streamSamples(rs []Range) []int64 {
+// partStreams returns the samples of each stream in a rank's part, window by
+// window: a whole window's by the schedule, a window's share by the positions of
+// its samples (a window's permutation keeps each stream's items among the stream's
+// positions).
+func (mo *mixOrder) partStreams(sp *splitter, part []seg) []int64 {
 	out := make([]int64, len(mo.streams))
-	for _, r := range rs {
-		for s := range out {
-			out[s] += mo.streamCount(s, r.End) - mo.streamCount(s, r.Start)
+	part = slices.Clone(part)
+	var in []seg
+	for len(part) > 0 {
+		var start, end int64
+		_, start, end, in, part = sp.inWindow(part, in[:0])
+		if sp.segsLen(in) == end-start {
+			for s := range out {
+				out[s] += mo.streamCount(s, end) - mo.streamCount(s, start)
+			}
+			continue
+		}
+		for _, p := range sp.positions(in) {
+			out[mo.streamOf(start+int64(p))]++
 		}
 	}
 	return out

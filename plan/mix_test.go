@@ -1,8 +1,10 @@
 package plan
 
 import (
+	"cmp"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/shardload/shardload/internal/testutil"
@@ -35,6 +37,17 @@ func mixEpoch(t *testing.T, shards []shard.Info, m Mix, epoch, world, batch int,
 		}
 		if per != int64(len(got)) || len(got) != p.Samples {
 			t.Fatalf("rank %d: read %d samples, plan says %d (streams %v)", r, len(got), p.Samples, p.Streams)
+		}
+		byStream := make([]int64, len(m.Streams))
+		for _, id := range got {
+			for s, st := range m.Streams {
+				if id.shard >= st.First && id.shard < st.First+st.Count {
+					byStream[s]++
+				}
+			}
+		}
+		if !slices.Equal(byStream, p.Streams) {
+			t.Fatalf("rank %d: read %v samples of each stream, plan says %v", r, byStream, p.Streams)
 		}
 		out = append(out, got...)
 	}
@@ -121,8 +134,15 @@ func TestMixRotates(t *testing.T) {
 			t.Fatalf("epoch %d: 256 consecutive positions hold %d to %d of A", epoch, lo, hi)
 		}
 		equalSeq(t, "again", mixEpoch(t, shards, m, epoch, 1, 16, nil), seq)
+		// Two ranks read the same samples between them (the window they share split
+		// by items: each its runs of every lane, in the window's order).
 		two := mixEpoch(t, shards, m, epoch, 2, 16, nil)
-		equalSeq(t, "world 2", two, seq)
+		sorted := func(ids []sampleID) []sampleID {
+			return slices.SortedFunc(slices.Values(ids), func(a, b sampleID) int {
+				return cmp.Or(cmp.Compare(a.shard, b.shard), cmp.Compare(a.idx, b.idx))
+			})
+		}
+		equalSeq(t, "world 2", sorted(two), sorted(seq))
 	}
 	if len(seenB) != 4000 {
 		t.Fatalf("B: %d distinct samples over 4 epochs, want 4000", len(seenB))
@@ -304,5 +324,35 @@ func TestMixNoRowRefused(t *testing.T) {
 	m := Mix{Streams: []Stream{{First: 0, Count: 4, Weight: 100}, {First: 4, Count: 4, Weight: 1}}, Batching: Stratified}
 	if _, err := New(shards, Config{BatchSize: 8, Mix: &m}); !errors.Is(err, ErrMix) {
 		t.Fatalf("a stream without a row: %v", err)
+	}
+}
+
+// TestMixSplitReadsOnce: the ranks of a shuffled mix of random batching split the
+// windows they share by items, as a single dataset's do: with reads across gaps taken
+// to cost nothing, no two ranks read the same sample (stratified batches, which keep
+// runs of positions, may).
+func TestMixSplitReadsOnce(t *testing.T) {
+	shards := twoStreams(10, 40, 100)
+	for i := range shards {
+		for k := range shards[i].Samples {
+			shards[i].Offsets = append(shards[i].Offsets, int64(k)*4096)
+		}
+	}
+	m := Mix{Streams: []Stream{{First: 0, Count: 10, Weight: 1}, {First: 10, Count: 40, Weight: 2}}, Samples: 3000}
+	for _, world := range []int{2, 3, 7} {
+		var read, yielded int
+		for r := range world {
+			p, err := New(shards, Config{Seed: 3, Rank: r, World: world, Shuffle: true, Lanes: 4, Window: 300, BatchSize: 16, Mix: &m, GapBytes: 1 << 40})
+			if err != nil {
+				t.Fatal(err)
+			}
+			yielded += len(readPlan(t, p))
+			for _, sp := range p.Spans {
+				read += sp.Take
+			}
+		}
+		if read != yielded {
+			t.Fatalf("world %d: the ranks read %d samples to yield %d", world, read, yielded)
+		}
 	}
 }

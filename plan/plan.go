@@ -134,7 +134,8 @@ var ErrNoSamples = errors.New("shard: not enough samples for the ranks")
 // shuffling). Every other sample is read by exactly one rank. A rank reads the
 // windows of its part; only the first and the last can be partial, and of those it
 // reads only the samples it yields (and, where these are not runs, short gaps
-// between them: a resumed rank's first window, a DropLast rank's last, a mix's).
+// between them: a resumed rank's first window, a DropLast rank's last, a stratified or
+// per-stream mix's).
 //
 // The plan is a pure function of (shards, cfg). A plan that resumes an epoch whose
 // runs left fewer samples than World has no batches.
@@ -165,7 +166,10 @@ func New(shards []shard.Info, cfg Config) (Plan, error) {
 		}
 		o = order
 	}
-	sp := &splitter{o: o, byItems: mix == nil}
+	// A shuffled mix whose batches are cut from the order as it comes is split by
+	// items too; stratified and per-stream batches keep their shares only when
+	// ranks take runs of positions.
+	sp := &splitter{o: o, byItems: mix == nil || cfg.Shuffle && mix.kind == Random}
 	rest, err := sp.remaining(o.Len(), cfg.Runs, align)
 	if err != nil {
 		return Plan{}, fmt.Errorf("%w: %w", ErrBadRuns, err)
@@ -213,7 +217,7 @@ func New(shards []shard.Info, cfg Config) (Plan, error) {
 	}
 	b.addPart(part)
 	if mix != nil {
-		p.Streams = mix.streamSamples(sp.positionRanges(part))
+		p.Streams = mix.partStreams(sp, part)
 	}
 	return p, nil
 }

@@ -21,8 +21,11 @@ import (
 // the order once, but for the samples of the windows they share not in the
 // order's sequence.
 //
-// A mixed epoch (Mix) is split by positions: T is the order itself, so that the
-// batches of a stratified or per-stream batching keep their shares.
+// A mixed epoch (Mix) of stratified or per-stream batching is split by positions
+// (T is the order itself), so that its batches keep their shares; one of random
+// batching is split by items, its windows' pieces (a stream's lane each) interleaved
+// as a single dataset's lanes are, so a rank's share of a window holds each
+// stream's share.
 //
 // What a run leaves of a rank's part is its part less the first Consumed samples it
 // yielded: whole windows, and in one window the samples at positions from some
