@@ -28,7 +28,7 @@ func (c *Cache) OpenAt(ctx context.Context, info source.Info, off, length int64)
 	if err := ctx.Err(); err != nil {
 		return nil, &source.Error{Op: "open", URL: url, Err: err}
 	}
-	r, _, err := c.openAt(ctx, url, 0, 0, info, true)
+	r, _, err := c.openAt(ctx, url, 0, 0, info, check{ok: true})
 	if err != nil {
 		return nil, err
 	}

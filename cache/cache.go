@@ -46,6 +46,9 @@ const (
 	DefaultDiskBytes   = 32 << 30
 	DefaultStatTimeout = 2 * time.Second
 	DefaultOfflineFor  = 30 * time.Second
+	// DefaultValidateWithin is how long a Stat that found a cached entry's version
+	// serves the node's opens of that entry (Options.ValidateWithin).
+	DefaultValidateWithin = 5 * time.Second
 )
 
 // Options configure a Cache. The zero value is a cache with no tiers, whose every
@@ -73,6 +76,14 @@ type Options struct {
 	// entries are served without asking it again. Default 30 s; negative: ask every
 	// time.
 	OfflineFor time.Duration
+	// ValidateWithin is how long a Stat that found a cached entry at its version
+	// (the validation of an open, or the one before its fetch) serves the opens of
+	// that entry that follow, in this process and in the node's other processes
+	// sharing Dir, without a Stat of their own: a node's ranks opening one shard
+	// send one HEAD per interval, not one each. An object rewritten at the source
+	// within the interval of a node's last check of it is seen at most that much
+	// later. Default 5 s (DefaultValidateWithin); negative: a Stat on every open.
+	ValidateWithin time.Duration
 	// Logf receives warnings (an unbound buffer, a file that could not be removed,
 	// once per cause a cache that cannot be written).
 	// Default log.Printf.
@@ -91,6 +102,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.OfflineFor == 0 {
 		o.OfflineFor = DefaultOfflineFor
+	}
+	if o.ValidateWithin == 0 {
+		o.ValidateWithin = DefaultValidateWithin
 	}
 	if o.Logf == nil {
 		o.Logf = log.Printf
@@ -118,6 +132,10 @@ type Stats struct {
 	// compared: a fetch's read-back, and the first read of a block in a boot (or,
 	// where the file system keeps no mark, in this process).
 	BlocksChecked int64
+	// ValidationsShared counts opens of cached entries served without a Stat of
+	// their own: a Stat of this process or another one of the node found the
+	// entry's version less than Options.ValidateWithin before.
+	ValidationsShared int64
 
 	DiskBytes     int64 // bytes the disk tier holds or has reserved
 	DiskEntries   int   // entries in the disk tier
@@ -126,7 +144,7 @@ type Stats struct {
 }
 
 type counters struct {
-	memHits, diskHits, fetches, joined, bypassed, stale, corrupt, unvalidated, evicted, failed, writeErrs, checked atomic.Int64
+	memHits, diskHits, fetches, joined, bypassed, stale, corrupt, unvalidated, evicted, failed, writeErrs, checked, shared atomic.Int64
 }
 
 // Cache is a source.Source that keeps the objects it reads in a memory and a disk
@@ -153,7 +171,8 @@ type Cache struct {
 	loads        singleflight.Group // disk -> verify / memory, per entry
 	offlineUntil atomic.Int64       // unix nanoseconds
 	n            counters
-	causes       sync.Map // write failures logged: cause -> true
+	now          func() time.Time // the wall clock of validations (tests set their own)
+	causes       sync.Map         // write failures logged: cause -> true
 }
 
 var (
@@ -175,7 +194,7 @@ func New(opts Options, upstream source.Source) (*Cache, error) {
 		return nil, fmt.Errorf("cache: negative budget (disk %d, memory %d)", opts.DiskBytes, opts.MemoryBytes)
 	}
 	opts = opts.withDefaults()
-	c := &Cache{opts: opts, up: upstream, fills: make(map[string]*fill), behind: make(map[string]bool)}
+	c := &Cache{opts: opts, up: upstream, fills: make(map[string]*fill), behind: make(map[string]bool), now: time.Now}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if opts.MemoryBytes > 0 {
 		per := opts.MemoryBytes / int64(opts.Nodes)
@@ -218,6 +237,7 @@ func (c *Cache) Stats() Stats {
 		Joined: c.n.joined.Load(), Bypassed: c.n.bypassed.Load(), Stale: c.n.stale.Load(),
 		Corrupt: c.n.corrupt.Load(), Unvalidated: c.n.unvalidated.Load(), Evicted: c.n.evicted.Load(),
 		Failed: c.n.failed.Load(), WriteErrors: c.n.writeErrs.Load(), BlocksChecked: c.n.checked.Load(),
+		ValidationsShared: c.n.shared.Load(),
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -297,18 +317,41 @@ func (c *Cache) OpenRange(ctx context.Context, url string, off, length int64) (i
 
 // OpenVersion is OpenRange provided the object is still at version (an earlier
 // Info.Version): otherwise it fails with an error wrapping source.ErrChanged. The
-// version is compared with the source's (Stat, which an unreachable source answers
-// with the cached copy's); the open that follows validates the cached copy as Open
-// does.
+// version is compared with the source's, as Open validates a cached copy: one Stat
+// (which an unreachable source answers with the cached copy's version), or none
+// when a cached copy at version was found at the source less than
+// Options.ValidateWithin before.
 func (c *Cache) OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
-	info, err := c.Stat(ctx, url)
-	if err != nil {
-		return nil, err
+	if off < 0 {
+		return nil, &source.Error{Op: "open", URL: url, Err: fmt.Errorf("cache: negative offset %d", off)}
 	}
-	if info.Version != version {
-		return nil, &source.Error{Op: "open", URL: url, Err: fmt.Errorf("%w: version %s, want %s", source.ErrChanged, info.Version, version)}
+	if err := ctx.Err(); err != nil {
+		return nil, &source.Error{Op: "open", URL: url, Err: err}
 	}
-	return c.openRange(ctx, url, 0, off, length)
+	for share := true; ; share = false {
+		info, chk, err := c.validate(ctx, url, version, share)
+		if err != nil {
+			return nil, err
+		}
+		if info.Version != version {
+			return nil, &source.Error{Op: "open", URL: url, Err: fmt.Errorf("%w: version %s, want %s", source.ErrChanged, info.Version, version)}
+		}
+		if _, ok := c.cachedVersion(url); !ok && (off > 0 || length >= 0) {
+			if rr := c.rangeReader(url); rr != nil {
+				c.n.bypassed.Add(1)
+				c.fillBehind(url)
+				return rr.OpenRange(ctx, url, off, length)
+			}
+		}
+		r, _, err := c.openAt(ctx, url, 0, 0, info, chk)
+		if errors.Is(err, errUnshared) && share {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return section(url, r, off, length)
+	}
 }
 
 func (c *Cache) openRange(ctx context.Context, url string, node int, off, length int64) (io.ReadCloser, error) {
@@ -448,18 +491,40 @@ func unreachable(ctx context.Context, err error) bool {
 	return !errors.Is(err, source.ErrNotFound) && !errors.Is(err, source.ErrPermission)
 }
 
-// validate asks the source for url's Info when a copy is cached. ok is false when the
-// source could not be reached and the cached copy (cached) is to be served as is.
-func (c *Cache) validate(ctx context.Context, url string) (info source.Info, ok bool, err error) {
+// check says how an open's version was settled.
+type check struct {
+	ok     bool  // the source was asked (false: unreachable, the cached copy is served as is)
+	at     int64 // when the Stat that found the version was sent (wall-clock nanoseconds; 0: none)
+	shared bool  // a recent check served the open (see validate.go): a cached copy, or nothing
+}
+
+// errUnshared is openAt's answer to an open whose version a shared check settled
+// when the copy checked is no longer cached: the open asks the source after all,
+// rather than fetch an object at a version no Stat has just found.
+var errUnshared = errors.New("cache: the entry checked is gone")
+
+// validate asks the source for url's Info when a copy is cached, unless share and a
+// check of the copy made less than Options.ValidateWithin ago (by this process or
+// another one of the node) serves (see validate.go); want, when not empty, is the
+// version the caller wants: a copy of another one is not served from a shared
+// check. chk.ok is false when the source could not be reached and the cached copy
+// (info) is to be served as is.
+func (c *Cache) validate(ctx context.Context, url, want string, share bool) (info source.Info, chk check, err error) {
 	cached, have := c.cachedVersion(url)
 	if !have {
+		at := c.now().UnixNano()
 		info, err = c.up.Stat(ctx, url)
-		return info, err == nil, err
+		return info, check{ok: err == nil, at: at}, err
+	}
+	if share && (want == "" || want == cached.Version) && c.sharedCheck(key(url), cached) {
+		c.n.shared.Add(1)
+		return cached, check{ok: true, shared: true}, nil
 	}
 	if c.opts.OfflineFor > 0 && time.Now().UnixNano() < c.offlineUntil.Load() {
 		c.n.unvalidated.Add(1)
-		return cached, false, nil
+		return cached, check{}, nil
 	}
+	at := c.now().UnixNano()
 	sctx, cancel := context.WithTimeout(ctx, c.opts.StatTimeout)
 	info, err = c.up.Stat(sctx, url)
 	cancel()
@@ -468,19 +533,21 @@ func (c *Cache) validate(ctx context.Context, url string) (info source.Info, ok 
 		if info.Size != cached.Size || info.Version != cached.Version {
 			c.n.stale.Add(1)
 			c.drop(url)
+		} else {
+			c.recordCheck(key(url), info, at)
 		}
-		return info, true, nil
+		return info, check{ok: true, at: at}, nil
 	case unreachable(ctx, err):
 		if c.opts.OfflineFor > 0 {
 			c.offlineUntil.Store(time.Now().Add(c.opts.OfflineFor).UnixNano())
 		}
 		c.opts.Logf("cache: serving cached %s without validation: %v", key(url), err)
 		c.n.unvalidated.Add(1)
-		return cached, false, nil
+		return cached, check{}, nil
 	case errors.Is(err, source.ErrNotFound):
 		c.drop(url)
 	}
-	return info, false, err
+	return info, check{}, err
 }
 
 // drop removes every cached copy of url (files of entries being read go when their
@@ -503,18 +570,30 @@ func (c *Cache) drop(url string) {
 
 // open serves url. It re-checks the tiers after a corrupt entry is dropped, once.
 func (c *Cache) open(ctx context.Context, url string, node int, attempt int) (io.ReadCloser, how, error) {
+	return c.openWant(ctx, url, "", node, attempt)
+}
+
+// openWant is open; want, when not empty, is the version the caller expects: a
+// cached copy of another version is not served from a shared check (validate).
+func (c *Cache) openWant(ctx context.Context, url, want string, node int, attempt int) (io.ReadCloser, how, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, &source.Error{Op: "open", URL: url, Err: err}
 	}
-	info, validated, err := c.validate(ctx, url)
-	if err != nil {
-		return nil, 0, err
+	for share := true; ; share = false {
+		info, chk, err := c.validate(ctx, url, want, share)
+		if err != nil {
+			return nil, 0, err
+		}
+		r, how, err := c.openAt(ctx, url, node, attempt, info, chk)
+		if errors.Is(err, errUnshared) && share {
+			continue
+		}
+		return r, how, err
 	}
-	return c.openAt(ctx, url, node, attempt, info, validated)
 }
 
-// openAt serves url at the version info describes (validated: the source was asked).
-func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info source.Info, validated bool) (io.ReadCloser, how, error) {
+// openAt serves url at the version info describes, settled as chk says.
+func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info source.Info, chk check) (io.ReadCloser, how, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -546,7 +625,7 @@ func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info 
 			return r, fromDisk, nil
 		}
 	}
-	if !validated {
+	if !chk.ok {
 		// The source is unreachable and nothing matching is cached any more.
 		c.mu.Unlock()
 		r, err := c.up.Open(ctx, url)
@@ -559,6 +638,10 @@ func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info 
 		c.n.joined.Add(1)
 		return &fillReader{ctx: ctx, f: f}, fromJoin, nil
 	}
+	if chk.shared {
+		c.mu.Unlock()
+		return nil, 0, errUnshared
+	}
 	if (c.disk == nil && c.mem == nil) || info.Size < 0 {
 		// No tier, or a size the source cannot tell: nothing to reserve.
 		c.mu.Unlock()
@@ -567,7 +650,7 @@ func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info 
 		return r, fromSource, err
 	}
 	f := &fill{c: c, url: url, key: k, info: info, node: node, readers: 1, fileRefs: 2, wake: make(chan struct{}),
-		redirect: source.RedirectCheck(ctx)}
+		redirect: source.RedirectCheck(ctx), checkedAt: chk.at}
 	if _, busy := c.fills[k]; !busy {
 		c.fills[k] = f // an older fill of another version keeps running unregistered
 		f.registered = true
@@ -659,6 +742,7 @@ func (c *Cache) openDisk(ctx context.Context, url string, de *diskEntry, node in
 // m describes: the bytes already served were of that version. url is the URL as the
 // caller gave it (m.URL has its secrets removed).
 func (c *Cache) reopen(ctx context.Context, url string, m meta, node int, off int64) (io.ReadCloser, error) {
+	at := c.now().UnixNano()
 	sctx, cancel := context.WithTimeout(ctx, c.opts.StatTimeout)
 	info, err := c.up.Stat(sctx, url)
 	cancel()
@@ -669,7 +753,7 @@ func (c *Cache) reopen(ctx context.Context, url string, m meta, node int, off in
 		return nil, &source.Error{Op: "read", URL: m.URL, Err: fmt.Errorf("%w: version %s of %d bytes was cached, the source now holds %s of %d bytes",
 			ErrChanged, m.Version, m.Size, info.Version, info.Size)}
 	}
-	r, _, err := c.openAt(ctx, url, node, 1, info, true)
+	r, _, err := c.openAt(ctx, url, node, 1, info, check{ok: true, at: at})
 	if err != nil {
 		return nil, err
 	}
@@ -944,7 +1028,8 @@ var _ source.Lister = (*Cache)(nil)
 // key is what the cache files an object under: its URL with the secrets removed
 // (user information, the signatures and tokens of a presigned URL), so that no
 // secret is written to the cache's files and a presigned URL whose signature changed
-// still finds its entry. The version check on every open tells objects apart.
+// still finds its entry. The version check (see Options.ValidateWithin) tells
+// objects apart.
 func key(url string) string { return redact.URL(url) }
 
 // Prepare starts the set-up of the upstream Source that serves url (see

@@ -468,7 +468,8 @@ func TestNewVersionIsRefetched(t *testing.T) {
 	up := newFake()
 	up.put("s3://b/a.tar", []byte("first version"), `"etag-1"`)
 	dir := t.TempDir()
-	c := newCache(t, Options{Dir: dir, DiskBytes: 1 << 20, MemoryBytes: 1 << 20}, up)
+	// Every open asks the source (TestSharedValidation: within the interval).
+	c := newCache(t, Options{Dir: dir, DiskBytes: 1 << 20, MemoryBytes: 1 << 20, ValidateWithin: -1}, up)
 	readAll(t, c, "s3://b/a.tar")
 	readAll(t, c, "s3://b/a.tar") // now in memory too
 	up.put("s3://b/a.tar", []byte("second, longer version"), `"etag-2"`)
@@ -518,7 +519,9 @@ func TestDeletedAtSourceFailsAndDrops(t *testing.T) {
 	up := newFake()
 	up.put("s3://b/a.tar", []byte("data"), "v1")
 	c := newCache(t, Options{Dir: t.TempDir(), DiskBytes: 1 << 20}, up)
+	clk := testClock(c)
 	readAll(t, c, "s3://b/a.tar")
+	clk.add(DefaultValidateWithin) // the check of the fetch no longer serves
 	up.mu.Lock()
 	delete(up.objs, "s3://b/a.tar")
 	up.mu.Unlock()

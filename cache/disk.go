@@ -168,6 +168,9 @@ type diskEntry struct {
 	looked   atomic.Bool     // the data file's mark was looked for
 	marked   atomic.Bool     // the data file carries this boot's mark, or its setting was tried
 	opens    atomic.Int32    // opens in this process: the memory tier admits the second
+	// checkedAt is when a Stat last found the object at the entry's version, as this
+	// process knows (wall-clock nanoseconds; 0: not known): see validate.go.
+	checkedAt atomic.Int64
 }
 
 func newDiskEntry(name string, m meta, bytes int64) *diskEntry {
@@ -266,6 +269,10 @@ type diskTier struct {
 	boot    string
 	noMarks atomic.Bool // the file system refused extended attributes
 	markErr sync.Once   // logs the first other error with a mark
+	// noChecks: the file system refused extended attributes on a meta file, so
+	// version checks are not shared with other processes (see validate.go).
+	noChecks atomic.Bool
+	checkErr sync.Once // logs the first other error with a check's record
 	// fault, when set (by tests), is asked before each write of the tier's files
 	// (op "create", "write", "sync" or "rename") and before each read or setting
 	// of a mark ("getxattr", "setxattr") and fails it with the error it returns: a

@@ -14,14 +14,35 @@
 //
 // # Validation
 //
-// Every Open of a cached object first asks the source for the object's Info (Stat,
-// bounded by Options.StatTimeout, 2 s by default). A different Version (an S3 ETag, a
-// file's size and modification time) or size drops the cached copy and fetches the
-// object again. When the source cannot be reached (a timeout, a refused connection,
-// any error other than not-found or access-denied), the cached copy is served, counted
-// in Stats.Unvalidated, and for Options.OfflineFor (30 s) other opens serve cached
-// copies without asking, so an unreachable store costs one timeout, not one per
-// shard. Not found drops the cached copy and fails; access denied fails.
+// An Open of a cached object asks the source for the object's Info (Stat, bounded
+// by Options.StatTimeout, 2 s by default), unless a check of the cached copy was
+// made less than Options.ValidateWithin ago (5 s by default) by this process or
+// another one sharing the directory: a Stat that found the copy's version and
+// size, or the Stat before the fetch that wrote it. That check serves the open,
+// counted in Stats.ValidationsShared, so the ranks of a node opening one shard
+// send one HEAD per interval, not one each, as the index package shares one Stat
+// of an index object. A check is recorded on the entry's meta file (the extended
+// attribute user.shardload.validated: a digest of the version and size found, and
+// the time the Stat was sent), and within a process on the entry itself. A record
+// of another version or size, or of a time in the future (the clock went back), serves
+// nothing. The cost: an object rewritten (or deleted, or its access revoked) at
+// the source within the interval of the node's last check of it is seen at most
+// that much later; until then the copy checked is served, and the first open
+// after the interval finds the change. A caller denied access is thus served a
+// copy another process of the directory's user checked within the interval (the
+// files are that user's to read anyway). Where the file system keeps no extended
+// attributes, silently, a process shares only its own checks; a negative
+// ValidateWithin has every open ask the source. OpenVersion does not take a shared
+// check of a copy of another version than the one it asks for, nor does Warm of
+// another version than its plan's.
+//
+// A different Version (an S3 ETag, a file's size and modification time) or size
+// drops the cached copy and fetches the object again. When the source cannot be
+// reached (a timeout, a refused connection, any error other than not-found or
+// access-denied), the cached copy is served, counted in Stats.Unvalidated, and for
+// Options.OfflineFor (30 s) other opens serve cached copies without asking, so an
+// unreachable store costs one timeout, not one per shard. Not found drops the
+// cached copy and fails; access denied fails.
 //
 // # Disk tier
 //

@@ -32,6 +32,7 @@ type fill struct {
 	key        string                      // what the cache files it under (see key)
 	redirect   func(from, to string) error // the redirect check of the open that started it
 	info       source.Info
+	checkedAt  int64 // when the Stat that found info was sent (wall-clock nanoseconds; 0: unknown): see validate.go
 	node       int
 	registered bool // in c.fills
 
@@ -206,6 +207,9 @@ func (f *fill) fetch() error {
 		c.mu.Lock()
 		f.memEnt = c.mem[f.node].insert(f.key, f.info.Version, f.buf)
 		f.memEnt.refs = f.readers
+		if c.sharing() {
+			f.memEnt.checkedAt = f.checkedAt
+		}
 		f.unregister()
 		c.mu.Unlock()
 		return nil
@@ -230,6 +234,10 @@ func (f *fill) fetch() error {
 	if err := d.writeFileSync(metaTmp, mb); err != nil {
 		return uncommitted(err)
 	}
+	if f.checkedAt != 0 && c.sharing() {
+		// The entry appears with the Stat that found its version.
+		d.writeCheck(metaTmp, f.info.Version, size, f.checkedAt)
+	}
 	var victims []*diskEntry
 	var cerr error
 	d.change(func() {
@@ -248,6 +256,9 @@ func (f *fill) fetch() error {
 		e := newDiskEntry(name, m, size+int64(len(mb)))
 		e.setVerified()
 		e.marked.Store(true)
+		if c.sharing() {
+			e.checkedAt.Store(f.checkedAt)
+		}
 		c.mu.Lock()
 		if old, ok := d.lru.Peek(e.hash()); ok {
 			victims = d.remove(old)

@@ -16,6 +16,9 @@ type memEntry struct {
 	data    []byte
 	refs    int  // open readers
 	gone    bool // removed from the tier; its bytes count until the last reader closes
+	// checkedAt is when a Stat last found the object at this version (wall-clock
+	// nanoseconds; 0: not known): see validate.go.
+	checkedAt int64
 }
 
 func (e *memEntry) matches(info source.Info) bool {

@@ -84,6 +84,7 @@ func (c *Cache) Plan(ctx context.Context, urls []string, concurrency int) (*Plan
 		g.Go(func() error {
 			e := &p.Entries[i]
 			e.URL = url
+			at := c.now().UnixNano()
 			info, err := c.up.Stat(gctx, url)
 			if err != nil {
 				if ctx.Err() != nil {
@@ -93,7 +94,9 @@ func (c *Cache) Plan(ctx context.Context, urls []string, concurrency int) (*Plan
 				return nil
 			}
 			e.Size, e.Version = info.Size, info.Version
-			e.State = c.touch(url, info)
+			if e.State = c.touch(url, info); e.State == Cached {
+				c.recordCheck(key(url), info, at)
+			}
 			return nil
 		})
 	}
@@ -216,7 +219,7 @@ loop:
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			err := c.warmOne(ctx, view, e.URL, opts.Memory, func(n int64) { report(WarmEvent{URL: e.URL, Bytes: n}) })
+			err := c.warmOne(ctx, view, e.URL, e.Version, opts.Memory, func(n int64) { report(WarmEvent{URL: e.URL, Bytes: n}) })
 			report(WarmEvent{URL: e.URL, Done: true, Err: err})
 		}()
 	}
@@ -227,9 +230,10 @@ loop:
 	return errors.Join(errs...)
 }
 
-// warmOne reads url through the cache and checks that it stayed there.
-func (c *Cache) warmOne(ctx context.Context, view *View, url string, memory bool, progress func(int64)) error {
-	r, _, err := c.open(ctx, url, view.node, 0)
+// warmOne reads url through the cache and checks that it stayed there. version is
+// the plan's: a cached copy of another version is not taken as checked.
+func (c *Cache) warmOne(ctx context.Context, view *View, url, version string, memory bool, progress func(int64)) error {
+	r, _, err := c.openWant(ctx, url, version, view.node, 0)
 	if err != nil {
 		return err
 	}
