@@ -134,6 +134,7 @@ type readFlags struct {
 	cacheDir    string
 	cacheDisk   byteSize
 	cacheMemory byteSize
+	cacheCheck  time.Duration // --cache-validate-within
 	partSize    byteSize
 	parallel    int
 	singleRate  float64 // MB/s
@@ -162,6 +163,7 @@ func (rf *readFlags) register(fs *pflag.FlagSet) {
 	rf.cacheDisk = cache.DefaultDiskBytes
 	fs.Var(&rf.cacheDisk, "cache-disk", "byte budget of the cache's disk tier, data and metadata (with --cache-dir)")
 	fs.Var(&rf.cacheMemory, "cache-memory", "byte budget of the cache's memory tier in this process (with --cache-dir; 0: none)")
+	fs.DurationVar(&rf.cacheCheck, "cache-validate-within", cache.DefaultValidateWithin, "a check of a cached shard's version at its store (a Stat: an S3 HEAD) serves every open of that shard on the node, by any process sharing --cache-dir, for this long without asking the store again: a shard rewritten at the store is seen at most this much later (with --cache-dir; 0: ask on every open)")
 	rf.partSize = source.DefaultPartSize
 	fs.Var(&rf.partSize, "fetch-part-size", "remote objects (s3, gs, http) are read as ranged parts of this size")
 	fs.IntVar(&rf.parallel, "fetch-parallel", source.DefaultParallel, "ranged parts in flight per remote shard; each holds --fetch-part-size of memory")
@@ -232,8 +234,12 @@ func (rf *readFlags) cacheOptions() (cache.Options, error) {
 	if rf.cacheDisk <= 0 {
 		return cache.Options{}, fmt.Errorf("%w: --cache-disk must be more than 0", errUsage)
 	}
+	within := rf.cacheCheck
+	if within <= 0 {
+		within = -1 // a Stat on every open
+	}
 	return cache.Options{
-		Dir: rf.cacheDir, DiskBytes: int64(rf.cacheDisk), MemoryBytes: int64(rf.cacheMemory),
+		Dir: rf.cacheDir, DiskBytes: int64(rf.cacheDisk), MemoryBytes: int64(rf.cacheMemory), ValidateWithin: within,
 		Logf: func(format string, args ...any) {
 			rf.logf()("shardload: "+strings.TrimSuffix(format, "\n"), args...)
 		},
