@@ -8,11 +8,14 @@
 // lane in proportion and permute their samples uniformly. The position of any sample
 // is computed without reading data (Order.At).
 //
-// New gives one rank's part of one epoch: the order (what earlier runs left of
-// it, when resuming: Remaining) cut into World contiguous slices of floor(total/World)
-// samples, so every rank yields the same number of samples and batches and none runs
-// out early and hangs a distributed job; the total%World samples left over are read
-// by no rank that epoch (Plan.Dropped). A Plan lists the Spans (runs of consecutive
+// New gives one rank's part of one epoch: the epoch (what earlier runs left of it,
+// when resuming) cut into World contiguous parts of floor(total/World) samples, so
+// every rank yields the same number of samples and batches and none runs out early
+// and hangs a distributed job; the total%World samples left over are read by no rank
+// that epoch (Plan.Dropped). The parts follow the order's windows, and a window two
+// ranks share is cut by where its samples lie in the data (split.go): each rank reads
+// a run of every lane's part of it, nothing another rank reads, and yields its
+// samples window by window in the order's positions. A Plan lists the Spans (runs of consecutive
 // samples of a shard) the rank reads, and its Windows say where each span's samples
 // go and in which order the rank yields them. ErrNoSamples means a rank would get
 // nothing to read: fewer samples than ranks, or, with DropLast, fewer than one batch
