@@ -132,9 +132,9 @@ type Stats struct {
 	// compared: a fetch's read-back, and the first read of a block in a boot (or,
 	// where the file system keeps no mark, in this process).
 	BlocksChecked int64
-	// ValidationsShared counts opens of cached entries served without a Stat of
-	// their own: a Stat of this process or another one of the node found the
-	// entry's version less than Options.ValidateWithin before.
+	// ValidationsShared counts opens (and Stats) of cached entries served without
+	// asking the source: a Stat of this process or another one of the node found
+	// the entry's version less than Options.ValidateWithin before.
 	ValidationsShared int64
 
 	DiskBytes     int64 // bytes the disk tier holds or has reserved
@@ -282,10 +282,33 @@ func (v *View) OpenRange(ctx context.Context, url string, off, length int64) (io
 	return v.c.openRange(ctx, url, v.node, off, length)
 }
 
-// Stat returns the source's Info for url. When the source cannot be reached and the
-// cache holds the object, it returns the cached object's Info.
+// Stat returns the source's Info for url. When the cache holds a copy of the object
+// that a check of the node found at the source less than Options.ValidateWithin ago,
+// it returns that copy's Info (ModTime unknown) without asking, as an Open of the
+// copy would serve it; a Stat that finds the copy's version serves the node's opens
+// in turn, and one that finds another version drops the copy. When the source
+// cannot be reached and the cache holds the object, it returns the cached object's
+// Info.
 func (c *Cache) Stat(ctx context.Context, url string) (source.Info, error) {
+	var cached source.Info
+	have := false
+	if c.sharing() {
+		if cached, have = c.cachedVersion(url); have && c.sharedCheck(key(url), cached) {
+			c.n.shared.Add(1)
+			cached.URL, cached.ModTime = url, time.Time{}
+			return cached, nil
+		}
+	}
+	at := c.now().UnixNano()
 	info, err := c.up.Stat(ctx, url)
+	if err == nil && have {
+		if info.Size != cached.Size || info.Version != cached.Version {
+			c.n.stale.Add(1)
+			c.drop(url)
+		} else {
+			c.recordCheck(key(url), info, at)
+		}
+	}
 	if err != nil && unreachable(ctx, err) {
 		if v, ok := c.cachedVersion(url); ok {
 			c.n.unvalidated.Add(1)

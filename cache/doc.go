@@ -28,7 +28,11 @@
 // nothing. The cost: an object rewritten (or deleted, or its access revoked) at
 // the source within the interval of the node's last check of it is seen at most
 // that much later; until then the copy checked is served, and the first open
-// after the interval finds the change. A caller denied access is thus served a
+// after the interval finds the change. Cache.Stat of a cached object is answered
+// the same way (a check within the interval serves it; its own check serves the
+// opens that follow; one that finds another version drops the copy), so that the
+// Stat a reader makes before it opens a shard, and the open, send one HEAD per
+// interval between them, and agree. A caller denied access is thus served a
 // copy another process of the directory's user checked within the interval (the
 // files are that user's to read anyway). Where the file system keeps no extended
 // attributes, silently, a process shares only its own checks; a negative

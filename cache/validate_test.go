@@ -329,3 +329,41 @@ func TestSharedValidationEntryGone(t *testing.T) {
 		t.Errorf("stats %+v: want v2 fetched", st)
 	}
 }
+
+// Stat answers with a cached copy's Info when a check within the interval serves
+// (as an open of it would), records the check it makes otherwise, and drops a copy
+// it finds stale: a Stat and the open after it agree on the version.
+func TestSharedValidationStat(t *testing.T) {
+	up := newFake()
+	const url = "s3://b/a.tar"
+	up.put(url, []byte("version one"), "v1")
+	dir := t.TempDir()
+	a := newCache(t, Options{Dir: dir}, up)
+	clk := testClock(a)
+	readAll(t, a, url)
+	b := newCache(t, Options{Dir: dir}, up)
+	onClock(clk, b)
+	stat := func(c *Cache, stats int, version string) {
+		t.Helper()
+		before := up.statCount()
+		info, err := c.Stat(t.Context(), url)
+		if err != nil || info.Version != version || info.URL != url {
+			t.Errorf("Stat: %+v, %v; want version %s", info, err, version)
+		}
+		if n := up.statCount() - before; n != stats {
+			t.Errorf("Stat: %d Stats of the source, want %d", n, stats)
+		}
+	}
+	clk.add(time.Second)
+	stat(b, 0, "v1") // the fetch's check
+	clk.add(4 * time.Second)
+	stat(b, 1, "v1")                                                                             // 5 s: asks, and records
+	runSteps(t, clk, up, url, []step{{c: a, after: time.Second, stats: 0, want: "version one"}}) // from B's Stat
+	up.put(url, []byte("version two!"), "v2")
+	clk.add(5 * time.Second)
+	stat(b, 1, "v2") // drops B's copy
+	runSteps(t, clk, up, url, []step{{c: b, stats: 1, want: "version two!"}})
+	if st := b.Stats(); st.Stale != 1 || st.ValidationsShared != 1 {
+		t.Errorf("stats B %+v: want the copy found stale by a Stat, one Stat served by a check", st)
+	}
+}
