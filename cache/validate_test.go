@@ -47,6 +47,22 @@ func onClock(clk *clock, cs ...*Cache) {
 	}
 }
 
+// twoProcesses returns a source holding url (data, version v1) and two caches on one
+// directory (two processes) on one test clock, the first of which has read url: it
+// fetched the object and recorded its check.
+func twoProcesses(t *testing.T, url, data string) (*fakeSource, *Cache, *Cache, *clock) {
+	t.Helper()
+	up := newFake()
+	up.put(url, []byte(data), "v1")
+	dir := t.TempDir()
+	a := newCache(t, Options{Dir: dir}, up)
+	clk := testClock(a)
+	readAll(t, a, url)
+	b := newCache(t, Options{Dir: dir}, up)
+	onClock(clk, b)
+	return up, a, b, clk
+}
+
 // statCount returns the Stats the source has answered so far.
 func (s *fakeSource) statCount() int {
 	s.mu.Lock()
@@ -130,15 +146,8 @@ func TestSharedValidation(t *testing.T) {
 // finds the new version, drops the entry and fetches the object again, in either
 // process.
 func TestSharedValidationChangedWithin(t *testing.T) {
-	up := newFake()
 	const url = "s3://b/a.tar"
-	up.put(url, []byte("version one"), "v1")
-	dir := t.TempDir()
-	a := newCache(t, Options{Dir: dir}, up)
-	clk := testClock(a)
-	readAll(t, a, url)
-	b := newCache(t, Options{Dir: dir}, up)
-	onClock(clk, b)
+	up, a, b, clk := twoProcesses(t, url, "version one")
 	clk.add(time.Second)
 	up.put(url, []byte("version two!"), "v2")
 	runSteps(t, clk, up, url, []step{
@@ -159,15 +168,8 @@ func TestSharedValidationChangedWithin(t *testing.T) {
 // A check whose record lies in the future (the clock was set back since) serves
 // no open: the open asks the source, and records its own check.
 func TestSharedValidationClockBack(t *testing.T) {
-	up := newFake()
 	const url = "s3://b/a.tar"
-	up.put(url, []byte("data"), "v1")
-	dir := t.TempDir()
-	a := newCache(t, Options{Dir: dir}, up)
-	clk := testClock(a)
-	readAll(t, a, url)
-	b := newCache(t, Options{Dir: dir}, up)
-	onClock(clk, b)
+	up, a, b, clk := twoProcesses(t, url, "data")
 	runSteps(t, clk, up, url, []step{
 		{c: b, after: -time.Second, stats: 1, want: "data"},     // A's check is 1 s ahead
 		{c: a, after: 0, stats: 0, want: "data"},                // B's check, now
@@ -300,19 +302,12 @@ func TestSharedValidationMemory(t *testing.T) {
 // A shared check of an entry that another process evicts before it is opened
 // fetches nothing on the check's word: the open asks the source.
 func TestSharedValidationEntryGone(t *testing.T) {
-	up := newFake()
 	const url = "s3://b/a.tar"
-	up.put(url, []byte("data"), "v1")
-	dir := t.TempDir()
-	a := newCache(t, Options{Dir: dir}, up)
-	clk := testClock(a)
-	readAll(t, a, url)
-	b := newCache(t, Options{Dir: dir}, up)
-	onClock(clk, b)
+	up, a, b, clk := twoProcesses(t, url, "data")
 	clk.add(time.Second)
 	readAll(t, b, url) // B has loaded the entry and holds A's check of it
 	// A drops the entry (as an eviction would); B still lists it.
-	path := dataFile(t, dir, url)
+	path := dataFile(t, a.opts.Dir, url)
 	a.drop(url)
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the entry's file is still there: %v", err)
@@ -334,15 +329,8 @@ func TestSharedValidationEntryGone(t *testing.T) {
 // (as an open of it would), records the check it makes otherwise, and drops a copy
 // it finds stale: a Stat and the open after it agree on the version.
 func TestSharedValidationStat(t *testing.T) {
-	up := newFake()
 	const url = "s3://b/a.tar"
-	up.put(url, []byte("version one"), "v1")
-	dir := t.TempDir()
-	a := newCache(t, Options{Dir: dir}, up)
-	clk := testClock(a)
-	readAll(t, a, url)
-	b := newCache(t, Options{Dir: dir}, up)
-	onClock(clk, b)
+	up, a, b, clk := twoProcesses(t, url, "version one")
 	stat := func(c *Cache, stats int, version string) {
 		t.Helper()
 		before := up.statCount()

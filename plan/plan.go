@@ -199,7 +199,7 @@ func New(shards []shard.Info, cfg Config) (Plan, error) {
 	lo := int64(cfg.Rank) * per
 	part := sp.sub(rest, lo, lo+per)
 	if take < per {
-		part = sp.limit(part, take)
+		part, _ = sp.yieldCut(part, take)
 	}
 	if cfg.MaxBytes > 0 {
 		var windows int64

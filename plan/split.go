@@ -242,59 +242,39 @@ func (sp *splitter) positions(in []seg) []int32 {
 	return ps
 }
 
-// consume returns part (a rank's, in T's order) less the first c samples the rank
-// yields from it: window by window, in each its samples in position order.
-func (sp *splitter) consume(part []seg, c int64) []seg {
+// yieldCut splits part (a rank's, in T's order) into the first c samples the rank
+// yields of it (window by window, in each its samples in position order) and the
+// rest.
+func (sp *splitter) yieldCut(part []seg, c int64) (head, tail []seg) {
 	if !sp.byItems {
-		return sp.sub(part, c, sp.segsLen(part)) // T is the order: yielded in T's order
+		// T is the order: the rank yields its samples in T's order.
+		return sp.sub(part, 0, c), sp.sub(part, c, sp.segsLen(part))
 	}
-	var out, in []seg
-	part = slices.Clone(part)
-	for c > 0 && len(part) > 0 {
-		_, _, _, in, part = sp.inWindow(part, in[:0])
-		n := sp.segsLen(in)
-		if n <= c {
-			c -= n
-			continue
-		}
-		thr := sp.positions(in)[c]
-		for _, g := range in {
-			g.from = max(g.from, thr)
-			out = sp.appendSeg(out, g)
-		}
-		c = 0
-	}
-	for _, g := range part {
-		out = sp.appendSeg(out, g)
-	}
-	return out
-}
-
-// limit returns the first c samples the rank yields of part.
-func (sp *splitter) limit(part []seg, c int64) []seg {
-	if !sp.byItems {
-		return sp.sub(part, 0, c)
-	}
-	var out, in []seg
+	var in []seg
 	part = slices.Clone(part)
 	for c > 0 && len(part) > 0 {
 		_, _, _, in, part = sp.inWindow(part, in[:0])
 		n := sp.segsLen(in)
 		if n <= c {
 			for _, g := range in {
-				out = sp.appendSeg(out, g)
+				head = sp.appendSeg(head, g)
 			}
 			c -= n
 			continue
 		}
+		// The window's c lowest positions go first.
 		thr := sp.positions(in)[c]
 		for _, g := range in {
-			g.to = min(g.to, thr)
-			out = sp.appendSeg(out, g)
+			h, t := g, g
+			h.to, t.from = min(g.to, thr), max(g.from, thr)
+			head, tail = sp.appendSeg(head, h), sp.appendSeg(tail, t)
 		}
 		c = 0
 	}
-	return out
+	for _, g := range part {
+		tail = sp.appendSeg(tail, g)
+	}
+	return head, tail
 }
 
 // remaining returns what runs left of an epoch of total samples, in T's order (see
@@ -320,7 +300,8 @@ func (sp *splitter) remaining(total int64, runs []Run, align int64) ([]seg, erro
 		}
 		var next []seg
 		for r := range int64(run.World) {
-			for _, g := range sp.consume(sp.sub(rs, r*per, (r+1)*per), run.Consumed) {
+			_, left := sp.yieldCut(sp.sub(rs, r*per, (r+1)*per), run.Consumed)
+			for _, g := range left {
 				next = sp.appendSeg(next, g)
 			}
 		}
