@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"context"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -9,41 +11,73 @@ import (
 	"github.com/shardload/shardload/source"
 )
 
-// gate bounds the producers that read at once; its limit may change at any time.
+// gate bounds the producers that read at once; its limit may change at any time. A
+// token that comes free goes to the waiter whose queue holds the least (ties: the one
+// that has waited longest), not to whichever goroutine runs first: the shard the mixer
+// is about to wait for is read first. At the start of an epoch every open shard's
+// queue is empty, and the first window, which needs some samples of every lane, is
+// complete once each lane has had its turn, not once the lanes before it have filled
+// their queues.
 type gate struct {
-	mu    sync.Mutex
-	n     int           // tokens held
-	limit int           // most tokens held
-	wake  chan struct{} // closed when a token is returned or the limit rises
+	mu      sync.Mutex
+	n       int       // tokens held
+	limit   int       // most tokens held
+	waiters []*waiter // in the order they came
 }
 
-func newGate(limit int) *gate { return &gate{limit: max(limit, 1), wake: make(chan struct{})} }
+// waiter is one producer waiting for a token: ch is closed when it is given one.
+type waiter struct {
+	ch   chan struct{}
+	fill func() int64 // what its queue holds now (nil: nothing)
+}
+
+func newGate(limit int) *gate { return &gate{limit: max(limit, 1)} }
 
 // acquire takes a token, waiting for one; it returns false when ctx is done first.
-func (g *gate) acquire(ctx context.Context) bool {
-	for {
-		g.mu.Lock()
-		if g.n < g.limit {
-			g.n++
-			g.mu.Unlock()
-			return true
-		}
-		wake := g.wake
+func (g *gate) acquire(ctx context.Context) bool { return g.acquireFor(ctx, nil) }
+
+// acquireFor takes a token for a producer whose queue holds fill() bytes: the token
+// waiters with the least queued get first. It returns false when ctx is done first.
+func (g *gate) acquireFor(ctx context.Context, fill func() int64) bool {
+	g.mu.Lock()
+	if g.n < g.limit && len(g.waiters) == 0 {
+		g.n++
 		g.mu.Unlock()
-		select {
-		case <-wake:
-		case <-ctx.Done():
-			return false
-		}
+		return true
 	}
+	w := &waiter{ch: make(chan struct{}), fill: fill}
+	g.waiters = append(g.waiters, w)
+	g.mu.Unlock()
+	select {
+	case <-w.ch:
+		return true
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if i := slices.Index(g.waiters, w); i >= 0 {
+		g.waiters = slices.Delete(g.waiters, i, i+1)
+		return false
+	}
+	// Given a token as ctx ended: hand it on.
+	g.n--
+	g.grant()
+	return false
 }
 
 // release returns a token.
 func (g *gate) release() {
 	g.mu.Lock()
 	g.n--
-	g.broadcast()
+	g.grant()
 	g.mu.Unlock()
+}
+
+// contended reports whether a producer waits for a token.
+func (g *gate) contended() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.waiters) > 0
 }
 
 // held returns the tokens held.
@@ -57,14 +91,29 @@ func (g *gate) held() int {
 func (g *gate) setLimit(limit int) {
 	g.mu.Lock()
 	g.limit = max(limit, 1)
-	g.broadcast()
+	g.grant()
 	g.mu.Unlock()
 }
 
-// broadcast wakes every waiter. Called with g.mu held.
-func (g *gate) broadcast() {
-	close(g.wake)
-	g.wake = make(chan struct{})
+// grant gives the free tokens to the waiters whose queues hold the least. Called
+// with g.mu held.
+func (g *gate) grant() {
+	for g.n < g.limit && len(g.waiters) > 0 {
+		best, least := 0, int64(math.MaxInt64)
+		for i, w := range g.waiters {
+			var f int64
+			if w.fill != nil {
+				f = w.fill()
+			}
+			if f < least {
+				best, least = i, f
+			}
+		}
+		w := g.waiters[best]
+		g.waiters = slices.Delete(g.waiters, best, best+1)
+		g.n++
+		close(w.ch)
+	}
 }
 
 // live holds the knobs the stages read as they go (SetKnobs).

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/shardload/shardload/internal/shardgen"
@@ -95,5 +96,49 @@ func TestCompressed(t *testing.T) {
 		if got := Compressed(context.Background(), source.Default, infos, tc.url); got != tc.want {
 			t.Errorf("%v, %s: compressed %v, want %v", tc.infos, tc.url, got, tc.want)
 		}
+	}
+}
+
+// A free token goes to the waiter whose queue holds the least, ties to the one that
+// has waited longest; a waiter whose context ends is dropped, and one handed a token
+// as its context ended hands it on.
+func TestGateLeastQueuedFirst(t *testing.T) {
+	g := newGate(1)
+	ctx := context.Background()
+	if !g.acquire(ctx) {
+		t.Fatal("no first token")
+	}
+	fills := []int64{100, 0, 0, 50}
+	got := make(chan int, len(fills))
+	for i, f := range fills {
+		go func() {
+			if g.acquireFor(ctx, func() int64 { return f }) {
+				got <- i
+			}
+		}()
+		waitFor(t, "the waiter queued", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiters) == i+1 })
+	}
+	var order []int
+	for range fills {
+		g.release()
+		order = append(order, <-got)
+	}
+	if want := []int{1, 2, 3, 0}; !slices.Equal(order, want) {
+		t.Fatalf("tokens went to waiters %v, want %v (least queued first, ties in arrival order)", order, want)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan bool)
+	go func() { done <- g.acquireFor(cctx, nil) }()
+	waitFor(t, "the waiter queued", g.contended)
+	cancel()
+	if <-done {
+		t.Fatal("a token after the context ended")
+	}
+	if g.contended() || g.held() != 1 {
+		t.Fatalf("after a cancelled wait: contended %v, %d held, want false, 1", g.contended(), g.held())
+	}
+	g.release()
+	if g.held() != 0 {
+		t.Fatalf("%d held after every release", g.held())
 	}
 }

@@ -397,6 +397,7 @@ func (pl *Pipeline) pull(ctx context.Context, s *mixSlot, wins []*window, first 
 		}
 		moved = true
 		s.q.Release(m.weight)
+		s.queued.Add(-m.weight)
 		pl.C.Queued.Add(-m.weight)
 		if pl.p.StreamOf != nil {
 			m.stream = int32(pl.p.StreamOf[s.span.Shard])

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -35,10 +36,11 @@ func (it *item) ref() *item { it.refs++; return it }
 // slot is one open span: its producer queues decoded samples on msgs, at most q's
 // capacity of bytes ahead of the mixer.
 type slot struct {
-	span plan.Span
-	msgs slotQueue
-	q    *semaphore.Weighted
-	cap  int64
+	span   plan.Span
+	msgs   slotQueue
+	q      *semaphore.Weighted
+	cap    int64
+	queued atomic.Int64 // bytes held on q: what the worker gate orders waiters by
 }
 
 // slotMsg carries a sample, a skip notice, or a failure.
@@ -112,13 +114,32 @@ type producer struct {
 	ctx     context.Context
 	dec     decode.Decoder
 	scratch []byte
-	worker  bool // holds a worker token
+	worker  bool  // holds a worker token
+	turn    int64 // bytes queued since it took the token
 }
 
-// acquire takes a worker token, reporting false when the loader is stopping.
+// acquire takes a worker token, reporting false when the loader is stopping. Tokens
+// go first to the producers whose queues hold the least (gate).
 func (p *producer) acquire() bool {
-	p.worker = p.pl.workers.acquire(p.ctx)
+	p.worker = p.pl.workers.acquireFor(p.ctx, p.s.queued.Load)
+	p.turn = 0
 	return p.worker
+}
+
+// yield gives the worker token to a waiting producer once this one has queued a
+// quarter of its queue's capacity since it took the token, and takes it back when its
+// turn comes again, reporting false when the loader is stopping. Without it a
+// producer read on until its queue was full while others waited with empty queues:
+// at the start of an epoch the first window, which needs some samples of every lane,
+// waited for the lanes before the last to fill their queues (16 MB of 20 decoded
+// before the first batch, over 8 lanes of zstd token shards). A quarter, not a
+// sample: each switch costs the decoder its warm caches.
+func (p *producer) yield() bool {
+	if p.turn < p.s.cap/4 || !p.pl.workers.contended() {
+		return true
+	}
+	p.release()
+	return p.acquire()
 }
 
 // release gives the worker token back, if held.
@@ -494,9 +515,11 @@ func (p *producer) send(m slotMsg) (delivered, goOn bool) {
 	s := p.s
 	m.weight = s.weight(m)
 	if s.q.TryAcquire(m.weight) {
+		s.queued.Add(m.weight)
 		p.pl.C.Queued.Add(m.weight)
 		s.msgs.push(m)
-		return true, true
+		p.turn += m.weight
+		return true, p.yield()
 	}
 	p.release()
 	if s.q.Acquire(p.ctx, m.weight) != nil {
@@ -504,6 +527,7 @@ func (p *producer) send(m slotMsg) (delivered, goOn bool) {
 	}
 	// Queued before the token is back: the mixer may take it at once, and a producer
 	// stopped while it waits for the token must leave it to the mixer.
+	s.queued.Add(m.weight)
 	p.pl.C.Queued.Add(m.weight)
 	s.msgs.push(m)
 	return true, p.acquire()

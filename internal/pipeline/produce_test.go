@@ -86,3 +86,63 @@ func TestProducerOpensWithoutWorker(t *testing.T) {
 		t.Fatalf("%d samples delivered, want 50", got)
 	}
 }
+
+// A producer gives its worker token to a waiting producer whose queue holds less once
+// it has queued a quarter of its own queue, instead of reading on until its queue is
+// full: the first window of an epoch needs samples of every lane.
+func TestProducerYieldsToEmptierQueue(t *testing.T) {
+	spec := shardgen.Spec{Shards: 1, SamplesPerShard: 200, Seed: 7,
+		Fields: []shardgen.Field{{Ext: "bin", Kind: shardgen.Random, MinBytes: 1000, MaxBytes: 2000}}}
+	paths, err := shardgen.Generate(t.TempDir(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := decode.ParseField("bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	workers := newGate(1)
+	l := &Pipeline{p: Params{Sources: source.Default, Shards: []shard.Info{{URL: paths[0], Samples: 200}}, Fields: []decode.Field{f}, Logf: t.Logf}, workers: workers}
+	l.pool.MaxFree = 1 << 20
+	const capacity = 1 << 20 // room for every sample: only the gate can stop it
+	s := newSlot(plan.Span{URL: paths[0], Take: 200}, capacity, nil)
+
+	// The test holds the one token; the producer waits for it, then a second waiter,
+	// whose queue holds more than the producer's, so that the producer gets it first.
+	if !workers.acquire(ctx) {
+		t.Fatal("no token")
+	}
+	done := make(chan struct{})
+	go func() { l.produce(ctx, s); close(done) }()
+	waiters := func(n int) func() bool {
+		return func() bool { workers.mu.Lock(); defer workers.mu.Unlock(); return len(workers.waiters) == n }
+	}
+	waitFor(t, "the producer waits for a token", waiters(1))
+	other := make(chan bool)
+	go func() { other <- workers.acquireFor(ctx, func() int64 { return 1 << 40 }) }()
+	waitFor(t, "a second waiter", waiters(2))
+	workers.release()
+
+	// The producer yields once it has queued a quarter: the other waiter has the token
+	// while the producer waits, and its queue holds a quarter and at most one sample more.
+	if !<-other {
+		t.Fatal("the other waiter got no token")
+	}
+	queued := s.queued.Load()
+	maxWeight := s.weight(slotMsg{it: &item{buf: make([]byte, 0, 4096), key: "sample-00000000"}})
+	if queued < capacity/4 || queued > capacity/4+maxWeight {
+		t.Fatalf("the producer yielded with %d bytes queued, want %d to %d", queued, capacity/4, capacity/4+maxWeight)
+	}
+	if n := s.msgs.len(); n == 0 || n >= 200 {
+		t.Fatalf("%d samples queued when it yielded", n)
+	}
+	workers.release()
+	<-done
+	if n := s.msgs.len(); n != 200 {
+		t.Fatalf("%d samples queued in all, want 200", n)
+	}
+	if n := workers.held(); n != 0 {
+		t.Fatalf("%d tokens held at the end", n)
+	}
+}
