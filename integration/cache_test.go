@@ -170,8 +170,16 @@ func TestCacheWarmThenCatWithSourceStopped(t *testing.T) {
 	}
 
 	m.Stop()
-	got := ok(t, m.Env(), "cat", "--cache-dir", dir, pattern)
+	r := shardload(t, "", m.Env(), "cat", "--stats", "--cache-dir", dir, pattern)
+	if r.code != 0 {
+		t.Fatalf("cat with the source stopped: exit %d: %s", r.code, r.stderr)
+	}
+	got := r.stdout
 	sameSamples(t, regroup(t, bytes.NewReader(got)), want)
+	// --stats says what the cache did: every shard from disk, nothing fetched.
+	if stats := r.stderr; !strings.Contains(stats, "cache: 4 opens from disk, 0 from memory, 0 fetched") {
+		t.Errorf("cat --stats with the source stopped:\n%s", stats)
+	}
 	ls := string(ok(t, m.Env(), "ls", "--summary", "--cache-dir", dir, urls[0]))
 	if !strings.Contains(ls, "40 samples") {
 		t.Errorf("ls with the source stopped: %s", ls)

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/shardload/shardload/cache"
 	"io"
 	"time"
 
@@ -27,7 +28,7 @@ short, and the command exits non-zero.`,
 	setup: func(fs *pflag.FlagSet) func(context.Context, []string, io.Writer, io.Writer) error {
 		var rf readFlags
 		rf.register(fs)
-		stats := fs.Bool("stats", false, "print shards, samples, bytes and MB/s to stderr at the end")
+		stats := fs.Bool("stats", false, "print shards, samples, bytes and MB/s to stderr at the end (and, with --cache-dir, what the cache did)")
 		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return cat(ctx, args, &rf, *stats, stdout, stderr)
 		}
@@ -112,6 +113,9 @@ func cat(ctx context.Context, args []string, rf *readFlags, stats bool, stdout, 
 		secs := time.Since(start).Seconds()
 		fmt.Fprintf(stderr, "cat: %d shards, %d samples, %.1f MB stored, %.1f MB of members in %.2fs: %.0f samples/s, %.1f MB/s\n",
 			shards, samples, float64(stored)/1e6, float64(tarBytes)/1e6, secs, float64(samples)/secs, float64(tarBytes)/1e6/secs)
+		if rf.cache != nil {
+			fmt.Fprintln(stderr, "cat: "+cacheSummary(rf.cache.Stats()))
+		}
 	}
 	return nil
 }
@@ -159,4 +163,10 @@ func (s *sampleWriter) sampleDone() error {
 func (s *sampleWriter) discard() {
 	s.held.Reset()
 	s.dropped = true
+}
+
+// cacheSummary is one line of what the node's shard cache did for this process.
+func cacheSummary(st cache.Stats) string {
+	return fmt.Sprintf("cache: %d opens from disk, %d from memory, %d fetched, %d joined a fetch, %d read past the cache; %d blocks checked; %d version checks shared; %d stale, %d corrupt, %d write errors",
+		st.DiskHits, st.MemoryHits, st.Fetches, st.Joined, st.Bypassed, st.BlocksChecked, st.ValidationsShared, st.Stale, st.Corrupt, st.WriteErrors)
 }
