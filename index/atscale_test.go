@@ -45,12 +45,16 @@ func BenchmarkIndexAtScale(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	const samples, world, rank = 100, 80_000, 12_345
+	const samples = 100
 	dir := filepath.Join(os.TempDir(), fmt.Sprintf("shardload-atscale-s3-%d", n))
+	// One rank of 80,000 (a few shards each), and one of 8 (an eighth of the
+	// dataset: shards read whole, whose offsets a lazy lookup leaves unread).
 	for _, c := range []struct {
-		name string
-		lazy bool
-	}{{"whole", false}, {"lazy", true}} {
+		name        string
+		lazy        bool
+		world, rank int
+	}{{"whole", false, 80_000, 12_345}, {"lazy", true, 80_000, 12_345}, {"lazy-world8", true, 8, 3}} {
+		world, rank := c.world, c.rank
 		b.Run(c.name, func(b *testing.B) {
 			path := atScaleIndex(b, dir, n, samples, c.lazy)
 			st, err := os.Stat(path)

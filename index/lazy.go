@@ -87,11 +87,12 @@ func Deferred(infos []shard.Info) int {
 }
 
 // Plan returns the plan that planFn makes of infos, and the shards it was made from,
-// with the sample offsets of the shards the plan reads. When infos came from
+// with the sample offsets of the shards the plan reads in part. When infos came from
 // Lookup.Quick over an index whose offsets are addressable (WriteAddressable), Quick
 // read the counts of every shard and left their offsets in the index: Plan plans from
-// the counts alone, reads the offsets of the shards that plan's spans read (a
-// ranged read per block of them) and plans again. Offsets join or split a plan's
+// the counts alone, reads the offsets of the shards that plan's spans read in part
+// (a ranged read per block of them; a shard read whole, every sample from its start,
+// needs none: Plan.Whole) and plans again. Offsets join or split a plan's
 // spans but change neither its samples nor its shards, so the second plan is the one
 // planFn makes of every shard's offsets. infos is not changed: the shards returned
 // are a copy, with those offsets in (PlanInPlace writes them into infos instead).
@@ -117,9 +118,15 @@ func planWith(ctx context.Context, infos []shard.Info, planFn func([]shard.Info)
 	if err != nil || d == nil {
 		return infos, p, err
 	}
+	// The offsets of the shards the plan reads in part: those it enters or leaves
+	// at a sample, or reads with samples dropped between runs. A shard read whole
+	// needs none (the rank holds 8 bytes a sample otherwise: 1 GB for a part of 125
+	// million samples), and the offsets change nothing in how it is read, so the
+	// second plan reads it whole too.
 	want := map[int]int{}
-	for _, sp := range p.Spans {
-		if i := sp.Shard; i >= 0 && i < len(infos) && d.pos[i] >= 0 && infos[i].Offsets == nil {
+	whole := p.Whole(infos)
+	for k, sp := range p.Spans {
+		if i := sp.Shard; i >= 0 && i < len(infos) && d.pos[i] >= 0 && infos[i].Offsets == nil && !whole[k] {
 			want[i] = int(d.pos[i])
 		}
 	}

@@ -210,7 +210,7 @@ func TestPlanLoadsOnlyTouchedOffsets(t *testing.T) {
 	if got, err := eager.Quick(ctx, urls, world); err != nil || !reflect.DeepEqual(got, infos) || index.Deferred(got) != 0 {
 		t.Fatalf("Quick without LazyOffsets: %v, or not every entry as written", err)
 	}
-	split := false
+	split, wholeOnly := false, 0
 	for k, rank := range []int{0, 17, world - 1, 5} {
 		lk := lk
 		if k%2 == 1 {
@@ -252,16 +252,28 @@ func TestPlanLoadsOnlyTouchedOffsets(t *testing.T) {
 		if !reflect.DeepEqual(p.Spans, want.Spans) || !reflect.DeepEqual(p.Windows, want.Windows) || p.Samples != want.Samples || p.Batches != want.Batches {
 			t.Fatalf("rank %d: the plan from lazily read offsets differs from the plan of every offset", rank)
 		}
-		touched := map[int]bool{}
-		for _, sp := range p.Spans {
+		// The shards the plan reads in part (entered or left at a sample, or with
+		// samples dropped between runs) have their offsets; those it reads whole
+		// need none and have none, nor have the shards it does not read.
+		touched, partial := map[int]bool{}, map[int]bool{}
+		whole := p.Whole(infos)
+		for k, sp := range p.Spans {
 			touched[sp.Shard] = true
+			if !whole[k] {
+				partial[sp.Shard] = true
+			}
+			if whole[k] != (sp.Skip == 0 && sp.Take == infos[sp.Shard].Samples && !dropsSamples(p, k)) {
+				t.Fatalf("rank %d: span %d %+v: Whole says %v", rank, k, sp, whole[k])
+			}
 		}
 		for i, in := range got {
+			bare := infos[i]
+			bare.Offsets = nil
 			switch {
-			case touched[i] && !reflect.DeepEqual(in, infos[i]):
-				t.Fatalf("rank %d: shard %d read by the plan: %+v", rank, i, in)
-			case !touched[i] && in.Offsets != nil:
-				t.Fatalf("rank %d: shard %d not read by the plan has its offsets decoded", rank, i)
+			case partial[i] && !reflect.DeepEqual(in, infos[i]):
+				t.Fatalf("rank %d: shard %d read in part by the plan: %+v", rank, i, in)
+			case !partial[i] && !reflect.DeepEqual(in, bare):
+				t.Fatalf("rank %d: shard %d read whole or not at all has its offsets decoded: %+v", rank, i, in)
 			}
 		}
 		for i := range counts {
@@ -269,11 +281,12 @@ func TestPlanLoadsOnlyTouchedOffsets(t *testing.T) {
 				t.Fatal("Plan changed the shards it was given")
 			}
 		}
-		if len(touched) == 0 || len(touched) > len(infos)/4 || rf.ranges == 0 || rf.ranges > len(touched) {
-			t.Fatalf("rank %d: %d shards read, %d ranged reads of the index", rank, len(touched), rf.ranges)
+		if len(partial) == 0 || len(touched) > len(infos)/4 || rf.ranges == 0 || rf.ranges > len(partial) {
+			t.Fatalf("rank %d: %d shards read, %d in part, %d ranged reads of the index", rank, len(touched), len(partial), rf.ranges)
 		}
-		if index.Deferred(got) != index.Deferred(counts)-len(touched) {
-			t.Fatalf("rank %d: Deferred of Plan's shards: %d", rank, index.Deferred(got))
+		wholeOnly += len(touched) - len(partial)
+		if index.Deferred(got) != index.Deferred(counts)-len(partial) {
+			t.Fatalf("rank %d: Deferred of Plan's shards: %d, of its input %d, %d read in part, %d touched", rank, index.Deferred(got), index.Deferred(counts), len(partial), len(touched))
 		}
 		// Planning again from Plan's shards reads nothing more.
 		rf.mu.Lock()
@@ -286,6 +299,21 @@ func TestPlanLoadsOnlyTouchedOffsets(t *testing.T) {
 	if !split {
 		t.Fatal("no plan from the counts alone differs from the plan with offsets: the test shows nothing")
 	}
+	if wholeOnly == 0 {
+		t.Fatal("no rank reads a shard whole: the test shows nothing of the offsets left unread")
+	}
+}
+
+// dropsSamples reports whether span k of p has samples read and dropped.
+func dropsSamples(p plan.Plan, k int) bool {
+	for _, w := range p.Windows {
+		for _, f := range w.Feeds {
+			if f.Span == k && f.Slot < 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // PlanInPlace plans as Plan does, writing the offsets it reads into the shards it was

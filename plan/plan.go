@@ -380,3 +380,22 @@ func EpochRand(seed uint64, epoch int, stream uint64) *rand.Rand {
 	copy(key[24:], "shardld\x00")
 	return rand.New(rand.NewChaCha8(key))
 }
+
+// Whole reports, for each of p's spans, whether it reads its shard whole: every
+// sample, from the shard's start to its end, none of them dropped. Such a span needs
+// none of the shard's sample offsets (it is read from the start and checked by its
+// count at the end), so a loader need not hold them.
+func (p *Plan) Whole(shards []shard.Info) []bool {
+	whole := make([]bool, len(p.Spans))
+	for k, sp := range p.Spans {
+		whole[k] = sp.Skip == 0 && sp.Shard >= 0 && sp.Shard < len(shards) && sp.Take == shards[sp.Shard].Samples && sp.Take > 0
+	}
+	for _, w := range p.Windows {
+		for _, f := range w.Feeds {
+			if f.Slot < 0 {
+				whole[f.Span] = false // samples read and dropped: a gap
+			}
+		}
+	}
+	return whole
+}

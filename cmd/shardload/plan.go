@@ -367,9 +367,23 @@ func blockEnd(first []int, k, n int) int {
 	return n
 }
 
-// rank returns what the process of a rank whose plan reads shards holds and reads
-// of the index: the bytes of those shards' offsets, and the bytes and GETs of its
-// reads of the index object when it reads it itself.
+// partShards returns the shards that p reads in part, whose offsets a loader reads
+// from the index and holds (index.Plan): a shard p reads whole needs none.
+func partShards(p *plan.Plan, infos []shard.Info) []int {
+	var part []int
+	seen := map[int]bool{}
+	for k, whole := range p.Whole(infos) {
+		if s := p.Spans[k].Shard; !whole && !seen[s] {
+			seen[s] = true
+			part = append(part, s)
+		}
+	}
+	return part
+}
+
+// rank returns what the process of a rank whose plan reads shards in part (shards)
+// holds and reads of the index: the bytes of those shards' offsets, and the bytes
+// and GETs of its reads of the index object when it reads it itself.
 func (m indexModel) rank(infos []shard.Info, shards []int, file int64) (offsets, read, gets int64) {
 	if !m.addressable {
 		return 0, file, 1
@@ -694,7 +708,7 @@ func runPlan(ctx context.Context, o planOptions) (*planReport, error) {
 				nc.firstBytes = max(nc.firstBytes, rc.FirstBatchBytes)
 				nc.firstRequests = max(nc.firstRequests, rc.FirstBatchRequests)
 				nc.planSeconds = append(nc.planSeconds, secs)
-				offs, read, gets := im.rank(infos, rc.Shards, rep.IndexFileBytes)
+				offs, read, gets := im.rank(infos, partShards(&p, infos), rep.IndexFileBytes)
 				nc.indexOffsets = max(nc.indexOffsets, offs)
 				nc.indexRead += read
 				nc.indexGets += gets
@@ -849,7 +863,7 @@ feed:
 		fmt.Sprintf("epoch start: every rank opens its first %d spans (--open-shards) at once; they arrive within max(--first-byte, 1s), and with the ranks' start spread within %.2fs more (derived from the rank, up to %v); over a prefix's limit, the process's adaptive rate limit paces them instead of letting them fail and retry", o.openShards, source.StartSpreadWindow(o.nodes*o.ranksPerNode).Seconds(), source.MaxStartSpread),
 		fmt.Sprintf("prefixes: a shard's key prefix is its URL's directory (a synthetic dataset's: shard.HashPrefix of its name over --prefixes, as gen --prefixes writes it); requests fall on a prefix in proportion to its shards, the busiest of the %d holding %.2f%% of them; a store serves %.0f GET/s per prefix (--prefix-get-limit)", rep.Prefixes, 100*rep.PrefixBusiestShare, o.prefixLimit),
 		fmt.Sprintf("steady state: the epoch's requests spread over batches per rank x --step-time %s", o.stepTime),
-		"index: an addressable index (shardload index) is read lazily: every process holds every shard's entry without its offsets (shard.Info, URL, version, its ordinal) and the offsets (8 bytes a sample) of the shards its plan reads, after reading the index's counts and the blocks of those shards' offsets; an index of an earlier format is held whole (index_bytes_per_process_whole). With the node's index store or cache (the default) a node GETs the index object once, whole, and its ranks read it there",
+		"index: an addressable index (shardload index) is read lazily: every process holds every shard's entry without its offsets (shard.Info, URL, version, its ordinal) and the offsets (8 bytes a sample) of the shards its plan reads in part (none for a shard read whole), after reading the index's counts and the blocks of those shards' offsets; an index of an earlier format is held whole (index_bytes_per_process_whole). With the node's index store or cache (the default) a node GETs the index object once, whole, and its ranks read it there",
 		"cache: whole shards, LRU per node; an epoch's shards fall on nodes independently of the epoch before (the order is reshuffled per epoch); a hit rate of at most --cache-bytes over the dataset",
 		fmt.Sprintf("first batch: the index object fetched by each node (a HEAD and a GET a node, all on its one key, served at the prefix's limit, then the object at --node-bandwidth; none for a local index) + index load + a rank's plan (median, measured here) + --first-byte %s + the first batch's windows' bytes at the rank's share of --node-bandwidth %s/s (+ the time a prefix over its limit takes to drain the epoch's first requests)", o.firstByte, formatBytes(int64(o.nodeBandwidth))),
 	}
