@@ -106,7 +106,8 @@ func Plan(ctx context.Context, infos []shard.Info, planFn func([]shard.Info) (pl
 // other plans before it returns): it writes the offsets it reads into infos itself
 // and returns infos, where Plan copies every shard (80 bytes a shard, 80 MB for 10^6,
 // for the offsets of a few dozen). When the offsets cannot be read, infos is left
-// as it was given.
+// as it was given. Shards that came with every offset (an index of the earlier
+// format, the node's store) keep only those of the shards the plan reads in part.
 func PlanInPlace(ctx context.Context, infos []shard.Info, planFn func([]shard.Info) (plan.Plan, error)) ([]shard.Info, plan.Plan, error) {
 	return planWith(ctx, infos, planFn, true)
 }
@@ -115,6 +116,11 @@ func PlanInPlace(ctx context.Context, infos []shard.Info, planFn func([]shard.In
 func planWith(ctx context.Context, infos []shard.Info, planFn func([]shard.Info) (plan.Plan, error), inPlace bool) ([]shard.Info, plan.Plan, error) {
 	p, err := planFn(infos)
 	d := deferredOf(infos)
+	if err == nil && d == nil && inPlace {
+		// Every offset was read (an index of the earlier format, the node's store):
+		// the caller's own shards keep those of the shards the plan reads in part.
+		keepPartOffsets(infos, p)
+	}
 	if err != nil || d == nil {
 		return infos, p, err
 	}
@@ -258,4 +264,21 @@ func (d *deferred) ordinal(url string) (int32, bool) {
 	}
 	o, ok := d.ord[url]
 	return o, ok
+}
+
+// keepPartOffsets drops the sample offsets of the shards of infos that p does not
+// read in part (read whole, or not at all): p reads none of them, and a rank would
+// hold 8 bytes a sample of the whole dataset otherwise.
+func keepPartOffsets(infos []shard.Info, p plan.Plan) {
+	part := make([]bool, len(infos))
+	for k, whole := range p.Whole(infos) {
+		if s := p.Spans[k].Shard; !whole && s >= 0 && s < len(infos) {
+			part[s] = true
+		}
+	}
+	for i := range infos {
+		if !part[i] {
+			infos[i].Offsets = nil
+		}
+	}
 }

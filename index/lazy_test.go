@@ -448,3 +448,71 @@ func FuzzReadAddressable(f *testing.F) {
 		}
 	})
 }
+
+// Shards that came with every offset (an index of the earlier format, read whole)
+// keep, once PlanInPlace has planned them, only the offsets of the shards the plan
+// reads in part; the plan is the plan of every offset, and Plan, which copies, leaves
+// the shards it was given as they were.
+func TestPlanInPlaceKeepsPartOffsets(t *testing.T) {
+	const world, rank = 8, 3
+	infos := synthShards("mem://b/d/", 400, 40)
+	lk, _, urls := synthLookup(t, infos, true)
+	ctx := context.Background()
+	all, err := lk.Quick(ctx, urls, world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if index.Deferred(all) != 0 || !reflect.DeepEqual(all, infos) {
+		t.Fatal("an index of the earlier format: not every offset read")
+	}
+	want, err := planFn(rank, world)(infos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied, _, err := index.Plan(ctx, all, planFn(rank, world))
+	if err != nil || !reflect.DeepEqual(copied, infos) {
+		t.Fatalf("Plan changed the shards: %v", err)
+	}
+	got, p, err := index.PlanInPlace(ctx, all, planFn(rank, world))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(p.Spans, want.Spans) || !reflect.DeepEqual(p.Windows, want.Windows) {
+		t.Fatal("the plan differs from the plan of every offset")
+	}
+	part := map[int]bool{}
+	whole := 0
+	for k, w := range p.Whole(infos) {
+		if !w {
+			part[p.Spans[k].Shard] = true
+		} else {
+			whole++
+		}
+	}
+	kept := 0
+	for i, in := range got {
+		bare := infos[i]
+		bare.Offsets = nil
+		switch {
+		case part[i] && !reflect.DeepEqual(in, infos[i]):
+			t.Fatalf("shard %d, read in part: %+v", i, in)
+		case !part[i] && !reflect.DeepEqual(in, bare):
+			t.Fatalf("shard %d, read whole or not at all, kept its offsets", i)
+		case in.Offsets != nil:
+			kept++
+		}
+	}
+	partWithOffsets := 0
+	for i := range part {
+		if infos[i].Offsets != nil {
+			partWithOffsets++ // not a compressed shard (a count, no offsets)
+		}
+	}
+	if partWithOffsets == 0 || whole == 0 || kept != partWithOffsets {
+		t.Fatalf("%d shards read in part, %d spans whole, %d kept offsets: the test shows nothing", len(part), whole, kept)
+	}
+	// Planning again from what is kept gives the same plan.
+	if _, p2, err := index.PlanInPlace(ctx, got, planFn(rank, world)); err != nil || !reflect.DeepEqual(p2.Spans, p.Spans) || !reflect.DeepEqual(p2.Windows, p.Windows) {
+		t.Fatalf("planning again: %v, or another plan", err)
+	}
+}
