@@ -130,9 +130,8 @@ func planWith(ctx context.Context, infos []shard.Info, planFn func([]shard.Info)
 	// million samples), and the offsets change nothing in how it is read, so the
 	// second plan reads it whole too.
 	want := map[int]int{}
-	whole := p.Whole(infos)
-	for k, sp := range p.Spans {
-		if i := sp.Shard; i >= 0 && i < len(infos) && d.pos[i] >= 0 && infos[i].Offsets == nil && !whole[k] {
+	for i, part := range p.InPart(infos) {
+		if part && d.pos[i] >= 0 && infos[i].Offsets == nil {
 			want[i] = int(d.pos[i])
 		}
 	}
@@ -270,14 +269,8 @@ func (d *deferred) ordinal(url string) (int32, bool) {
 // read in part (read whole, or not at all): p reads none of them, and a rank would
 // hold 8 bytes a sample of the whole dataset otherwise.
 func keepPartOffsets(infos []shard.Info, p plan.Plan) {
-	part := make([]bool, len(infos))
-	for k, whole := range p.Whole(infos) {
-		if s := p.Spans[k].Shard; !whole && s >= 0 && s < len(infos) {
-			part[s] = true
-		}
-	}
-	for i := range infos {
-		if !part[i] {
+	for i, part := range p.InPart(infos) {
+		if !part {
 			infos[i].Offsets = nil
 		}
 	}

@@ -399,3 +399,16 @@ func (p *Plan) Whole(shards []shard.Info) []bool {
 	}
 	return whole
 }
+
+// InPart reports, for each of shards, whether p reads it in part: some span of it
+// does not read it whole (see Whole). Only those shards' sample offsets are of use
+// to a loader of p.
+func (p *Plan) InPart(shards []shard.Info) []bool {
+	part := make([]bool, len(shards))
+	for k, whole := range p.Whole(shards) {
+		if s := p.Spans[k].Shard; !whole && s >= 0 && s < len(shards) {
+			part[s] = true
+		}
+	}
+	return part
+}

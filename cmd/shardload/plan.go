@@ -371,10 +371,8 @@ func blockEnd(first []int, k, n int) int {
 // from the index and holds (index.Plan): a shard p reads whole needs none.
 func partShards(p *plan.Plan, infos []shard.Info) []int {
 	var part []int
-	seen := map[int]bool{}
-	for k, whole := range p.Whole(infos) {
-		if s := p.Spans[k].Shard; !whole && !seen[s] {
-			seen[s] = true
+	for s, in := range p.InPart(infos) {
+		if in {
 			part = append(part, s)
 		}
 	}

@@ -22,7 +22,7 @@ type gate struct {
 	mu      sync.Mutex
 	n       int       // tokens held
 	limit   int       // most tokens held
-	waiters []*waiter // in the order they came
+	waiting []*waiter // in the order they came
 }
 
 // waiter is one producer waiting for a token: ch is closed when it is given one.
@@ -40,13 +40,13 @@ func (g *gate) acquire(ctx context.Context) bool { return g.acquireFor(ctx, nil)
 // waiters with the least queued get first. It returns false when ctx is done first.
 func (g *gate) acquireFor(ctx context.Context, fill func() int64) bool {
 	g.mu.Lock()
-	if g.n < g.limit && len(g.waiters) == 0 {
+	if g.n < g.limit && len(g.waiting) == 0 {
 		g.n++
 		g.mu.Unlock()
 		return true
 	}
 	w := &waiter{ch: make(chan struct{}), fill: fill}
-	g.waiters = append(g.waiters, w)
+	g.waiting = append(g.waiting, w)
 	g.mu.Unlock()
 	select {
 	case <-w.ch:
@@ -55,8 +55,8 @@ func (g *gate) acquireFor(ctx context.Context, fill func() int64) bool {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if i := slices.Index(g.waiters, w); i >= 0 {
-		g.waiters = slices.Delete(g.waiters, i, i+1)
+	if i := slices.Index(g.waiting, w); i >= 0 {
+		g.waiting = slices.Delete(g.waiting, i, i+1)
 		return false
 	}
 	// Given a token as ctx ended: hand it on.
@@ -77,7 +77,7 @@ func (g *gate) release() {
 func (g *gate) contended() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return len(g.waiters) > 0
+	return len(g.waiting) > 0
 }
 
 // held returns the tokens held.
@@ -98,9 +98,9 @@ func (g *gate) setLimit(limit int) {
 // grant gives the free tokens to the waiters whose queues hold the least. Called
 // with g.mu held.
 func (g *gate) grant() {
-	for g.n < g.limit && len(g.waiters) > 0 {
+	for g.n < g.limit && len(g.waiting) > 0 {
 		best, least := 0, int64(math.MaxInt64)
-		for i, w := range g.waiters {
+		for i, w := range g.waiting {
 			var f int64
 			if w.fill != nil {
 				f = w.fill()
@@ -109,8 +109,8 @@ func (g *gate) grant() {
 				best, least = i, f
 			}
 		}
-		w := g.waiters[best]
-		g.waiters = slices.Delete(g.waiters, best, best+1)
+		w := g.waiting[best]
+		g.waiting = slices.Delete(g.waiting, best, best+1)
 		g.n++
 		close(w.ch)
 	}

@@ -116,7 +116,7 @@ func TestGateLeastQueuedFirst(t *testing.T) {
 				got <- i
 			}
 		}()
-		waitFor(t, "the waiter queued", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiters) == i+1 })
+		waitFor(t, "the waiter queued", g.waiters(i+1))
 	}
 	var order []int
 	for range fills {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/shardload/shardload/decode"
-	"github.com/shardload/shardload/internal/shardgen"
 	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
@@ -25,19 +24,10 @@ import (
 // worker token, takes one message and frees its bytes so that the producer's waiting
 // send goes through, and stops the loader while the producer waits for the token.
 func TestProducerStoppedAfterSendKeepsSample(t *testing.T) {
-	spec := shardgen.Spec{Shards: 1, SamplesPerShard: 600, Seed: 3,
-		Fields: []shardgen.Field{{Ext: "bin", Kind: shardgen.Random, MinBytes: 8, MaxBytes: 16}}}
-	paths, err := shardgen.Generate(t.TempDir(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := decode.ParseField("bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &Pipeline{p: Params{Sources: source.Default, Shards: []shard.Info{{URL: paths[0], Samples: 600}}, Fields: []decode.Field{f}, Logf: t.Logf}, workers: newGate(1)}
+	path, f := binShard(t, 600, 3, 8, 16)
+	l := &Pipeline{p: Params{Sources: source.Default, Shards: []shard.Info{{URL: path, Samples: 600}}, Fields: []decode.Field{f}, Logf: t.Logf}, workers: newGate(1)}
 	l.pool.MaxFree = 1 << 20
-	s := newSlot(plan.Span{URL: paths[0], Take: 600}, 64<<10, nil) // a few dozen samples fill it
+	s := newSlot(plan.Span{URL: path, Take: 600}, 64<<10, nil) // a few dozen samples fill it
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})

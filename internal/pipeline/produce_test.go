@@ -48,21 +48,12 @@ func (o *heldAtOpen) OpenVersion(ctx context.Context, url, version string, off, 
 // held through it would keep another shard's decoding waiting. It takes the token to
 // read, gives it back at the end, and delivers every sample.
 func TestProducerOpensWithoutWorker(t *testing.T) {
-	spec := shardgen.Spec{Shards: 1, SamplesPerShard: 50, Seed: 5,
-		Fields: []shardgen.Field{{Ext: "bin", Kind: shardgen.Random, MinBytes: 8, MaxBytes: 64}}}
-	paths, err := shardgen.Generate(t.TempDir(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := decode.ParseField("bin")
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, f := binShard(t, 50, 5, 8, 64)
 	workers := newGate(1)
 	src := &heldAtOpen{Opener: source.Default, gate: workers}
-	l := &Pipeline{p: Params{Sources: src, Shards: []shard.Info{{URL: paths[0], Samples: 50}}, Fields: []decode.Field{f}, Logf: t.Logf}, workers: workers}
+	l := &Pipeline{p: Params{Sources: src, Shards: []shard.Info{{URL: path, Samples: 50}}, Fields: []decode.Field{f}, Logf: t.Logf}, workers: workers}
 	l.pool.MaxFree = 1 << 20
-	s := newSlot(plan.Span{URL: paths[0], Take: 50}, 1<<20, nil) // room for every sample
+	s := newSlot(plan.Span{URL: path, Take: 50}, 1<<20, nil) // room for every sample
 	l.produce(context.Background(), s)
 
 	if len(src.held) != 1 || src.held[0] != 0 {
@@ -91,22 +82,13 @@ func TestProducerOpensWithoutWorker(t *testing.T) {
 // it has queued a quarter of its own queue, instead of reading on until its queue is
 // full: the first window of an epoch needs samples of every lane.
 func TestProducerYieldsToEmptierQueue(t *testing.T) {
-	spec := shardgen.Spec{Shards: 1, SamplesPerShard: 200, Seed: 7,
-		Fields: []shardgen.Field{{Ext: "bin", Kind: shardgen.Random, MinBytes: 1000, MaxBytes: 2000}}}
-	paths, err := shardgen.Generate(t.TempDir(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := decode.ParseField("bin")
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, f := binShard(t, 200, 7, 1000, 2000)
 	ctx := context.Background()
 	workers := newGate(1)
-	l := &Pipeline{p: Params{Sources: source.Default, Shards: []shard.Info{{URL: paths[0], Samples: 200}}, Fields: []decode.Field{f}, Logf: t.Logf}, workers: workers}
+	l := &Pipeline{p: Params{Sources: source.Default, Shards: []shard.Info{{URL: path, Samples: 200}}, Fields: []decode.Field{f}, Logf: t.Logf}, workers: workers}
 	l.pool.MaxFree = 1 << 20
 	const capacity = 1 << 20 // room for every sample: only the gate can stop it
-	s := newSlot(plan.Span{URL: paths[0], Take: 200}, capacity, nil)
+	s := newSlot(plan.Span{URL: path, Take: 200}, capacity, nil)
 
 	// The test holds the one token; the producer waits for it, then a second waiter,
 	// whose queue holds more than the producer's, so that the producer gets it first.
@@ -115,13 +97,10 @@ func TestProducerYieldsToEmptierQueue(t *testing.T) {
 	}
 	done := make(chan struct{})
 	go func() { l.produce(ctx, s); close(done) }()
-	waiters := func(n int) func() bool {
-		return func() bool { workers.mu.Lock(); defer workers.mu.Unlock(); return len(workers.waiters) == n }
-	}
-	waitFor(t, "the producer waits for a token", waiters(1))
+	waitFor(t, "the producer waits for a token", workers.waiters(1))
 	other := make(chan bool)
 	go func() { other <- workers.acquireFor(ctx, func() int64 { return 1 << 40 }) }()
-	waitFor(t, "a second waiter", waiters(2))
+	waitFor(t, "a second waiter", workers.waiters(2))
 	workers.release()
 
 	// The producer yields once it has queued a quarter: the other waiter has the token
@@ -145,4 +124,26 @@ func TestProducerYieldsToEmptierQueue(t *testing.T) {
 	if n := workers.held(); n != 0 {
 		t.Fatalf("%d tokens held at the end", n)
 	}
+}
+
+// binShard writes one shard of n samples, each a "bin" member of minBytes to
+// maxBytes random bytes, and returns its path and the field that reads it.
+func binShard(t *testing.T, n int, seed uint64, minBytes, maxBytes int) (string, decode.Field) {
+	t.Helper()
+	spec := shardgen.Spec{Shards: 1, SamplesPerShard: n, Seed: seed,
+		Fields: []shardgen.Field{{Ext: "bin", Kind: shardgen.Random, MinBytes: minBytes, MaxBytes: maxBytes}}}
+	paths, err := shardgen.Generate(t.TempDir(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := decode.ParseField("bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return paths[0], f
+}
+
+// waiters returns a condition that holds when n producers wait for a token of g.
+func (g *gate) waiters(n int) func() bool {
+	return func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiting) == n }
 }
