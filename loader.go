@@ -191,7 +191,7 @@ func newPlan(infos []shard.Info, cfg Config, order Order, runs []plan.Run, mix *
 		Seed: cfg.Seed, Epoch: order.Epoch, Rank: cfg.Rank, World: cfg.World,
 		Shuffle: !cfg.NoShuffle, Lanes: order.Lanes, Window: order.Window, Runs: runs,
 		BatchSize: cfg.BatchSize, DropLast: cfg.DropLast, GapBytes: cfg.ReadGap,
-		MaxBytes: cfg.Memory / planShare, Mix: mix,
+		MaxWindows: cfg.Memory / planWindowBytes, Mix: mix,
 	})
 	if errors.Is(err, plan.ErrBadRuns) {
 		err = fmt.Errorf("%w: %w", ErrResume, err)
@@ -199,10 +199,13 @@ func newPlan(infos []shard.Info, cfg Config, order Order, runs []plan.Run, mix *
 	return p, err
 }
 
-// planShare: a rank's plan may take at most 1/planShare of the memory budget (a
-// plan takes about 100 bytes per window of samples: 64 MB for 100 million samples
-// per rank); counts that would need more are refused as wrong.
-const planShare = 8
+// planWindowBytes: a rank's part of an epoch may span one window of the order per
+// planWindowBytes of the memory budget (16 M windows at the default 1 GiB, 8
+// billion samples at the default shuffle settings). A plan holds its spans, not its
+// windows, but planning walks them once and the loader once more (a microsecond or
+// so each): counts that would need more are refused as wrong rather than planned for
+// minutes (--memory raises the limit).
+const planWindowBytes = 64
 
 // resumeFrom returns the state the loader starts from (cfg.Resume's, or the
 // epoch's start) and its runs, checking that it fits the order.

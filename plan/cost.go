@@ -87,7 +87,7 @@ func CostOf(p *Plan, shards []shard.Info, batchSize int, partSize int64, paralle
 	yielded := 0
 	fed := map[int]bool{}
 	var bytes float64
-	for _, w := range p.Windows {
+	for w := range p.Windows() {
 		for _, f := range w.Feeds {
 			bytes += float64(f.Count) * perSample[f.Span]
 			if !fed[f.Span] {

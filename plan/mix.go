@@ -10,6 +10,7 @@ import (
 	"math/bits"
 	"slices"
 	"sort"
+	"sync"
 
 	"github.com/shardload/shardload/shard"
 )
@@ -336,6 +337,7 @@ type mixStream struct {
 	lanes   int
 	lane0   int // its first lane among the order's
 	shuffle bool
+	mu      sync.Mutex // guards cycles: a plan's cursors may run at once
 	cycles  map[int64]*mixCycle
 }
 
@@ -561,6 +563,8 @@ func (st *mixStream) pieces(u0, u1 int64, dst []piece) []piece {
 // stream draws no more than its samples per epoch.
 func (st *mixStream) cycle(c int64) *mixCycle {
 	c = c / st.period() * st.period()
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	if cy := st.cycles[c]; cy != nil {
 		return cy
 	}

@@ -181,7 +181,7 @@ func TestMixRepeat(t *testing.T) {
 	}
 	// No sample twice within one window.
 	off := 0
-	for _, w := range p.Windows {
+	for w := range p.Windows() {
 		in := map[sampleID]bool{}
 		for _, id := range seq[off : off+int(w.Held)] {
 			if in[id] {

@@ -34,14 +34,17 @@ func randomShards(rng *rand.Rand, n, maxSamples int) []shard.Info {
 // Emit's order. It checks that every feed's samples lie in its span.
 func readPlan(t *testing.T, p Plan) []sampleID {
 	t.Helper()
-	next := make([]int, len(p.Spans)) // samples of each span handed out
+	next := make([]int, len(p.Spans))  // samples of each span handed out
+	feeds := make([]int, len(p.Spans)) // feeds of each span
 	var out []sampleID
-	for wi := range p.Windows {
-		w := &p.Windows[wi]
+	windows := 0
+	for w := range p.Windows() {
+		windows++
 		held := make([]sampleID, w.Held)
 		filled := 0
 		for _, f := range w.Feeds {
 			sp := p.Spans[f.Span]
+			feeds[f.Span]++
 			for k := range f.Count {
 				if next[f.Span] >= sp.Take {
 					t.Fatalf("window %d: feed reads past span %d %+v", w.Index, f.Span, sp)
@@ -66,6 +69,12 @@ func readPlan(t *testing.T, p Plan) []sampleID {
 		if next[i] != sp.Take {
 			t.Fatalf("span %d %+v: %d of its samples used", i, sp, next[i])
 		}
+		if feeds[i] != sp.Feeds {
+			t.Fatalf("span %d %+v: %d feeds in the windows", i, sp, feeds[i])
+		}
+	}
+	if windows != p.WindowCount {
+		t.Fatalf("%d windows, WindowCount %d", windows, p.WindowCount)
 	}
 	return out
 }

@@ -4,11 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
-	"unsafe"
 
 	"github.com/shardload/shardload/shard"
 )
@@ -32,11 +32,12 @@ type Config struct {
 	BatchSize int
 	// DropLast drops a last batch with fewer than BatchSize samples.
 	DropLast bool
-	// MaxBytes, when above zero, bounds the memory the plan may take: a rank's part
-	// that would need more is refused with ErrPlanTooLarge before it is
-	// built. Counts that are wrong by orders of magnitude (a broken index) are
-	// refused this way instead of taking the machine's memory.
-	MaxBytes int64
+	// MaxWindows, when above zero, bounds the windows of the order a rank's part
+	// spans: New walks them once (to find the spans) and a loader once more (to
+	// yield them), about a microsecond each. A part that spans more is refused with
+	// ErrPlanTooLarge before any is walked, so that counts wrong by orders of
+	// magnitude (a broken index) are refused instead of planned for hours.
+	MaxWindows int64
 	// GapBytes: two wanted runs of samples of one shard are read as one span,
 	// dropping the samples between them, when these take at most GapBytes (and
 	// always when the shard's sample offsets are unknown): one request instead of
@@ -56,17 +57,26 @@ type Span struct {
 	Shard int // index in the shard list given to New
 	Skip  int
 	Take  int
+	// Feeds is the number of feeds of the span in the plan's windows: its samples
+	// go to that many runs of held items (or of samples read to be dropped).
+	Feeds int
 }
 
 // Plan is what one rank reads in one epoch, in order.
+//
+// A plan holds its spans (one or a few per shard it reads) but not its windows,
+// which grow with the samples: Windows and Cursor make them again, one at a time,
+// in the order the rank yields them, so that what a plan holds does not grow with
+// the epoch's samples.
 type Plan struct {
 	// Spans are the runs of samples the rank reads, in the order it first needs
-	// them; Windows say which of their samples go where, window by window, in the
-	// order the rank yields them.
-	Spans   []Span
-	Windows []Window
-	Samples int // samples this rank yields (positions of the order, before DropLast)
-	Batches int // batches this rank yields; the same on every rank
+	// them; the windows (see Windows) say which of their samples go where, window by
+	// window, in the order the rank yields them.
+	Spans []Span
+	// WindowCount is the number of the plan's windows.
+	WindowCount int
+	Samples     int // samples this rank yields (positions of the order, before DropLast)
+	Batches     int // batches this rank yields; the same on every rank
 	// Dropped is the number of samples of the epoch (of what earlier runs left, when
 	// resuming) that no rank reads: the remainder of the total divided by World
 	// (fewer than World samples).
@@ -87,6 +97,13 @@ type Plan struct {
 
 	order *Order
 	seq   sequence
+	// What the windows are made from again: the rank's part of the split's
+	// sequence, the split's settings, the shards and the read gap.
+	part    []seg
+	byItems bool
+	shards  []shard.Info
+	gap     int64
+	gaps    []bool // per span: some of its samples are read to be dropped
 }
 
 // sequence is an epoch's order as a plan reads it: an Order, or a mix of streams.
@@ -201,37 +218,36 @@ func New(shards []shard.Info, cfg Config) (Plan, error) {
 	if take < per {
 		part, _ = sp.yieldCut(part, take)
 	}
-	if cfg.MaxBytes > 0 {
+	if cfg.MaxWindows > 0 {
 		var windows int64
 		for _, g := range part {
 			windows += sp.windowOf(g.e-1) - sp.windowOf(g.s) + 1
 		}
-		if need := windows * windowBytes(o.laneCount()); need > cfg.MaxBytes {
-			return Plan{}, fmt.Errorf("%w: rank %d's part of the epoch is %d samples in %d windows of the order, whose plan takes about %d MB, more than the %d MB it may (are the counts right? %d samples in %d shards)",
-				ErrPlanTooLarge, cfg.Rank, take, windows, need>>20, cfg.MaxBytes>>20, o.Len(), len(shards))
+		if windows > cfg.MaxWindows {
+			return Plan{}, fmt.Errorf("%w: rank %d's part of the epoch is %d samples in %d windows of the order, more than the %d it may span (are the counts right? %d samples in %d shards)",
+				ErrPlanTooLarge, cfg.Rank, take, windows, cfg.MaxWindows, o.Len(), len(shards))
 		}
 	}
-	b := planBuilder{p: &p, o: o, sp: sp, shards: shards, gap: cfg.GapBytes, last: make([]int, o.laneCount()), partial: make([]bool, o.laneCount())}
-	for i := range b.last {
-		b.last[i] = -1
+	p.part, p.byItems, p.shards, p.gap = part, sp.byItems, shards, cfg.GapBytes
+	// One walk of the windows finds the spans, how many feeds each has and which
+	// read samples to drop; the windows themselves are made again by Cursor.
+	b := p.builder()
+	b.spans, b.gaps = &p.Spans, &p.gaps
+	for {
+		if _, ok := b.next(); !ok {
+			break
+		}
+		p.WindowCount++
 	}
-	b.addPart(part)
 	if mix != nil {
 		p.Streams = mix.partStreams(sp, part)
 	}
 	return p, nil
 }
 
-// ErrPlanTooLarge means a rank's plan would take more memory than
-// Config.MaxBytes allows.
+// ErrPlanTooLarge means a rank's part of an epoch spans more windows than
+// Config.MaxWindows allows.
 var ErrPlanTooLarge = errors.New("shard: the epoch's plan is too large")
-
-// windowBytes is about what one window of a plan takes, with its feeds, for lanes
-// lanes: a window holds a feed per lane, and one more per shard a lane's part
-// crosses into.
-func windowBytes(lanes int) int64 {
-	return int64(unsafe.Sizeof(Window{})) + int64(2*lanes+1)*int64(unsafe.Sizeof(Feed{}))
-}
 
 // Order returns the epoch's order the plan reads from; nil for a mixed epoch
 // (Config.Mix).
@@ -259,66 +275,119 @@ func (p *Plan) Emit(w *Window) []int32 {
 	return out
 }
 
-// planBuilder turns a rank's part into windows, spans and feeds.
+// Cursor returns a cursor over p's windows, from the first.
+func (p *Plan) Cursor() *Cursor {
+	return &Cursor{b: p.builder()}
+}
+
+// Windows returns p's windows, in the order the rank yields them; each is made
+// again as the iteration reaches it (see Cursor).
+func (p *Plan) Windows() iter.Seq[*Window] {
+	return func(yield func(*Window) bool) {
+		c := p.Cursor()
+		for {
+			w, ok := c.Next()
+			if !ok || !yield(w) {
+				return
+			}
+		}
+	}
+}
+
+// Cursor makes a plan's windows one at a time, in the order the rank yields them:
+// what it holds is one window's, whatever the epoch's size. A Cursor is not safe
+// for concurrent use; any number of cursors of one plan may run at once.
+type Cursor struct {
+	b planBuilder
+}
+
+// Next returns the next window, or false after the last.
+func (c *Cursor) Next() (*Window, bool) {
+	w, ok := c.b.next()
+	if !ok {
+		return nil, false
+	}
+	return &w, true
+}
+
+// builder returns a builder of p's windows from the first.
+func (p *Plan) builder() planBuilder {
+	lanes := p.seq.laneCount()
+	b := planBuilder{o: p.seq, sp: &splitter{o: p.seq, byItems: p.byItems}, shards: p.shards, gap: p.gap,
+		part: slices.Clone(p.part), last: make([]int, lanes), cur: make([]Span, lanes), partial: make([]bool, lanes)}
+	for i := range b.last {
+		b.last[i] = -1
+	}
+	return b
+}
+
+// planBuilder turns a rank's part into windows, spans and feeds, a window at a
+// time.
 type planBuilder struct {
-	p      *Plan
 	o      sequence
 	sp     *splitter
 	shards []shard.Info
 	pcs    []piece // scratch
+	in     []seg   // scratch
 	gap    int64
+	part   []seg // what is left of the rank's part (segs of the split's sequence T)
 	last   []int // per lane, the index of its last span; -1 before the first
+	cur    []Span
+	spanN  int // spans made so far
 	// partial: per lane, whether its last span ends in a window the rank yields
 	// only part of. A full window's samples start a span of their own after one:
 	// the partial window (a resumed rank's first) then has spans of known lengths,
 	// not one that reads on to its shard's end before the first batch is out.
 	partial []bool
 	full    bool // the window being added is the rank's whole
+	// spans and gaps, when set (New's walk), get the spans as they are made and
+	// extended, and whether each reads samples to drop them.
+	spans *[]Span
+	gaps  *[]bool
 }
 
-// addPart adds the rank's part (segs of the split's sequence T), window by window.
-func (b *planBuilder) addPart(part []seg) {
-	var in []seg
-	part = slices.Clone(part)
-	for len(part) > 0 {
-		var j, start, end int64
-		j, start, end, in, part = b.sp.inWindow(part, in[:0])
-		w := Window{Index: j, Size: int32(end - start)}
-		b.full = b.sp.segsLen(in) == end-start
-		// The held items, in increasing item order: piece by piece (lane by lane),
-		// each a run of S positions (whole for a full window, else the held items
-		// only).
-		var want []int32
-		if !b.full {
-			want, w.Last = b.sp.items(in, end)
-			w.Items = want
-		} else {
-			w.Last = true
-		}
-		var q0 int32
-		b.pcs = b.o.pieces(j, b.pcs[:0])
-		for _, pc := range b.pcs {
-			q1 := q0 + int32(pc.n)
-			if b.full {
-				b.addRun(&w, pc, pc.s, pc.s+pc.n)
-			} else {
-				// The wanted items of this piece, as runs of consecutive positions.
-				lo, _ := slices.BinarySearch(want, q0)
-				hi, _ := slices.BinarySearch(want, q1)
-				for i := lo; i < hi; {
-					k := i + 1
-					for k < hi && want[k] == want[k-1]+1 {
-						k++
-					}
-					s := pc.s + int64(want[i]-q0)
-					b.addRun(&w, pc, s, s+int64(k-i))
-					i = k
-				}
-			}
-			q0 = q1
-		}
-		b.p.Windows = append(b.p.Windows, w)
+// next returns the rank's next window, or false after the last.
+func (b *planBuilder) next() (Window, bool) {
+	if len(b.part) == 0 {
+		return Window{}, false
 	}
+	var j, start, end int64
+	j, start, end, b.in, b.part = b.sp.inWindow(b.part, b.in[:0])
+	w := Window{Index: j, Size: int32(end - start)}
+	b.full = b.sp.segsLen(b.in) == end-start
+	// The held items, in increasing item order: piece by piece (lane by lane),
+	// each a run of S positions (whole for a full window, else the held items
+	// only).
+	var want []int32
+	if !b.full {
+		want, w.Last = b.sp.items(b.in, end)
+		w.Items = want
+	} else {
+		w.Last = true
+	}
+	var q0 int32
+	b.pcs = b.o.pieces(j, b.pcs[:0])
+	for _, pc := range b.pcs {
+		q1 := q0 + int32(pc.n)
+		if b.full {
+			b.addRun(&w, pc, pc.s, pc.s+pc.n)
+		} else {
+			// The wanted items of this piece, as runs of consecutive positions.
+			lo, _ := slices.BinarySearch(want, q0)
+			hi, _ := slices.BinarySearch(want, q1)
+			for i := lo; i < hi; {
+				k := i + 1
+				for k < hi && want[k] == want[k-1]+1 {
+					k++
+				}
+				s := pc.s + int64(want[i]-q0)
+				b.addRun(&w, pc, s, s+int64(k-i))
+				i = k
+			}
+		}
+		q0 = q1
+	}
+	return w, true
 }
 
 // addRun adds positions [s, e) of piece pc's sequence to window w's held items.
@@ -336,26 +405,44 @@ func (b *planBuilder) addRun(w *Window, pc piece, s, e int64) {
 
 // addPiece adds samples [skip, skip+take) of shard si, read in lane l, to window w.
 func (b *planBuilder) addPiece(w *Window, l, si, skip, take int) {
-	p := b.p
 	defer func() { b.partial[l] = !b.full }()
-	if k := b.last[l]; k >= 0 && p.Spans[k].Shard == si && !(b.full && b.partial[l]) {
-		sp := &p.Spans[k]
+	if k := b.last[l]; k >= 0 && b.cur[l].Shard == si && !(b.full && b.partial[l]) {
+		sp := &b.cur[l]
 		end := sp.Skip + sp.Take
 		if skip >= end && (skip == end || b.cheapGap(si, end, skip)) {
 			if skip > end {
-				w.Feeds = append(w.Feeds, Feed{Span: k, Slot: -1, Count: int32(skip - end)})
+				b.feed(w, Feed{Span: k, Slot: -1, Count: int32(skip - end)})
 			}
 			sp.Take += skip - end + take
-			w.Feeds = append(w.Feeds, Feed{Span: k, Slot: w.Held, Count: int32(take)})
+			if b.spans != nil {
+				(*b.spans)[k].Take = sp.Take
+			}
+			b.feed(w, Feed{Span: k, Slot: w.Held, Count: int32(take)})
 			w.Held += int32(take)
 			return
 		}
 	}
 	info := b.shards[si]
-	p.Spans = append(p.Spans, Span{URL: info.URL, Shard: si, Skip: skip, Take: take})
-	b.last[l] = len(p.Spans) - 1
-	w.Feeds = append(w.Feeds, Feed{Span: len(p.Spans) - 1, Slot: w.Held, Count: int32(take)})
+	b.cur[l] = Span{URL: info.URL, Shard: si, Skip: skip, Take: take}
+	b.last[l] = b.spanN
+	b.spanN++
+	if b.spans != nil {
+		*b.spans = append(*b.spans, b.cur[l])
+		*b.gaps = append(*b.gaps, false)
+	}
+	b.feed(w, Feed{Span: b.last[l], Slot: w.Held, Count: int32(take)})
 	w.Held += int32(take)
+}
+
+// feed adds f to w's feeds.
+func (b *planBuilder) feed(w *Window, f Feed) {
+	w.Feeds = append(w.Feeds, f)
+	if b.spans != nil {
+		(*b.spans)[f.Span].Feeds++
+		if f.Slot < 0 {
+			(*b.gaps)[f.Span] = true
+		}
+	}
 }
 
 // cheapGap reports whether reading samples [from, to) of shard si to drop them costs
@@ -390,11 +477,9 @@ func (p *Plan) Whole(shards []shard.Info) []bool {
 	for k, sp := range p.Spans {
 		whole[k] = sp.Skip == 0 && sp.Shard >= 0 && sp.Shard < len(shards) && sp.Take == shards[sp.Shard].Samples && sp.Take > 0
 	}
-	for _, w := range p.Windows {
-		for _, f := range w.Feeds {
-			if f.Slot < 0 {
-				whole[f.Span] = false // samples read and dropped: a gap
-			}
+	for k, gap := range p.gaps {
+		if gap {
+			whole[k] = false // samples read and dropped
 		}
 	}
 	return whole

@@ -72,9 +72,12 @@ type window struct {
 // mixSlot is an open span and where its samples go.
 type mixSlot struct {
 	*slot
-	feeds   []feedRef // the span's feeds, in order
-	cur     int       // the feed being filled
-	left    int32     // samples the current feed still takes
+	feeds   []feedRef // the span's feeds made so far, in order, from its feed base on
+	base    int
+	nfeeds  int   // the span's feeds (plan.Span.Feeds)
+	lastWin int   // the window of its last feed, once made; -1 before
+	cur     int   // the feed being filled
+	left    int32 // samples the current feed still takes; -1 until it is begun
 	missing int       // positions a skip notice left out, still to apply
 	note    *item     // the skip notice whose positions are being applied, for the first
 	// toEnd: the span ends where its shard does. The window of its last feed waits
@@ -91,6 +94,7 @@ type mixSlot struct {
 type feedRef struct {
 	win  int // index in the plan's windows
 	feed plan.Feed
+	last bool // the span's last feed
 }
 
 func (pl *Pipeline) mix(ctx context.Context) error {
@@ -103,31 +107,57 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 	bat := &batcher{pl: pl, rows: make([]*item, 0, p.BatchSize), seq: p.FirstSeq}
 	defer bat.free()
 
-	feedsOf := make([][]feedRef, len(plan.Spans))
-	for wi := range plan.Windows {
-		for _, f := range plan.Windows[wi].Feeds {
-			feedsOf[f.Span] = append(feedsOf[f.Span], feedRef{wi, f})
-		}
-	}
 	wake := make(chan struct{}, 1)
 	var open []*mixSlot
 	bySpan := map[int]*mixSlot{}                // the open slots, by span
 	spanClosed := make([]bool, len(plan.Spans)) // spans whose messages have all been taken
 	nextSpan := 0
+	// The windows are made as the mixer reaches them, and their feeds handed to
+	// their spans' slots (or kept for the spans not open yet): the mixer holds the
+	// feeds of the windows it fills, not the epoch's.
+	cursor := plan.Cursor()
+	pending := map[int][]feedRef{} // feeds of the spans not open yet
+	madeFeeds := map[int]int{}     // feeds made so far of the spans whose last is still to come
+	makeWindow := func(wi int) (*window, bool) {
+		sw, ok := cursor.Next()
+		if !ok {
+			return nil, false
+		}
+		refs := make([]feedRef, len(sw.Feeds))
+		for i, f := range sw.Feeds {
+			n := madeFeeds[f.Span] + 1
+			refs[i] = feedRef{win: wi, feed: f, last: n == plan.Spans[f.Span].Feeds}
+			if refs[i].last {
+				delete(madeFeeds, f.Span)
+			} else {
+				madeFeeds[f.Span] = n
+			}
+			if s := bySpan[f.Span]; s != nil {
+				s.add(refs[i])
+			} else {
+				pending[f.Span] = append(pending[f.Span], refs[i])
+			}
+		}
+		return pl.newWindow(wi, sw, refs), true
+	}
 	// Two windows are filled at once: the one being yielded and the next, so that the
 	// shards keep being read while the first waits for its last samples.
 	const ahead = 2
 	var wins []*window
-	nextWin := 0
+	nextWin := 0 // windows made
+	more := true // windows left to make
 	defer func() {
 		for _, w := range wins {
 			w.free(pl)
 		}
 	}()
 	for {
-		for len(wins) < ahead && nextWin < len(plan.Windows) {
-			wins = append(wins, pl.newWindow(nextWin, feedsOf))
-			nextWin++
+		for len(wins) < ahead && more {
+			var w *window
+			if w, more = makeWindow(nextWin); more {
+				wins = append(wins, w)
+				nextWin++
+			}
 		}
 		if len(wins) == 0 && len(open) == 0 {
 			break
@@ -144,7 +174,7 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 			}
 		}
 		for reading < p.OpenShards+pl.live.knobs().ReadAhead && nextSpan < len(plan.Spans) {
-			if bat.n == 0 && len(wins) > 0 && feedsOf[nextSpan][0].win > nextWin-len(wins) {
+			if fs := pending[nextSpan]; bat.n == 0 && len(wins) > 0 && (len(fs) == 0 || fs[0].win > nextWin-len(wins)) {
 				// Until the first batch is out, only what the first window needs is
 				// read: a fresh or resumed rank's first batch does not share the
 				// source with reads ahead.
@@ -152,9 +182,12 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 			}
 			sp := plan.Spans[nextSpan]
 			info := p.Shards[sp.Shard]
-			s := &mixSlot{slot: newSlot(sp, pl.slotQueueBytes(), wake), feeds: feedsOf[nextSpan], index: nextSpan,
+			s := &mixSlot{slot: newSlot(sp, pl.slotQueueBytes(), wake), nfeeds: sp.Feeds, left: -1, lastWin: -1, index: nextSpan,
 				toEnd: sp.Skip+sp.Take == info.Samples, extras: info.Estimated}
-			s.left = s.feeds[0].feed.Count
+			for _, r := range pending[nextSpan] {
+				s.add(r)
+			}
+			delete(pending, nextSpan)
 			nextSpan++
 			open = append(open, s)
 			bySpan[s.index] = s
@@ -171,13 +204,13 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 				return err
 			}
 			progress = progress || moved
-			if s.err != nil && s.cur == len(s.feeds) {
+			if s.err != nil && s.cur == s.nfeeds {
 				// Failed after its last sample of this rank (the shard's end, or its
 				// count, is wrong): no position waits for it, so nothing else would
 				// report it before the epoch's end.
 				return s.err
 			}
-			if s.closed && s.cur == len(s.feeds) && s.err == nil {
+			if s.closed && s.cur == s.nfeeds && s.err == nil {
 				open = slices.Delete(open, i, i+1)
 				delete(bySpan, s.index)
 				spanClosed[s.index] = true
@@ -216,7 +249,7 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 			// Done. A span that failed after its last sample of this window (a
 			// shard with more samples than counted, a bad trailer) fails it now.
 			for _, f := range w.w.Feeds {
-				if s := bySpan[f.Span]; s != nil && s.err != nil && s.cur == len(s.feeds) {
+				if s := bySpan[f.Span]; s != nil && s.err != nil && s.cur == s.nfeeds {
 					return s.err
 				}
 			}
@@ -249,17 +282,16 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 	return bat.finish(ctx)
 }
 
-// newWindow returns window wi of the plan, ready to fill.
-func (pl *Pipeline) newWindow(wi int, feedsOf [][]feedRef) *window {
+// newWindow returns window wi of the plan, sw, ready to fill; refs are its feeds.
+func (pl *Pipeline) newWindow(wi int, sw *plan.Window, refs []feedRef) *window {
 	plan := &pl.p.Plan
-	sw := &plan.Windows[wi]
 	w := &window{w: sw, held: make([]*item, sw.Held), emit: plan.Emit(sw), feeds: len(sw.Feeds)}
 	if plan.Estimated && plan.Order().Perm(sw.Index, int(sw.Size)) == nil {
-		for _, f := range sw.Feeds {
+		for _, r := range refs {
+			f := r.feed
 			sp := plan.Spans[f.Span]
 			info := pl.p.Shards[sp.Shard]
-			fs := feedsOf[f.Span]
-			if f.Slot >= 0 && info.Estimated && sp.Skip+sp.Take == info.Samples && fs[len(fs)-1].win == wi && fs[len(fs)-1].feed == f {
+			if f.Slot >= 0 && info.Estimated && sp.Skip+sp.Take == info.Samples && r.last {
 				if w.after == nil {
 					w.after = map[int32]int{}
 				}
@@ -362,7 +394,7 @@ func (pl *Pipeline) pull(ctx context.Context, s *mixSlot, wins []*window, first 
 	moved := false
 	for {
 		// Apply positions left out by a skip notice before taking more messages.
-		for s.missing > 0 && s.cur < len(s.feeds) {
+		for s.missing > 0 && s.cur < s.nfeeds {
 			w := s.window(wins, first)
 			if w == nil {
 				return moved, nil
@@ -379,7 +411,7 @@ func (pl *Pipeline) pull(ctx context.Context, s *mixSlot, wins []*window, first 
 			return moved, nil // taken when the order reaches it
 		}
 		var w *window
-		if s.cur < len(s.feeds) {
+		if s.cur < s.nfeeds {
 			if w = s.window(wins, first); w == nil {
 				return moved, nil // its next samples belong to a later window
 			}
@@ -410,7 +442,7 @@ func (pl *Pipeline) pull(ctx context.Context, s *mixSlot, wins []*window, first 
 			s.err = m.err
 			return moved, nil
 		case m.cause != nil:
-			if m.skipped == 0 || s.cur == len(s.feeds) {
+			if m.skipped == 0 || s.cur == s.nfeeds {
 				// No position to note it at (a shard's bad end after its samples).
 				if err := pl.noteSkip(m); err != nil {
 					return moved, err
@@ -422,8 +454,7 @@ func (pl *Pipeline) pull(ctx context.Context, s *mixSlot, wins []*window, first 
 		case w == nil:
 			// Past the span's feeds: an estimated shard's extra samples, for the
 			// window of its last feed.
-			last := s.feeds[len(s.feeds)-1]
-			if lw := windowAt(wins, first, last.win); lw != nil && s.toEnd && s.extras {
+			if lw := windowAt(wins, first, s.lastWin); lw != nil && s.toEnd && s.extras {
 				if lw.extras == nil {
 					lw.extras = map[int][]*item{}
 				}
@@ -439,7 +470,32 @@ func (pl *Pipeline) pull(ctx context.Context, s *mixSlot, wins []*window, first 
 
 // window returns the window of s's current feed when it is being filled, else nil.
 func (s *mixSlot) window(wins []*window, first int) *window {
-	return windowAt(wins, first, s.feeds[s.cur].win)
+	r, ok := s.feed(s.cur)
+	if !ok {
+		return nil // in a window not made yet
+	}
+	return windowAt(wins, first, r.win)
+}
+
+// feed returns s's feed i, if it has been made and not dropped.
+func (s *mixSlot) feed(i int) (feedRef, bool) {
+	if i -= s.base; i >= 0 && i < len(s.feeds) {
+		return s.feeds[i], true
+	}
+	return feedRef{}, false
+}
+
+// add adds r, s's next feed, as its window is made.
+func (s *mixSlot) add(r feedRef) {
+	if s.cur-s.base >= 32 {
+		// Drop the feeds done.
+		s.feeds = append(s.feeds[:0], s.feeds[s.cur-s.base:]...)
+		s.base = s.cur
+	}
+	s.feeds = append(s.feeds, r)
+	if r.last {
+		s.lastWin = r.win
+	}
 }
 
 func windowAt(wins []*window, first, wi int) *window {
@@ -452,7 +508,11 @@ func windowAt(wins []*window, first, wi int) *window {
 // place puts it at the next position of s's current feed in w, or drops it when the
 // feed drops its samples.
 func (s *mixSlot) place(w *window, it *item, pl *Pipeline) {
-	f := s.feeds[s.cur].feed
+	r, _ := s.feed(s.cur) // made: its window is w
+	f := r.feed
+	if s.left < 0 {
+		s.left = f.Count
+	}
 	if f.Slot >= 0 {
 		w.held[f.Slot+f.Count-s.left] = it
 	} else if !isMissing(it) {
@@ -460,17 +520,23 @@ func (s *mixSlot) place(w *window, it *item, pl *Pipeline) {
 	}
 	s.left--
 	for s.left == 0 {
-		last := s.cur == len(s.feeds)-1
+		last := s.cur == s.nfeeds-1
 		if last && s.toEnd && !s.closed {
 			w.extra++ // the window waits for the shard's end
 		}
 		w.feeds--
+		prev := r.win
 		s.cur++
-		if s.cur == len(s.feeds) {
+		if s.cur == s.nfeeds {
 			return
 		}
-		s.left = s.feeds[s.cur].feed.Count
-		if s.feeds[s.cur].win != s.feeds[s.cur-1].win {
+		var ok bool
+		if r, ok = s.feed(s.cur); !ok {
+			s.left = -1 // taken from the feed once its window is made
+			return
+		}
+		s.left = r.feed.Count
+		if r.win != prev {
 			return
 		}
 	}
@@ -481,9 +547,9 @@ func (s *mixSlot) place(w *window, it *item, pl *Pipeline) {
 // left out); with exact counts the producer has said why (an error) unless the
 // loader is stopping.
 func (s *mixSlot) end(ctx context.Context, wins []*window, first int, pl *Pipeline) error {
-	if s.cur == len(s.feeds) {
+	if s.cur == s.nfeeds {
 		if s.toEnd {
-			if w := windowAt(wins, first, s.feeds[len(s.feeds)-1].win); w != nil {
+			if w := windowAt(wins, first, s.lastWin); w != nil {
 				w.extra-- // the shard's end has come
 			}
 		}
@@ -493,7 +559,7 @@ func (s *mixSlot) end(ctx context.Context, wins []*window, first int, pl *Pipeli
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		return fmt.Errorf("shardload: internal error: the reader of %s stopped %d samples before its span's end", s.span.URL, s.left)
+		return fmt.Errorf("shardload: internal error: the reader of %s stopped %d feeds before its span's end", s.span.URL, s.nfeeds-s.cur)
 	}
 	s.missing = math.MaxInt // the rest of the feeds, as their windows come
 	return nil
