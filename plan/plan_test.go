@@ -3,6 +3,7 @@ package plan
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -137,5 +138,39 @@ func TestPlanErrors(t *testing.T) {
 		if _, err := New(shards, cfg); err == nil {
 			t.Errorf("%+v: no error", cfg)
 		}
+	}
+}
+
+// A plan holds its spans, not its windows: what it keeps does not grow with the
+// samples of its shards. Ten times the samples in the same shards (ten times the
+// windows) keep about the same heap; a plan that kept its windows and their feeds
+// (some 300 bytes a window of 504 samples here) kept ten times more.
+func TestPlanHeldGrowsWithShardsNotSamples(t *testing.T) {
+	held := func(samples int) (int64, Plan) {
+		shards := make([]shard.Info, 2000)
+		for i := range shards {
+			shards[i] = shard.Info{URL: fmt.Sprintf("s3://b/%06d.tar", i), Samples: samples, Size: int64(samples) << 10}
+		}
+		var a, b runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&a)
+		p, err := New(shards, Config{Seed: 1, Rank: 1, World: 4, Shuffle: true, Lanes: 8, Window: 504, BatchSize: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&b)
+		runtime.KeepAlive(shards)
+		return int64(b.HeapAlloc) - int64(a.HeapAlloc), p
+	}
+	held(1000) // what the first plan allocates once
+	small, ps := held(1000)
+	large, pl := held(10000)
+	t.Logf("held: %d windows %d B, %d windows %d B", ps.WindowCount, small, pl.WindowCount, large)
+	if pl.WindowCount < 9*ps.WindowCount {
+		t.Fatalf("%d and %d windows: the test shows nothing", ps.WindowCount, pl.WindowCount)
+	}
+	if perShard := large / 2000; large > small+64<<10 || perShard > 256 {
+		t.Fatalf("a plan of %d windows holds %d bytes (%d a shard), one of %d holds %d: it grows with the samples", pl.WindowCount, large, perShard, ps.WindowCount, small)
 	}
 }

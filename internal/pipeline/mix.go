@@ -78,8 +78,8 @@ type mixSlot struct {
 	lastWin int   // the window of its last feed, once made; -1 before
 	cur     int   // the feed being filled
 	left    int32 // samples the current feed still takes; -1 until it is begun
-	missing int       // positions a skip notice left out, still to apply
-	note    *item     // the skip notice whose positions are being applied, for the first
+	missing int   // positions a skip notice left out, still to apply
+	note    *item // the skip notice whose positions are being applied, for the first
 	// toEnd: the span ends where its shard does. The window of its last feed waits
 	// for the reader's end, which checks the shard's end (and may fail the loader
 	// there); with extras (an estimated count), samples past the feeds are the
