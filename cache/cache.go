@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+
 	"github.com/shardload/shardload/internal/redact"
 	"io"
 	"log"
@@ -173,7 +175,21 @@ type Cache struct {
 	n            counters
 	now          func() time.Time // the wall clock of validations (tests set their own)
 	causes       sync.Map         // write failures logged: cause -> true
+	// recent holds the Stats of objects the cache held no copy of, by key: an open
+	// within ValidateWithin of one (the loader's Stat for its estimates, an open
+	// joining a fill in flight) is served the version it found without asking the
+	// source again, as a check of a cached copy is.
+	recent *simplelru.LRU[string, recentStat]
 }
+
+// recentStat is a Stat of an object with no cached copy, and when it was sent.
+type recentStat struct {
+	info source.Info
+	at   int64
+}
+
+// maxRecent bounds the Stats of uncached objects kept for their opens.
+const maxRecent = 4096
 
 var (
 	_ source.Source      = (*Cache)(nil)
@@ -195,6 +211,7 @@ func New(opts Options, upstream source.Source) (*Cache, error) {
 	}
 	opts = opts.withDefaults()
 	c := &Cache{opts: opts, up: upstream, fills: make(map[string]*fill), behind: make(map[string]bool), now: time.Now}
+	c.recent, _ = simplelru.NewLRU[string, recentStat](maxRecent, nil)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if opts.MemoryBytes > 0 {
 		per := opts.MemoryBytes / int64(opts.Nodes)
@@ -299,8 +316,17 @@ func (c *Cache) Stat(ctx context.Context, url string) (source.Info, error) {
 			return cached, nil
 		}
 	}
+	if !have {
+		if r, ok := c.recentStat(url, ""); ok {
+			c.n.shared.Add(1)
+			return r.info, nil
+		}
+	}
 	at := c.now().UnixNano()
 	info, err := c.up.Stat(ctx, url)
+	if err == nil && !have {
+		c.noteStat(url, info, at)
+	}
 	if err == nil && have {
 		if info.Size != cached.Size || info.Version != cached.Version {
 			c.n.stale.Add(1)
@@ -464,6 +490,25 @@ func (c *Cache) upstream(url string) (source.Source, error) {
 	return c.up, nil
 }
 
+// openUp opens url at the source to fill the cache with it, at info, the version
+// and size the open's check has just found there: without asking the source again
+// where it can (source.InfoOpener), one request less a fetch, and the bytes are
+// then those of the version the entry records (an object written since fails with
+// ErrChanged).
+func (c *Cache) openUp(ctx context.Context, url string, info source.Info) (io.ReadCloser, error) {
+	if up, err := c.upstream(url); err == nil && info.Version != "" && info.Size >= 0 {
+		if op, ok := up.(source.InfoOpener); ok {
+			info.URL = url
+			r, err := op.OpenInfo(ctx, info)
+			if se := (*source.Error)(nil); errors.Is(err, source.ErrChanged) && errors.As(err, &se) {
+				err = &source.Error{Op: "read", URL: url, Err: fmt.Errorf("%w: %w", ErrChanged, se.Err)}
+			}
+			return r, err
+		}
+	}
+	return c.up.Open(ctx, url)
+}
+
 // rangeReader returns the upstream that reads ranges of url; nil when it has no
 // ranged reads.
 func (c *Cache) rangeReader(url string) source.RangeReader {
@@ -535,8 +580,15 @@ var errUnshared = errors.New("cache: the entry checked is gone")
 func (c *Cache) validate(ctx context.Context, url, want string, share bool) (info source.Info, chk check, err error) {
 	cached, have := c.cachedVersion(url)
 	if !have {
+		if r, ok := c.recentStat(url, want); share && ok {
+			c.n.shared.Add(1)
+			return r.info, check{ok: true, at: r.at}, nil
+		}
 		at := c.now().UnixNano()
 		info, err = c.up.Stat(ctx, url)
+		if err == nil {
+			c.noteStat(url, info, at)
+		}
 		return info, check{ok: err == nil, at: at}, err
 	}
 	if share && (want == "" || want == cached.Version) && c.sharedCheck(key(url), cached) {
@@ -573,11 +625,40 @@ func (c *Cache) validate(ctx context.Context, url, want string, share bool) (inf
 	return info, check{}, err
 }
 
+// noteStat keeps info, what a Stat sent at at found of url while no copy was
+// cached, for the opens of the next ValidateWithin.
+func (c *Cache) noteStat(url string, info source.Info, at int64) {
+	if !c.sharing() {
+		return
+	}
+	c.mu.Lock()
+	c.recent.Add(key(url), recentStat{info: info, at: at})
+	c.mu.Unlock()
+}
+
+// recentStat returns what a Stat of url found less than ValidateWithin ago while
+// no copy was cached, if one did (and found version want, when want is not empty).
+func (c *Cache) recentStat(url, want string) (recentStat, bool) {
+	if !c.sharing() {
+		return recentStat{}, false
+	}
+	now := c.now().UnixNano()
+	c.mu.Lock()
+	r, ok := c.recent.Get(key(url))
+	c.mu.Unlock()
+	if !ok || !c.fresh(r.at, now) || want != "" && r.info.Version != want {
+		return recentStat{}, false
+	}
+	r.info.URL = url
+	return r, true
+}
+
 // drop removes every cached copy of url (files of entries being read go when their
 // last reader closes).
 func (c *Cache) drop(url string) {
 	k := key(url)
 	c.mu.Lock()
+	c.recent.Remove(k)
 	var victims []*diskEntry
 	for _, m := range c.mem {
 		m.remove(k)
@@ -854,7 +935,7 @@ func writeCause(err error) string {
 // with ErrChanged when the source holds another version.
 func (c *Cache) sourceAt(ctx context.Context, url string, info source.Info, off int64) (io.ReadCloser, error) {
 	if off == 0 {
-		return c.up.Open(ctx, url)
+		return c.openUp(ctx, url, info)
 	}
 	up, err := c.upstream(url)
 	if err != nil {

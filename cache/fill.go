@@ -356,7 +356,7 @@ func (f *fill) copyFrom(h io.Writer) (int64, error) {
 	if f.redirect != nil {
 		ctx = source.WithRedirectCheck(ctx, f.redirect)
 	}
-	body, err := c.up.Open(ctx, f.url)
+	body, err := c.openUp(ctx, f.url, f.info)
 	if err != nil {
 		return 0, err
 	}

@@ -19,16 +19,18 @@ import (
 	"github.com/shardload/shardload/cache"
 	"github.com/shardload/shardload/internal/shardgen"
 	"github.com/shardload/shardload/internal/testutil"
+	"github.com/shardload/shardload/source"
 	"github.com/shardload/shardload/source/s3"
 )
 
 // cacheProxy is a reverse proxy in front of MinIO that counts GET requests per
 // object path and can hold a GET's body after some bytes until released.
 type cacheProxy struct {
-	srv  *httptest.Server
-	mu   sync.Mutex
-	gets map[string]int
-	hold *cacheHold
+	srv   *httptest.Server
+	mu    sync.Mutex
+	gets  map[string]int
+	heads map[string]int
+	hold  *cacheHold
 }
 
 // cacheHold stops the body of GETs of path after n bytes: reached is closed when the
@@ -46,16 +48,19 @@ func newCacheProxy(t *testing.T, m *testutil.MinIOServer) *cacheProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cacheProxy{gets: map[string]int{}}
+	p := &cacheProxy{gets: map[string]int{}, heads: map[string]int{}}
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.FlushInterval = -1 // pass bytes on as they come, so a held body is partly sent
 	rp.ModifyResponse = func(resp *http.Response) error {
 		req := resp.Request
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if req.Method == http.MethodHead {
+			p.heads[req.URL.Path]++
+		}
 		if req.Method != http.MethodGet {
 			return nil
 		}
-		p.mu.Lock()
-		defer p.mu.Unlock()
 		p.gets[req.URL.Path]++
 		if h := p.hold; h != nil && req.URL.Path == h.path {
 			resp.Body = &heldBody{ReadCloser: resp.Body, h: h, ctx: req.Context()}
@@ -81,6 +86,13 @@ func (p *cacheProxy) count(path string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.gets[path]
+}
+
+// countHeads returns the HEAD requests of path MinIO answered.
+func (p *cacheProxy) countHeads(path string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.heads[path]
 }
 
 // env points a subprocess's AWS configuration at the proxy.
@@ -296,6 +308,77 @@ func TestCacheBudgetCorruptionAndNewVersion(t *testing.T) {
 	m.Put(t, "shards", "train/train-000000.tar", other)
 	got = ok(t, env, "cat", "--cache-dir", dir2, "--cache-validate-within", "0", urls[0])
 	sameSamples(t, regroup(t, bytes.NewReader(got)), regroup(t, bytes.NewReader(other)))
+}
+
+// TestCacheColdFillOneStat: a shard the cache does not hold, opened through the
+// cache over the fetcher (as the loader and cat read with --cache-dir), costs one
+// HEAD (the open's check of the version) and one GET: the fetch reads the version
+// and size that check found, pinned to that version, without asking again. Every
+// way in: Open (no index), OpenVersion (a count from an index), and a Stat (a
+// loader's estimate from the object's size) followed by an Open and a second Open
+// that joins the fill, which the Stat's check serves as a cached copy's would.
+func TestCacheColdFillOneStat(t *testing.T) {
+	m := testutil.MinIO(t)
+	urls, _, paths := cacheDataset(t, m, 3)
+	proxy := newCacheProxy(t, m)
+	for _, kv := range proxy.env(m) {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	t.Setenv("AWS_CONFIG_FILE", os.DevNull)
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", os.DevNull)
+	reg := &source.Registry{}
+	reg.Register("s3", source.NewFetcher(&s3.Source{}, source.FetchOptions{}))
+	c, err := cache.New(cache.Options{Dir: t.TempDir(), Logf: t.Logf}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := t.Context()
+	info, err := reg.Stat(ctx, urls[1]) // the version an index records
+	if err != nil {
+		t.Fatal(err)
+	}
+	opens := []func() (io.ReadCloser, error){
+		func() (io.ReadCloser, error) { return c.Open(ctx, urls[0]) },
+		func() (io.ReadCloser, error) { return c.OpenVersion(ctx, urls[1], info.Version, 0, -1) },
+		func() (io.ReadCloser, error) {
+			if _, err := c.Stat(ctx, urls[2]); err != nil {
+				return nil, err
+			}
+			r, err := c.Open(ctx, urls[2])
+			if err != nil {
+				return nil, err
+			}
+			r2, err := c.Open(ctx, urls[2]) // joins the fill, or opens the copy
+			if err != nil {
+				r.Close()
+				return nil, err
+			}
+			r2.Close()
+			return r, nil
+		},
+	}
+	for i, open := range opens {
+		path := "/shards/train/" + filepath.Base(paths[i])
+		heads0 := proxy.countHeads(path)
+		r, err := open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(r)
+		r.Close()
+		want, _ := os.ReadFile(paths[i])
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: %d bytes, %v; want the object's %d", path, len(got), err, len(want))
+		}
+		if heads, gets := proxy.countHeads(path)-heads0, proxy.count(path); heads != 1 || gets != 1 {
+			t.Errorf("%s, a cold fill: %d HEAD and %d GET requests reached MinIO; want 1 and 1", path, heads, gets)
+		}
+	}
+	if st := c.Stats(); st.Fetches != 3 {
+		t.Errorf("stats %+v: want 3 fetches", st)
+	}
 }
 
 // TestCacheConcurrentReadersOneFetch opens one uncached shard from many goroutines of

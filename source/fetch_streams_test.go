@@ -1,7 +1,9 @@
 package source
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -44,5 +46,76 @@ func TestFetcherCountsStreams(t *testing.T) {
 		if n := f.streams.Load(); n != 0 {
 			t.Errorf("SingleRate %v: %d streams counted after every Close", single, n)
 		}
+	}
+}
+
+// statCounter is a File that counts its Stats.
+type statCounter struct {
+	File
+	stats int
+}
+
+func (s *statCounter) Stat(ctx context.Context, url string) (Info, error) {
+	s.stats++
+	return s.File.Stat(ctx, url)
+}
+
+// OpenInfo reads the object at the Info given, without a Stat of its own, and pinned
+// to that version: an object written since fails with ErrChanged. Open asks first.
+func TestFetcherOpenInfoAsksNothing(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "obj")
+	data := make([]byte, 300<<10)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, parallel := range []int{1, 4} {
+		src := &statCounter{}
+		f := NewFetcher(src, FetchOptions{PartSize: 64 << 10, Parallel: parallel, SingleRate: -1})
+		info, err := f.Stat(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := f.OpenInfo(ctx, info)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("parallel %d: %d bytes, %v; want the object's %d", parallel, len(got), err, len(data))
+		}
+		if src.stats != 1 {
+			t.Errorf("parallel %d: %d Stats for a Stat and an OpenInfo; want 1", parallel, src.stats)
+		}
+		rc, err = f.Open(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc.Close()
+		if src.stats != 2 {
+			t.Errorf("parallel %d: Open made %d Stats; want 1", parallel, src.stats-1)
+		}
+	}
+	// Written since the Stat: the read fails, it does not serve other bytes under the
+	// version given.
+	f := NewFetcher(&File{}, FetchOptions{PartSize: 64 << 10, Parallel: 4, SingleRate: -1})
+	info, err := f.Stat(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, data[:200<<10], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := f.OpenInfo(ctx, info)
+	if err == nil {
+		_, err = io.ReadAll(rc)
+		rc.Close()
+	}
+	if !errors.Is(err, ErrChanged) {
+		t.Errorf("OpenInfo of an object written since its Stat: %v; want ErrChanged", err)
 	}
 }
