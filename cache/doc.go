@@ -32,7 +32,12 @@
 // the same way (a check within the interval serves it; its own check serves the
 // opens that follow; one that finds another version drops the copy), so that the
 // Stat a reader makes before it opens a shard, and the open, send one HEAD per
-// interval between them, and agree. A caller denied access is thus served a
+// interval between them, and agree. An object not cached is fetched at the version
+// and size the open's Stat found, pinned to that version (source.InfoOpener: no
+// second Stat, and a copy never holds another version's bytes), and a Stat of it
+// (a loader's estimate from its size, the open before a fetch) serves, within this
+// process, the opens of the interval as a check of a copy does: a cold shard costs
+// one HEAD and its GETs. A caller denied access is thus served a
 // copy another process of the directory's user checked within the interval (the
 // files are that user's to read anyway). Where the file system keeps no extended
 // attributes, silently, a process shares only its own checks; a negative
