@@ -167,7 +167,8 @@ type Config struct {
 
 	// Memory is the budget of the loader's buffers, in bytes: the slab ring, the
 	// decoded samples (the open shards' queues, the shuffle windows, the batches being
-	// collated) and the remote reads' parts (see MemoryBudget). Open fails with
+	// collated) and the remote reads' parts (see MemoryBudget), and what grows with
+	// the dataset: the shards' index entries and the plan. Open fails with
 	// ErrMemory when the settings set need more; the settings left to their defaults
 	// are lowered to fit, and the tuner never raises them past it. The process holds
 	// MemoryOverhead more. Default 1 GiB (DefaultMemory).
@@ -423,7 +424,9 @@ func (cfg Config) RingBytes() int64 {
 }
 
 // MemoryBudget returns the budget of the loader's buffers: Memory, or DefaultMemory.
-// It holds the slabs, the decoded samples queued per open shard, in the shuffle
+// It holds the shards' index entries the loader keeps (about 150 bytes a shard, and
+// the sample offsets of the shards it reads in part) and its plan (its spans: one
+// or a few a shard it reads), the slabs, the decoded samples queued per open shard, in the shuffle
 // windows and in the two batches being collated (the one being written and the last
 // one, kept to pad an epoch shortened by skipped samples), with an eighth more for
 // the buffers' size classes, and the parts of the remote reads in flight

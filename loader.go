@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
@@ -115,6 +116,7 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 		cfg.SlabBytes = SlabSize(cfg, infos, fields)
 	}
 	budget := cfg.budget(shape)
+	budget.Held = heldBytes(infos, &pl.plan)
 	if err := budget.CheckBatch(wire.FixedBytes(cfg.BatchSize, fields), cfg.BatchSize, cfg.MaxSlabBytes, cfg.knobs(), sized); err != nil {
 		return nil, err
 	}
@@ -166,7 +168,7 @@ func (l *Loader) params(pl planned, images decode.ImageDecoder, b tune.Budget, k
 		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxSampleSize: cfg.MaxSampleSize, MaxRatio: cfg.MaxRatio},
 		Rank:   cfg.Rank, FirstSeq: firstSeq, Replay: pl.replay,
 		NoShuffle: cfg.NoShuffle, ShuffleBytes: cfg.ShuffleBytes, OpenShards: max(cfg.OpenShards, pl.plan.Lanes), Knobs: fetch,
-		SampleBytes: cfg.Memory - int64(cfg.Slabs)*cfg.SlabBytes - b.Fetch(knobs),
+		SampleBytes: cfg.Memory - b.Held - int64(cfg.Slabs)*cfg.SlabBytes - b.Fetch(knobs),
 		BatchSize:   cfg.BatchSize, DropLast: cfg.DropLast, CPUs: cfg.CPUs,
 		Stretch: cfg.World == 1 && pl.plan.Estimated, Record: lookup(cfg).Store.Keep(pl.infos, cfg.Logf),
 		Skip: cfg.OnError == Skip, StreamOf: pl.mix.StreamOf(len(pl.infos)),
@@ -197,6 +199,17 @@ func newPlan(infos []shard.Info, cfg Config, order Order, runs []plan.Run, mix *
 		err = fmt.Errorf("%w: %w", ErrResume, err)
 	}
 	return p, err
+}
+
+// heldBytes is what a loader holds of its shards' index entries (each a shard.Info,
+// its URL, version and the sample offsets it keeps) and of its plan: it grows with
+// the dataset, not with the knobs, and is counted in the memory budget.
+func heldBytes(infos []shard.Info, p *plan.Plan) int64 {
+	n := int64(len(infos)) * int64(unsafe.Sizeof(shard.Info{}))
+	for i := range infos {
+		n += int64(len(infos[i].URL) + len(infos[i].Version) + 8*len(infos[i].Offsets))
+	}
+	return n + p.Bytes()
 }
 
 // planWindowBytes: a rank's part of an epoch may span one window of the order per

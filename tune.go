@@ -13,8 +13,9 @@ import (
 const DefaultMemory = 1 << 30
 
 // MemoryOverhead is what a loader process holds beyond its loaders' budgets, at the
-// default fetch settings: Go's runtime and code, the index, the sources' clients and
-// connection buffers, and the part buffers a remote backend keeps between reads
+// default fetch settings: Go's runtime and code, the index's reading buffers (its
+// entries of the shards and the plan are in each loader's budget), the sources'
+// clients and connection buffers, and the part buffers a remote backend keeps between reads
 // (source.Fetcher.MaxFreeBytes, 64 MiB). Peak RSS stays within the budgets plus
 // this (BENCHMARKS.md).
 const MemoryOverhead = 160 << 20

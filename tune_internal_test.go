@@ -3,14 +3,18 @@ package shardload
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
+	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/internal/shardgen"
 	"github.com/shardload/shardload/internal/tune"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 )
 
@@ -168,5 +172,51 @@ func TestCloseWaitsForTheTuner(t *testing.T) {
 	case <-l.tuned:
 	default:
 		t.Error("Close returned while the tuner's goroutine runs")
+	}
+}
+
+// TestMemoryBudgetCountsIndexAndPlan: what a loader holds of its shards' index
+// entries and of its plan grows with the dataset and is counted in its budget: a
+// budget the buffers alone fit, with the entries of 100,000 shards, is refused
+// with ErrMemory naming them; with 2,000 shards the loader opens, and the memory
+// it reports holds them.
+func TestMemoryBudgetCountsIndexAndPlan(t *testing.T) {
+	label, err := decode.ParseField("cls:int")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shards := func(n int) []shard.Info {
+		out := make([]shard.Info, n)
+		for i := range out {
+			out[i] = shard.Info{URL: fmt.Sprintf("/nonexistent/dataset/train-%06d.tar", i), Samples: 100, Size: 1 << 20}
+		}
+		return out
+	}
+	cfg := Config{Fields: []decode.Field{label}, NoIndexStore: true, NoAutotune: true, Slabs: 2, SlabBytes: 1 << 20, ShuffleBytes: 4 << 20,
+		OpenShards: 4, BatchSize: 32, Memory: 24 << 20, Logf: t.Logf}
+
+	cfg.Shards = shards(100_000)
+	p, err := plan.New(cfg.Shards, plan.Config{Rank: 0, World: 1, BatchSize: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := heldBytes(cfg.Shards, &p)
+	if min := int64(100_000) * int64(len(cfg.Shards[0].URL)+int(unsafe.Sizeof(shard.Info{}))); held < min {
+		t.Fatalf("held %d bytes for 100,000 shards' entries, less than their URLs and Infos' %d", held, min)
+	}
+	_, err = Open(context.Background(), cfg)
+	if !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), "index entries and the plan") {
+		t.Fatalf("Open of 100,000 shards' entries (%d MB) and 10 MB of buffers in a 24 MiB budget = %v; want ErrMemory naming the index entries", held>>20, err)
+	}
+
+	cfg.Shards = shards(2_000)
+	l, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Open of 2,000 shards in the same budget: %v", err)
+	}
+	st := l.Stats()
+	l.Close()
+	if p := l.Plan(); st.Memory < heldBytes(cfg.Shards, &p) || st.Memory > cfg.Memory {
+		t.Errorf("memory at the settings in effect %d: want at least the entries and plan held (%d), at most the budget %d", st.Memory, heldBytes(cfg.Shards, &p), cfg.Memory)
 	}
 }

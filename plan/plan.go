@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"unsafe"
 
 	"github.com/shardload/shardload/shard"
 )
@@ -466,6 +467,14 @@ func EpochRand(seed uint64, epoch int, stream uint64) *rand.Rand {
 	binary.LittleEndian.PutUint64(key[16:], stream)
 	copy(key[24:], "shardld\x00")
 	return rand.New(rand.NewChaCha8(key))
+}
+
+// Bytes is about what p holds in memory: its spans and the order's list of shards
+// (the windows are made again as they are read, see Cursor). The shard list given to
+// New is the caller's.
+func (p *Plan) Bytes() int64 {
+	n := int64(cap(p.Spans))*int64(unsafe.Sizeof(Span{})) + int64(cap(p.gaps)) + int64(cap(p.part))*int64(unsafe.Sizeof(seg{}))
+	return n + int64(len(p.shards))*12 // an order's permutation and starts a shard
 }
 
 // Whole reports, for each of p's spans, whether it reads its shard whole: every

@@ -94,7 +94,11 @@ func (d Shape) partsCap(k Knobs) int64 {
 // Budget is the memory model of a loader: what its buffers hold at given knobs, with
 // the settings the tuner does not change.
 type Budget struct {
-	Memory       int64 // the budget
+	Memory int64 // the budget
+	// Held is what the loader holds whatever its knobs: its shards' index entries
+	// (their URLs, versions and the offsets it keeps) and its plan, which grow with
+	// the dataset.
+	Held         int64
 	Slabs        int
 	SlabBytes    int64
 	ShuffleBytes int64
@@ -103,12 +107,12 @@ type Budget struct {
 	Pins         Pins
 }
 
-// Of returns the most bytes the loader's buffers hold with knobs k: the slab ring,
-// the decoded samples (the open shards' queues, the shuffle windows and two batches
-// being collated, plus an eighth for the buffers' size classes) and the remote
-// reads' parts of every open shard.
+// Of returns the most bytes the loader holds with knobs k: Held, and its buffers:
+// the slab ring, the decoded samples (the open shards' queues, the shuffle windows
+// and two batches being collated, plus an eighth for the buffers' size classes) and
+// the remote reads' parts of every open shard.
 func (b Budget) Of(k Knobs) int64 {
-	return int64(b.Slabs)*b.SlabBytes + b.Samples(k) + b.Fetch(k)
+	return b.Held + int64(b.Slabs)*b.SlabBytes + b.Samples(k) + b.Fetch(k)
 }
 
 // Samples is the decoded samples' share of Of.
@@ -157,8 +161,8 @@ func (b Budget) Start(k Knobs) (Knobs, error) {
 			k.QueueBytes = max(k.QueueBytes/2, MinQueueBytes)
 		default:
 			ring := int64(b.Slabs) * b.SlabBytes
-			return k, fmt.Errorf("%w: the budget is %s, the settings need %s: slabs %d x %s = %s, decoded samples %s (queues %d x %s, shuffle %s, two batches, size classes), fetch parts %s (%d open shards x %d x %s); raise Memory (--memory) or lower what the settings name",
-				ErrMemory, size(b.Memory), size(b.Of(k)), b.Slabs, size(b.SlabBytes), size(ring),
+			return k, fmt.Errorf("%w: the budget is %s, the settings need %s: the shards' index entries and the plan %s, slabs %d x %s = %s, decoded samples %s (queues %d x %s, shuffle %s, two batches, size classes), fetch parts %s (%d open shards x %d x %s); raise Memory (--memory) or lower what the settings name",
+				ErrMemory, size(b.Memory), size(b.Of(k)), size(b.Held), b.Slabs, size(b.SlabBytes), size(ring),
 				size(b.Samples(k)), b.OpenShards+k.ReadAhead, size(k.QueueBytes), size(b.ShuffleBytes),
 				size(b.Fetch(k)), b.OpenShards+k.ReadAhead, k.FetchParallel, size(k.FetchPartSize))
 		}
@@ -184,8 +188,8 @@ func (b Budget) Check(maxSlab int64, set Knobs) []error {
 	}
 	least := b.Least(set)
 	if need := b.Of(least); b.SlabBytes > 0 && need > b.Memory && need > 0 {
-		errs = append(errs, fmt.Errorf("%w: Memory %s is less than the %s these settings need at the least: slabs %d x %s, shuffle %s and two batches, queues %d x %s (see MemoryBudget)",
-			ErrMemory, size(b.Memory), size(need), b.Slabs, size(b.SlabBytes), size(b.ShuffleBytes), b.OpenShards+least.ReadAhead, size(least.QueueBytes)))
+		errs = append(errs, fmt.Errorf("%w: Memory %s is less than the %s these settings need at the least: the shards' index entries and the plan %s, slabs %d x %s, shuffle %s and two batches, queues %d x %s (see MemoryBudget)",
+			ErrMemory, size(b.Memory), size(need), size(b.Held), b.Slabs, size(b.SlabBytes), size(b.ShuffleBytes), b.OpenShards+least.ReadAhead, size(least.QueueBytes)))
 	}
 	return errs
 }
