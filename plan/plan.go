@@ -435,10 +435,11 @@ func (b *planBuilder) addPiece(w *Window, l, si, skip, take int) {
 	w.Held += int32(take)
 }
 
-// feed adds f to w's feeds.
+// feed adds f to w's feeds (in New's walk, which keeps no window, it counts it).
 func (b *planBuilder) feed(w *Window, f Feed) {
-	w.Feeds = append(w.Feeds, f)
-	if b.spans != nil {
+	if b.spans == nil {
+		w.Feeds = append(w.Feeds, f)
+	} else {
 		(*b.spans)[f.Span].Feeds++
 		if f.Slot < 0 {
 			(*b.gaps)[f.Span] = true
