@@ -54,6 +54,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -322,9 +323,16 @@ func identity(url, version string, size int64) string {
 // temporary files of one being written), as a listing of the shards' directory
 // returns them.
 func Omit(urls []string) []string {
-	out := urls[:0:0]
+	isIndex := func(u string) bool {
+		base := path.Base(pathOf(u))
+		return base == FileName || strings.HasPrefix(base, "."+FileName+".tmp-")
+	}
+	if !slices.ContainsFunc(urls, isIndex) {
+		return urls
+	}
+	out := make([]string, 0, len(urls))
 	for _, u := range urls {
-		if base := path.Base(pathOf(u)); base != FileName && !strings.HasPrefix(base, "."+FileName+".tmp-") {
+		if !isIndex(u) {
 			out = append(out, u)
 		}
 	}

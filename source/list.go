@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -56,12 +57,15 @@ func IsListPattern(url string) bool {
 // keeps the objects there whose name matches. A listing that finds nothing is an
 // error wrapping ErrNoMatch. Expand first starts the set-up of the first URL's
 // Source (Prepare), which a caller's next step (a listing, an index, a first read)
-// needs.
+// needs. When no URL asks for a listing it returns urls itself.
 func (r *Registry) Expand(ctx context.Context, urls []string) ([]string, error) {
 	if len(urls) > 0 {
 		Prepare(r, urls[0])
 	}
-	var out []string
+	if !slices.ContainsFunc(urls, IsListPattern) {
+		return urls, nil // nothing to list
+	}
+	out := make([]string, 0, len(urls))
 	for _, u := range urls {
 		if !IsListPattern(u) {
 			out = append(out, u)

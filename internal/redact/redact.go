@@ -54,11 +54,15 @@ func URL(u string) string {
 	if end < 0 {
 		end = len(rest)
 	}
-	if at := strings.LastIndex(rest[:end], "@"); at >= 0 {
+	at := strings.LastIndex(rest[:end], "@")
+	if at >= 0 {
 		rest = Mark + rest[at:]
 	}
 	q := strings.IndexByte(rest, '?')
 	if q < 0 {
+		if at < 0 {
+			return u // nothing to redact: no copy
+		}
 		return u[:i+3] + rest
 	}
 	query, frag := rest[q+1:], ""
