@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/shardload/shardload/decode"
@@ -170,7 +171,20 @@ func (b Budget) Start(k Knobs) (Knobs, error) {
 	return k, nil
 }
 
-func size(n int64) string { return mem.FormatSize(n) }
+// size formats n for a message: exactly when it is a whole number of KiB (as the
+// flags take sizes), else to a tenth of its largest unit.
+func size(n int64) string {
+	if n%1024 == 0 || n < 10<<10 {
+		return mem.FormatSize(n)
+	}
+	f, unit := float64(n)/(1<<10), "KiB"
+	if n >= 1<<30 {
+		f, unit = float64(n)/(1<<30), "GiB"
+	} else if n >= 1<<20 {
+		f, unit = float64(n)/(1<<20), "MiB"
+	}
+	return strconv.FormatFloat(f, 'f', 1, 64) + unit
+}
 
 // Check reports what makes b's settings impossible before anything is read: a slab
 // larger than maxSlab, a ring that overflows or takes more than half of the machine's
