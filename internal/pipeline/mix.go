@@ -118,14 +118,20 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 	cursor := plan.Cursor()
 	pending := map[int][]feedRef{} // feeds of the spans not open yet
 	madeFeeds := map[int]int{}     // feeds made so far of the spans whose last is still to come
-	makeWindow := func(wi int) (*window, bool) {
+	makeWindow := func(wi int) (*window, bool, error) {
 		sw, ok := cursor.Next()
 		if !ok {
-			return nil, false
+			if len(madeFeeds) > 0 {
+				return nil, false, fmt.Errorf("shardload: internal error: the plan's windows end before %d of its spans' feeds", len(madeFeeds))
+			}
+			return nil, false, nil
 		}
 		refs := make([]feedRef, len(sw.Feeds))
 		for i, f := range sw.Feeds {
 			n := madeFeeds[f.Span] + 1
+			if n > plan.Spans[f.Span].Feeds {
+				return nil, false, fmt.Errorf("shardload: internal error: window %d feeds span %d (%s) more than the %d times its plan counts", sw.Index, f.Span, plan.Spans[f.Span].URL, plan.Spans[f.Span].Feeds)
+			}
 			refs[i] = feedRef{win: wi, feed: f, last: n == plan.Spans[f.Span].Feeds}
 			if refs[i].last {
 				delete(madeFeeds, f.Span)
@@ -138,7 +144,7 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 				pending[f.Span] = append(pending[f.Span], refs[i])
 			}
 		}
-		return pl.newWindow(wi, sw, refs), true
+		return pl.newWindow(wi, sw, refs), true, nil
 	}
 	// Two windows are filled at once: the one being yielded and the next, so that the
 	// shards keep being read while the first waits for its last samples.
@@ -153,8 +159,11 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 	}()
 	for {
 		for len(wins) < ahead && more {
-			var w *window
-			if w, more = makeWindow(nextWin); more {
+			w, ok, err := makeWindow(nextWin)
+			if err != nil {
+				return err
+			}
+			if more = ok; more {
 				wins = append(wins, w)
 				nextWin++
 			}
