@@ -39,9 +39,9 @@ demo: build
 # machine, a race in Go's fuzzing coordinator (go.dev/issue/75804).
 # scripts/tools.sh builds the servers once (minutes) and caches them; scripts/deps.sh
 # installs python3 with numpy and PyTorch from Debian when missing.
-# The race-detected integration package takes 6-8 minutes on 2 busy cores: the
-# timeout per package is raised from go test's 10 minutes, so that a loaded machine
-# does not fail it, while a hang still fails well inside CI's limit.
+# The race-detected integration package takes minutes on 2 cores and went past
+# go test's 10-minute default on a loaded machine: the timeout per package is 30
+# minutes, so that load does not fail it and a hang still fails inside CI's limit.
 test: deps tools lint validate
 	SHARDLOAD_INDEX_DIR=$$(mktemp -d) $(GO) test -race -count=1 -timeout 30m -skip '^TestMultiNodeDocker$$' ./...
 	GO=$(GO) scripts/containers-test.sh
