@@ -276,8 +276,12 @@ func (p *Plan) Emit(w *Window) []int32 {
 	return out
 }
 
-// Cursor returns a cursor over p's windows, from the first.
+// Cursor returns a cursor over p's windows, from the first (none for a Plan that
+// New did not make).
 func (p *Plan) Cursor() *Cursor {
+	if p.seq == nil {
+		return &Cursor{}
+	}
 	return &Cursor{b: p.builder()}
 }
 
@@ -304,6 +308,9 @@ type Cursor struct {
 
 // Next returns the next window, or false after the last.
 func (c *Cursor) Next() (*Window, bool) {
+	if c.b.sp == nil {
+		return nil, false
+	}
 	w, ok := c.b.next()
 	if !ok {
 		return nil, false

@@ -174,3 +174,14 @@ func TestPlanHeldGrowsWithShardsNotSamples(t *testing.T) {
 		t.Fatalf("a plan of %d windows holds %d bytes (%d a shard), one of %d holds %d: it grows with the samples", pl.WindowCount, large, perShard, ps.WindowCount, small)
 	}
 }
+
+// A Plan that New did not make has no windows (and does not panic).
+func TestZeroPlanHasNoWindows(t *testing.T) {
+	var p Plan
+	for w := range p.Windows() {
+		t.Fatalf("window %+v", w)
+	}
+	if _, ok := p.Cursor().Next(); ok {
+		t.Fatal("a window from a zero Plan's cursor")
+	}
+}
