@@ -500,13 +500,19 @@ func (c *Cache) openUp(ctx context.Context, url string, info source.Info) (io.Re
 		if op, ok := up.(source.InfoOpener); ok {
 			info.URL = url
 			r, err := op.OpenInfo(ctx, info)
-			if se := (*source.Error)(nil); errors.Is(err, source.ErrChanged) && errors.As(err, &se) {
-				err = &source.Error{Op: "read", URL: url, Err: fmt.Errorf("%w: %w", ErrChanged, se.Err)}
-			}
-			return r, err
+			return r, changedAt(url, err)
 		}
 	}
 	return c.up.Open(ctx, url)
+}
+
+// changedAt returns err, a read of url pinned to a version, as the cache's
+// ErrChanged when the source says the object changed since.
+func changedAt(url string, err error) error {
+	if se := (*source.Error)(nil); errors.Is(err, source.ErrChanged) && errors.As(err, &se) {
+		return &source.Error{Op: "read", URL: url, Err: fmt.Errorf("%w: %w", ErrChanged, se.Err)}
+	}
+	return err
 }
 
 // rangeReader returns the upstream that reads ranges of url; nil when it has no
@@ -943,10 +949,7 @@ func (c *Cache) sourceAt(ctx context.Context, url string, info source.Info, off 
 	}
 	if vr, ok := up.(source.VersionReader); ok && info.Version != "" {
 		r, err := vr.OpenVersion(ctx, url, info.Version, off, -1)
-		if se := (*source.Error)(nil); errors.Is(err, source.ErrChanged) && errors.As(err, &se) {
-			err = &source.Error{Op: "read", URL: url, Err: fmt.Errorf("%w: %w", ErrChanged, se.Err)}
-		}
-		return r, err
+		return r, changedAt(url, err)
 	}
 	sctx, cancel := context.WithTimeout(ctx, c.opts.StatTimeout)
 	now, err := c.up.Stat(sctx, url)
