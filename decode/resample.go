@@ -161,21 +161,14 @@ type resampler struct {
 // pixels, packed, rows 3n bytes): the axes' windows as set in r.h (n outputs) and r.v
 // (m outputs). flip mirrors the output left to right.
 func (r *resampler) resize(dst, src []byte, stride int, flip bool) {
-	n, m := len(r.h.start), len(r.v.start)
+	n := len(r.h.start)
 	// The source rows the vertical pass reads.
-	y0, y1 := int(r.v.start[0]), 0
-	for i := range m {
-		y0 = min(y0, int(r.v.start[i]))
-		y1 = max(y1, int(r.v.start[i]+r.v.count[i]))
-	}
+	y0, y1 := r.vrows()
 	w := 3 * n
 	rows, rowStride, rowBase := src[3*int(r.h.start[0]):], stride, 0
 	if !r.h.identity || flip {
 		// The horizontal pass, into rows y0 to y1 of tmp; it mirrors the row too.
-		if need := w * (y1 - y0); cap(r.tmp) < need {
-			r.tmp = make([]byte, need)
-		}
-		tmp := r.tmp[:w*(y1-y0)]
+		tmp := r.scratch(w * (y1 - y0))
 		switch {
 		case !r.noVector && horizontalAVX2(tmp, src, stride, y0, y1, &r.h, flip):
 		case r.h.k == 3 || r.h.k == 4:
@@ -187,16 +180,42 @@ func (r *resampler) resize(dst, src []byte, stride int, flip bool) {
 		}
 		rows, rowStride, rowBase = tmp, w, y0
 	}
+	r.finish(dst, rows, rowStride, rowBase)
+}
+
+// vrows returns the source rows the vertical pass reads: y0 <= y < y1.
+func (r *resampler) vrows() (y0, y1 int) {
+	y0 = int(r.v.start[0])
+	for i := range r.v.start {
+		y0 = min(y0, int(r.v.start[i]))
+		y1 = max(y1, int(r.v.start[i]+r.v.count[i]))
+	}
+	return y0, y1
+}
+
+// scratch returns the horizontal pass's output buffer, n bytes.
+func (r *resampler) scratch(n int) []byte {
+	if cap(r.tmp) < n {
+		r.tmp = make([]byte, n)
+	}
+	return r.tmp[:n]
+}
+
+// finish is resize's vertical pass into dst, from rows (stride bytes apart, the
+// first being source row base) that hold what the horizontal pass gives, or the
+// source itself where it has no horizontal pass.
+func (r *resampler) finish(dst, rows []byte, stride, base int) {
+	w := 3 * len(r.h.start)
 	if r.v.identity {
-		copyRows(dst, rows, w, rowStride, r.v.start, rowBase)
+		copyRows(dst, rows, w, stride, r.v.start, base)
 		return
 	}
-	if !r.noVector && verticalAVX2(dst, rows, w, rowStride, rowBase, &r.v) {
+	if !r.noVector && verticalAVX2(dst, rows, w, stride, base, &r.v) {
 		return
 	}
-	for j := range m {
+	for j := range r.v.start {
 		k := r.v.w[j*r.v.ksize : j*r.v.ksize+int(r.v.count[j])]
-		vertical(dst[j*w:(j+1)*w], rows, rowStride, int(r.v.start[j])-rowBase, k)
+		vertical(dst[j*w:(j+1)*w], rows, stride, int(r.v.start[j])-base, k)
 	}
 }
 

@@ -14,15 +14,15 @@ static int sl_have_avx2(void) {
 }
 
 // sl_hpass is PIL's horizontal pass for 3 channels, as horizontal3 and
-// horizontalRows3 compute it, on rows rows of src (rows stride bytes apart) into tmp
-// (rows w bytes apart): output i of a row is the sum over its k taps t of the
-// pixel kstart[i]+t times kw[i*k+t], plus half, shifted right by 22, each channel on
-// its own; mirrored when flip. Eight rows at a time: a gather reads the pixel of each
+// horizontalRows3 compute it, on rows rows of src (rows stride bytes apart, its
+// first pixel the image's column x0) into tmp (rows w bytes apart): output i of a
+// row is the sum over its k taps t of the pixel kstart[i]+t times kw[i*k+t], plus
+// half, shifted right by 22, each channel on its own; mirrored when flip. Eight rows at a time: a gather reads the pixel of each
 // tap from the eight rows at once (four bytes each, the next pixel's first byte
 // too: src must hold one byte after the last pixel read).
 __attribute__((target("avx2")))
 static void sl_hpass(uint8_t *tmp, int w, const uint8_t *src, int stride, int rows,
-                     const int32_t *kstart, const int32_t *kw, int n, int k, int flip) {
+                     const int32_t *kstart, const int32_t *kw, int n, int k, int flip, int x0) {
 	const int32_t half = 1 << 21;
 	const __m256i offs = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(stride));
 	const __m256i mask = _mm256_set1_epi32(0xff);
@@ -31,7 +31,7 @@ static void sl_hpass(uint8_t *tmp, int w, const uint8_t *src, int stride, int ro
 		const uint8_t *base = src + (size_t)y * stride;
 		uint8_t *out = tmp + (size_t)y * w;
 		for (int i = 0; i < n; i++) {
-			const uint8_t *p = base + 3 * (size_t)kstart[i];
+			const uint8_t *p = base + 3 * (size_t)(kstart[i] - x0);
 			const int32_t *kk = kw + (size_t)i * k;
 			__m256i r = _mm256_set1_epi32(half), g = r, b = r;
 			for (int t = 0; t < k; t++) {
@@ -55,7 +55,7 @@ static void sl_hpass(uint8_t *tmp, int w, const uint8_t *src, int stride, int ro
 		const uint8_t *row = src + (size_t)y * stride;
 		uint8_t *out = tmp + (size_t)y * w;
 		for (int i = 0; i < n; i++) {
-			const uint8_t *p = row + 3 * (size_t)kstart[i];
+			const uint8_t *p = row + 3 * (size_t)(kstart[i] - x0);
 			const int32_t *kk = kw + (size_t)i * k;
 			int32_t s0 = half, s1 = half, s2 = half;
 			for (int t = 0; t < k; t++) {
@@ -70,6 +70,27 @@ static void sl_hpass(uint8_t *tmp, int w, const uint8_t *src, int stride, int ro
 		}
 	}
 }
+
+// sl_hctx is what sl_hstrip needs: the horizontal pass's taps and where its rows y0
+// to y1 (of a partial decode's region) go, w bytes each.
+typedef struct {
+	uint8_t *tmp;
+	const int32_t *kstart, *kw;
+	int w, y0, y1, n, k, flip;
+} sl_hctx;
+
+// sl_hstrip is a strip function for the turbojpeg package's DecodeRegionStrips:
+// the horizontal pass of the strip's rows that lie between y0 and y1, while the
+// decoder's output is in the caches. Only given where AVX2 is.
+static void sl_hstrip(void *c, const unsigned char *rows, int y, int nr, int pitch, int x0) {
+	const sl_hctx *h = (const sl_hctx *)c;
+	int a = y > h->y0 ? y : h->y0, b = y + nr < h->y1 ? y + nr : h->y1;
+	if (a >= b) return;
+	sl_hpass(h->tmp + (size_t)(a - h->y0) * h->w, h->w, rows + (size_t)(a - y) * pitch, pitch, b - a,
+	         h->kstart, h->kw, h->n, h->k, h->flip, x0);
+}
+
+static void *sl_hstrip_fn(void) { return (void *)sl_hstrip; }
 
 // sl_vpass is PIL's vertical pass, as vertical computes it, for the m output rows of
 // w bytes: row j is the sum over its count[j] taps t of the row start[j]-base+t of
@@ -148,11 +169,55 @@ func horizontalAVX2(tmp, src []byte, stride, y0, y1 int, a *axis, flip bool) boo
 	C.sl_hpass((*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(tmp))), C.int(w),
 		(*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(src))), C.int(stride), C.int(rows),
 		(*C.int32_t)(unsafe.Pointer(unsafe.SliceData(a.kstart))), (*C.int32_t)(unsafe.Pointer(unsafe.SliceData(a.kw))),
-		C.int(n), C.int(a.k), C.int(f))
+		C.int(n), C.int(a.k), C.int(f), 0)
 	runtime.KeepAlive(tmp)
 	runtime.KeepAlive(src)
 	runtime.KeepAlive(a)
 	return true
+}
+
+// hstrip is the horizontal pass run strip by strip as a partial JPEG decode makes
+// its rows (turbojpeg.Regions.DecodeRegionStrips): rows the pass reads right after
+// they are decoded, not after the whole region has left the caches.
+type hstrip struct {
+	ctx *C.sl_hctx // C's view of the pass; its Go pointers are pinned while in use
+	pin runtime.Pinner
+}
+
+// start readies the horizontal pass of a's taps (source columns in the image's
+// coordinates), mirrored when flip, of rows y0 to y1 of a region into tmp (3 bytes
+// an output a row): it returns the C function and context DecodeRegionStrips
+// takes, or nils when the vector pass cannot run it. done must follow.
+func (h *hstrip) start(tmp []byte, y0, y1 int, a *axis, flip bool) (fn, ctx unsafe.Pointer) {
+	n := len(a.kstart)
+	if !haveAVX2 || a.k == 0 || n == 0 || y1 <= y0 || len(tmp) < 3*n*(y1-y0) || len(a.kw) < n*a.k {
+		return nil, nil
+	}
+	if h.ctx == nil {
+		h.ctx = new(C.sl_hctx)
+	}
+	h.pin.Pin(unsafe.SliceData(tmp))
+	h.pin.Pin(unsafe.SliceData(a.kstart))
+	h.pin.Pin(unsafe.SliceData(a.kw))
+	f := 0
+	if flip {
+		f = 1
+	}
+	*h.ctx = C.sl_hctx{
+		tmp:    (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(tmp))),
+		kstart: (*C.int32_t)(unsafe.Pointer(unsafe.SliceData(a.kstart))),
+		kw:     (*C.int32_t)(unsafe.Pointer(unsafe.SliceData(a.kw))),
+		w:      C.int(3 * n), y0: C.int(y0), y1: C.int(y1), n: C.int(n), k: C.int(a.k), flip: C.int(f),
+	}
+	return C.sl_hstrip_fn(), unsafe.Pointer(h.ctx)
+}
+
+// done ends what start began.
+func (h *hstrip) done() {
+	if h.ctx != nil {
+		*h.ctx = C.sl_hctx{}
+	}
+	h.pin.Unpin()
 }
 
 // verticalAVX2 is the vertical pass of every output row: dst's rows of w bytes from

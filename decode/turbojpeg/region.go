@@ -31,8 +31,9 @@ func DefaultRegions() (*Regions, error) {
 	return dfltRegions.r, dfltRegions.err
 }
 
-// checkRegion checks DecodeRegion's arguments before any C is called.
-func checkRegion(jpeg, dst []byte, width, height, den int, r Region) error {
+// checkRegion checks DecodeRegion's arguments before any C is called: dst must hold
+// rows rows of width pixels.
+func checkRegion(jpeg, dst []byte, width, height, den int, r Region, rows int) error {
 	if len(jpeg) == 0 {
 		return fmt.Errorf("turbojpeg: empty JPEG data")
 	}
@@ -45,8 +46,8 @@ func checkRegion(jpeg, dst []byte, width, height, den int, r Region) error {
 	if r.X < 0 || r.Y < 0 || r.W <= 0 || r.H <= 0 || r.X+r.W > width || r.Y+r.H > height {
 		return fmt.Errorf("turbojpeg: region %+v outside the %dx%d image", r, width, height)
 	}
-	if need := width * r.H * 3; len(dst) < need {
-		return fmt.Errorf("turbojpeg: destination holds %d bytes, %d rows of %d RGB pixels need %d", len(dst), r.H, width, need)
+	if need := width * rows * 3; len(dst) < need {
+		return fmt.Errorf("turbojpeg: destination holds %d bytes, %d rows of %d RGB pixels need %d", len(dst), rows, width, need)
 	}
 	return nil
 }

@@ -122,20 +122,29 @@ typedef struct {
 	char msg[SL_JMSG_LENGTH_MAX];
 } sl_rg;
 
+// sl_strip_fn takes the rows y to y+n of the region (0 its first), pitch bytes apart
+// from rows, whose first column is the image's column ox; ctx is the caller's.
+typedef void (*sl_strip_fn)(void *ctx, const unsigned char *rows, int y, int n, int pitch, int ox);
+
 static int sl_jl_region1(sl_jl *t, const unsigned char *jpeg, unsigned long n, unsigned char *dst,
-                        int width, int height, int den, int x, int y, int w, int h, int *ox, int *ow, char *msg);
+                        int width, int height, int den, int x, int y, int w, int h, int *ox, int *ow, char *msg,
+                        sl_strip_fn fn, void *ctx, int strip);
 
 static sl_rg sl_jl_region(sl_jl *t, const unsigned char *jpeg, unsigned long n, unsigned char *dst,
-                          int width, int height, int den, int x, int y, int w, int h) {
+                          int width, int height, int den, int x, int y, int w, int h,
+                          void *fn, void *ctx, int strip) {
 	sl_rg r;
 	r.ox = r.ow = 0;
 	r.msg[0] = 0;
-	r.rc = sl_jl_region1(t, jpeg, n, dst, width, height, den, x, y, w, h, &r.ox, &r.ow, r.msg);
+	r.rc = sl_jl_region1(t, jpeg, n, dst, width, height, den, x, y, w, h, &r.ox, &r.ow, r.msg, (sl_strip_fn)fn, ctx, strip);
 	return r;
 }
 
+// sl_jl_region1 decodes the region into dst; with fn, strip rows at a time into the
+// first strip rows of dst, each strip handed to fn before the next is decoded over it.
 static int sl_jl_region1(sl_jl *t, const unsigned char *jpeg, unsigned long n, unsigned char *dst,
-                        int width, int height, int den, int x, int y, int w, int h, int *ox, int *ow, char *msg) {
+                        int width, int height, int den, int x, int y, int w, int h, int *ox, int *ow, char *msg,
+                        sl_strip_fn fn, void *ctx, int strip) {
 	_Alignas(16) unsigned char cinfo[SL_CINFO_SIZE];
 	sl_jerr err;
 	memset(cinfo, 0, sizeof cinfo);
@@ -175,20 +184,46 @@ static int sl_jl_region1(sl_jl *t, const unsigned char *jpeg, unsigned long n, u
 		return SL_RG_ERROR;
 	}
 	size_t pitch = (size_t)cw * 3;
+	int first = 0; // the region's row at dst's first row
 	while ((int)SL_FIELD(cinfo, SL_OFF_OUTPUT_SCANLINE, unsigned int) < y + h) {
-		unsigned char *row = dst + (size_t)((int)SL_FIELD(cinfo, SL_OFF_OUTPUT_SCANLINE, unsigned int) - y) * pitch;
+		int r = (int)SL_FIELD(cinfo, SL_OFF_OUTPUT_SCANLINE, unsigned int) - y;
+		if (fn && r - first == strip) {
+			fn(ctx, dst, first, strip, (int)pitch, (int)cx);
+			first = r;
+		}
+		unsigned char *row = dst + (size_t)(r - first) * pitch;
 		if (t->read_scanlines(cinfo, &row, 1) != 1) {
 			t->destroy_decompress(cinfo);
 			strcpy(msg, "jpeg_read_scanlines read no row");
 			return SL_RG_ERROR;
 		}
 	}
+	if (fn) fn(ctx, dst, first, h - first, (int)pitch, (int)cx);
 	t->abort_decompress(cinfo);
 	t->destroy_decompress(cinfo);
 	*ox = (int)cx;
 	*ow = (int)cw;
 	return 0;
 }
+
+// sl_collector and sl_collect are a strip function for the tests of
+// DecodeRegionStrips: each strip is copied where DecodeRegion would put its rows,
+// and anything out of order is counted.
+typedef struct {
+	unsigned char *dst;
+	int next, calls, x, bad;
+} sl_collector;
+
+static void sl_collect(void *c, const unsigned char *rows, int y, int n, int pitch, int x) {
+	sl_collector *k = (sl_collector *)c;
+	if (y != k->next || n <= 0 || (k->calls > 0 && x != k->x)) k->bad++;
+	k->calls++;
+	k->x = x;
+	memcpy(k->dst + (size_t)y * pitch, rows, (size_t)n * pitch);
+	k->next = y + n;
+}
+
+static void *sl_collect_fn(void) { return (void *)sl_collect; }
 */
 import "C"
 
@@ -250,12 +285,38 @@ func (r *Regions) Path() string { return r.path }
 // Any warning from libjpeg (a corrupt or truncated image) ends the decode with an
 // *Error with Warning set: the caller decodes such an image another way.
 func (r *Regions) DecodeRegion(jpeg, dst []byte, width, height, den int, reg Region) (Region, error) {
-	if err := checkRegion(jpeg, dst, width, height, den, reg); err != nil {
+	if err := checkRegion(jpeg, dst, width, height, den, reg, reg.H); err != nil {
 		return Region{}, err
 	}
+	return r.decode(jpeg, dst, width, height, den, reg, nil, nil, 0)
+}
+
+// DecodeRegionStrips is DecodeRegion with the region's rows decoded strip rows at a
+// time into the first strip rows of dst, which must hold width*strip*3 bytes: after
+// each strip is decoded, and before the next overwrites it, the C function fn is
+// called with ctx, the strip, its first row (0 is reg.Y), its row count, the bytes
+// from one row to the next and the image column of its first pixel:
+//
+//	void fn(void *ctx, const unsigned char *rows, int y, int n, int pitch, int x);
+//
+// so that the caller processes each strip while it is in the CPU's caches. fn must
+// not keep rows or call back into Go; ctx must follow cgo's rules for pointers
+// passed to C (Go memory it points to holds no unpinned Go pointers). When it
+// fails, fn may have been called for some strips.
+func (r *Regions) DecodeRegionStrips(jpeg, dst []byte, width, height, den int, reg Region, strip int, fn, ctx unsafe.Pointer) (Region, error) {
+	if fn == nil || strip <= 0 {
+		return Region{}, errors.New("turbojpeg: DecodeRegionStrips needs a function and a strip height")
+	}
+	if err := checkRegion(jpeg, dst, width, height, den, reg, min(strip, reg.H)); err != nil {
+		return Region{}, err
+	}
+	return r.decode(jpeg, dst, width, height, den, reg, fn, ctx, strip)
+}
+
+func (r *Regions) decode(jpeg, dst []byte, width, height, den int, reg Region, fn, ctx unsafe.Pointer, strip int) (Region, error) {
 	res := C.sl_jl_region(r.t, (*C.uchar)(unsafe.Pointer(unsafe.SliceData(jpeg))), C.ulong(len(jpeg)),
 		(*C.uchar)(unsafe.Pointer(unsafe.SliceData(dst))), C.int(width), C.int(height), C.int(den),
-		C.int(reg.X), C.int(reg.Y), C.int(reg.W), C.int(reg.H))
+		C.int(reg.X), C.int(reg.Y), C.int(reg.W), C.int(reg.H), fn, ctx, C.int(strip))
 	runtime.KeepAlive(jpeg)
 	runtime.KeepAlive(dst)
 	switch res.rc {
@@ -266,4 +327,32 @@ func (r *Regions) DecodeRegion(jpeg, dst []byte, width, height, den int, reg Reg
 	}
 	msg := res.msg // a copy, so that res itself stays on the stack
 	return Region{}, &Error{Msg: C.GoString(&msg[0]), Warning: res.rc == C.SL_RG_WARNING}
+}
+
+// stripCollector is a strip function for the tests (test files cannot hold C): with
+// it, DecodeRegionStrips writes the region's rows into C memory as DecodeRegion
+// writes them into dst.
+type stripCollector struct {
+	c *C.sl_collector
+	n int
+}
+
+func newStripCollector(n int) *stripCollector {
+	c := (*C.sl_collector)(C.calloc(1, C.size_t(unsafe.Sizeof(C.sl_collector{}))))
+	c.dst = (*C.uchar)(C.calloc(C.size_t(n), 1))
+	return &stripCollector{c: c, n: n}
+}
+
+// fn returns the function and context to give DecodeRegionStrips.
+func (s *stripCollector) fn() (fn, ctx unsafe.Pointer) { return C.sl_collect_fn(), unsafe.Pointer(s.c) }
+
+// result returns the rows written, the calls, the column of the last strip and
+// how many strips came out of order.
+func (s *stripCollector) result() (rows []byte, calls, x, bad int) {
+	return C.GoBytes(unsafe.Pointer(s.c.dst), C.int(s.n)), int(s.c.calls), int(s.c.x), int(s.c.bad)
+}
+
+func (s *stripCollector) free() {
+	C.free(unsafe.Pointer(s.c.dst))
+	C.free(unsafe.Pointer(s.c))
 }

@@ -5,6 +5,7 @@ package turbojpeg
 import (
 	"fmt"
 	"runtime"
+	"unsafe"
 )
 
 // Regions is libjpeg-turbo's libjpeg API. In this build none can be loaded:
@@ -24,8 +25,13 @@ func (r *Regions) Path() string { return r.path }
 
 // DecodeRegion fails: nothing is loaded in this build.
 func (r *Regions) DecodeRegion(jpeg, dst []byte, width, height, den int, reg Region) (Region, error) {
-	if err := checkRegion(jpeg, dst, width, height, den, reg); err != nil {
+	if err := checkRegion(jpeg, dst, width, height, den, reg, reg.H); err != nil {
 		return Region{}, err
 	}
+	return Region{}, fmt.Errorf("%w: built without cgo", ErrUnavailable)
+}
+
+// DecodeRegionStrips fails: nothing is loaded in this build.
+func (r *Regions) DecodeRegionStrips(jpeg, dst []byte, width, height, den int, reg Region, strip int, fn, ctx unsafe.Pointer) (Region, error) {
 	return Region{}, fmt.Errorf("%w: built without cgo", ErrUnavailable)
 }
