@@ -367,6 +367,28 @@ func TestImageErrors(t *testing.T) {
 				t.Errorf("%s: %d bytes: error %v, want ErrBadImage with %q", be, len(c.data), err, c.msg)
 			}
 		}
+		// Cut short, through a resize and a crop (libjpeg-turbo decodes those by
+		// strips, resizing each as it comes): the sample's error, and the decoder
+		// gives the next image what a fresh one gives.
+		for _, spec := range []string{"i=jpg:image:uint8:3x64x64:resize=80", "i=jpg:image:uint8:64x64x3:random-crop,flip"} {
+			f := mustField(t, spec)
+			_, _, err := d.Decode(&f, jpg[:len(jpg)/2], nil)
+			if !errors.Is(err, ErrBadImage) || be == ImageDecoderTurbo && !strings.Contains(err.Error(), "JPEG truncated") {
+				t.Errorf("%s: %s, cut short: error %v, want ErrBadImage (JPEG truncated, from libjpeg-turbo)", be, spec, err)
+			}
+			got, _, err := d.Decode(&f, jpg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh := Decoder{Images: be}
+			want, _, err := fresh.Decode(&f, jpg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Data, want.Data) {
+				t.Errorf("%s: %s: after a truncated JPEG the decoder's next image differs from a fresh decoder's", be, spec)
+			}
+		}
 		// Over the cap: 200 x 150 x 3 bytes decoded.
 		f := mustField(t, "i=jpg:image")
 		f.MaxBytes = 200*150*3 - 1

@@ -275,6 +275,9 @@ const regionMargin = 2
 // out to be used, where the horizontal pass cannot run as the rows are decoded.
 const regionMinSaving = 0.05
 
+// eoi is the marker a whole JPEG ends with.
+var eoi = []byte{0xff, 0xd9}
+
 // stripRows is how many rows a partial decode makes before the horizontal pass
 // takes them: about 24 KB of a 500-pixel-wide photo, which stays in the CPU's
 // caches (a whole decoded photo does not: the pass read it at a third of the speed).
@@ -290,6 +293,12 @@ const stripRows = 16
 // does not apply or libjpeg fails or warns: the caller then decodes the whole image,
 // which reports what is wrong with it.
 func (d *Decoder) decodeRegion(st *imageState, data []byte, sw, sh, den int, flip bool) bool {
+	if !bytes.HasSuffix(data, eoi) {
+		// Cut short, or bytes after its end: a partial decode that stops above the
+		// cut would not see it, and the crop of another epoch would. The whole
+		// decode says which (PIL fails on a truncated JPEG too).
+		return false
+	}
 	x0, x1 := st.rs.h.span()
 	y0, y1 := st.rs.v.span()
 	r := turbojpeg.Region{X: max(0, x0-regionMargin), Y: max(0, y0-regionMargin)}
