@@ -17,9 +17,10 @@ static int sl_have_avx2(void) {
 // horizontalRows3 compute it, on rows rows of src (rows stride bytes apart, its
 // first pixel the image's column x0) into tmp (rows w bytes apart): output i of a
 // row is the sum over its k taps t of the pixel kstart[i]+t times kw[i*k+t], plus
-// half, shifted right by 22, each channel on its own; mirrored when flip. Eight rows at a time: a gather reads the pixel of each
-// tap from the eight rows at once (four bytes each, the next pixel's first byte
-// too: src must hold one byte after the last pixel read).
+// half, shifted right by 22, each channel on its own; mirrored when flip. Eight
+// rows at a time: a gather reads the pixel of each tap from the eight rows at once
+// (four bytes each, the next pixel's first byte too: src must hold one byte after
+// the last pixel read).
 __attribute__((target("avx2")))
 static void sl_hpass(uint8_t *tmp, int w, const uint8_t *src, int stride, int rows,
                      const int32_t *kstart, const int32_t *kw, int n, int k, int flip, int x0) {

@@ -313,6 +313,8 @@ func (r *Regions) DecodeRegionStrips(jpeg, dst []byte, width, height, den int, r
 	return r.decode(jpeg, dst, width, height, den, reg, fn, ctx, strip)
 }
 
+// decode runs the C decode of a checked region: whole into dst when fn is nil,
+// by strips through fn otherwise.
 func (r *Regions) decode(jpeg, dst []byte, width, height, den int, reg Region, fn, ctx unsafe.Pointer, strip int) (Region, error) {
 	res := C.sl_jl_region(r.t, (*C.uchar)(unsafe.Pointer(unsafe.SliceData(jpeg))), C.ulong(len(jpeg)),
 		(*C.uchar)(unsafe.Pointer(unsafe.SliceData(dst))), C.int(width), C.int(height), C.int(den),
