@@ -65,20 +65,96 @@ func (h *Source) client() *http.Client {
 
 // Stat sends HEAD and returns Content-Length, ETag (or Last-Modified) and
 // Last-Modified. Size is -1 when the server does not say.
+//
+// A URL signed in its query (a presigned S3 or GCS URL: X-Amz-Signature,
+// X-Goog-Signature or Signature among its parameters) is signed for GET alone, and a
+// HEAD of it is refused: such a URL, and any whose HEAD is answered 403 or 405, is
+// probed with a GET of its first byte (Range: bytes=0-0) instead, the size read from
+// Content-Range and the version from ETag or Last-Modified as a HEAD's would be.
 func (h *Source) Stat(ctx context.Context, url string) (source.Info, error) {
+	if querySigned(url) {
+		return h.probe(ctx, url)
+	}
 	resp, err := h.do(ctx, http.MethodHead, url, nil)
 	if err != nil {
 		return source.Info{}, &source.Error{Op: "stat", URL: url, Err: err}
 	}
 	resp.Body.Close()
+	if resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusMethodNotAllowed {
+		return h.probe(ctx, url)
+	}
 	if err := statusErr(resp); err != nil {
 		return source.Info{}, &source.Error{Op: "stat", URL: url, Err: err}
 	}
-	info := source.Info{URL: url, Size: resp.ContentLength, Version: httpVersion(resp.Header, resp.ContentLength)}
-	if t, err := http.ParseTime(resp.Header.Get("Last-Modified")); err == nil {
+	return infoOf(url, resp.Header, resp.ContentLength), nil
+}
+
+// probe is Stat by a GET of the object's first byte, for URLs signed for GET alone.
+func (h *Source) probe(ctx context.Context, url string) (source.Info, error) {
+	resp, err := h.do(ctx, http.MethodGet, url, http.Header{"Range": {"bytes=0-0"}})
+	if err != nil {
+		return source.Info{}, &source.Error{Op: "stat", URL: url, Err: err}
+	}
+	defer resp.Body.Close()
+	size := resp.ContentLength // a 200: the server ignored Range and sends it all
+	switch resp.StatusCode {
+	case http.StatusPartialContent:
+		_, _, n, ok := parseContentRange(resp.Header.Get("Content-Range"))
+		if !ok {
+			return source.Info{}, &source.Error{Op: "stat", URL: url, Err: fmt.Errorf("source: asked for byte 0, server sent Content-Range %q",
+				resp.Header.Get("Content-Range"))}
+		}
+		size = n
+	case http.StatusRequestedRangeNotSatisfiable:
+		// There is no byte 0: the object is empty (a Content-Range "bytes */N" that
+		// says otherwise is not believed).
+		if v, ok := strings.CutPrefix(resp.Header.Get("Content-Range"), "bytes */"); ok {
+			if n, ok := parseDigits(v); !ok || n != 0 {
+				return source.Info{}, &source.Error{Op: "stat", URL: url, Err: fmt.Errorf("source: no byte 0 of an object of %q bytes (HTTP %d)", v, resp.StatusCode)}
+			}
+		}
+		size = 0
+	default:
+		if err := statusErr(resp); err != nil {
+			return source.Info{}, &source.Error{Op: "stat", URL: url, Err: err}
+		}
+	}
+	return infoOf(url, resp.Header, size), nil
+}
+
+// infoOf is the Info of an object from the headers of an answer about it and its
+// whole length (-1: unknown).
+func infoOf(url string, h http.Header, size int64) source.Info {
+	info := source.Info{URL: url, Size: size, Version: httpVersion(h, size)}
+	if t, err := http.ParseTime(h.Get("Last-Modified")); err == nil {
 		info.ModTime = t
 	}
-	return info, nil
+	return info
+}
+
+// signatureParams are the query parameters that sign a URL for one method (GET):
+// AWS SigV4 and GCS V4 presigned URLs, and SigV2 and CloudFront signed URLs.
+var signatureParams = []string{"x-amz-signature", "x-goog-signature", "signature"}
+
+// querySigned reports whether url carries a signature in its query.
+func querySigned(url string) bool {
+	_, q, ok := strings.Cut(url, "?")
+	if !ok {
+		return false
+	}
+	q, _, _ = strings.Cut(q, "#")
+	for _, kv := range strings.Split(q, "&") {
+		k, _, _ := strings.Cut(kv, "=")
+		if uk, err := neturl.QueryUnescape(k); err == nil {
+			k = uk
+		}
+		for _, p := range signatureParams {
+			if strings.EqualFold(k, p) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Open returns the whole object as a stream, checked against its Content-Length.
