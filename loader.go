@@ -117,7 +117,7 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	}
 	budget := cfg.budget(shape)
 	budget.Held = heldBytes(infos, &pl.plan)
-	if err := budget.CheckBatch(wire.FixedBytes(cfg.BatchSize, fields), cfg.BatchSize, cfg.MaxSlabBytes, cfg.knobs(), sized); err != nil {
+	if err := budget.CheckBatch(fixedBytes(fields), cfg.BatchSize, cfg.MaxSlabBytes, cfg.knobs(), sized); err != nil {
 		return nil, err
 	}
 	tuner := cmp.Or(cfg.Tuner, NewTuner())

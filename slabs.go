@@ -7,6 +7,7 @@ import (
 	"github.com/shardload/shardload/internal/pipeline"
 	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/wire"
 )
 
 // DefaultMaxSlabBytes is Config.MaxSlabBytes's default: 1 GiB.
@@ -34,4 +35,34 @@ func SlabSize(cfg Config, infos []shard.Info, fields []decode.Field) int64 {
 		return cfg.SlabBytes
 	}
 	return tune.SlabSize(cfg.withDefaults().BatchSize, fields, infos)
+}
+
+// CheckBatch refuses, from the settings alone, a batch of cfg that Open would refuse
+// for its slabs, before anything is read or allocated: cfg.BatchSize samples of fields
+// (cfg.Fields when nil) whose fixed-size columns (images, labels, npy fields with a
+// shape: rows x shape x dtype) need a slab larger than cfg.MaxSlabBytes, or whose ring
+// of cfg.Slabs such slabs (or of cfg.SlabBytes when that is larger) and the other
+// buffers at their least take more than cfg.Memory. Ragged columns count their
+// offsets only: their bytes are known once samples are read. Open makes the same
+// check before it allocates its slabs; a loader process makes it when a trainer
+// says its batch. The error wraps ErrMemory; errors.As finds a *BatchError with the
+// figures.
+func CheckBatch(cfg Config, fields []decode.Field) error {
+	cfg = cfg.withDefaults()
+	if fields == nil {
+		fields = cfg.Fields
+	}
+	// The shards are not known yet: their queues are counted at the least any take
+	// (shards of a byte, read locally), so that nothing Open accepts is refused.
+	return cfg.budget(tune.Shape{MaxShard: 1}).CheckBatch(fixedBytes(fields), cfg.BatchSize, cfg.MaxSlabBytes, cfg.knobs(), true)
+}
+
+// BatchError is the error of CheckBatch (and of Open) for a batch too large for the
+// slabs: its size, the limit or budget it exceeds, and the largest batch that fits.
+type BatchError = tune.BatchError
+
+// fixedBytes returns the bytes the fixed-size columns of a batch of fields take, by
+// the batch's rows.
+func fixedBytes(fields []decode.Field) func(rows int) int64 {
+	return func(rows int) int64 { return wire.FixedBytes(rows, fields) }
 }

@@ -326,7 +326,7 @@ func TestRefusals(t *testing.T) {
 	}{
 		{wire.Hello{Version: 1, World: 1, BatchSize: 1}, CodeVersion, "protocol version 1 is not supported: this server speaks version 2, 3 or 4"},
 		{wire.Hello{Version: 5, World: 1, BatchSize: 1}, CodeVersion, "protocol version 5 is not supported: this server speaks version 2, 3 or 4"},
-		{wire.Hello{Version: Version, World: 1, BatchSize: 4, Settings: settings("slab_bytes", 2<<30)}, CodeBadRequest, "SlabBytes 2147483648 is more than MaxSlabBytes 1073741824"},
+		{wire.Hello{Version: Version, World: 1, BatchSize: 4, Settings: settings("slab_bytes", 2<<30)}, CodeBadRequest, "slab_bytes=2147483648 is more than this server's --max-slab-size of 1GiB"},
 		{wire.Hello{Version: Version, World: 1, BatchSize: 4, Settings: settings("slabs", 1000)}, CodeBadRequest, "slabs 1000: want 1 to 253"},
 		{wire.Hello{Version: Version, World: 1, BatchSize: 4, Settings: settings("open_shards", 0)}, CodeBadRequest, "open_shards 0: want 1 to 4096"},
 		{wire.Hello{Version: Version, World: 1, BatchSize: 4, Settings: settings("shuffle", "yes")}, CodeBadRequest, "shuffle: want true or false"},

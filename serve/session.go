@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,7 +20,9 @@ import (
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/internal/knob"
+	"github.com/shardload/shardload/internal/mem"
 	"github.com/shardload/shardload/internal/redact"
+	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
@@ -333,7 +336,32 @@ func (s *Server) sessionConfig(h *wire.Hello) (shardload.Config, error) {
 	if len(cfg.URLs) == 0 && len(cfg.Shards) == 0 && len(cfg.Streams) == 0 {
 		return cfg, reject(CodeBadRequest, "the hello names no URLs and the server has no dataset of its own")
 	}
+	if len(cfg.Fields) > 0 {
+		// The batch's fixed columns are known from the hello: a batch the slabs
+		// cannot hold is refused now, before the dataset is counted or a slab made.
+		if err := checkBatch(cfg, cfg.Fields); err != nil {
+			return cfg, err
+		}
+	}
 	return cfg, nil
+}
+
+// checkBatch refuses a batch of cfg's BatchSize samples of fields whose fixed-size
+// columns alone need a slab larger than the server's --max-slab-size, or a ring larger
+// than its --memory, from the settings alone (shardload.CheckBatch), in the terms of
+// the trainer's client and the server's flags.
+func checkBatch(cfg shardload.Config, fields []decode.Field) error {
+	err := shardload.CheckBatch(cfg, fields)
+	var be *shardload.BatchError
+	if !errors.As(err, &be) {
+		return err
+	}
+	if be.Need > be.MaxSlab {
+		return reject(CodeBadRequest, "a batch of %d samples of these fields (batch_size=%d) needs a slab of %s, more than this server's --max-slab-size of %s: lower batch_size= (%d samples of these fields fit; slab_bytes= cannot exceed the limit either), or start the server with a larger --max-slab-size",
+			be.Rows, be.Rows, tune.Size(be.Need), tune.Size(be.MaxSlab), be.MaxRows)
+	}
+	return reject(CodeBadRequest, "a batch of %d samples of these fields (batch_size=%d) needs a slab of %s; %d slabs of it (slabs=) and the other buffers at their least take %s, more than this server's --memory of %s per trainer: lower batch_size= (%d samples of these fields fit), slabs= or slab_bytes=, or start the server with a larger --memory",
+		be.Rows, be.Rows, tune.Size(be.Need), be.Slabs, tune.Size(be.Least), tune.Size(be.Memory), be.MaxRows)
 }
 
 // allowedURLs refuses patterns that name more than MaxShards shards in all (counted
@@ -375,6 +403,10 @@ func (s *Server) epochSettings(h *wire.Hello, cfg *shardload.Config) error {
 				return reject(CodeBadRequest, "%v", err)
 			}
 		}
+	}
+	if limit := cmp.Or(cfg.MaxSlabBytes, shardload.DefaultMaxSlabBytes); cfg.SlabBytes > limit {
+		return reject(CodeBadRequest, "slab_bytes=%d is more than this server's --max-slab-size of %s: lower slab_bytes= (or leave it out: slabs are sized from the batch), or start the server with a larger --max-slab-size",
+			cfg.SlabBytes, mem.FormatSize(limit))
 	}
 	if err := cfg.Validate(); err != nil {
 		return reject(CodeBadRequest, "%v", err)
@@ -481,7 +513,26 @@ func (ss *session) run() error {
 	if cfg.Fields, err = shardload.Fields(ctx, cfg, infos); err != nil {
 		return ss.fail(ctx, err)
 	}
+	// The slabs are checked before they are made: a batch they cannot hold costs
+	// the server nothing. The fields a hello named were checked at the hello; inferred
+	// ones, and the size a ragged column's estimate gives the slabs, are checked here.
 	slabBytes := shardload.SlabSize(cfg, infos, cfg.Fields)
+	sized := cfg
+	if cfg.SlabBytes == 0 {
+		// An estimate beyond the limit starts at the limit: a batch larger fails
+		// when it comes, as the library's would.
+		slabBytes = min(slabBytes, cmp.Or(cfg.MaxSlabBytes, shardload.DefaultMaxSlabBytes))
+		sized.SlabBytes = slabBytes
+	}
+	if err := checkBatch(sized, cfg.Fields); err != nil {
+		var re *requestError
+		if errors.As(err, &re) {
+			ss.sendError(re.code, re.msg)
+		} else {
+			ss.sendError(CodeBadRequest, err.Error())
+		}
+		return err
+	}
 	if ss.version < 4 {
 		cfg.MaxSlabBytes = max(slabBytes, cfg.SlabBytes)
 	}

@@ -40,30 +40,77 @@ func SlabSize(rows int, fields []decode.Field, infos []shard.Info) int64 {
 	return RoundSlab(max(need, MinSlabBytes))
 }
 
-// CheckBatch refuses, before the first batch, a batch whose fixed columns alone
-// (fixed bytes, of rows samples) do not fit: one slab larger than maxSlab, or a ring
-// of them larger than the budget leaves with the other buffers at their least (from
-// set). sized says b's slabs were sized from the batch, not given.
-func (b Budget) CheckBatch(fixed int64, rows int, maxSlab int64, set Knobs, sized bool) error {
+// BatchError is CheckBatch's refusal of a batch too large for the slabs, with the
+// figures a caller needs to say it in its own terms (a loader process names its
+// trainers' settings, not Config's fields). It wraps ErrMemory.
+type BatchError struct {
+	Rows    int   // the batch's samples
+	Need    int64 // bytes of slab the batch's fixed-size columns need, rounded as a slab is
+	MaxSlab int64 // the largest a slab may be; the cause when Need > MaxSlab
+	// Slabs, Least and Memory are set when the cause is the budget: Slabs slabs of Need
+	// bytes and the other buffers at their least take Least, more than Memory.
+	Slabs  int
+	Least  int64
+	Memory int64
+	// MaxRows is the largest batch of these fields that fits (0: none does).
+	MaxRows int
+}
+
+func (e *BatchError) Error() string {
+	if e.Need > e.MaxSlab {
+		return fmt.Sprintf("%v: a batch of %d samples of these fields needs %s of slab, more than --max-slab-size %s (Config.MaxSlabBytes); lower the batch size (%d samples fit) or raise the limit",
+			ErrMemory, e.Rows, size(e.Need), size(e.MaxSlab), e.MaxRows)
+	}
+	return fmt.Sprintf("%v: a batch of %d samples of these fields needs %s of slab; %d slabs of it and the other buffers at their least take %s, more than the memory budget %s (--memory, Config.Memory); raise the budget, or lower the batch size (%d samples fit) or the slabs",
+		ErrMemory, e.Rows, size(e.Need), e.Slabs, size(e.Least), size(e.Memory), e.MaxRows)
+}
+
+// Size formats n as this package's messages do: exactly when it is a whole number of
+// KiB, else to a tenth of its largest unit (1.2GiB).
+func Size(n int64) string { return size(n) }
+
+// Unwrap returns ErrMemory.
+func (e *BatchError) Unwrap() error { return ErrMemory }
+
+// CheckBatch refuses, before the first batch and before any slab is allocated, a
+// batch whose fixed columns alone (fixedBytes(rows) bytes for rows samples) do not
+// fit: one slab larger than maxSlab, or a ring of them larger than the budget leaves
+// with the other buffers at their least (from set). sized says b's slabs are sized
+// from the batch, not given. The error is a *BatchError.
+func (b Budget) CheckBatch(fixedBytes func(rows int) int64, rows int, maxSlab int64, set Knobs, sized bool) error {
+	fixed := fixedBytes(rows)
 	if fixed <= b.SlabBytes && !sized {
 		return nil // slabs given that hold it: Start checks that they fit
 	}
-	need := max(RoundSlab(fixed), b.SlabBytes)
-	if need > maxSlab {
-		return fmt.Errorf("%w: a batch of %d samples of these fields needs %s of slab, more than --max-slab-size %s (Config.MaxSlabBytes); lower the batch size or raise the limit",
-			ErrMemory, rows, size(need), size(maxSlab))
-	}
 	c := b
 	c.SlabBytes = MinSlabBytes
-	if c.Of(c.Least(set)) > c.Memory {
-		return nil // not the batch: the other settings do not fit (Start says which)
+	budgetFits := c.Of(c.Least(set)) <= c.Memory // else not the batch: the other settings do not fit (Start says which)
+	fits := func(rows int) (need, least int64, ok bool) {
+		need = max(RoundSlab(fixedBytes(rows)), b.SlabBytes)
+		c.SlabBytes = need
+		least = c.Of(c.Least(set))
+		return need, least, need <= maxSlab && (!budgetFits || least <= c.Memory)
 	}
-	c.SlabBytes = need
-	if least := c.Of(c.Least(set)); least > c.Memory {
-		return fmt.Errorf("%w: a batch of %d samples of these fields needs %s of slab; %d slabs of it and the other buffers at their least take %s, more than the memory budget %s (--memory, Config.Memory); raise the budget, or lower the batch size or the slabs",
-			ErrMemory, rows, size(need), b.Slabs, size(least), size(b.Memory))
+	need, least, ok := fits(rows)
+	if ok {
+		return nil
 	}
-	return nil
+	e := &BatchError{Rows: rows, Need: need, MaxSlab: maxSlab}
+	if need <= maxSlab {
+		e.Slabs, e.Least, e.Memory = b.Slabs, least, b.Memory
+	}
+	// The largest batch that fits: the need grows with the rows.
+	lo, hi := 0, rows
+	for lo < hi {
+		m := lo + (hi-lo+1)/2
+		if _, _, ok := fits(m); ok {
+			lo = m
+		} else {
+			hi = m - 1
+		}
+	}
+	e.MaxRows = lo
+	return e
 }
 
 // Slabs is a loader's slab sizing while it runs: the size its memory model counts,
