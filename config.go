@@ -86,17 +86,18 @@ type Config struct {
 	// CountFirst plans from exact counts when there is no index: Open reads every
 	// shard the node's index store lacks before the first batch (see Count). By
 	// default such shards' counts are estimated from their sizes (see Shards): the
-	// first batch comes at once, every rank yields the same number of batches, and a
-	// shard with more or fewer samples than estimated makes ranks leave some out or
-	// repeat some.
+	// first batch comes at once, every rank yields the planned number of batches
+	// (Plan().Batches, a job of one rank too), and a shard with more or fewer samples
+	// than estimated makes ranks leave some out or repeat some.
 	CountFirst bool
 	// AllowEstimate lets a job of more than one rank plan its epochs from estimated
 	// counts (no index, no CountFirst): each rank yields the same number of batches,
 	// but a shard holding more or fewer samples than estimated makes ranks leave some
 	// out (Stats.Trimmed) or repeat some (Stats.Padded), reported at each epoch's end.
 	// Without it such a job fails at Open with ErrEstimated, before any batch: a
-	// silent loss of samples is worse than a clear error. A job of one rank reads
-	// every sample exactly once whatever the estimates, and needs no permission.
+	// silent loss of samples is worse than a clear error. A job of one rank needs no
+	// permission: its epochs too are exactly the planned batches (Plan().Batches),
+	// padded or trimmed to them, with the same reports.
 	AllowEstimate bool
 
 	// Fields to decode and collate. Default: every extension of the first sample of

@@ -148,9 +148,9 @@ func planOf(ctx context.Context, cfg Config) (p planned, err error) {
 	}
 	if n := shard.Estimated(p.infos); n > 0 {
 		p.cfg.once("estimate "+p.order.Dataset, func() {
-			what := "a job of one rank reads every sample once, however many batches that makes"
-			if p.cfg.World > 1 {
-				what = "every rank yields the same number of batches, and a shard holding more or fewer samples than estimated makes ranks leave some out or repeat some (Stats.Trimmed and Stats.Padded, reported at each epoch's end)"
+			what := "every rank yields the planned number of batches, and a shard holding more or fewer samples than estimated makes ranks leave some out or repeat some (Stats.Trimmed and Stats.Padded, reported at each epoch's end)"
+			if p.cfg.World == 1 {
+				what = "the epoch yields the planned number of batches, and a shard holding more or fewer samples than estimated makes it leave some out or repeat some (Stats.Trimmed and Stats.Padded, reported at the epoch's end)"
 			}
 			p.cfg.Logf("shardload: no index for %d of these %d shards: their sample counts are estimated from their sizes, so that the first batch does not wait for a count; %s. For exact epochs write an index once: shardload index --output DIR/ URL...",
 				n, len(p.infos), what)

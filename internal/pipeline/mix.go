@@ -670,12 +670,6 @@ func (b *batcher) finish(ctx context.Context) error {
 		return nil
 	}
 	defer b.report()
-	if p.Stretch {
-		if len(b.rows) > 0 && (!p.DropLast || len(b.rows) == p.BatchSize) {
-			return b.flush(ctx)
-		}
-		return nil
-	}
 	for b.n < p.Plan.Batches {
 		want := p.BatchSize
 		if !p.DropLast && b.n == p.Plan.Batches-1 {
@@ -709,7 +703,7 @@ func (b *batcher) advance() {
 	b.padded = 0
 	b.seq++
 	b.n++
-	b.done = b.n >= b.pl.p.Plan.Batches && !b.pl.p.Stretch
+	b.done = b.n >= b.pl.p.Plan.Batches
 	for _, it := range b.last {
 		b.pl.put(it)
 	}

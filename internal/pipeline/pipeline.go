@@ -76,10 +76,6 @@ type Params struct {
 	DropLast    bool
 	CPUs        []int // the CPUs the stages' threads run on; nil: anywhere
 
-	// Stretch lets the epoch's batches follow the data when counts are estimated
-	// (shard.Info.Estimated), for a job of one rank: every sample once, however many
-	// batches that makes. Without it the batcher pads or trims to the plan's batches.
-	Stretch bool
 	// Record, when set, receives the true entry of each estimated shard read from its
 	// start to its end.
 	Record func(shard.Info)
