@@ -132,15 +132,16 @@ func putBlock(b []byte) {
 	}
 }
 
-// blockReader streams a disk entry. Each block's checksum is checked, the first time
-// this process reads it, before any of its bytes are served, unless the entry's data
-// file carries the mark of a check of every block in this boot (see mark.go). A block
+// blockReader streams a disk entry. Every block is read whole and its checksum
+// checked before any of its bytes are served, on every read: the bytes a reader is
+// given are the bytes the fetch checked, whatever happened to the file since (a
+// write, a media error, a byte changed under the file system). A read of whole
+// blocks at a block's start is read and checked in the caller's buffer itself; any
+// other read (a tar header, a member smaller than a block) is served from a block
+// buffer, one system call for the block, and ReadByte from that buffer too. A block
 // that does not match drops the entry and the reader goes on from the same byte
 // through a new fetch of the object, after checking that the source still holds the
-// version it was serving. Checked blocks are read as a local file is through a
-// bufio.Reader: reads of smallRead bytes or more straight into the caller's buffer,
-// smaller ones (a tar header) from a window of smallRead bytes, one system call for
-// several of them.
+// version it was serving.
 type blockReader struct {
 	c    *Cache
 	e    *diskEntry
@@ -149,8 +150,7 @@ type blockReader struct {
 	open func(off int64) (io.ReadCloser, error) // a stream of the object from off, fetched anew
 
 	buf  []byte // a block buffer (load)
-	win  []byte // a window of a checked block (window)
-	view []byte // checked bytes at offset at: a block in buf, or a window in win
+	view []byte // checked bytes at offset at: a block in buf
 	at   int64  // offset of view[0]; -1: none
 	off  int64  // read position
 	up   io.ReadCloser
@@ -171,68 +171,40 @@ func (r *blockReader) Read(p []byte) (int, error) {
 	if r.off >= r.e.meta.Size {
 		return 0, io.EOF
 	}
-	if r.at < 0 || r.off < r.at || r.off >= r.at+int64(len(r.view)) {
-		i := r.off / r.e.meta.Block
-		off, n := r.e.meta.blockRange(i)
-		if r.e.isChecked(i) && len(p) >= smallRead {
-			// Checked by this process, or in this boot, already: read straight
-			// into p, as from a local file, without the block buffer.
-			return r.readChecked(p[:min(int64(len(p)), off+n-r.off)])
-		}
-		if r.e.isChecked(i) {
-			if err := r.window(off + n); err != nil {
-				return 0, err
-			}
-			return r.Read(p)
-		}
-		if off == r.off && int64(len(p)) >= n {
-			// A whole block: read and checked in p itself, not copied through buf.
-			err := r.readBlock(i, p[:n])
-			if err == nil {
-				r.off += n
-				return int(n), nil
-			}
-			if !errors.Is(err, ErrCorrupt) {
-				return 0, err
-			}
-			if err := r.recover(err); err != nil {
-				return 0, err
-			}
-			return r.Read(p)
-		}
-		if err := r.load(i); err != nil {
-			if !errors.Is(err, ErrCorrupt) {
-				return 0, err
-			}
-			if err := r.recover(err); err != nil {
-				return 0, err
-			}
-			return r.Read(p)
-		}
+	if r.at >= 0 && r.off >= r.at && r.off < r.at+int64(len(r.view)) {
+		n := copy(p, r.view[r.off-r.at:])
+		r.off += int64(n)
+		return n, nil
 	}
-	n := copy(p, r.view[r.off-r.at:])
-	r.off += int64(n)
-	return n, nil
-}
-
-// smallRead is the size under which a read of a checked block is served from a
-// window of this size: bufio.Reader's default, as the shard reader puts in front of
-// a local file.
-const smallRead = 8 << 10
-
-// window reads the next smallRead bytes from the read position, at most to end (the
-// end of the position's block, which is checked), into the window.
-func (r *blockReader) window(end int64) error {
-	if r.win == nil {
-		r.win = make([]byte, smallRead)
+	m := &r.e.meta
+	i := r.off / m.Block
+	off, n := m.blockRange(i)
+	if off == r.off && int64(len(p)) >= n {
+		// Whole blocks: read and checked in p itself, not copied through buf.
+		k, err := r.readBlocks(i, p)
+		r.off += k
+		if err == nil {
+			return int(k), nil
+		}
+		if !errors.Is(err, ErrCorrupt) {
+			return int(k), err
+		}
+		if err := r.recover(err); err != nil || k > 0 {
+			// The blocks before the corrupt one matched: they are served.
+			return int(k), err
+		}
+		return r.Read(p)
 	}
-	r.at, r.view = -1, nil
-	k := min(smallRead, end-r.off)
-	if err := r.readAt(r.win[:k], r.off); err != nil {
-		return err
+	if err := r.load(i); err != nil {
+		if !errors.Is(err, ErrCorrupt) {
+			return 0, err
+		}
+		if err := r.recover(err); err != nil {
+			return 0, err
+		}
+		return r.Read(p)
 	}
-	r.at, r.view = r.off, r.win[:k]
-	return nil
+	return r.Read(p)
 }
 
 // ReadByte lets readers that want a buffered source (io.ByteReader) use this one
@@ -250,7 +222,7 @@ func (r *blockReader) ReadByte() (byte, error) {
 	return b[0], nil
 }
 
-// load reads block i into the buffer, checking its checksum unless it was checked.
+// load reads block i into the buffer and checks its checksum.
 func (r *blockReader) load(i int64) error {
 	m := &r.e.meta
 	if r.buf == nil {
@@ -258,58 +230,58 @@ func (r *blockReader) load(i int64) error {
 	}
 	r.at, r.view = -1, nil
 	off, n := m.blockRange(i)
-	if err := r.readBlock(i, r.buf[:n]); err != nil {
+	if _, err := r.readBlocks(i, r.buf[:n]); err != nil {
 		return err
 	}
 	r.at, r.view = off, r.buf[:n]
 	return nil
 }
 
-// readBlock reads block i into b (its length), checking its checksum unless it was
-// checked (in this process, or in this boot).
-func (r *blockReader) readBlock(i int64, b []byte) error {
+// directMax bounds a read of whole blocks into the caller's buffer, so that the
+// bytes are still in the processor's caches when they are checked.
+const directMax = 1 << 20
+
+// readBlocks reads the whole blocks from block i that fit in p (at least one: p
+// holds block i), at most directMax bytes or one block, into p with one system
+// call, and checks each one's checksum. It returns the bytes of the blocks that
+// matched, those before the first that did not, and that block's error, which wraps
+// ErrCorrupt; or 0 and the read's error (a file cut short is corrupt too).
+func (r *blockReader) readBlocks(i int64, p []byte) (int64, error) {
 	m := &r.e.meta
-	off, n := m.blockRange(i)
-	k, err := r.fh.ReadAt(b, off)
-	if int64(k) < n {
-		if err == nil || err == io.EOF {
-			return &source.Error{Op: "read", URL: m.URL, Err: fmt.Errorf("%w: %s ends at byte %d, recorded size %d", ErrCorrupt, r.path, off+int64(k), m.Size)}
-		}
-		return &source.Error{Op: "read", URL: m.URL, Err: fmt.Errorf("cache: %s: %w", r.path, err)}
+	off := i * m.Block
+	lim := min(int64(len(p)), max(m.Block, directMax))
+	want := lim / m.Block * m.Block
+	if rest := m.Size - off; rest <= lim {
+		want = rest // to the end, the last block maybe short
 	}
-	if !r.e.isChecked(i) {
-		r.c.n.checked.Add(1)
-		if err := m.checkBlock(i, b, r.path); err != nil {
-			return err
-		}
-		r.c.disk.checked(r.e, i, r.fh)
-	}
-	return nil
-}
-
-// readChecked reads p from the current position, which lies in one checked block.
-func (r *blockReader) readChecked(p []byte) (int, error) {
-	if err := r.readAt(p, r.off); err != nil {
-		return 0, err
-	}
-	r.off += int64(len(p))
-	return len(p), nil
-}
-
-// readAt reads all of p from off of the data file, bytes of checked blocks: a
-// file that ends before is corrupt.
-func (r *blockReader) readAt(p []byte, off int64) error {
-	k, err := r.fh.ReadAt(p, off)
-	if k < len(p) {
-		m := &r.e.meta
+	k, err := r.fh.ReadAt(p[:want], off)
+	if int64(k) < want {
 		if err == nil || err == io.EOF {
 			err = fmt.Errorf("%w: %s ends at byte %d, recorded size %d", ErrCorrupt, r.path, off+int64(k), m.Size)
 		} else {
 			err = fmt.Errorf("cache: %s: %w", r.path, err)
 		}
-		return &source.Error{Op: "read", URL: m.URL, Err: err}
+		return 0, &source.Error{Op: "read", URL: m.URL, Err: err}
 	}
-	return nil
+	return r.check(i, p[:want])
+}
+
+// check checks the blocks in b, which starts with block i, and returns the bytes
+// of those that matched before the first that did not.
+func (r *blockReader) check(i int64, b []byte) (int64, error) {
+	m := &r.e.meta
+	var done int64
+	for len(b) > 0 {
+		n := min(m.Block, int64(len(b)))
+		r.c.n.checked.Add(1)
+		if err := m.checkBlock(i, b[:n], r.path); err != nil {
+			return done, err
+		}
+		done += n
+		b = b[n:]
+		i++
+	}
+	return done, nil
 }
 
 // recover drops the corrupt entry and continues the stream from a new fetch.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"slices"
 	"testing"
 
 	"github.com/zeebo/xxh3"
@@ -164,96 +163,5 @@ func TestDiskEntrySeek(t *testing.T) {
 	}
 	if st := c.Stats(); st.DiskHits != 1 || st.Corrupt != 0 {
 		t.Errorf("stats %+v", st)
-	}
-}
-
-// The per-process record of checked blocks keeps one bit per block, across words.
-func TestCheckedBlocks(t *testing.T) {
-	size := int64(maxBlocks) * minBlock
-	m := meta{Size: size, Block: blockSize(size)}
-	e := newDiskEntry("x", m, size)
-	marked := []int64{0, 63, 64, 65, 511, maxBlocks - 1}
-	for _, i := range marked {
-		e.setChecked(i)
-	}
-	for i := int64(0); i < m.blocks(); i++ {
-		if got, want := e.isChecked(i), slices.Contains(marked, i); got != want {
-			t.Errorf("block %d checked %v, want %v", i, got, want)
-		}
-	}
-	e.setVerified()
-	for i := int64(0); i < m.blocks(); i++ {
-		if !e.isChecked(i) {
-			t.Fatalf("block %d not checked after setVerified", i)
-		}
-	}
-}
-
-// Blocks this process has checked are read as a local file is through a
-// bufio.Reader: reads of smallRead bytes or more straight into the caller's buffer,
-// smaller ones from a window of smallRead bytes, never through the block buffer, in
-// reads of any size and alignment; a data file cut short after the check fails the
-// read as corrupt rather than serving fewer bytes.
-func TestCheckedBlocksReadDirect(t *testing.T) {
-	const url = "s3://b/direct.tar"
-	up := newFake()
-	want := randBytes(11, 3*minBlock+777)
-	up.put(url, want, "v1")
-	dir := t.TempDir()
-	c := newCache(t, Options{Dir: dir, DiskBytes: 64 << 20}, up)
-	readAll(t, c, url)
-	c.Close()
-	c = newCache(t, Options{Dir: dir, DiskBytes: 64 << 20}, up)
-	readAll(t, c, url) // checks every block
-	for _, size := range []int{1, 7 << 10, minBlock - 1, minBlock + 13} {
-		r, err := c.Open(t.Context(), url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []byte
-		buf := make([]byte, size)
-		for {
-			n, err := r.Read(buf)
-			if n > minBlock {
-				t.Fatalf("read %d bytes at once, more than a block", n)
-			}
-			got = append(got, buf[:n]...)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		br, ok := r.(*blockReader)
-		if !ok || br.buf != nil {
-			t.Fatalf("reads of %d bytes: a %T, through the block buffer: want a *blockReader reading checked blocks without it", size, r)
-		}
-		if usedWindow := br.win != nil; usedWindow != (size < smallRead) {
-			t.Errorf("reads of %d bytes: through the window %v, want %v", size, usedWindow, size < smallRead)
-		}
-		r.Close()
-		if !bytes.Equal(got, want) {
-			t.Fatalf("reads of %d bytes: the stream differs from the source's bytes", size)
-		}
-	}
-	if st := c.Stats(); st.Corrupt != 0 || up.openCount(url) != 1 {
-		t.Fatalf("stats %+v, %d source opens: want no corrupt entry and the one fetch", st, up.openCount(url))
-	}
-
-	r, err := c.Open(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if err := os.Truncate(dataFile(t, dir, url), 2*minBlock+5); err != nil {
-		t.Fatal(err)
-	}
-	n, err := io.Copy(io.Discard, io.LimitReader(r, 3*minBlock))
-	if !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("read %d bytes of a data file cut short, error %v: want ErrCorrupt", n, err)
-	}
-	if n > 2*minBlock+5 {
-		t.Fatalf("served %d bytes of a file cut at %d", n, 2*minBlock+5)
 	}
 }

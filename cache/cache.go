@@ -841,7 +841,6 @@ func (c *Cache) openDisk(ctx context.Context, url string, de *diskEntry, node in
 		return nil, &source.Error{Op: "open", URL: de.meta.URL, Err: fmt.Errorf("%w: %v", ErrCorrupt, err)}
 	}
 	c.disk.touch(de)
-	c.disk.lookForMark(de, fh)
 	return &blockReader{c: c, e: de, fh: fh, path: path, at: -1, open: func(off int64) (io.ReadCloser, error) {
 		return c.reopen(ctx, url, de.meta, node, off)
 	}}, nil

@@ -149,7 +149,7 @@ func lockName(name string) []string {
 	return lockRE.FindStringSubmatch(name)
 }
 
-// diskEntry is one committed object. Fields other than checked and opens are
+// diskEntry is one committed object. Fields other than opens and checkedAt are
 // guarded by Cache.mu.
 //
 // An entry another process committed joins the index from its file names and sizes
@@ -159,15 +159,11 @@ type diskEntry struct {
 	name     string // HASH-GEN
 	meta     meta   // valid once loaded
 	loaded   bool
-	dataSize int64           // the data file's size when found, before loading: checked against the meta's
-	bytes    int64           // data and meta file sizes
-	refs     int             // open readers
-	gone     bool            // removed from the index; files go when the last reader closes
-	checked  []atomic.Uint64 // a bit per block: its checksum matched in this process, or in this boot (see mark.go)
-	nchecked atomic.Int64    // bits set in checked
-	looked   atomic.Bool     // the data file's mark was looked for
-	marked   atomic.Bool     // the data file carries this boot's mark, or its setting was tried
-	opens    atomic.Int32    // opens in this process: the memory tier admits the second
+	dataSize int64        // the data file's size when found, before loading: checked against the meta's
+	bytes    int64        // data and meta file sizes
+	refs     int          // open readers
+	gone     bool         // removed from the index; files go when the last reader closes
+	opens    atomic.Int32 // opens in this process: the memory tier admits the second
 	// checkedAt is when a Stat last found the object at the entry's version, as this
 	// process knows (wall-clock nanoseconds; 0: not known): see validate.go.
 	checkedAt atomic.Int64
@@ -181,7 +177,7 @@ func newDiskEntry(name string, m meta, bytes int64) *diskEntry {
 
 // setMeta makes m the entry's meta.
 func (e *diskEntry) setMeta(m meta) {
-	e.meta, e.loaded, e.checked = m, true, make([]atomic.Uint64, (m.blocks()+63)/64)
+	e.meta, e.loaded = m, true
 }
 
 // peek returns the entry of the object of key k, if the index has it loaded;
@@ -204,50 +200,6 @@ func (e *diskEntry) matches(info source.Info) bool {
 	return e.meta.Version == info.Version && e.meta.Size == info.Size
 }
 
-// setVerified marks every block checked.
-func (e *diskEntry) setVerified() {
-	for i := range e.checked {
-		e.checked[i].Store(^uint64(0))
-	}
-	e.nchecked.Store(e.meta.blocks())
-}
-
-// isChecked reports whether block i was checked in this process or boot.
-func (e *diskEntry) isChecked(i int64) bool { return e.checked[i/64].Load()&(1<<(i%64)) != 0 }
-
-// setChecked records that block i's checksum matched. It reports whether that made
-// every block of the entry checked (true for one call only).
-func (e *diskEntry) setChecked(i int64) bool {
-	bit := uint64(1) << (i % 64)
-	if e.checked[i/64].Or(bit)&bit != 0 {
-		return false
-	}
-	return e.nchecked.Add(1) == e.meta.blocks()
-}
-
-// allChecked reports whether every block of the entry was checked.
-func (e *diskEntry) allChecked() bool { return e.nchecked.Load() == e.meta.blocks() }
-
-// lookForMark, on an entry's first open in this process, marks every block checked
-// when fh, its data file, carries this boot's mark (see mark.go).
-func (d *diskTier) lookForMark(e *diskEntry, fh *os.File) {
-	if e.allChecked() || e.looked.Swap(true) {
-		return
-	}
-	if d.hasMark(fh, e.meta.Size) {
-		e.marked.Store(true)
-		e.setVerified()
-	}
-}
-
-// checked records that block i of e, read from fh, matched its checksum; the last
-// block of the entry to be checked sets fh's mark.
-func (d *diskTier) checked(e *diskEntry, i int64, fh *os.File) {
-	if e.setChecked(i) && !e.marked.Swap(true) {
-		d.setMark(fh)
-	}
-}
-
 // diskTier is the disk tier: an LRU index of entries in root with a byte budget,
 // shared with the other processes that use the directory (see the package
 // documentation). Its index fields are guarded by mu (Cache.mu); file I/O happens
@@ -264,20 +216,15 @@ type diskTier struct {
 	gmu    sync.Mutex            // this process's holder of gfile's lock
 	gen    uint64                // the generation the index and used were read at
 	logf   func(string, ...any)
-	// boot is the digest of the boot's identifier (bootID; tests set their own):
-	// empty, no marks.
-	boot    string
-	noMarks atomic.Bool // the file system refused extended attributes
-	markErr sync.Once   // logs the first other error with a mark
 	// noChecks: the file system refused extended attributes on a meta file, so
 	// version checks are not shared with other processes (see validate.go).
 	noChecks atomic.Bool
 	checkErr sync.Once // logs the first other error with a check's record
 	// fault, when set (by tests), is asked before each write of the tier's files
 	// (op "create", "write", "sync" or "rename") and before each read or setting
-	// of a mark ("getxattr", "setxattr") and fails it with the error it returns: a
-	// disk that fills up, a directory that turns read-only, a file system without
-	// extended attributes.
+	// of a check's record on a meta file ("getxattr", "setxattr") and fails it with
+	// the error it returns: a disk that fills up, a directory that turns read-only,
+	// a file system without extended attributes.
 	fault func(op, path string) error
 }
 
@@ -307,7 +254,7 @@ func openDisk(dir string, budget int64, mu *sync.Mutex, logf func(string, ...any
 	if err != nil {
 		panic(err)
 	}
-	d := &diskTier{root: root, budget: budget, mu: mu, lru: lru, stems: map[string]*diskEntry{}, lock: lock, gfile: gfile, logf: logf, boot: bootID()}
+	d := &diskTier{root: root, budget: budget, mu: mu, lru: lru, stems: map[string]*diskEntry{}, lock: lock, gfile: gfile, logf: logf}
 	var rerr error
 	if err := d.shared(true, func() { rerr = d.startup() }); err != nil {
 		rerr = err
@@ -775,15 +722,14 @@ func (d *diskTier) removePath(path string) {
 }
 
 // touch records a use in the meta file's modification time, the LRU order the next
-// start rebuilds. The data file's stays the time it was written: its mark records
-// it (see mark.go).
+// start rebuilds. A committed data file is never changed, its times included.
 func (d *diskTier) touch(e *diskEntry) {
 	now := time.Now()
 	os.Chtimes(d.metaPath(e.name), now, now)
 }
 
-// readVerified reads an entry's data into buf (its size) and checks every block not
-// checked yet in this process or boot, counting them in cn.
+// readVerified reads an entry's data into buf (its size) and checks every block,
+// counting them in cn.
 func (d *diskTier) readVerified(e *diskEntry, buf []byte, cn *counters) error {
 	path := d.dataPath(e.name)
 	f, err := os.Open(path)
@@ -803,17 +749,12 @@ func (d *diskTier) readVerified(e *diskEntry, buf []byte, cn *counters) error {
 	if n, _ := f.Read(make([]byte, 1)); n != 0 {
 		return &source.Error{Op: "read", URL: e.meta.URL, Err: fmt.Errorf("%w: %s is longer than %d bytes", ErrCorrupt, path, e.meta.Size)}
 	}
-	d.lookForMark(e, f)
 	for i := range e.meta.blocks() {
-		if e.isChecked(i) {
-			continue
-		}
 		off, n := e.meta.blockRange(i)
 		cn.checked.Add(1)
 		if err := e.meta.checkBlock(i, buf[off:off+n], path); err != nil {
 			return err
 		}
-		d.checked(e, i, f)
 	}
 	return nil
 }

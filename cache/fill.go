@@ -227,9 +227,6 @@ func (f *fill) fetch() error {
 	if err := checkFile(f.fh, m, tmp); err != nil {
 		return fail(err)
 	}
-	// Read back and checked in this boot: later processes of the boot need not
-	// check it again.
-	d.setMark(f.fh)
 	metaTmp = d.tmpMeta(name)
 	if err := d.writeFileSync(metaTmp, mb); err != nil {
 		return uncommitted(err)
@@ -254,8 +251,6 @@ func (f *fill) fetch() error {
 			c.logOnce("sync dir: "+writeCause(err), "cache: syncing %s: %v (logged once)", d.root, err)
 		}
 		e := newDiskEntry(name, m, size+int64(len(mb)))
-		e.setVerified()
-		e.marked.Store(true)
 		if c.sharing() {
 			e.checkedAt.Store(f.checkedAt)
 		}
