@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -75,6 +76,12 @@ type FetchOptions struct {
 	// NoStartSpread makes requests made with a context of WithRank go at once,
 	// instead of waiting for their rank's StartSpread before the first.
 	NoStartSpread bool
+	// Logf receives a line when an endpoint of the store starts failing (an outage:
+	// "store unreachable for URL: why; retrying for up to BUDGET") and one when a
+	// request there succeeds again ("store back for ENDPOINT after 20s, 31
+	// retries"): two lines an outage, not one a retry (see Outages). Default
+	// log.Printf.
+	Logf func(format string, args ...any)
 }
 
 // Defaults of FetchOptions.
@@ -101,6 +108,9 @@ func (o FetchOptions) withDefaults() FetchOptions {
 	}
 	if o.RateLimiter == nil {
 		o.RateLimiter = DefaultRateLimiter
+	}
+	if o.Logf == nil {
+		o.Logf = log.Printf
 	}
 	o.Retry = o.Retry.withDefaults()
 	return o
@@ -138,9 +148,13 @@ func (f *Fetcher) admit(ctx context.Context, op, url string) (Ticket, error) {
 //     ETag nor Last-Modified) has nothing to pin a read on: such an object is read
 //     as one stream, never as parts, and a failure after its first byte fails the
 //     read with ErrNoVersion instead of resuming, which could mix two versions;
-//   - progress resets the count of attempts only when a failed request delivered at
-//     least Retry.MinProgress bytes, and RetryDeadline bounds the whole read once it
-//     has failed, so an origin that stalls after every few bytes is given up;
+//   - a read's failures are retried for Retry.Budget from the first (and at most
+//     Retry.Attempts times when set), so a store that is down for a minute costs a
+//     pause; only a failed request that had delivered at least Retry.MinProgress
+//     bytes starts them afresh, and RetryDeadline bounds the whole read once it has
+//     failed, so an origin that stalls after every few bytes is given up;
+//   - an outage of an endpoint is logged when it starts and when it ends (Logf),
+//     and counted (Outages);
 //   - the bytes delivered are checked against the object's size.
 //
 // Without ranged reads, Open retries only failures before the first byte.
@@ -148,6 +162,7 @@ func (f *Fetcher) admit(ctx context.Context, op, url string) (Ticket, error) {
 type Fetcher struct {
 	src  Source
 	opts FetchOptions
+	out  *outages
 
 	// Part buffers that streams gave back, for the next streams: a fresh buffer
 	// costs a page fault per 4 KiB on first write, which at loopback speeds costs
@@ -239,7 +254,8 @@ var (
 
 // NewFetcher returns a Fetcher reading src with opts (zero fields take defaults).
 func NewFetcher(src Source, opts FetchOptions) *Fetcher {
-	return &Fetcher{src: src, opts: opts.withDefaults()}
+	opts = opts.withDefaults()
+	return &Fetcher{src: src, opts: opts, out: newOutages(opts.Logf, opts.Retry.Now)}
 }
 
 // Source returns the Source the Fetcher reads.
@@ -257,7 +273,7 @@ func (f *Fetcher) Options() FetchOptions { return f.opts }
 // Stat stats the object, retrying retryable failures.
 func (f *Fetcher) Stat(ctx context.Context, url string) (Info, error) {
 	var info Info
-	err := f.opts.Retry.Do(ctx, func(int) error {
+	err := f.opts.Retry.do(ctx, f.out, url, func(int) error {
 		var err error
 		info, err = f.stat(ctx, url)
 		return err
@@ -292,7 +308,7 @@ func (f *Fetcher) List(ctx context.Context, prefix string, fn func(Info) error) 
 		return &Error{Op: "list", URL: prefix, Err: ErrNotLister}
 	}
 	var infos []Info
-	err := f.opts.Retry.Do(ctx, func(int) error {
+	err := f.opts.Retry.do(ctx, f.out, prefix, func(int) error {
 		infos = infos[:0]
 		t, err := f.admit(ctx, "list", prefix)
 		if err != nil {
@@ -368,7 +384,7 @@ func (f *Fetcher) open(ctx context.Context, url string, want *string, off, lengt
 			}
 		}
 		var rc io.ReadCloser
-		err := f.opts.Retry.Do(ctx, func(int) error {
+		err := f.opts.Retry.do(ctx, f.out, url, func(int) error {
 			t, err := f.admit(ctx, "open", url)
 			if err != nil {
 				return err
@@ -422,7 +438,7 @@ func (f *Fetcher) openKnown(ctx context.Context, rr RangeReader, info Info, off,
 	}
 	if info.Size < 0 { // size unknown: one stream, retried before its first byte
 		var rc io.ReadCloser
-		err := f.opts.Retry.Do(ctx, func(int) error {
+		err := f.opts.Retry.do(ctx, f.out, url, func(int) error {
 			t, err := f.admit(ctx, "open", url)
 			if err != nil {
 				return err
@@ -594,6 +610,13 @@ type resumeStream struct {
 	last    error // the last failure
 	pending error // a failure that came with bytes, handled on the next Read
 	err     error
+	// The failures since the last real progress (Retry.MinProgress) are one
+	// outage, bounded by Retry.Budget: its time is counted while the reader is
+	// inside Read, from readAt (this Read's start, or the outage's), with used
+	// what the Reads before counted.
+	inOutage bool
+	readAt   time.Time
+	used     time.Duration
 }
 
 func newResumeStream(ctx context.Context, p partReader, off, n int64) *resumeStream {
@@ -614,6 +637,8 @@ func (s *resumeStream) Read(b []byte) (int, error) {
 	}
 	s.p.clock.enter()
 	defer s.p.clock.leave()
+	s.readAt = s.p.f.opts.Retry.Now()
+	defer s.leaveOutage()
 	for {
 		if err := s.pending; err != nil {
 			s.pending = nil
@@ -691,8 +716,16 @@ func (s *resumeStream) openBody() error {
 		s.closeBody()
 		return err
 	}
+	s.p.f.out.ok(s.p.url)
 	s.body = body
 	return nil
+}
+
+// leaveOutage counts the time of a Read that ends in an outage into it.
+func (s *resumeStream) leaveOutage() {
+	if s.inOutage {
+		s.used += s.p.f.opts.Retry.Now().Sub(s.readAt)
+	}
 }
 
 // kick restarts the watchdog after progress.
@@ -727,8 +760,14 @@ func (s *resumeStream) retry(err error) bool {
 	}
 	pol := s.p.f.opts.Retry
 	if s.gained > 0 && s.gained >= pol.MinProgress {
-		s.tries = 0 // real progress since the last failure
+		s.tries = 0 // real progress since the last failure: a new outage
+		s.inOutage = false
 	}
+	if !s.inOutage {
+		s.inOutage, s.used = true, 0 // from this Read's start
+	}
+	now := pol.Now()
+	elapsed := s.used + now.Sub(s.readAt)
 	s.gained = 0
 	s.tries++
 	s.last = err
@@ -742,11 +781,12 @@ func (s *resumeStream) retry(err error) bool {
 	case c.expired():
 		s.err = s.deadlineErr()
 		return false
-	case s.tries >= pol.Attempts:
-		s.err = exhausted(s.tries, err)
+	case pol.spent(s.tries, elapsed):
+		s.err = exhausted(s.tries, elapsed, err)
 		return false
 	}
-	d := pol.backoffFor(s.ctx, s.tries, err, s.off)
+	s.p.f.out.failed(s.p.url, err, pol.Budget)
+	d := min(pol.backoffFor(s.ctx, s.tries, err, s.off), pol.Budget-elapsed)
 	if left, ok := c.remaining(); ok && left < d {
 		d = left // wait no longer than the deadline
 	}

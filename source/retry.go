@@ -22,8 +22,9 @@ var (
 	ErrChanged = errors.New("source: object changed while it was read")
 	// ErrStalled means a read made no progress for the stall timeout. It is retryable.
 	ErrStalled = errors.New("source: read stalled")
-	// ErrRetriesExhausted means every attempt a RetryPolicy allows failed; the last
-	// failure is wrapped beside it.
+	// ErrRetriesExhausted means a request kept failing for the whole retry budget
+	// (RetryPolicy.Budget), or for every attempt RetryPolicy.Attempts allows; the
+	// last failure is wrapped beside it.
 	ErrRetriesExhausted = errors.New("source: retries exhausted")
 	// ErrRetryDeadline means a read of an object used up FetchOptions.RetryDeadline
 	// after its first failure. The error names the URL, the byte offset reached and
@@ -148,19 +149,36 @@ func IsRetryable(err error) bool {
 // RetryPolicy decides how failed requests and reads are retried. One policy serves
 // every backend; the decision to retry comes from IsRetryable. The zero value is the
 // default policy.
+//
+// Retries are bounded by time: a request (or a read, which resumes at the byte it
+// reached) that keeps failing is tried again, with exponential backoff and full
+// jitter, until Budget has passed since its first failure, so that a store that is
+// down for less than Budget (a restart, a failover, a network partition healed)
+// costs the job a pause, not a failure. Attempts caps the tries as well when set.
 type RetryPolicy struct {
-	// Attempts is how many times one request is tried in all, counting the first.
-	// A read that delivered at least MinProgress bytes since its last failure starts
-	// counting afresh; less progress does not, so a connection that stalls after
-	// every few bytes runs out of attempts. Default 5; 1 means no retries.
+	// Attempts, when more than 0, is the most times one request is tried, counting
+	// the first, whatever Budget leaves: 1 means no retries. A read that delivered
+	// at least MinProgress bytes since its last failure starts counting afresh; less
+	// progress does not. Default 0 (DefaultAttempts): no cap, Budget bounds the
+	// retries.
 	Attempts int
+	// Budget is how long a request goes on being retried after its first failure
+	// (the failed attempt's own time, the backoff waits, and any wait for the rate
+	// limiter all count): a failure once it has passed ends the request with an
+	// error wrapping ErrRetriesExhausted. For a read, the time counts while the
+	// reader waits inside Read (its own pauses between reads do not), and the
+	// failures are one stretch until a failed attempt had delivered MinProgress
+	// bytes, after which a new failure starts the budget afresh. The last wait is
+	// cut to end with the budget, and one more attempt is made then. Default 2m
+	// (DefaultRetryBudget): a store down for a minute and more is ridden out.
+	Budget time.Duration
 	// MinProgress is the progress, in bytes since the last failure, that lets a
-	// failed read start counting Attempts afresh. Default 1 MiB
+	// failed read start Attempts and Budget afresh. Default 1 MiB
 	// (DefaultMinProgress); negative: any progress does (a read is then bounded by
 	// FetchOptions.RetryDeadline alone).
 	MinProgress int64
 	// BaseBackoff is the wait before the first retry; it doubles each retry up to
-	// MaxBackoff, and each wait is drawn uniformly from its upper half (jitter).
+	// MaxBackoff, and each wait is drawn uniformly from [0, that] (full jitter).
 	// Defaults 100ms and 10s.
 	BaseBackoff, MaxBackoff time.Duration
 	// MaxRetryAfter caps a server's Retry-After: a longer hint waits this long.
@@ -171,11 +189,17 @@ type RetryPolicy struct {
 	StallTimeout time.Duration
 	// Sleep waits d or until ctx is done; tests inject a fake. Default: a timer.
 	Sleep func(ctx context.Context, d time.Duration) error
+	// Now is the clock Budget is measured by; tests inject a fake (with Sleep
+	// moving it). Default time.Now.
+	Now func() time.Time
 }
 
 // Defaults of RetryPolicy.
 const (
-	DefaultAttempts      = 5
+	// DefaultAttempts is the default of RetryPolicy.Attempts: no cap on the tries,
+	// the retry budget bounds them.
+	DefaultAttempts      = 0
+	DefaultRetryBudget   = 2 * time.Minute
 	DefaultBaseBackoff   = 100 * time.Millisecond
 	DefaultMaxBackoff    = 10 * time.Second
 	DefaultMaxRetryAfter = 30 * time.Second
@@ -185,8 +209,11 @@ const (
 
 // withDefaults fills in zero fields.
 func (p RetryPolicy) withDefaults() RetryPolicy {
-	if p.Attempts <= 0 {
-		p.Attempts = DefaultAttempts
+	if p.Attempts < 0 {
+		p.Attempts = 0
+	}
+	if p.Budget <= 0 {
+		p.Budget = DefaultRetryBudget
 	}
 	if p.BaseBackoff <= 0 {
 		p.BaseBackoff = DefaultBaseBackoff
@@ -209,12 +236,22 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	if p.Sleep == nil {
 		p.Sleep = sleepCtx
 	}
+	if p.Now == nil {
+		p.Now = time.Now
+	}
 	return p
+}
+
+// spent reports whether a request that has failed attempts times, elapsed after
+// its first failure, may not be tried again.
+func (p RetryPolicy) spent(attempts int, elapsed time.Duration) bool {
+	return elapsed >= p.Budget || (p.Attempts > 0 && attempts >= p.Attempts)
 }
 
 // Backoff returns how long to wait before retry number retry (1 for the first) after
 // err: a server's Retry-After (capped at MaxRetryAfter) if err carries one, else
-// exponential backoff with jitter.
+// exponential backoff with full jitter: drawn uniformly from [0, BaseBackoff ×
+// 2^(retry-1)], the bound capped at MaxBackoff.
 //
 // A Fetcher's own retries draw the jitter from the rank of the request's context
 // (WithRank), the URL and the retry where the context carries a rank; Backoff draws
@@ -236,9 +273,9 @@ func (p RetryPolicy) backoff(retry int, err error, u float64) time.Duration {
 	}
 	d = min(d, p.MaxBackoff)
 	if u >= 0 && u < 1 {
-		return d/2 + time.Duration(u*float64(d/2+1))
+		return min(time.Duration(u*float64(d+1)), d)
 	}
-	return d/2 + rand.N(d/2+1)
+	return rand.N(d + 1)
 }
 
 // backoffFor is Backoff for a request made with ctx: with jitter drawn from the
@@ -252,22 +289,40 @@ func (p RetryPolicy) backoffFor(ctx context.Context, retry int, err error, off i
 }
 
 // Do calls op until it succeeds, fails with an error that is not retryable, ctx is
-// done, or Attempts calls have failed; it waits Backoff between calls. op gets the
-// attempt number, from 1. The error returned is op's last; when the attempts ran out
-// it also wraps ErrRetriesExhausted. The jitter of its waits comes from the rank ctx
-// carries (WithRank), the URL op's error names and the attempt, where ctx carries
-// a rank; else it is random.
+// done, or the policy is spent: Budget has passed since the start of the first
+// failed call, or Attempts calls have failed. It waits Backoff between calls (the
+// last wait cut to end with the budget). op gets the attempt number, from 1. The
+// error returned is op's last; when the policy was spent it also wraps
+// ErrRetriesExhausted. The jitter of its waits comes from the rank ctx carries
+// (WithRank), the URL op's error names and the attempt, where ctx carries a rank;
+// else it is random.
 func (p RetryPolicy) Do(ctx context.Context, op func(attempt int) error) error {
+	return p.do(ctx, nil, "", op)
+}
+
+// do is Do, telling the failures and successes to o (when not nil) as requests to
+// url.
+func (p RetryPolicy) do(ctx context.Context, o *outages, url string, op func(attempt int) error) error {
 	p = p.withDefaults()
+	var first time.Time
 	for attempt := 1; ; attempt++ {
+		start := p.Now()
 		err := op(attempt)
+		if err == nil {
+			o.ok(url)
+		}
 		if err == nil || !IsRetryable(err) || ctx.Err() != nil {
 			return err
 		}
-		if attempt >= p.Attempts {
-			return exhausted(attempt, err)
+		if attempt == 1 {
+			first = start
 		}
-		if serr := p.Sleep(ctx, p.backoffFor(ctx, attempt, err, 0)); serr != nil {
+		elapsed := p.Now().Sub(first)
+		if p.spent(attempt, elapsed) {
+			return exhausted(attempt, elapsed, err)
+		}
+		o.failed(url, err, p.Budget)
+		if serr := p.Sleep(ctx, min(p.backoffFor(ctx, attempt, err, 0), p.Budget-elapsed)); serr != nil {
 			return err
 		}
 		retried.Add(1)
@@ -284,14 +339,16 @@ var retried, resumed atomic.Int64
 // how many of those resumed a read at the byte offset it had reached.
 func Retries() (retries, resumes int64) { return retried.Load(), resumed.Load() }
 
-// exhausted wraps the last error of attempts failed tries, keeping an *Error on top
-// so that callers still see the operation and URL.
-func exhausted(attempts int, err error) error {
+// exhausted wraps the last error of attempts failed tries over elapsed since the
+// first failure, keeping an *Error on top so that callers still see the operation
+// and URL.
+func exhausted(attempts int, elapsed time.Duration, err error) error {
+	msg := fmt.Sprintf("after %d attempts over %v", attempts, elapsed.Round(time.Millisecond))
 	var se *Error
 	if errors.As(err, &se) {
-		return &Error{Op: se.Op, URL: se.URL, Err: fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, attempts, se.Err)}
+		return &Error{Op: se.Op, URL: se.URL, Err: fmt.Errorf("%w %s: %w", ErrRetriesExhausted, msg, se.Err)}
 	}
-	return fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, attempts, err)
+	return fmt.Errorf("%w %s: %w", ErrRetriesExhausted, msg, err)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

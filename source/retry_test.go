@@ -47,10 +47,16 @@ func TestBackoff(t *testing.T) {
 	p := RetryPolicy{BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second, MaxRetryAfter: 5 * time.Second}
 	for retry, hi := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond,
 		3: 400 * time.Millisecond, 4: 800 * time.Millisecond, 5: time.Second, 30: time.Second} {
-		for range 50 {
-			if d := p.Backoff(retry, errors.New("x")); d < hi/2 || d > hi {
-				t.Fatalf("Backoff(%d) = %v; want in [%v, %v]", retry, d, hi/2, hi)
+		var low, high bool // full jitter: waits from the whole of [0, hi]
+		for range 200 {
+			d := p.Backoff(retry, errors.New("x"))
+			if d < 0 || d > hi {
+				t.Fatalf("Backoff(%d) = %v; want in [0, %v]", retry, d, hi)
 			}
+			low, high = low || d < hi/4, high || d > hi*3/4
+		}
+		if !low || !high {
+			t.Errorf("Backoff(%d): 200 waits, none below %v or none above %v", retry, hi/4, hi*3/4)
 		}
 	}
 	if d := p.Backoff(1, &StatusError{Status: 503, RetryAfterHint: 3 * time.Second}); d != 3*time.Second {

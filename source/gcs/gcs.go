@@ -264,8 +264,8 @@ func (s *gcsStream) Close() error { return s.r.Close() }
 // storage.Writer: GCS publishes the object only when the upload is finalized by a
 // clean Close. A failed Write or a canceled ctx cancels the upload's own context,
 // so that no object appears. Uploads are retried (a chunk at a time, up to
-// source.DefaultAttempts tries each) whatever the client's policy: the upload
-// holds what it resends.
+// uploadAttempts tries each) whatever the client's policy: the upload holds what it
+// resends.
 func (g *Source) Create(ctx context.Context, url string) (io.WriteCloser, error) {
 	c, bucket, name, err := g.prepare(url)
 	if err == nil {
@@ -275,11 +275,14 @@ func (g *Source) Create(ctx context.Context, url string) (io.WriteCloser, error)
 		return nil, &source.Error{Op: "create", URL: url, Err: err}
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	obj := c.Bucket(bucket).Object(name).Retryer(storage.WithPolicy(storage.RetryAlways), storage.WithMaxAttempts(source.DefaultAttempts))
+	obj := c.Bucket(bucket).Object(name).Retryer(storage.WithPolicy(storage.RetryAlways), storage.WithMaxAttempts(uploadAttempts))
 	w := obj.NewWriter(wctx)
 	w.ContentType = "application/octet-stream"
 	return &gcsWriter{ctx: ctx, cancel: cancel, url: url, w: w}, nil
 }
+
+// uploadAttempts is the most tries of one chunk of an upload.
+const uploadAttempts = 5
 
 // gcsWriter is a storage.Writer that is abandoned, not finalized, after a failure.
 type gcsWriter struct {
