@@ -233,12 +233,15 @@ func (r rateLimitResult) String() string {
 // the Go runtime's metrics) and, with withPprof, /debug/pprof, which only a loopback
 // address may serve (profiles can hold URLs and credentials: --pprof-addr serves
 // them elsewhere, explicitly). It returns the address it listens on and a function
-// that stops it.
-func serveMetrics(addr string, withPprof bool, stats statsFunc, c *cache.Cache, stderr io.Writer) (string, func(), error) {
+// that stops it. Each of more adds its handlers to the listener's (serve's probes).
+func serveMetrics(addr string, withPprof bool, stats statsFunc, c *cache.Cache, stderr io.Writer, more ...func(*http.ServeMux)) (string, func(), error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newServerMetrics(stats, c), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: nil}))
+	for _, add := range more {
+		add(mux)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("--metrics %s: %w", addr, err)

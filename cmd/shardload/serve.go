@@ -35,7 +35,7 @@ removing its socket.`,
 		place := fs.Bool("numa", true, "place each trainer's session on the NUMA node of its GPU (the GPU the client names, else its local rank as a CUDA device number): the session's loader threads on that node's CPUs, its slabs in that node's memory (nothing to do on one node)")
 		maxShards := fs.Int("max-shards", serve.DefaultMaxShards, "shards one trainer may name in its hello, after brace expansion")
 		maxDatasets := fs.Int("max-datasets", serve.DefaultMaxDatasets, "datasets whose sample counts the server keeps for later sessions (least recently used dropped)")
-		metrics := fs.String("metrics", "", "serve Prometheus metrics on this TCP address at /metrics (e.g. 127.0.0.1:9400; :0 picks a port, printed at start): per session (label rank) samples, batches, bytes, stage seconds, wait; totals; the cache's hits, fetches, evictions and bytes per tier (default: none)")
+		metrics := fs.String("metrics", "", "serve Prometheus metrics on this TCP address at /metrics (e.g. 127.0.0.1:9400; :0 picks a port, printed at start): per session (label rank) samples, batches, bytes, stage seconds, wait; totals; the cache's hits, fetches, evictions and bytes per tier; and the probes /livez (200 while the process answers, whatever the store does) and /readyz (200 while the socket listens and the store answered for the dataset's first shard within 90s) (default: none)")
 		withPprof := fs.Bool("pprof", false, "with --metrics on a loopback address, also serve Go's profiles at /debug/pprof there (they can hold URLs and credentials)")
 		pprofAddr := fs.String("pprof-addr", "", "serve Go's profiles at /debug/pprof on this TCP address, loopback or not (no authentication: profiles can hold URLs and credentials)")
 		batchPolicy := fs.Bool("sched-batch", true, "run the loader's threads under SCHED_BATCH (Linux), so that they never delay a trainer that wakes on their CPU")
@@ -65,8 +65,16 @@ removing its socket.`,
 				return err
 			}
 			metricsAddr := ""
+			var probes *health // /livez and /readyz, beside /metrics
 			if *metrics != "" {
-				addr, stop, err := serveMetrics(*metrics, *withPprof, srv.Stats, lf.rf.cache, stderr)
+				reg, err := lf.rf.remote() // the store itself, not the cache
+				if err != nil {
+					srv.Close()
+					return err
+				}
+				probes = newHealth(srv.Addr(), reg, cfg)
+				defer probes.start()()
+				addr, stop, err := serveMetrics(*metrics, *withPprof, srv.Stats, lf.rf.cache, stderr, probes.handle)
 				if err != nil {
 					srv.Close()
 					return err
@@ -93,7 +101,9 @@ removing its socket.`,
 			if f, ok := stdout.(interface{ Sync() error }); ok {
 				f.Sync()
 			}
+			probes.setServing(true)
 			err = srv.Serve(ctx)
+			probes.setServing(false)
 			if err == nil {
 				fmt.Fprintf(stdout, "shardload serve: stopped\n")
 			}
