@@ -139,6 +139,7 @@ type readFlags struct {
 	parallel    int
 	singleRate  float64 // MB/s
 	attempts    int
+	budget      time.Duration
 	maxBackoff  time.Duration
 	stall       time.Duration
 	deadline    time.Duration
@@ -168,12 +169,13 @@ func (rf *readFlags) register(fs *pflag.FlagSet) {
 	fs.Var(&rf.partSize, "fetch-part-size", "remote objects (s3, gs, http) are read as ranged parts of this size")
 	fs.IntVar(&rf.parallel, "fetch-parallel", source.DefaultParallel, "ranged parts in flight per remote shard; each holds --fetch-part-size of memory")
 	fs.Float64Var(&rf.singleRate, "fetch-single-rate", source.DefaultSingleRate/1e6, "MB/s: a shard whose first part arrives this fast is read on as one stream, with no part buffers; slower ones as parallel parts (0: always parallel)")
-	fs.IntVar(&rf.attempts, "retry-attempts", source.DefaultAttempts, "tries per request to a remote store, counting the first; a read resumes at its byte offset")
+	fs.DurationVar(&rf.budget, "retry-budget", source.DefaultRetryBudget, "a request to a remote store that keeps failing is retried (exponential backoff from 100ms with full jitter, up to --retry-max-backoff) for this long from its first failure, then fails: a store down for less costs a pause, logged when it starts and ends; a read resumes at its byte offset")
+	fs.IntVar(&rf.attempts, "retry-attempts", source.DefaultAttempts, "most tries per request to a remote store, counting the first, within --retry-budget (0: no cap, the budget bounds them)")
 	fs.DurationVar(&rf.maxBackoff, "retry-max-backoff", source.DefaultMaxBackoff, "longest wait between retries (exponential from 100ms, with jitter; Retry-After honoured up to 30s)")
 	fs.DurationVar(&rf.stall, "stall-timeout", source.DefaultStallTimeout, "a remote read that delivers nothing for this long is ended and retried (negative: never)")
 	fs.DurationVar(&rf.deadline, "retry-deadline", source.DefaultRetryDeadline, "a remote shard whose reads keep failing fails once it has spent this long waiting for the store since its first failure (the reader's own pauses not counted), naming the byte reached and the attempts made (0 or negative: no deadline)")
 	rf.minProgress = source.DefaultMinProgress
-	fs.Var(&rf.minProgress, "retry-min-progress", "a failed remote read that delivered at least this much since its last failure starts --retry-attempts afresh; less counts against them (0: any progress does)")
+	fs.Var(&rf.minProgress, "retry-min-progress", "a failed remote read that delivered at least this much since its last failure starts --retry-budget and --retry-attempts afresh; less counts against them (0: any progress does)")
 	fs.Float64Var(&rf.maxRate, "max-request-rate", 0, "most requests per second this process sends to one bucket (S3, GCS) or host (HTTP), whatever the store says; under it the rate follows the store's throttling (503 SlowDown, 429) down and back up (0: no cap)")
 	fs.StringVar(&rf.indexDir, "index-dir", index.DefaultStoreDir(), "the node's index store: the sample counts and offsets of every shard counted on this node, kept for later runs and other processes ($"+index.StoreDirEnv+")")
 	fs.BoolVar(&rf.noIndex, "no-index-store", false, "neither read nor write the node's index store")
@@ -206,8 +208,11 @@ func (rf *readFlags) remote() (*source.Registry, error) {
 
 // fetchOptions returns the remote backends' settings from the flags.
 func (rf *readFlags) fetchOptions() (source.FetchOptions, error) {
-	if rf.partSize <= 0 || rf.parallel <= 0 || rf.attempts <= 0 || rf.maxBackoff <= 0 {
-		return source.FetchOptions{}, fmt.Errorf("%w: --fetch-part-size, --fetch-parallel, --retry-attempts and --retry-max-backoff must be more than 0", errUsage)
+	if rf.partSize <= 0 || rf.parallel <= 0 || rf.budget <= 0 || rf.maxBackoff <= 0 {
+		return source.FetchOptions{}, fmt.Errorf("%w: --fetch-part-size, --fetch-parallel, --retry-budget and --retry-max-backoff must be more than 0", errUsage)
+	}
+	if rf.attempts < 0 {
+		return source.FetchOptions{}, fmt.Errorf("%w: --retry-attempts must not be negative (0: no cap)", errUsage)
 	}
 	if rf.singleRate < 0 || rf.maxRate < 0 {
 		return source.FetchOptions{}, fmt.Errorf("%w: --fetch-single-rate and --max-request-rate must not be negative", errUsage)
@@ -226,7 +231,8 @@ func (rf *readFlags) fetchOptions() (source.FetchOptions, error) {
 		minProgress = -1 // any progress
 	}
 	return source.FetchOptions{PartSize: int64(rf.partSize), Parallel: rf.parallel, SingleRate: single, RetryDeadline: deadline,
-		Retry: source.RetryPolicy{Attempts: rf.attempts, MaxBackoff: rf.maxBackoff, StallTimeout: rf.stall, MinProgress: minProgress}}, nil
+		Logf:  func(format string, args ...any) { rf.logf()("shardload: "+format, args...) },
+		Retry: source.RetryPolicy{Attempts: rf.attempts, Budget: rf.budget, MaxBackoff: rf.maxBackoff, StallTimeout: rf.stall, MinProgress: minProgress}}, nil
 }
 
 // cacheOptions returns the cache's options from the flags.

@@ -47,7 +47,7 @@ type serverMetrics struct {
 	memory, knob, tunerChanges, queued                     *prometheus.Desc
 	streamSamples, streamBytes, streamSkipped              *prometheus.Desc
 	rateLimit, throttles, rateDecreases, rateWaits         *prometheus.Desc
-	rateWaited                                             *prometheus.Desc
+	rateWaited, outages                                    *prometheus.Desc
 }
 
 func newServerMetrics(stats statsFunc, c *cache.Cache) *serverMetrics {
@@ -84,6 +84,7 @@ func newServerMetrics(stats statsFunc, c *cache.Cache) *serverMetrics {
 		cacheEntries:   d("cache_entries", "Entries in a cache tier.", "tier"),
 		retries:        d("fetch_retries_total", "Requests to a source tried again after a retryable failure."),
 		resumes:        d("fetch_resumes_total", "Retried reads that went on at the byte offset they had reached."),
+		outages:        d("fetch_outages_total", "Outages of a store's endpoint: stretches during which its requests failed in a way a retry may cure (throttling aside), from the first failure to the next success."),
 		ringSlabs:      d("session_ring_slabs", "Slabs in a session's ring.", sess...),
 		ringInUse:      d("session_ring_slabs_in_use", "Slabs of a session's ring holding a batch: being collated, ready, or with the trainer.", sess...),
 		budget:         d("session_memory_budget_bytes", "What a session's buffers may hold: slabs, decoded samples (queues, shuffle windows, batches) and remote reads' parts (--memory).", sess...),
@@ -166,6 +167,7 @@ func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
 	retries, resumes := source.Retries()
 	c(m.retries, float64(retries))
 	c(m.resumes, float64(resumes))
+	c(m.outages, float64(source.Outages()))
 	for _, e := range m.limiter.Endpoints() {
 		if !math.IsInf(e.Rate, 1) {
 			g(m.rateLimit, e.Rate, e.Endpoint)
