@@ -143,7 +143,7 @@ func planOf(ctx context.Context, cfg Config) (p planned, err error) {
 		return p, err
 	}
 	if n := shard.Estimated(p.infos); n > 0 && p.cfg.World > 1 && !p.cfg.AllowEstimate && len(runs) == 0 {
-		return p, fmt.Errorf("%w: %d of the %d shards have no index entry, and a job of %d ranks planned from counts estimated from the shards' sizes would leave samples out or repeat them without an error. Write an index once: shardload index --output DIR/ URL... (a loader finds DIR/%s beside the shards); or count the shards before the first batch (--count-first, Config.CountFirst); or accept approximate epochs (--allow-estimate, Config.AllowEstimate, allow_estimate=True in Python)",
+		return p, fmt.Errorf("%w: %d of the %d shards have no index entry, and a job of %d ranks planned from counts estimated from the shards' sizes would leave samples out or repeat them without an error. Write an index once: shardload index --output DIR/ URL... (a loader finds DIR/%s beside the shards); or count the shards before the first batch (count_first=True in Python, --count-first, Config.CountFirst in Go); or accept approximate epochs (allow_estimate=True in Python, --allow-estimate, Config.AllowEstimate in Go)",
 			ErrEstimated, n, len(p.infos), p.cfg.World, index.FileName)
 	}
 	if n := shard.Estimated(p.infos); n > 0 {

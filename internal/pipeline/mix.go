@@ -589,6 +589,11 @@ func (pl *Pipeline) slotQueueBytes() int64 {
 // ErrErrorBudget means the Skip policy left out more than the error budget allows.
 var ErrErrorBudget = errors.New("shardload: too many samples skipped")
 
+// RaiseBudget says, in ErrErrorBudget's message, how to raise the budget: the
+// loader's flags (serve's, whose trainers cannot set it, and bench's) and the Go
+// setting.
+const RaiseBudget = "raise it with --error-budget FRACTION, --error-budget-samples N or --error-budget-shards N of shardload serve or bench (a trainer of serve takes its server's), or Config.ErrorBudget in Go"
+
 // noteSkip logs and counts samples the Skip policy left out, and fails once they
 // exceed the error budget. It runs in the mixer, so skips are logged in a
 // deterministic order.
@@ -609,8 +614,8 @@ func (pl *Pipeline) noteSkip(m slotMsg) error {
 	samples, shards := pl.C.Skipped.Load(), pl.C.SkippedShards.Load()
 	b := pl.p.Budget
 	if float64(samples) > b.MaxSamples || float64(shards) > b.MaxShards {
-		return fmt.Errorf("%w: rank %d skipped %d samples and %d shards of the job's %d samples in %d shards, over the error budget (%s); last: %w",
-			ErrErrorBudget, pl.p.Rank, samples, shards, b.JobSamples, b.JobShards, b.Text, m.cause)
+		return fmt.Errorf("%w: rank %d skipped %d samples and %d shards of the job's %d samples in %d shards, over the error budget (%s; %s); last: %w",
+			ErrErrorBudget, pl.p.Rank, samples, shards, b.JobSamples, b.JobShards, b.Text, RaiseBudget, m.cause)
 	}
 	return nil
 }

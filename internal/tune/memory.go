@@ -162,7 +162,7 @@ func (b Budget) Start(k Knobs) (Knobs, error) {
 			k.QueueBytes = max(k.QueueBytes/2, MinQueueBytes)
 		default:
 			ring := int64(b.Slabs) * b.SlabBytes
-			return k, fmt.Errorf("%w: the budget is %s, the settings need %s: the shards' index entries and the plan %s, slabs %d x %s = %s, decoded samples %s (queues %d x %s, shuffle %s, two batches, size classes), fetch parts %s (%d open shards x %d x %s); raise Memory (--memory) or lower what the settings name",
+			return k, fmt.Errorf("%w: the budget is %s, the settings need %s: the shards' index entries and the plan %s, slabs %d x %s = %s, decoded samples %s (queues %d x %s, shuffle %s, two batches, size classes), fetch parts %s (%d open shards x %d x %s); raise the budget (--memory of shardload serve or bench, Config.Memory in Go) or lower what the settings name",
 				ErrMemory, size(b.Memory), size(b.Of(k)), size(b.Held), b.Slabs, size(b.SlabBytes), size(ring),
 				size(b.Samples(k)), b.OpenShards+k.ReadAhead, size(k.QueueBytes), size(b.ShuffleBytes),
 				size(b.Fetch(k)), b.OpenShards+k.ReadAhead, k.FetchParallel, size(k.FetchPartSize))

@@ -61,7 +61,7 @@ func (e *BatchError) Error() string {
 		return fmt.Sprintf("%v: a batch of %d samples of these fields needs %s of slab, more than --max-slab-size %s (Config.MaxSlabBytes); lower the batch size (%d samples fit) or raise the limit",
 			ErrMemory, e.Rows, size(e.Need), size(e.MaxSlab), e.MaxRows)
 	}
-	return fmt.Sprintf("%v: a batch of %d samples of these fields needs %s of slab; %d slabs of it and the other buffers at their least take %s, more than the memory budget %s (--memory, Config.Memory); raise the budget, or lower the batch size (%d samples fit) or the slabs",
+	return fmt.Sprintf("%v: a batch of %d samples of these fields needs %s of slab; %d slabs of it and the other buffers at their least take %s, more than the memory budget %s (--memory of shardload serve or bench, Config.Memory in Go); raise the budget, or lower the batch size (%d samples fit) or the slabs",
 		ErrMemory, e.Rows, size(e.Need), e.Slabs, size(e.Least), size(e.Memory), e.MaxRows)
 }
 
@@ -171,7 +171,7 @@ func (s *Slabs) Grow(need int64, k Knobs) (int64, error) {
 		c := b
 		c.SlabBytes = 0
 		most := max(min((b.Memory-c.Of(k))/int64(max(b.Slabs+2, 1)), s.max), 0)
-		return 0, fmt.Errorf("%w: the batch needs %d bytes of slab; within the memory budget %s (--memory, Config.Memory) and the other buffers, its %d slabs may grow to %d bytes at most: lower the batch size, or raise the budget",
+		return 0, fmt.Errorf("%w: the batch needs %d bytes of slab; within the memory budget %s (--memory of shardload serve or bench, Config.Memory in Go) and the other buffers, its %d slabs may grow to %d bytes at most: lower the batch size, or raise the budget",
 			ErrMemory, need, size(b.Memory), b.Slabs, most)
 	}
 	if n > s.bytes.Load() {
