@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -207,10 +208,31 @@ func (g *Source) gcsClient() (*storage.Client, error) {
 	return g.client, g.err
 }
 
+var _ source.Describer = (*Source)(nil)
+
+// Describe says where the requests for url go and with which credentials: the
+// emulator at STORAGE_EMULATOR_HOST (no credentials), or Google's endpoint with
+// Application Default Credentials and where they are looked for. It sends no request.
+func (g *Source) Describe(ctx context.Context, url string) string {
+	if h := os.Getenv("STORAGE_EMULATOR_HOST"); h != "" {
+		return "the emulator at " + h + " (from STORAGE_EMULATOR_HOST), no credentials"
+	}
+	if g.Client != nil {
+		return "the endpoint and credentials of the Client given"
+	}
+	if f := os.Getenv("GOOGLE_APPLICATION_CREDENTIALS"); f != "" {
+		return "endpoint https://storage.googleapis.com, Application Default Credentials from the file " + f + " (from GOOGLE_APPLICATION_CREDENTIALS)"
+	}
+	return "endpoint https://storage.googleapis.com, Application Default Credentials (gcloud's application_default_credentials.json, else the metadata server; set GOOGLE_APPLICATION_CREDENTIALS to name a file)"
+}
+
 // gcsErr makes a GCS error matchable against the package's sentinels and marks the
 // retryable ones, keeping the client's error matchable too.
 func gcsErr(err error) error {
-	if errors.Is(err, storage.ErrObjectNotExist) || errors.Is(err, storage.ErrBucketNotExist) {
+	if errors.Is(err, storage.ErrBucketNotExist) {
+		return fmt.Errorf("%w: %w", source.ErrBucketNotFound, err)
+	}
+	if errors.Is(err, storage.ErrObjectNotExist) {
 		return fmt.Errorf("%w: %w", source.ErrNotFound, err)
 	}
 	var ge *googleapi.Error

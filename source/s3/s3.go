@@ -5,6 +5,7 @@ package s3
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -244,6 +245,69 @@ const prepareTimeout = 30 * time.Second
 
 var _ source.Preparer = (*Source)(nil)
 
+var _ source.Describer = (*Source)(nil)
+
+// Describe says where the requests for url go and with which credentials: the
+// endpoint (and what set it), the region, the addressing, and the credentials' source
+// as the SDK reports it (the environment, a shared credentials file and profile, a
+// web identity, an instance role), retrieving them under ctx; or why there are none.
+func (s *Source) Describe(ctx context.Context, url string) string {
+	c, err := s.s3Client()
+	if err != nil {
+		return err.Error()
+	}
+	o := c.Options()
+	endpoint := "https://s3." + o.Region + ".amazonaws.com (AWS's; no AWS_ENDPOINT_URL set)"
+	if o.BaseEndpoint != nil {
+		endpoint = *o.BaseEndpoint
+		switch {
+		case os.Getenv("AWS_ENDPOINT_URL_S3") != "":
+			endpoint += " (from AWS_ENDPOINT_URL_S3)"
+		case os.Getenv("AWS_ENDPOINT_URL") != "":
+			endpoint += " (from AWS_ENDPOINT_URL)"
+		case s.Client == nil:
+			endpoint += " (from the profile's endpoint_url)"
+		}
+	}
+	style := "virtual-hosted-style"
+	if o.UsePathStyle {
+		style = "path-style"
+	}
+	return fmt.Sprintf("endpoint %s, region %s, %s addressing, %s", endpoint, o.Region, style, credentialSource(ctx, o.Credentials))
+}
+
+// credentialSource says where creds come from, by the source the SDK names.
+func credentialSource(ctx context.Context, creds aws.CredentialsProvider) string {
+	if creds == nil {
+		return "no credentials (anonymous requests)"
+	}
+	v, err := creds.Retrieve(ctx)
+	if err != nil {
+		return fmt.Sprintf("no credentials found (%v): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE and a shared credentials file", err)
+	}
+	profile := cmp.Or(os.Getenv("AWS_PROFILE"), "default")
+	switch src := v.Source; {
+	case src == "EnvConfigCredentials":
+		return "credentials from the environment (AWS_ACCESS_KEY_ID, access key " + keyID(v.AccessKeyID) + ")"
+	case strings.HasPrefix(src, "SharedConfigCredentials"):
+		file := strings.TrimSpace(strings.TrimPrefix(src, "SharedConfigCredentials:"))
+		return fmt.Sprintf("credentials from the shared credentials file %s, profile %s (access key %s)", cmp.Or(file, "~/.aws/credentials"), profile, keyID(v.AccessKeyID))
+	case src == "":
+		return "credentials of unknown source (access key " + keyID(v.AccessKeyID) + ")"
+	default:
+		return fmt.Sprintf("credentials from %s (profile %s, access key %s)", src, profile, keyID(v.AccessKeyID))
+	}
+}
+
+// keyID shows an access key id by its first characters: enough to tell keys apart
+// in a message, not the whole identifier.
+func keyID(id string) string {
+	if len(id) <= 4 {
+		return "…"
+	}
+	return id[:4] + "…"
+}
+
 func (s *Source) s3Client() (*awss3.Client, error) {
 	if s.Client != nil {
 		return s.Client, nil
@@ -292,8 +356,9 @@ func newS3Client(ctx context.Context) (*awss3.Client, error) {
 	}), nil
 }
 
-// s3Err makes an S3 error matchable against ErrNotFound and ErrPermission while
-// keeping the SDK's error (and its message) matchable too.
+// s3Err makes an S3 error matchable against ErrNotFound (ErrBucketNotFound for a
+// missing bucket) and ErrPermission while keeping the SDK's error (and its message)
+// matchable too.
 func s3Err(err error) error {
 	code, status := "", 0
 	var ae smithy.APIError
@@ -304,8 +369,16 @@ func s3Err(err error) error {
 	if errors.As(err, &re) {
 		status = re.HTTPStatusCode()
 	}
+	if code == "NotFound" && re != nil && re.Response != nil {
+		// A HEAD's answer has no body to name its error: MinIO names it in a header.
+		if c := re.Response.Header.Get("X-Minio-Error-Code"); c != "" {
+			code = c
+		}
+	}
 	switch {
-	case status == http.StatusNotFound, code == "NoSuchKey", code == "NotFound", code == "NoSuchBucket":
+	case code == "NoSuchBucket":
+		return fmt.Errorf("%w: %w", source.ErrBucketNotFound, err)
+	case status == http.StatusNotFound, code == "NoSuchKey", code == "NotFound":
 		return fmt.Errorf("%w: %w", source.ErrNotFound, err)
 	case status == http.StatusForbidden, code == "AccessDenied", code == "InvalidAccessKeyId",
 		code == "SignatureDoesNotMatch":
