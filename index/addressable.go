@@ -355,7 +355,7 @@ func (t *addrTable) offsetsOf(ctx context.Context, src rangeOpener, url string, 
 		return err
 	}
 	defer dec.Close()
-	return lk.each(ctx, len(blocks), func(j int) error {
+	return lk.each(ctx, len(blocks), func(ctx context.Context, j int) error {
 		k := blocks[j]
 		body, err := src.OpenRange(ctx, url, t.off[k], t.length[k])
 		if err != nil {

@@ -265,7 +265,7 @@ func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]sh
 	done := 0
 	var scanned []shard.Info // read since the last write to the store
 	defer func() { lk.keep(scanned) }()
-	err := lk.each(ctx, len(todo), func(k int) error {
+	err := lk.each(ctx, len(todo), func(ctx context.Context, k int) error {
 		i := todo[k]
 		info, err := Scan(ctx, lk.Sources, urls[i], objs[i].Version, objs[i].Size, lk.Reader)
 		if err != nil {
@@ -565,7 +565,7 @@ func (lk Lookup) objects(ctx context.Context, urls []string, which []int, objs [
 		}
 		prefixes := listPrefixes(names, limit)
 		var mu sync.Mutex
-		err = lk.each(ctx, len(prefixes), func(k int) error {
+		err = lk.each(ctx, len(prefixes), func(ctx context.Context, k int) error {
 			err := l.List(ctx, dir+prefixes[k], func(info source.Info) error {
 				if i, ok := want[info.URL]; ok {
 					mu.Lock()
@@ -590,7 +590,7 @@ func (lk Lookup) objects(ctx context.Context, urls []string, which []int, objs [
 			todo = append(todo, i)
 		}
 	}
-	return lk.each(ctx, len(todo), func(k int) error {
+	return lk.each(ctx, len(todo), func(ctx context.Context, k int) error {
 		i := todo[k]
 		info, err := lk.Sources.Stat(ctx, urls[i])
 		if err != nil {
@@ -601,41 +601,56 @@ func (lk Lookup) objects(ctx context.Context, urls []string, which []int, objs [
 	})
 }
 
-// each runs fn(0..n-1), Workers at a time, and returns the first error (by index).
-// A panic in fn is an error.
-func (lk Lookup) each(ctx context.Context, n int, fn func(int) error) error {
-	errs := make([]error, n)
+// each runs fn(0..n-1), Workers at a time, and returns the first error: the first
+// call to fail ends the others (their context is cancelled) and starts no more, so
+// that a store that refuses every request (a missing bucket, a wrong key) or does
+// not answer fails a lookup of 10^5 shards as soon as its first request fails, not
+// after every shard was tried. A panic in fn is an error.
+func (lk Lookup) each(ctx context.Context, n int, fn func(ctx context.Context, k int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		mu    sync.Mutex
+		first error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil {
+			first = err
+			cancel(err)
+		}
+	}
 	sem := make(chan struct{}, lk.Workers)
 	var wg sync.WaitGroup
 	for k := range n {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			wg.Wait()
-			return ctx.Err()
+		}
+		if ctx.Err() != nil {
+			break
 		}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			defer func() {
 				if r := recover(); r != nil {
-					errs[k] = fmt.Errorf("index: internal error (panic): %v\n%s", r, debug.Stack())
+					fail(fmt.Errorf("index: internal error (panic): %v\n%s", r, debug.Stack()))
 				}
 			}()
-			errs[k] = fn(k)
+			if err := fn(ctx, k); err != nil {
+				fail(err)
+			}
 		}()
 	}
 	wg.Wait()
-	return firstErr(errs)
-}
-
-func firstErr(errs []error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
+	mu.Lock()
+	defer mu.Unlock()
+	if first != nil {
+		return first
 	}
-	return nil
+	return context.Cause(ctx) // the caller's context ended
 }
 
 // dirOf returns url up to its last "/" (the query of an http(s) URL aside), or "".
