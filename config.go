@@ -8,6 +8,7 @@ import (
 	"math"
 	"reflect"
 	"runtime"
+	"time"
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
@@ -99,6 +100,15 @@ type Config struct {
 	// permission: its epochs too are exactly the planned batches (Plan().Batches),
 	// padded or trimmed to them, with the same reports.
 	AllowEstimate bool
+	// StartTimeout bounds Open's planning: the shards' lookup (listings, Stats, the
+	// index), their counts and the first sample read to infer the fields. A store
+	// that refuses, does not answer or keeps throttling fails Open with
+	// ErrStartTimeout within it, naming the store, instead of waiting on retries of
+	// every shard. Default DefaultStartTimeout (1 minute); negative: none (ctx alone
+	// bounds Open). It does not bound a job that counts its shards before the first
+	// batch (CountFirst, or a mix of Streams), which reads every shard the index
+	// lacks: there the retry policy of the Sources bounds each request.
+	StartTimeout time.Duration
 
 	// Fields to decode and collate. Default: every extension of the first sample of
 	// the first shard, each with decode.ParseField's default for it.
@@ -354,7 +364,7 @@ func (cfg Config) Validate() error {
 	v := reflect.ValueOf(cfg)
 	for i := range v.NumField() {
 		f, name := v.Field(i), v.Type().Field(i).Name
-		if f.CanInt() && f.Int() < 0 && v.Type().Field(i).IsExported() && name != "ReadGap" && name != "Rank" && name != "OnError" {
+		if f.CanInt() && f.Int() < 0 && v.Type().Field(i).IsExported() && name != "ReadGap" && name != "Rank" && name != "OnError" && name != "StartTimeout" {
 			bad("%s %d is negative", name, f.Int())
 		}
 	}

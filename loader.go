@@ -90,15 +90,18 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	// rank, and its retries draw their jitter from it (source.WithRank).
 	ctx = source.WithRank(ctx, cfg.Rank, cfg.World)
 	start := time.Now()
-	pl, err := planOf(ctx, cfg)
+	sctx, stop := startContext(ctx, cfg)
+	defer stop()
+	pl, err := planOf(sctx, cfg)
 	if err != nil {
-		return nil, err
+		return nil, startError(ctx, sctx, cfg, err)
 	}
 	cfg, infos := pl.cfg, pl.infos
-	fields, err := Fields(ctx, cfg, infos)
+	fields, err := Fields(sctx, cfg, infos)
 	if err != nil {
-		return nil, err
+		return nil, startError(ctx, sctx, cfg, err)
 	}
+	stop()
 	images, err := cfg.ImageDecoder.Resolve()
 	if err != nil {
 		return nil, err
@@ -148,6 +151,46 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 		go l.autotune(shape.Remote)
 	}
 	return l, nil
+}
+
+// DefaultStartTimeout is Config.StartTimeout's default.
+const DefaultStartTimeout = time.Minute
+
+// ErrStartTimeout means Open's planning did not finish within Config.StartTimeout:
+// the store did not answer, or kept refusing or throttling.
+var ErrStartTimeout = errors.New("shardload: the dataset's store did not answer in time")
+
+// errStart is the cause of the start context's end.
+var errStart = errors.New("start timeout")
+
+// startContext returns ctx bounded by cfg.StartTimeout for Open's planning, unless
+// the job counts its shards first (see Config.StartTimeout).
+func startContext(ctx context.Context, cfg Config) (context.Context, context.CancelFunc) {
+	d := cmp.Or(cfg.StartTimeout, DefaultStartTimeout)
+	if d < 0 || cfg.CountFirst || len(cfg.Streams) > 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeoutCause(ctx, d, errStart)
+}
+
+// startError returns err of Open's planning, or ErrStartTimeout when the start
+// context sctx ran out (and the caller's ctx did not), naming the first shard's
+// store and what to look at.
+func startError(ctx, sctx context.Context, cfg Config, err error) error {
+	if ctx.Err() != nil || !errors.Is(context.Cause(sctx), errStart) {
+		return err
+	}
+	first := ""
+	switch {
+	case len(cfg.URLs) > 0:
+		first = cfg.URLs[0]
+	case len(cfg.Shards) > 0:
+		first = cfg.Shards[0].URL
+	case len(cfg.Streams) > 0 && len(cfg.Streams[0].URLs) > 0:
+		first = cfg.Streams[0].URLs[0]
+	}
+	return fmt.Errorf("%w: planning the epoch of %s did not finish within %v (--start-timeout of shardload serve and bench, Config.StartTimeout): check that the endpoint answers (AWS_ENDPOINT_URL, STORAGE_EMULATOR_HOST, the network), the credentials and the bucket; what the store said last: %v",
+		ErrStartTimeout, redact.URL(first), cmp.Or(cfg.StartTimeout, DefaultStartTimeout), err)
 }
 
 // params returns the parameters of l's pipeline: l's settings (with defaults) over

@@ -136,6 +136,7 @@ type loaderFlags struct {
 	streamsFile   string   // --streams
 	epochSamples  int64
 	batching      string
+	startTimeout  time.Duration
 }
 
 // knobFlag is a knob.Knob as a flag: it sets the knob in a Config.
@@ -195,6 +196,7 @@ func (lf *loaderFlags) register(fs *pflag.FlagSet, perRank bool) {
 	fs.StringVar(&lf.streamsFile, "streams", "", `a JSON file of the mix's streams instead of --stream: [{"urls": ["PATTERN", ...], "weight": W}, {"urls": [...], "repeat": R}, {"urls": [...], "choose": N}]`)
 	fs.Int64Var(&lf.epochSamples, "epoch-samples", 0, "samples in each epoch of a mix of streams (0: what the streams give: their samples, or repeat or choose)")
 	fs.StringVar(&lf.batching, "batching", "random", "how batches are made of a mix's streams: random (the mixed order), stratified (every batch holds each stream's share) or per_stream (every batch is one stream's, the batches in proportion)")
+	fs.DurationVar(&lf.startTimeout, "start-timeout", shardload.DefaultStartTimeout, "planning an epoch (the shards' lookup, the index, the first sample) fails with a message naming the store when it takes longer than this: a store that refuses, does not answer or keeps throttling at start is an error within it, not a hang (0 or negative: no limit; a counting pass, --count-first or a mix, is not bounded by it)")
 	fs.StringVar(&lf.index, "index", "", `index file or URL (from "shardload index"; JSON lines {"url","samples"} from "ls --summary --json" work too); without it the node's index store and an index object `+index.FileName+` beside the shards are used, and only shards none has are counted`)
 	lf.rf.register(fs)
 }
@@ -254,6 +256,10 @@ func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config
 	cfg.URLs, cfg.Index, cfg.IndexDir, cfg.NoIndexStore = urls, lf.index, lf.rf.indexDir, lf.rf.noIndex || lf.rf.indexDir == ""
 	cfg.Fields, cfg.ImageDecoder, cfg.MaxMemberSize = fields, imageDecoder, int64(lf.rf.maxMember)
 	cfg.OnError, cfg.Logf, cfg.Sources = policy, logs.Printf(logger), lf.rf.sources()
+	cfg.StartTimeout = lf.startTimeout
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = -1 // none
+	}
 	cfg.ErrorBudget = &shardload.Budget{Fraction: lf.errorBudget, Samples: lf.budgetSamples, Shards: lf.budgetShards}
 	if cfg.Streams, err = lf.mix(); err != nil {
 		return shardload.Config{}, err
