@@ -12,9 +12,14 @@ import (
 	"github.com/shardload/shardload/source"
 )
 
-// EstimateSamples is how many samples of the first shard Estimate reads to measure
-// the bytes per sample.
-const EstimateSamples = 64
+// EstimateSamples is how many samples of the first shard Estimate measures an
+// uncompressed shard by, and EstimatePrefix the most stored bytes of it that it
+// reads: a compressed shard is measured by what its first EstimatePrefix bytes hold
+// (the shard whole, when it is no larger).
+const (
+	EstimateSamples = 64
+	EstimatePrefix  = 16 << 20
+)
 
 // Estimate returns entries whose sample counts are estimated from the objects' sizes,
 // for planning an epoch without reading the shards first (shard.Info.Estimated). The
@@ -56,55 +61,88 @@ func (lk Lookup) Estimate(ctx context.Context, urls []string, known map[string]s
 	return infos, nil
 }
 
-// measure returns the stored bytes per sample of the first shard with samples.
+// measure returns the stored bytes per sample of the first shard with samples: a
+// function of that shard's size and of the bytes of its first EstimatePrefix alone,
+// never of how much a reader happened to read ahead or of when bytes arrived, so
+// that every process, in every run, on every node, estimates the same counts.
+//
+// An uncompressed shard is measured by its first EstimateSamples samples: the bytes
+// between the first and the last one's starts. A compressed one by its first
+// EstimatePrefix stored bytes, read to their end: the tar bytes they inflate to
+// (a decompressor's output for given input is fixed) and the samples that start in
+// them. A shard no larger than EstimatePrefix read to its end gives its own count.
 func (lk Lookup) measure(ctx context.Context, urls []string, objs []source.Info) (float64, error) {
 	for i, u := range urls {
 		if objs[i].Size == 0 {
 			continue
 		}
-		body, err := lk.Sources.Open(ctx, u)
+		per, ok, err := lk.measureOne(ctx, u, objs[i].Size)
 		if err != nil {
 			return 0, fmt.Errorf("shardload: measuring the samples of %s: %w", redact.URL(u), err)
 		}
-		opts := lk.Reader
-		opts.URL, opts.SizesOnly = u, true
-		r := shard.NewReader(body, opts)
-		n := 0
-		var err2 error
-		var first, last int64 // offsets of the first and last samples read
-		for n < EstimateSamples {
-			var s *shard.Sample
-			s, err2 = r.Next()
-			var se *shard.Error
-			if err2 != nil && !(errors.As(err2, &se) && se.Skippable()) {
-				break
-			}
-			if s != nil {
-				if n == 0 {
-					first = s.Offset
-				}
-				last = s.Offset
-			}
-			n++
+		if ok {
+			return per, nil
 		}
-		// Stored bytes per byte of tar: 1 uncompressed, less compressed.
-		ratio := float64(r.StoredBytes()) / float64(max(r.Offset(), 1))
-		r.Close()
-		body.Close()
-		switch {
-		case err2 == io.EOF && n > 0:
-			return float64(objs[i].Size) / float64(n), nil // the whole shard
-		case err2 == io.EOF:
-			continue // no samples
-		case err2 != nil && n < EstimateSamples:
-			return 0, fmt.Errorf("shardload: measuring the samples of %s: %w", redact.URL(u), err2)
-		}
-		// The bytes between the first and the last sample's starts, not those read:
-		// the reader reads ahead.
-		if last > first && n > 1 {
-			return float64(last-first) / float64(n-1) * ratio, nil
-		}
-		return float64(objs[i].Size) / float64(n), nil
 	}
 	return 1, nil // every shard is empty
+}
+
+// measureOne returns the stored bytes per sample of the shard at u of size bytes
+// (see measure), and false when it holds no sample.
+func (lk Lookup) measureOne(ctx context.Context, u string, size int64) (float64, bool, error) {
+	body, err := lk.Sources.Open(ctx, u)
+	if err != nil {
+		return 0, false, err
+	}
+	defer body.Close()
+	prefix := min(size, EstimatePrefix)
+	opts := lk.Reader
+	opts.URL, opts.SizesOnly = u, true
+	r := shard.NewReader(io.LimitReader(body, prefix), opts)
+	defer r.Close()
+	n := 0 // samples read whole
+	var first, last int64
+	var err2 error
+	for {
+		var s *shard.Sample
+		s, err2 = r.Next()
+		var se *shard.Error
+		if err2 != nil && !(errors.As(err2, &se) && se.Skippable()) {
+			break
+		}
+		if s != nil {
+			if n == 0 {
+				first = s.Offset
+			}
+			last = s.Offset
+			n++
+		}
+		if n >= EstimateSamples && r.Compression() == shard.None {
+			break // uncompressed: the samples' offsets are all it takes
+		}
+	}
+	whole := err2 == io.EOF && prefix == size
+	switch {
+	case whole && n == 0:
+		return 0, false, nil // no samples
+	case whole:
+		return float64(size) / float64(n), true, nil
+	case err2 == io.EOF || err2 == nil:
+		// Read to the end of the prefix (or EstimateSamples samples of an
+		// uncompressed shard) with no error: a shard longer than its tar's end.
+	case prefix == size || n == 0 && !errors.Is(err2, io.ErrUnexpectedEOF) && !errors.Is(err2, shard.ErrTruncated):
+		// The shard itself is bad: its count cannot be estimated.
+		return 0, false, err2
+	}
+	// Stored bytes per byte of tar: 1 uncompressed; for a compressed shard, the
+	// prefix's bytes over the tar bytes they inflated to.
+	ratio := 1.0
+	if r.Compression() != shard.None {
+		ratio = float64(prefix) / float64(max(r.Offset(), 1))
+	}
+	if n > 1 && last > first {
+		return float64(last-first) / float64(n-1) * ratio, true, nil
+	}
+	// Fewer than two samples start in the prefix: each takes at least the prefix.
+	return float64(max(prefix, r.Offset())) * ratio, true, nil
 }
