@@ -211,15 +211,28 @@ func (d *Decoder) decodeImage(f *Field, data []byte) (Value, error) {
 		stride = st.region.W * 3
 	case lib != nil:
 		st.rgb = grow(st.rgb, sw*sh*3)
-		err := lib.Decode(data, st.rgb, sw, sh, turbojpeg.RGB, 0)
+		// Any warning stops the decode: a truncated or corrupt JPEG is an error
+		// whatever the path, never an image with gray or garbled rows.
+		err := lib.Decode(data, st.rgb, sw, sh, turbojpeg.RGB, turbojpeg.StopOnWarning)
 		te, _ := err.(*turbojpeg.Error) // not errors.As: its target would be allocated for every image
 		switch {
 		case err == nil:
-		case te != nil && te.Warning && !strings.Contains(te.Msg, "Premature end"):
-			// A flaw libjpeg decodes through (extraneous bytes before a marker), as PIL
-			// does.
+		case te != nil && te.Skippable():
+			// Extraneous bytes before a marker, or a note on the metadata, which PIL
+			// and Go decode through. TurboJPEG reports no later warning: decodeWhole
+			// sees them all.
+			inGo, err := d.decodeWhole(st, format, data, sw, sh, den, iw, ih)
+			if err != nil {
+				return Value{}, err
+			}
+			if inGo && den != 1 {
+				// Decoded in Go, at full size.
+				sw, sh = iw, ih
+				st.setAxes(g, 1, sw, sh, ow, oh)
+				stride = sw * 3
+			}
 		case te != nil && te.Warning:
-			return Value{}, errf(ErrBadImage, "JPEG truncated (%s)", te.Msg)
+			return Value{}, jpegWarning(te.Msg)
 		default:
 			// What libjpeg-turbo cannot decode (a CMYK JPEG), Go may.
 			if gerr := d.decodeGo(st, format, data, iw, ih); gerr != nil {
@@ -254,6 +267,50 @@ func (d *Decoder) decodeImage(f *Field, data []byte) (Value, error) {
 		st.emit(f, st.out, px, n, ch, chw)
 	}
 	return Value{Data: st.out[:rowBytes:rowBytes], DType: f.DType, Shape: f.Shape}, nil
+}
+
+// jpegWarning is the error of a JPEG libjpeg warned about: truncated, or corrupt.
+func jpegWarning(msg string) error {
+	what := "corrupt"
+	if strings.Contains(msg, "Premature end of JPEG file") {
+		what = "truncated"
+	}
+	return errf(ErrBadImage, "JPEG %s (%s)", what, msg)
+}
+
+// decodeWhole decodes a JPEG whose decode by TurboJPEG stopped on a skippable
+// warning into st.rgb, seeing every warning: through libjpeg (sw x sh, scaled by
+// 1/den, as TurboJPEG would have), or in Go at full size (iw x ih) where libjpeg does
+// not load. It reports whether it decoded in Go. A warning that is not skippable,
+// or Go's failure, is the sample's error. So is extraneous data that Go's decoder
+// does not decode through: libjpeg-turbo decodes an invalid Huffman code as a zero,
+// without a warning, and what it leaves of the scan is the extraneous data; Go's
+// decoder fails on the code, and skips only what lies beyond whole entropy-coded
+// data.
+func (d *Decoder) decodeWhole(st *imageState, format int, data []byte, sw, sh, den, iw, ih int) (bool, error) {
+	rg, err := turbojpeg.DefaultRegions()
+	if err != nil {
+		if err := d.decodeGo(st, format, data, iw, ih); err != nil {
+			return true, errf(ErrBadImage, "%s: %v", formatNames[format], err)
+		}
+		return true, nil
+	}
+	st.rgb = grow(st.rgb, sw*sh*3)
+	_, err = rg.DecodeRegion(data, st.rgb, sw, sh, den, turbojpeg.Region{W: sw, H: sh})
+	te, _ := err.(*turbojpeg.Error)
+	switch {
+	case err == nil:
+	case te != nil && te.Extraneous():
+		if _, gerr := jpeg.Decode(bytes.NewReader(data)); gerr != nil {
+			return false, errf(ErrBadImage, "JPEG corrupt (%s; image/jpeg: %v)", te.Msg, gerr)
+		}
+	case te != nil && te.Skippable():
+	case te != nil && te.Warning:
+		return false, jpegWarning(te.Msg)
+	default:
+		return false, errf(ErrBadImage, "JPEG: %v", err)
+	}
+	return false, nil
 }
 
 // setAxes sets the resampler's taps for the crop g of a source decoded at 1/den of

@@ -43,6 +43,7 @@ typedef struct {
 	void (*crop_scanline)(void *, unsigned int *, unsigned int *);
 	unsigned int (*skip_scanlines)(void *, unsigned int);
 	unsigned int (*read_scanlines)(void *, unsigned char **, unsigned int);
+	int (*finish_decompress)(void *);
 	void (*abort_decompress)(void *);
 	void (*destroy_decompress)(void *);
 } sl_jl;
@@ -70,19 +71,21 @@ static sl_jl *sl_jl_open(const char *path, const char **why) {
 	t->crop_scanline = sl_jl_sym(t, "jpeg_crop_scanline", &m);
 	t->skip_scanlines = sl_jl_sym(t, "jpeg_skip_scanlines", &m);
 	t->read_scanlines = sl_jl_sym(t, "jpeg_read_scanlines", &m);
+	t->finish_decompress = sl_jl_sym(t, "jpeg_finish_decompress", &m);
 	t->abort_decompress = sl_jl_sym(t, "jpeg_abort_decompress", &m);
 	t->destroy_decompress = sl_jl_sym(t, "jpeg_destroy_decompress", &m);
 	if (m) { *why = m; dlclose(t->lib); free(t); return NULL; }
 	return t;
 }
 
-// sl_jerr is the error manager: libjpeg's, then where error_exit jumps to and the
-// first message.
+// sl_jerr is the error manager: libjpeg's, then where error_exit jumps to, the
+// message that ended the decode and the skippable warning decoded through.
 typedef struct {
 	_Alignas(16) unsigned char pub[SL_ERRMGR_SIZE];
 	jmp_buf jb;
 	int warned;
 	char msg[SL_JMSG_LENGTH_MAX];
+	char soft[SL_JMSG_LENGTH_MAX];
 } sl_jerr;
 
 #define SL_FIELD(p, off, type) (*(type *)((unsigned char *)(p) + (off)))
@@ -101,13 +104,27 @@ static void sl_jerr_exit(void *cinfo) {
 	longjmp(e->jb, 1);
 }
 
-// sl_jerr_emit takes a warning (level -1) as the end of the decode: the caller decodes
-// such an image another way. Trace messages (levels >= 0) are dropped.
+// sl_jl_extraneous and sl_jl_skippable are extraneousWarning and skippableWarning
+// in C.
+static int sl_jl_extraneous(const char *msg) { return strstr(msg, "extraneous bytes before marker") != NULL; }
+static int sl_jl_skippable(const char *msg) { return sl_jl_extraneous(msg) || strncmp(msg, "Warning:", 8) == 0; }
+
+// sl_jerr_emit takes a warning (level -1) that is not skippable as the end of the
+// decode, with the warning's message. A skippable one is recorded, an extraneous
+// bytes warning over a note, and the decode goes on. Trace messages (levels >= 0)
+// are dropped.
 static void sl_jerr_emit(void *cinfo, int level) {
 	if (level >= 0) return;
 	sl_jerr *e = *(sl_jerr **)cinfo;
+	char buf[SL_JMSG_LENGTH_MAX];
+	sl_format_fn format = SL_FIELD(e->pub, SL_ERR_FORMAT_MESSAGE, sl_format_fn);
+	format(cinfo, buf);
+	if (sl_jl_skippable(buf)) {
+		if (!e->soft[0] || (sl_jl_extraneous(buf) && !sl_jl_extraneous(e->soft))) memcpy(e->soft, buf, sizeof buf);
+		return;
+	}
 	e->warned = 1;
-	sl_jerr_format(cinfo, e);
+	memcpy(e->msg, buf, sizeof buf);
 	longjmp(e->jb, 1);
 }
 
@@ -150,12 +167,15 @@ static int sl_jl_region1(sl_jl *t, const unsigned char *jpeg, unsigned long n, u
 	memset(cinfo, 0, sizeof cinfo);
 	err.warned = 0;
 	err.msg[0] = 0;
+	err.soft[0] = 0;
 	t->std_error(err.pub);
 	SL_FIELD(err.pub, SL_ERR_ERROR_EXIT, sl_exit_fn) = sl_jerr_exit;
 	SL_FIELD(err.pub, SL_ERR_EMIT_MESSAGE, sl_emit_fn) = sl_jerr_emit;
 	SL_FIELD(cinfo, 0, void *) = err.pub;
 	volatile int created = 0;
+	unsigned char *volatile spare = NULL; // freed when libjpeg jumps out of a read into it
 	if (setjmp(err.jb)) {
+		free(spare);
 		if (created) t->destroy_decompress(cinfo);
 		strncpy(msg, err.msg[0] ? err.msg : "libjpeg failed", SL_JMSG_LENGTH_MAX - 1);
 		msg[SL_JMSG_LENGTH_MAX - 1] = 0;
@@ -199,10 +219,40 @@ static int sl_jl_region1(sl_jl *t, const unsigned char *jpeg, unsigned long n, u
 		}
 	}
 	if (fn) fn(ctx, dst, first, h - first, (int)pitch, (int)cx);
-	t->abort_decompress(cinfo);
+	// The rest of the data, so that damage below the region fails the decode as it
+	// fails any other: the rows below are skipped (entropy-decoded only, where the
+	// data has one scan) but the last, which jpeg_skip_scanlines would not decode,
+	// then jpeg_finish_decompress reads on to the end marker.
+	unsigned int oh = SL_FIELD(cinfo, SL_OFF_OUTPUT_HEIGHT, unsigned int);
+	unsigned int rest = oh - SL_FIELD(cinfo, SL_OFF_OUTPUT_SCANLINE, unsigned int);
+	if (rest > 1 && t->skip_scanlines(cinfo, rest - 1) != rest - 1) {
+		t->destroy_decompress(cinfo);
+		strcpy(msg, "jpeg_skip_scanlines skipped fewer rows than asked");
+		return SL_RG_ERROR;
+	}
+	if (rest > 0) {
+		// Not into dst, which holds the region (or the last strip, given to fn).
+		unsigned char *last = malloc(pitch);
+		if (!last) {
+			t->destroy_decompress(cinfo);
+			strcpy(msg, "out of memory");
+			return SL_RG_ERROR;
+		}
+		spare = last;
+		unsigned int got = t->read_scanlines(cinfo, &last, 1);
+		spare = NULL;
+		free(last);
+		if (got != 1) {
+			t->destroy_decompress(cinfo);
+			strcpy(msg, "jpeg_read_scanlines read no row");
+			return SL_RG_ERROR;
+		}
+	}
+	t->finish_decompress(cinfo);
 	t->destroy_decompress(cinfo);
 	*ox = (int)cx;
 	*ow = (int)cw;
+	memcpy(msg, err.soft, SL_JMSG_LENGTH_MAX); // the skippable warning, if any
 	return 0;
 }
 
@@ -282,8 +332,14 @@ func (r *Regions) Path() string { return r.path }
 // the left to an iMCU boundary, its rows got.W*3 bytes apart in dst. dst must hold
 // width*reg.H*3 bytes.
 //
-// Any warning from libjpeg (a corrupt or truncated image) ends the decode with an
-// *Error with Warning set: the caller decodes such an image another way.
+// The decode reads the whole of jpeg, past the region to its end marker (the rows
+// below the region are only entropy-decoded), so that what it reports does not
+// depend on the region. A warning from libjpeg that is not skippable
+// (Error.Skippable), as for a truncated or corrupt image wherever the damage is,
+// ends it with an *Error with Warning set and the warning's message. A skippable
+// one does not: the region is decoded and returned with an *Error with Warning set,
+// an extraneous bytes warning if there was one (Error.Extraneous), the first
+// warning otherwise.
 func (r *Regions) DecodeRegion(jpeg, dst []byte, width, height, den int, reg Region) (Region, error) {
 	if err := checkRegion(jpeg, dst, width, height, den, reg, reg.H); err != nil {
 		return Region{}, err
@@ -323,7 +379,12 @@ func (r *Regions) decode(jpeg, dst []byte, width, height, den int, reg Region, f
 	runtime.KeepAlive(dst)
 	switch res.rc {
 	case 0:
-		return Region{X: int(res.ox), Y: reg.Y, W: int(res.ow), H: reg.H}, nil
+		got := Region{X: int(res.ox), Y: reg.Y, W: int(res.ow), H: reg.H}
+		if res.msg[0] != 0 {
+			msg := res.msg // a copy, so that res itself stays on the stack
+			return got, &Error{Msg: C.GoString(&msg[0]), Warning: true}
+		}
+		return got, nil
 	case C.SL_RG_SIZE:
 		return Region{}, errors.New("turbojpeg: the image's scaled size is not the one given")
 	}

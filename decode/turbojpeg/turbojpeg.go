@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 )
 
@@ -117,10 +118,11 @@ func ScaledSize(w, h, num, den int) (int, int) {
 	return (w*num + den - 1) / den, (h*num + den - 1) / den
 }
 
-// Error is a TurboJPEG failure: its message (tjGetErrorStr2) and whether the
-// library called it a warning (tjGetErrorCode returned TJERR_WARNING). A warning
-// means the image was decoded but the data was not entirely sound, e.g. "Premature
-// end of JPEG file" for a truncated file, or extraneous bytes before a marker.
+// Error is a TurboJPEG or libjpeg failure: its message (tjGetErrorStr2, read in the
+// C call that failed) and whether the library called it a warning (tjGetErrorCode
+// returned TJERR_WARNING, or libjpeg's emit_message was called with level -1). A
+// warning means the data was not entirely sound, e.g. "Premature end of JPEG file"
+// for a truncated file, or extraneous bytes before a marker (see Skippable).
 type Error struct {
 	// Msg is the library's message.
 	Msg string
@@ -130,6 +132,35 @@ type Error struct {
 
 // Error returns "turbojpeg: " and the library's message.
 func (e *Error) Error() string { return "turbojpeg: " + e.Msg }
+
+// Skippable reports whether e is a warning libjpeg decodes through without missing
+// data: bytes that are not a marker where one should start (Extraneous), which
+// libjpeg skips, or a note on the headers' metadata (libjpeg's messages that begin
+// "Warning:", such as an unknown JFIF revision). Every other warning ("Premature end
+// of JPEG file", "Corrupt JPEG data: premature end of data segment", "Corrupt JPEG
+// data: bad Huffman code", ...) means pixels are missing or wrong. libjpeg reports
+// only the first warning of a decode to TurboJPEG, so a skippable warning from
+// Decode says nothing of what came after it; DecodeRegion sees every warning.
+func (e *Error) Skippable() bool { return e.Warning && skippableWarning(e.Msg) }
+
+// Extraneous reports whether e is libjpeg's "Corrupt JPEG data: N extraneous bytes
+// before marker 0xNN": bytes that are not a marker where one should start. PIL and
+// image/jpeg skip them too, and they may be junk after whole entropy-coded data, but
+// they may also be what is left of entropy-coded data decoded wrongly: libjpeg-turbo
+// decodes an invalid Huffman code as a zero without a warning of its own. A caller
+// that must not deliver damaged pixels checks such an image another way.
+func (e *Error) Extraneous() bool { return e.Warning && extraneousWarning(e.Msg) }
+
+// extraneousWarning and skippableWarning are Extraneous and Skippable on a
+// warning's message; sl_jl_extraneous and sl_jl_skippable in the cgo build are the
+// same tests.
+func extraneousWarning(msg string) bool {
+	return strings.Contains(msg, "extraneous bytes before marker")
+}
+
+func skippableWarning(msg string) bool {
+	return extraneousWarning(msg) || strings.HasPrefix(msg, "Warning:")
+}
 
 // errNoImage is the error for JPEG data whose headers end before the frame header,
 // which TurboJPEG takes for a tables-only datastream and reports no size for.

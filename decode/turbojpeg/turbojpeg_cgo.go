@@ -6,6 +6,7 @@ package turbojpeg
 #cgo LDFLAGS: -ldl
 #include <dlfcn.h>
 #include <stdlib.h>
+#include <string.h>
 
 // The few TurboJPEG types used, as turbojpeg.h (2.x) declares them.
 typedef void *tjhandle;
@@ -63,47 +64,84 @@ static sl_tj *sl_open(const char *path, const char **why) {
 	return t;
 }
 
-static tjhandle sl_init(sl_tj *t) { return t->InitDecompress(); }
 static void sl_destroy(sl_tj *t, tjhandle h) { t->Destroy(h); }
 
-// sl_error returns the last call's error code on h and sets *msg to its message,
-// which lives in h (or, for a NULL h, in the library) until the next call.
-static int sl_error(sl_tj *t, tjhandle h, const char **msg) {
-	*msg = t->GetErrorStr2(h);
-	if (!*msg) *msg = "unknown error";
-	return h ? t->GetErrorCode(h) : 1;
+// SL_MSG_MAX is TurboJPEG's JMSG_LENGTH_MAX: the longest message it writes.
+#define SL_MSG_MAX 200
+
+// sl_msg copies the message of the call just made on h (NULL: tjInitDecompress)
+// into msg and returns its code. TurboJPEG 2.x keeps libjpeg's messages in a
+// thread-local buffer, so the message must be read in the C call that made it: a
+// goroutine may run its next cgo call on another thread, whose buffer holds another
+// call's message or "No error".
+static int sl_msg(sl_tj *t, tjhandle h, char *msg) {
+	const char *m = t->GetErrorStr2(h);
+	int code = h ? t->GetErrorCode(h) : 1;
+	if (!m) m = "unknown error";
+	strncpy(msg, m, SL_MSG_MAX - 1);
+	msg[SL_MSG_MAX - 1] = 0;
+	return code;
+}
+
+// sl_in is sl_init's result, returned by value.
+typedef struct { tjhandle h; char msg[SL_MSG_MAX]; } sl_in;
+
+static sl_in sl_init(sl_tj *t) {
+	sl_in r;
+	r.msg[0] = 0;
+	r.h = t->InitDecompress();
+	if (!r.h) sl_msg(t, NULL, r.msg);
+	return r;
 }
 
 // sl_hdr is sl_header's result, returned by value: out-parameters in Go memory
-// would be allocated on the heap for every call.
-typedef struct { int rc, w, hgt, ss, cs; } sl_hdr;
+// would be allocated on the heap for every call. When rc is not 0, code and msg are
+// the call's error code and message.
+typedef struct { int rc, w, hgt, ss, cs, code; char msg[SL_MSG_MAX]; } sl_hdr;
 
 static sl_hdr sl_header(sl_tj *t, tjhandle h, const unsigned char *jpeg, unsigned long n) {
-	sl_hdr r = {0, 0, 0, 0, 0};
+	sl_hdr r;
+	r.w = r.hgt = r.ss = r.cs = r.code = 0;
+	r.msg[0] = 0;
 	r.rc = t->DecompressHeader3(h, jpeg, n, &r.w, &r.hgt, &r.ss, &r.cs);
+	if (r.rc != 0) r.code = sl_msg(t, h, r.msg);
 	return r;
 }
+
+// sl_dec is sl_decode's result, returned by value; code and msg as in sl_hdr, when
+// rc is -1.
+typedef struct { int rc, code; char msg[SL_MSG_MAX]; } sl_dec;
 
 // sl_decode decodes jpeg into dst, w x hgt pixels of pf with rows pitch bytes apart.
 // tjDecompress2 treats w x hgt as a bound and picks the largest scaled size within
 // it, so sl_decode first checks that w x hgt is exactly the image's size scaled by
-// one of the factors <= 1, returning SL_SIZE_MISMATCH if not. A header warning does not stop it: tjDecompress2 meets and reports it.
-// tjDecompressHeader3 takes data whose headers end before the frame header for a
-// tables-only datastream and succeeds without a size: that is SL_NO_IMAGE.
-static int sl_decode(sl_tj *t, tjhandle h, const unsigned char *jpeg, unsigned long n,
-                     unsigned char *dst, int w, int pitch, int hgt, int pf, int flags) {
+// one of the factors <= 1, returning SL_SIZE_MISMATCH if not. A header warning does
+// not stop it: tjDecompress2 meets and reports it. tjDecompressHeader3 takes data
+// whose headers end before the frame header for a tables-only datastream and
+// succeeds without a size: that is SL_NO_IMAGE.
+static sl_dec sl_decode(sl_tj *t, tjhandle h, const unsigned char *jpeg, unsigned long n,
+                        unsigned char *dst, int w, int pitch, int hgt, int pf, int flags) {
+	sl_dec r;
+	r.rc = -1;
+	r.code = 0;
+	r.msg[0] = 0;
 	int iw = 0, ih = 0, ss, cs;
-	if (t->DecompressHeader3(h, jpeg, n, &iw, &ih, &ss, &cs) != 0 &&
-	    t->GetErrorCode(h) != SL_TJERR_WARNING) return -1;
-	if (iw <= 0 || ih <= 0) return SL_NO_IMAGE;
+	if (t->DecompressHeader3(h, jpeg, n, &iw, &ih, &ss, &cs) != 0) {
+		r.code = sl_msg(t, h, r.msg);
+		if (r.code != SL_TJERR_WARNING) return r;
+		r.msg[0] = 0;
+	}
+	if (iw <= 0 || ih <= 0) { r.rc = SL_NO_IMAGE; return r; }
 	int ok = 0;
 	for (int i = 0; i < t->nfactors && !ok; i++) {
 		tjscalingfactor f = t->factors[i];
 		if (f.num <= 0 || f.denom <= 0 || f.num > f.denom) continue;
 		ok = (iw * f.num + f.denom - 1) / f.denom == w && (ih * f.num + f.denom - 1) / f.denom == hgt;
 	}
-	if (!ok) return SL_SIZE_MISMATCH;
-	return t->Decompress2(h, jpeg, n, dst, w, pitch, hgt, pf, flags);
+	if (!ok) { r.rc = SL_SIZE_MISMATCH; return r; }
+	r.rc = t->Decompress2(h, jpeg, n, dst, w, pitch, hgt, pf, flags);
+	if (r.rc != 0) { r.rc = -1; r.code = sl_msg(t, h, r.msg); }
+	return r;
 }
 */
 import "C"
@@ -179,13 +217,12 @@ func (l *Lib) get() (C.tjhandle, error) {
 		return h, nil
 	default:
 	}
-	h := C.sl_init(l.t)
-	if h == nil {
-		var msg *C.char
-		C.sl_error(l.t, nil, &msg)
-		return nil, &Error{Msg: "tjInitDecompress: " + C.GoString(msg)}
+	in := C.sl_init(l.t)
+	if in.h == nil {
+		msg := in.msg // a copy, so that in itself stays on the stack
+		return nil, &Error{Msg: "tjInitDecompress: " + C.GoString(&msg[0])}
 	}
-	return h, nil
+	return in.h, nil
 }
 
 // put returns an instance to the pool, or destroys it when the pool is full.
@@ -209,10 +246,9 @@ func (l *Lib) done(h C.tjhandle, ok bool) {
 	C.sl_destroy(l.t, h)
 }
 
-// err reads h's last error, before h goes back to the pool.
-func (l *Lib) err(h C.tjhandle) *Error {
-	var msg *C.char
-	code := C.sl_error(l.t, h, &msg)
+// newError makes the *Error of a call's code and message, as the C call that
+// failed copied them.
+func newError(code C.int, msg *C.char) *Error {
 	return &Error{Msg: C.GoString(msg), Warning: code == C.SL_TJERR_WARNING}
 }
 
@@ -236,7 +272,8 @@ func (l *Lib) Header(jpeg []byte) (Header, error) {
 	rc := res.rc
 	hdr := Header{Width: int(res.w), Height: int(res.hgt), Subsamp: int(res.ss), Colorspace: int(res.cs)}
 	if rc != 0 {
-		e := l.err(h)
+		msg := res.msg // a copy, so that res itself stays on the stack
+		e := newError(res.code, &msg[0])
 		if !e.Warning {
 			return Header{}, e
 		}
@@ -258,10 +295,11 @@ func (l *Lib) Header(jpeg []byte) (Header, error) {
 // other size is an error. dst must hold at least width*height*channels bytes; only
 // those are written.
 //
-// A failure from the library is an *Error. One with Warning set means the image was
-// decoded into dst but the data was not entirely sound (a truncated file decodes
-// with its missing rows gray); unless flags has StopOnWarning, dst then holds the
-// whole image.
+// A failure from the library is an *Error, its message that of this call whatever
+// the thread or the instance's history. One with Warning set means the data was not
+// entirely sound: unless flags has StopOnWarning, the image was decoded into dst
+// regardless (a truncated file decodes with its missing rows gray). The message is
+// the first warning's; libjpeg does not report the later ones.
 func (l *Lib) Decode(jpeg, dst []byte, width, height int, format PixelFormat, flags Flags) error {
 	pitch, err := checkDecode(jpeg, dst, width, height, format)
 	if err != nil {
@@ -273,12 +311,12 @@ func (l *Lib) Decode(jpeg, dst []byte, width, height int, format PixelFormat, fl
 	}
 	ok := false
 	defer func() { l.done(h, ok) }()
-	rc := C.sl_decode(l.t, h, (*C.uchar)(unsafe.Pointer(unsafe.SliceData(jpeg))), C.ulong(len(jpeg)),
+	res := C.sl_decode(l.t, h, (*C.uchar)(unsafe.Pointer(unsafe.SliceData(jpeg))), C.ulong(len(jpeg)),
 		(*C.uchar)(unsafe.Pointer(unsafe.SliceData(dst))), C.int(width), C.int(pitch), C.int(height),
 		C.int(format), C.int(flags))
 	runtime.KeepAlive(jpeg)
 	runtime.KeepAlive(dst)
-	switch rc {
+	switch res.rc {
 	case 0:
 		ok = true
 		return nil
@@ -289,5 +327,6 @@ func (l *Lib) Decode(jpeg, dst []byte, width, height int, format PixelFormat, fl
 		return fmt.Errorf("turbojpeg: %dx%d is not a scaled size of the %dx%d image (factors %v)",
 			width, height, hdr.Width, hdr.Height, l.factors)
 	}
-	return l.err(h)
+	msg := res.msg // a copy, so that res itself stays on the stack
+	return newError(res.code, &msg[0])
 }
