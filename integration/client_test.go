@@ -628,8 +628,9 @@ func TestClientProtocol(t *testing.T) {
 }
 
 // TestClientCountsEstimated: a server whose dataset has no index tells the client its
-// counts are estimates, and a job of one rank still gets every sample once; with the
-// index beside the shards the counts are exact.
+// counts are estimates, and a job of one rank gets its planned batches, each sample
+// once or counted as left out; with the index beside the shards the counts are exact
+// and every sample comes once.
 func TestClientCountsEstimated(t *testing.T) {
 	py := python(t)
 	images, _ := datasets(t)
@@ -657,12 +658,17 @@ func TestClientCountsEstimated(t *testing.T) {
 			Estimated bool
 			Batches   int
 		}
-		var got struct{ Got, Distinct int }
+		var got struct{ Got, Distinct, Yielded, LeftOut int }
 		field(t, lines[0], "estimated", &ready.Estimated)
+		field(t, lines[0], "batches", &ready.Batches)
 		field(t, lines[1], "got", &got.Got)
 		field(t, lines[1], "distinct", &got.Distinct)
-		if ready.Estimated != tc.estimated || got.Got != 115 || got.Distinct != 115 {
-			t.Errorf("%s: estimated %v, %d samples (%d distinct); want %v and the 115 samples once each", tc.name, ready.Estimated, got.Got, got.Distinct, tc.estimated)
+		field(t, lines[1], "yielded", &got.Yielded)
+		field(t, lines[1], "left_out", &got.LeftOut)
+		if ready.Estimated != tc.estimated || got.Yielded != ready.Batches || got.Got != got.Distinct || got.Distinct+got.LeftOut != 115 ||
+			!tc.estimated && got.Distinct != 115 {
+			t.Errorf("%s: estimated %v, %d batches of %d planned, %d samples (%d distinct), %d left out; want %v, the planned batches and the 115 samples once each or left out",
+				tc.name, ready.Estimated, got.Yielded, ready.Batches, got.Got, got.Distinct, got.LeftOut, tc.estimated)
 		}
 	}
 }

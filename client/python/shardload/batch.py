@@ -14,16 +14,14 @@ from __future__ import annotations
 import pickle
 import warnings
 from types import ModuleType
-from typing import (TYPE_CHECKING, Any, Dict, ItemsView, Iterator, List, Literal, Optional, Tuple, Union,
-                    cast)
+from typing import (TYPE_CHECKING, Any, Dict, ItemsView, Iterable, Iterator, List, Literal, Optional, Protocol,
+                    Tuple, Union, cast)
 
 from .errors import ShardloadError
 from .protocol import BatchMessage, ColumnInfo, State
 
 if TYPE_CHECKING:  # optional at run time
     import numpy
-
-    from .client import Client
 
 # What Client's output may be.
 Output = Literal["numpy", "torch", "memoryview"]
@@ -32,6 +30,28 @@ Output = Literal["numpy", "torch", "memoryview"]
 # output), or a Ragged of those for variable-length fields. Typed Any: which one comes
 # is decided at run time.
 Column = Any
+
+
+class Releaser(Protocol):
+    """What a Batch hands itself back to on release: the Client that made it (named by
+    this protocol so that this module does not import the client's)."""
+
+    def _release_batch(self, b: Batch) -> None: ...
+
+
+class Columns(Dict[str, Any]):
+    """A batch's columns by name (a dict), as to_dict() and to_torch() return them and
+    ShardloadDataset yields them: a name that is not a column raises a KeyError that
+    lists the names that are (``no column 'lable'; columns: jpg, label, __key__``)."""
+
+    def __missing__(self, name: Any) -> Any:
+        raise KeyError(no_column(name, self))
+
+
+def no_column(name: Any, names: Iterable[str]) -> str:
+    """The message of a KeyError for a name that is not one of a batch's columns."""
+    return f"no column {name!r}; columns: {', '.join(names)}"
+
 
 # Struct format characters for NumPy descrs, used without NumPy (memoryview.cast).
 _FORMATS: Dict[str, str] = {
@@ -267,7 +287,7 @@ class Batch:
     as torch tensors.
     """
 
-    def __init__(self, client: Optional[Client], msg: BatchMessage, columns: Dict[str, Column], keys: Any,
+    def __init__(self, client: Optional[Releaser], msg: BatchMessage, columns: Dict[str, Column], keys: Any,
                  state: Optional[State] = None, buf: Optional[memoryview] = None) -> None:
         self._client = client
         self._slab: int = msg["slab"]
@@ -309,7 +329,11 @@ class Batch:
         return cast(List[str], self._keys)
 
     def __getitem__(self, name: str) -> Column:
-        return self._data()[name]
+        cols = self._data()
+        try:
+            return cols[name]
+        except KeyError:
+            raise KeyError(no_column(name, cols)) from None
 
     def __contains__(self, name: object) -> bool:
         return name in self._names
@@ -320,20 +344,20 @@ class Batch:
     def items(self) -> ItemsView[str, Column]:
         return self._data().items()
 
-    def to_dict(self) -> Dict[str, Any]:
-        """The columns as a dict, plus "__key__": the keys."""
-        d: Dict[str, Any] = dict(self._data())
+    def to_dict(self) -> Columns:
+        """The columns as a dict (a Columns), plus "__key__": the keys."""
+        d = Columns(self._data())
         d["__key__"] = self.keys
         return d
 
-    def to_torch(self, copy: bool = False) -> Dict[str, Any]:
-        """The columns as torch tensors (a dict, plus "__key__": the keys), whatever the
+    def to_torch(self, copy: bool = False) -> Columns:
+        """The columns as torch tensors (a dict, a Columns, plus "__key__": the keys), whatever the
         client's output. Ragged columns are Ragged of tensors; numpy columns of types
         torch lacks (uint16/32/64) stay numpy arrays. Without copy, the tensors are
         zero-copy views (read them, never write them); with copy=True, owned clones."""
         import torch
         np = numpy_module()
-        out: Dict[str, Any] = {}
+        out = Columns()
         for name, col in self._data().items():
             if isinstance(col, Ragged):
                 r = Ragged(_as_tensor(torch, np, col.data), _as_tensor(torch, np, col.offsets), col.kind)

@@ -226,8 +226,8 @@ class Client:
         self.batches_per_epoch: int = ready["batches"]
         # A whole epoch's batches for this rank (an older server says only those left).
         self.epoch_batches: int = int(ready.get("epoch_batches", ready["batches"]))
-        # The counts are estimates (no index): a job of one rank may get another
-        # number of batches; every rank of a larger one gets batches_per_epoch.
+        # The counts are estimates (no index): every rank still gets exactly
+        # batches_per_epoch, padded or trimmed (last_epoch says how).
         self.counts_estimated = bool(ready.get("estimated", False))
         self.samples_per_epoch: int = ready["samples"]
         self.current_epoch: int = ready["epoch"]

@@ -9,7 +9,7 @@ import itertools
 import json
 import os
 import sys
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .errors import OrderMismatch, ShardloadError, Timeout
 
@@ -45,17 +45,51 @@ def _job(order: Mapping[str, Any]) -> Any:
     return order.get("job") or order.get("fingerprint")
 
 
+# Where a trainer sets each setting of an order: the Client (and ShardloadDataset)
+# keyword, and the server's flag that is the default when the keyword is not given
+# ("": the trainer's alone).
+_SETTING_SOURCES: Dict[str, Tuple[str, str]] = {
+    "seed": ("seed=", ""),
+    "batch_size": ("batch_size=", ""),
+    "drop_last": ("drop_last=", ""),
+    "epoch": ("epoch= or set_epoch()", ""),
+    "world": ("world= or $WORLD_SIZE", ""),
+    "shuffle": ("shuffle=", "--no-shuffle"),
+    "lanes": ("open_shards=", "--open-shards"),
+    "window": ("shuffle_buffer= or shuffle_bytes=", "--shuffle-buffer or --shuffle-bytes"),
+    "dataset": ("urls=", "its URLs"),
+    "shards": ("urls=", "its URLs"),
+    "samples": ("urls=", "its URLs and index"),
+}
+
+
+def _where_set(name: str) -> str:
+    """How a trainer makes setting name the same on every rank."""
+    if name == "seed":
+        return ("seed must be the same on every rank: pass the same seed= to every rank's Client "
+                "or ShardloadDataset, e.g. not seed=rank (the ranks take disjoint parts of the one "
+                "order the seed decides)")
+    keyword, flag = _SETTING_SOURCES.get(name, ("", ""))
+    if not keyword:
+        return f"{name} must be the same on every rank (every rank's server must run with the same settings)"
+    where = f"{keyword} of every rank's Client or ShardloadDataset"
+    if flag:
+        where += f", else the server's {flag}"
+    return f"{name} must be the same on every rank: {where}"
+
+
 def _order_difference(rank: int, mine: Dict[str, Any], other_rank: int, other: Dict[str, Any]) -> str:
-    """The message for two ranks whose orders differ; rank is the one that is not 0."""
+    """The message for two ranks whose orders differ; rank is the one that is not 0. It
+    names the settings the ranks disagree on and how a trainer makes each the same."""
     s, o = mine.get("settings") or {}, other.get("settings") or {}
-    names = list(o) + [k for k in s if k not in o]
-    diffs = [f"{k} {_show(s.get(k))} (rank {rank}) vs {_show(o.get(k))} (rank {other_rank})"
-             for k in names if s.get(k) != o.get(k)]
-    if not diffs:
-        diffs = [f"job fingerprint {_job(mine)} (rank {rank}) vs {_job(other)} "
-                 f"(rank {other_rank}) with the same settings (are the servers of different versions?)"]
-    return (f"rank {rank}'s shardload server reads another order than rank {other_rank}'s: "
-            + ", ".join(diffs) + "; every rank's server must run with the same settings")
+    names = [k for k in list(o) + [k for k in s if k not in o] if s.get(k) != o.get(k)]
+    if not names:
+        return (f"rank {rank}'s shardload server reads another order than rank {other_rank}'s: job "
+                f"fingerprint {_job(mine)} (rank {rank}) vs {_job(other)} (rank {other_rank}) with the "
+                "same settings (are the servers of different versions?)")
+    diffs = [f"{k} {_show(s.get(k))} (rank {rank}) vs {_show(o.get(k))} (rank {other_rank})" for k in names]
+    return (f"rank {rank} and rank {other_rank} would read different shardload orders: the ranks disagree "
+            f"on {', '.join(diffs)}. " + "; ".join(_where_set(k) for k in names))
 
 
 def _store_has(store: Any, key: str) -> bool:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from typing import Any, Dict, Iterator, Mapping, Optional, Set, Tuple, Union
 
 import torch
 
-from .batch import Batch
+from .batch import Batch, Columns
 from .client import Client
 from .errors import ShardloadError
 from .protocol import State, check_state
@@ -29,12 +30,57 @@ WORKERS_MESSAGE = (
     "shardload server already does the workers' job (fetching, decoding and collating in its "
     "own process): use DataLoader(ds, batch_size=None, num_workers=0)")
 
+BATCHED_MESSAGE = (
+    "ShardloadDataset in a DataLoader that batches again: its items are whole batches, "
+    "collated by the shardload server, and a DataLoader with a batch_size (its default is "
+    "batch_size=1) would stack them into batches of batches (a leading dimension of 1 with "
+    "the default). Use DataLoader(ds, batch_size=None) and give the batch size to "
+    "ShardloadDataset(batch_size=...)")
+
+
+def _refuse_batching(batch: Any, **_: Any) -> Any:
+    """torch's default_collate of a list of ShardloadDataset batches: an error."""
+    raise ShardloadError(BATCHED_MESSAGE)
+
+
+# default_collate refuses lists of batches (the check in ShardloadDataset.__iter__
+# finds a batching DataLoader first, where torch's fetcher can be seen; this catches
+# the rest). torch 1.13 and later dispatch default_collate on this table.
+_collate_map = getattr(getattr(getattr(_data, "_utils", None), "collate", None), "default_collate_fn_map", None)
+if isinstance(_collate_map, dict):
+    _collate_map[Columns] = _refuse_batching
+
+
+def _batching_loader() -> bool:
+    """Whether the caller of ShardloadDataset.__iter__ is a torch DataLoader's fetcher
+    that batches what the dataset yields (batch_size not None: auto-collation). The
+    fetcher calls iter(dataset) in its constructor, after setting auto_collation."""
+    fetch = getattr(getattr(_data, "_utils", None), "fetch", None)
+    base = getattr(fetch, "_BaseDatasetFetcher", None)
+    if not isinstance(base, type):
+        return False
+    try:
+        f: Any = sys._getframe(2)  # __iter__'s caller
+    except ValueError:
+        return False
+    for _ in range(3):
+        if f is None:
+            break
+        obj = f.f_locals.get("self")
+        if isinstance(obj, base):
+            return bool(getattr(obj, "auto_collation", False))
+        f = f.f_back
+    return False
+
 
 class ShardloadDataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
     """Yields batches (dicts of tensors plus "__key__") from a shardload server.
 
     Use it with ``DataLoader(ds, batch_size=None, num_workers=0)``: the server does the
-    work that DataLoader workers would. With ``num_workers`` above 1, iterating raises
+    work that DataLoader workers would, and its items are whole batches. A DataLoader
+    that batches again (any ``batch_size`` but None; DataLoader's default is 1) raises
+    ShardloadError at the first iteration, naming ``batch_size=None``, instead of
+    yielding batches of batches. With ``num_workers`` above 1, iterating raises
     ShardloadError: "ShardloadDataset in a DataLoader with num_workers=N: each worker
     process would connect as the same rank and read the whole epoch, so every sample
     would come N times. The shardload server already does the workers' job (...): use
@@ -50,10 +96,14 @@ class ShardloadDataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
     referenced (see shardload.Batch); ``copy=True`` yields owned clones instead.
 
     ``len(ds)``, and so ``len(DataLoader(ds, batch_size=None))``, is the batches this
-    rank yields in an epoch: exact with an index (or count_first); planned from
-    estimated counts otherwise (allow_estimate, or a job of one rank, whose epochs
-    follow the data and may have a few more or fewer). It connects to the server if
-    the dataset has not yet.
+    rank yields in an epoch, exactly: with an index (or count_first) every sample
+    once; with counts estimated from the shards' sizes the server pads or trims the
+    epoch to its planned batches (``client.last_epoch`` and a ShardloadWarning say
+    how many samples were repeated or left out). It connects to the server if the
+    dataset has not yet.
+
+    Items are dicts of the columns plus "__key__" (a dict subclass whose KeyError
+    for a name that is not a column lists the columns).
 
     Checkpoint and resume (with ``num_workers=0``): ``state_dict()`` is the position
     after the last batch yielded, a dict of ints and strings (between epochs: the
@@ -111,6 +161,8 @@ class ShardloadDataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
         self._in_epoch = False
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
+        if _batching_loader():
+            raise ShardloadError(BATCHED_MESSAGE)
         info = _data.get_worker_info()
         if info is not None and info.num_workers > 1:
             raise ShardloadError(WORKERS_MESSAGE.format(n=info.num_workers))
@@ -235,7 +287,7 @@ class CudaPrefetcher:
             _cuda.cudart().cudaHostUnregister(addr)
 
     def _issue(self, b: Batch) -> _Issued:
-        out: Dict[str, Any] = {}
+        out = Columns()
         with torch.cuda.stream(self.stream):
             for name, col in b.items():
                 if isinstance(col, torch.Tensor):

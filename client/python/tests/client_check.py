@@ -10,6 +10,7 @@ them with what the shards hold or what the Go library reads.
     client_check.py expect SOCKET              the order check against $SHARDLOAD_EXPECT_ORDER
     client_check.py fake DIR                   protocol cases against a scripted server in this process
     client_check.py state SOCKET               state_dict/load_state_dict of the client and the dataset
+    client_check.py messages                   the messages of ranks that disagree on settings
 
 The modes read fields jpg, label=cls:int and txt (dist: cls:int) with seed 5 and batch
 size 8.
@@ -153,10 +154,25 @@ def counts(sock):
     c = shardload.Client(sock, batch_size=BATCH, fields=FIELDS, seed=SEED)
     emit(estimated=c.counts_estimated, batches=c.batches_per_epoch)
     keys = []
-    for b in c:
-        keys.extend(b.keys)
-    emit(got=len(keys), distinct=len(set(keys)))
+    n = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", shardload.ShardloadWarning)
+        for b in c:
+            n += 1
+            keys.extend(b.keys[:b.rows - b.padded])
+    e = c.last_epoch
+    emit(got=len(keys), distinct=len(set(keys)), yielded=n, padded=e["padded"], left_out=e["left_out"])
     c.close()
+
+
+# -- messages --
+
+def messages():
+    """What a trainer reads when its ranks disagree on settings (no server needed)."""
+    from shardload.order import _order_difference
+    settings = {"dataset": "d", "seed": 0, "world": 2, "batch_size": 8, "lanes": 4}
+    for case, other in (("seed", dict(settings, seed=1)), ("lanes", dict(settings, lanes=2))):
+        emit(case=case, message=_order_difference(1, {"settings": other}, 0, {"settings": settings}))
 
 
 # -- break --
@@ -752,6 +768,8 @@ def main():
         workers(*args)
     elif mode == "counts":
         counts(*args)
+    elif mode == "messages":
+        messages(*args)
     elif mode == "break":
         break_client(*args)
         break_dataset(*args)
