@@ -79,7 +79,7 @@ func newServerMetrics(stats statsFunc, c *cache.Cache) *serverMetrics {
 		cacheHits:      d("cache_hits_total", "Opens served from a cache tier.", "tier"),
 		cacheFetches:   d("cache_fetches_total", "Objects fetched from their source into the cache."),
 		cacheEvictions: d("cache_evictions_total", "Entries evicted from either tier to make room."),
-		cacheFailures:  d("cache_failures_total", "Cache fetches that failed, and disk writes that failed.", "what"),
+		cacheFailures:  d("cache_failures_total", "Cache fetches that failed, disk writes that failed, and cached entries found corrupt (a block's checksum did not match; fetched again).", "what"),
 		cacheBytes:     d("cache_bytes", "Bytes a cache tier holds or has reserved.", "tier"),
 		cacheEntries:   d("cache_entries", "Entries in a cache tier.", "tier"),
 		retries:        d("fetch_retries_total", "Requests to a source tried again after a retryable failure."),
@@ -187,6 +187,7 @@ func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
 	c(m.cacheEvictions, float64(cs.Evicted))
 	c(m.cacheFailures, float64(cs.Failed), "fetch")
 	c(m.cacheFailures, float64(cs.WriteErrors), "disk_write")
+	c(m.cacheFailures, float64(cs.Corrupt), "corrupt")
 	g(m.cacheBytes, float64(cs.MemoryBytes), "memory")
 	g(m.cacheBytes, float64(cs.DiskBytes), "disk")
 	g(m.cacheEntries, float64(cs.MemoryEntries), "memory")
