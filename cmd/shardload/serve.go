@@ -23,8 +23,10 @@ slabs, shared as memfds, into which its batches are collated; only small message
 cross the socket (protocol: docs/protocol.md). The URLs are the server's dataset; a
 trainer may name other URLs only under a prefix given by --allow. The rank, world,
 seed, epoch, batch size, drop_last and fields come from each trainer's hello; the
-other pipeline flags below apply to every session. Stops on SIGTERM or SIGINT,
-removing its socket.`,
+other pipeline flags below apply to every session. Before it listens, it checks that
+the store serves its dataset (--check, within --start-timeout): with --allow alone,
+the datasets come from the trainers, and the prefixes given are listed instead. Stops
+on SIGTERM or SIGINT, removing its socket.`,
 	setup: func(fs *pflag.FlagSet) func(context.Context, []string, io.Writer, io.Writer) error {
 		var lf loaderFlags
 		lf.register(fs, false) // the trainer's hello says its rank, world, seed, epoch and batching
@@ -38,6 +40,7 @@ removing its socket.`,
 		metrics := fs.String("metrics", "", "serve Prometheus metrics on this TCP address at /metrics (e.g. 127.0.0.1:9400; :0 picks a port, printed at start): per session (label rank) samples, batches, bytes, stage seconds, wait; totals; the cache's hits, fetches, evictions and bytes per tier; and the probes /livez (200 while the process answers, whatever the store does) and /readyz (200 while the socket listens and the store answered for the dataset's first shard within 90s) (default: none)")
 		withPprof := fs.Bool("pprof", false, "with --metrics on a loopback address, also serve Go's profiles at /debug/pprof there (they can hold URLs and credentials)")
 		pprofAddr := fs.String("pprof-addr", "", "serve Go's profiles at /debug/pprof on this TCP address, loopback or not (no authentication: profiles can hold URLs and credentials)")
+		check := fs.Bool("check", true, "before listening, ask the store for the dataset's first shard (and its --index; with --allow alone, a listing of each s3:// or gs:// prefix) and exit with what to fix when it does not answer as it should: a missing bucket or object, refused credentials, an endpoint that does not answer")
 		batchPolicy := fs.Bool("sched-batch", true, "run the loader's threads under SCHED_BATCH (Linux), so that they never delay a trainer that wakes on their CPU")
 		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if len(args) == 0 && len(*allow) == 0 && len(lf.streams) == 0 && lf.streamsFile == "" {
@@ -57,10 +60,22 @@ removing its socket.`,
 			}
 			setMemoryLimit(int64(*maxSessions) * cfg.MemoryBudget())
 			logf := cfg.Logf
-			srv, err := serve.Listen(serve.Options{
+			opts := serve.Options{
 				Socket: *socket, URLs: args, Allow: *allow, AllowUIDs: *allowUIDs,
 				Pipeline: cfg, MaxSessions: *maxSessions, MaxDatasets: *maxDatasets, MaxShards: *maxShards, NoPlace: !*place, Logf: logf,
-			})
+			}
+			if *check {
+				// The store itself, not the cache: a cached shard does not say that
+				// the store answers.
+				reg, err := lf.rf.remote()
+				if err != nil {
+					return err
+				}
+				if err := serve.Check(ctx, opts, reg, lf.startTimeout); err != nil {
+					return err
+				}
+			}
+			srv, err := serve.Listen(opts)
 			if err != nil {
 				return err
 			}
