@@ -197,7 +197,7 @@ func TestCacheWarmThenCatWithSourceStopped(t *testing.T) {
 		t.Errorf("ls with the source stopped: %s", ls)
 	}
 	// Without the cache the same command fails: the cache is what served it.
-	if r := shardload(t, "", m.Env(), "cat", pattern); r.code == 0 {
+	if r := shardload(t, "", m.Env(), "cat", "--retry-budget=1s", pattern); r.code == 0 {
 		t.Error("cat without the cache succeeded with MinIO stopped")
 	}
 }
