@@ -131,8 +131,8 @@ type Stats struct {
 	// their readers went on from the source, and nothing was cached.
 	WriteErrors int64
 	// BlocksChecked counts disk blocks whose XXH3 checksum was computed and
-	// compared: a fetch's read-back, and the first read of a block in a boot (or,
-	// where the file system keeps no mark, in this process).
+	// compared: a fetch's read-back, every read of a block from the disk tier, and
+	// each block of an entry loaded into the memory tier.
 	BlocksChecked int64
 	// ValidationsShared counts opens (and Stats) of cached entries served without
 	// asking the source: a Stat of this process or another one of the node found

@@ -64,43 +64,36 @@
 // both into place (data first) and fsyncs the directory. On start the index is rebuilt
 // from the files' names and sizes: leftover temporary files and data without meta are
 // deleted, and the LRU order is the meta files' modification time, which a hit
-// updates (a committed data file is never changed, its times included). An entry's meta file is read when the process first looks its object up
+// updates (a committed data file is never changed, its times included). An entry's
+// meta file is read when the process first looks its object up
 // (a directory of 20,000 entries opens in 0.6 s, not 2.5): one that does not parse,
 // does not match its name or is of an older format, or data of the wrong size, drops
 // the entry there, and the object is fetched again.
 //
 // Blocks are 256 KiB (larger for objects of more than 1024 blocks). An entry's
-// blocks are checked once when it is written (the read-back above) and once more in
-// each boot of the node, on their first read: before any of a block's bytes are
-// served, in the same pass that serves them, so a warm epoch reads each file once.
-// Checked blocks are read from then on as a local file is read through bufio: reads
-// of 8 KiB or more straight into the caller's buffer, smaller ones (a tar header)
-// from an 8 KiB window of the file.
+// blocks are checked when it is written (the read-back above) and then on every read
+// from the disk tier, by every process: before any of a block's bytes are served,
+// in the same pass that serves them, so that what a reader is given is what the
+// fetch checked, whatever happened to the file since (a media error, a stray write,
+// bytes changed under the file system with the file's modification time kept), and
+// however recently the entry was checked. A read of whole blocks at a block's start
+// (up to 1 MiB) is read and checked in the caller's buffer itself; other reads (a
+// tar header, a member smaller than a block) are served from a block buffer, one
+// system call per block. Stats.BlocksChecked counts the blocks checksummed. The
+// cost, measured in BENCHMARKS.md, is that of XXH3 over the bytes and, for reads
+// smaller than a block, one more copy from a buffer in the processor's caches.
 //
-// When every block of an entry has matched in a process (the fetch's read-back, a
-// whole read such as cat's or an epoch's, a load into the memory tier), its data
-// file is given a mark, the extended attribute user.shardload.checked: 32 bytes, a
-// digest of the boot's identifier (/proc/sys/kernel/random/boot_id) and the file's
-// size and modification time. A process that opens an entry whose data file carries
-// the mark of the current boot, at the file's present size and modification time,
-// serves it as checked, without a checksum. A reboot, a write to the file since the
-// mark (its modification time moved) or a file that replaced it (the mark is the
-// inode's) has the blocks checked again. A mismatch sets no mark, nor does a read
-// that leaves a block of the entry unchecked. The mark costs an fgetxattr and an
-// fstat on an entry's first open in a process, and an fstat and an fsetxattr once
-// per entry and boot. Where the file system keeps no extended attributes (tmpfs
-// before Linux 6.6, some network file systems) or the boot's identifier cannot be
-// read, there are no marks, silently, and each process checks each block the first
-// time it reads it; another error setting a mark is logged once. Stats.BlocksChecked
-// counts the blocks checksummed.
+// A mismatch drops the entry, counts it in Stats.Corrupt, logs a line through
+// Options.Logf naming the URL, the data file, the block and its bytes, and the
+// stream goes on from the same byte through a new fetch of the object, provided the
+// source still holds the version that was being served (if not, the read fails with
+// ErrCorrupt and ErrChanged rather than mix two versions). A data file shorter than
+// its meta says is corrupt too.
 //
-// A mismatch drops the entry, counts it in Stats.Corrupt, and the stream goes on from
-// the same byte through a new fetch of the object, provided the source still holds
-// the version that was being served (if not, the read fails with ErrCorrupt and
-// ErrChanged rather than mix two versions). The memory tier, when it loads an entry
-// from disk, checks the blocks not yet checked. Bytes that change on the medium
-// under a marked file, without a write through the file system, are not found until
-// the next boot: within a boot, a checked entry is trusted as a local file is.
+// The memory tier holds whole objects in the process's memory and serves them
+// without checksums: an entry loaded into it from disk had every block checked as
+// it was loaded (a mismatch drops the entry and the open fetches the object again);
+// an entry fetched into it with no disk tier holds the bytes the source sent.
 //
 // When the disk tier cannot be written (a full disk, a directory that turned
 // read-only, any error creating, writing, syncing or renaming its files), the fetch

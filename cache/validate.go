@@ -20,9 +20,8 @@ import (
 // nanoseconds). For the other processes it is recorded on the entry's meta file,
 // in the extended attribute user.shardload.validated: a digest of the version and
 // size the Stat found and the time the Stat was sent. The meta file, not the data
-// file: the data file's mark records its modification time and the cache never
-// changes a committed data file; an extended attribute changes neither file's
-// modification time (the meta file's is the LRU order). A fetch records the Stat
+// file: the cache never changes a committed data file; an extended attribute changes
+// neither file's modification time (the meta file's is the LRU order). A fetch records the Stat
 // that preceded it on the meta file before the entry is committed, so the entry
 // appears with its check.
 //
