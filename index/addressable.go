@@ -106,12 +106,18 @@ func WriteAddressable(w io.Writer, infos []shard.Info) error {
 	}
 	enc := json.NewEncoder(zw)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(header{Format: formatName, Version: formatVersion, Shards: len(infos), Offsets: offsetsBlocks}); err != nil {
+	countsLine := func(info shard.Info) line {
+		return lineOf(shard.Info{URL: info.URL, Samples: info.Samples, Version: info.Version, Size: info.Size})
+	}
+	linesum, err := linesSum(infos, countsLine)
+	if err != nil {
+		return err
+	}
+	if err := enc.Encode(header{Format: formatName, Version: formatVersion, Shards: len(infos), Offsets: offsetsBlocks, Sum: linesum}); err != nil {
 		return err
 	}
 	for _, info := range infos {
-		l := lineOf(shard.Info{URL: info.URL, Samples: info.Samples, Version: info.Version, Size: info.Size})
-		if err := enc.Encode(l); err != nil {
+		if err := enc.Encode(countsLine(info)); err != nil {
 			return err
 		}
 	}

@@ -59,6 +59,7 @@ import (
 	"strings"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/zeebo/xxh3"
 
 	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/shard"
@@ -89,6 +90,36 @@ type header struct {
 	// (WriteAddressable), whose lines have no offsets; a reader that does not know
 	// the field reads them as shards of unknown offsets.
 	Offsets string `json:"offsets,omitempty"`
+	// Sum is the checksum of the lines after the header, as written (each with its
+	// newline): "xxh3:" and the 64-bit XXH3 in hex. A reader that finds other lines
+	// refuses the index (ErrChecksum); an index without it (written before it was
+	// kept, or by hand) is read as it is.
+	Sum string `json:"sum,omitempty"`
+}
+
+// ErrChecksum means an index's lines are not those it was written with: edited,
+// truncated or damaged since.
+var ErrChecksum = errors.New("index: the lines do not match the index's checksum")
+
+// sumPrefix starts header.Sum.
+const sumPrefix = "xxh3:"
+
+// linesSum returns header.Sum of the lines of infos, as enc would write them with
+// lineOf.
+func linesSum(infos []shard.Info, lineOf func(shard.Info) line) (string, error) {
+	h := xxh3.New()
+	bw := bufio.NewWriterSize(h, 64<<10)
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+	for _, info := range infos {
+		if err := enc.Encode(lineOf(info)); err != nil {
+			return "", err
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s%016x", sumPrefix, h.Sum64()), nil
 }
 
 // offsetsBlocks is header.Offsets of an addressable index.
@@ -116,7 +147,11 @@ func Write(w io.Writer, infos []shard.Info, compress bool) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := json.NewEncoder(bw)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(header{Format: formatName, Version: formatVersion, Shards: len(infos)}); err != nil {
+	sum, err := linesSum(infos, lineOf)
+	if err != nil {
+		return err
+	}
+	if err := enc.Encode(header{Format: formatName, Version: formatVersion, Shards: len(infos), Sum: sum}); err != nil {
 		return err
 	}
 	for _, info := range infos {
@@ -174,8 +209,13 @@ func readLines(r io.Reader, name string, urls []string) ([]shard.Info, header, e
 	// take the caller's spelling of their URLs, and the URLs' chunks go then, where
 	// the versions' stay.
 	var versions, urlBytes strs
-	var scratch []byte // a line's offsets, decoded from base64
+	var scratch []byte   // a line's offsets, decoded from base64
+	var sum *xxh3.Hasher // of the lines after a header that has a Sum
 	for n := 1; sc.Scan(); n++ {
+		if sum != nil {
+			sum.Write(sc.Bytes())
+			sum.Write(newline)
+		}
 		text := bytes.TrimSpace(sc.Bytes())
 		if len(text) == 0 {
 			continue
@@ -189,6 +229,12 @@ func readLines(r io.Reader, name string, urls []string) ([]shard.Info, header, e
 			}
 			if h.Shards > 0 {
 				infos = make([]shard.Info, 0, min(h.Shards, 1<<20))
+			}
+			if h.Sum != "" {
+				if !strings.HasPrefix(h.Sum, sumPrefix) {
+					return nil, h, badLine(name, n, text, fmt.Sprintf("checksum %q: want %s and 16 hex digits", h.Sum, sumPrefix))
+				}
+				sum = xxh3.New()
 			}
 			continue
 		}
@@ -220,8 +266,19 @@ func readLines(r io.Reader, name string, urls []string) ([]shard.Info, header, e
 	if err := sc.Err(); err != nil {
 		return nil, h, fmt.Errorf("%w: %s: %v", ErrFormat, redact.URL(name), err)
 	}
+	if sum != nil {
+		if got := fmt.Sprintf("%s%016x", sumPrefix, sum.Sum64()); got != h.Sum {
+			return nil, h, fmt.Errorf("%w: %s: its %d shard lines sum to %s, its header says %s: it was edited or damaged since it was written; write it again (shardload index) rather than edit it",
+				ErrChecksum, redact.URL(name), len(infos), got, h.Sum)
+		}
+	}
+	if h.Shards > 0 && len(infos) != h.Shards {
+		return nil, h, fmt.Errorf("%w: %s: %d shard lines, its header says %d: it was cut short or edited; write it again (shardload index)", ErrFormat, redact.URL(name), len(infos), h.Shards)
+	}
 	return infos, h, nil
 }
+
+var newline = []byte{'\n'}
 
 // badLine returns the error of line n of the index name, text.
 func badLine(name string, n int, text []byte, why string) error {

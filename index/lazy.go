@@ -3,6 +3,7 @@ package index
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -232,7 +233,7 @@ func (d *deferred) resolve(urls []string, from string, maxRatio float64) ([]shar
 		if e.Version == "" {
 			e.Offsets = nil // a count without a version: its offsets cannot be trusted
 		}
-		if err := e.Check(-1, maxRatio); err != nil {
+		if err := errors.Join(e.Check(-1, maxRatio), e.CheckBelow(-1, 0)); err != nil {
 			return nil, fmt.Errorf("shardload: index %s: %w; rebuild it (shardload index)", from, err)
 		}
 		d.pos[i] = -1

@@ -246,6 +246,29 @@ func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]sh
 			infos[i] = e
 		}
 	}
+	// Counts checked from below: a count too low for its object's size (0 for a
+	// shard that is not empty, or fewer samples than the largest sample the index
+	// knows of could fill it with) would leave samples out of every epoch unseen.
+	largest := shard.LargestSamples(infos)
+	for i := range infos {
+		e := &infos[i]
+		if e.URL == "" {
+			continue // to be counted
+		}
+		size := int64(-1)
+		if checked[i] && objs[i].Size >= 0 {
+			size = objs[i].Size
+		}
+		if err := e.CheckBelow(size, largest.For(i, *e)); err != nil {
+			if from == "" {
+				stale++ // the node's own store: counted again
+				todo = append(todo, i)
+				*e = shard.Info{}
+				continue
+			}
+			return nil, fmt.Errorf("shardload: index %s: %w; rebuild it (shardload index)", from, err)
+		}
+	}
 	if moved > 0 {
 		lk.Logf("shardload: %d shards have no index entry under their URLs, but one under another (the same objects: base name, version and size), which is used", moved)
 		lk.keep(keep)
@@ -404,6 +427,11 @@ func (lk Lookup) global(ctx context.Context, urls []string) (map[string]shard.In
 	}
 	if ctx.Err() != nil {
 		return nil, "", ctx.Err()
+	}
+	if errors.Is(err, ErrFormat) || errors.Is(err, ErrChecksum) {
+		// An index that is there but broken or edited is an error, not a reason to
+		// plan without it: its counts may be what someone meant to change.
+		return nil, "", fmt.Errorf("shardload: the index beside the shards: %w", err)
 	}
 	if err != nil {
 		lk.Logf("shardload: warning: the index beside the shards is not used: %v", err)

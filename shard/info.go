@@ -74,6 +74,81 @@ func (info Info) Check(size int64, maxRatio float64) error {
 	return nil
 }
 
+// EmptyTarBytes is the most bytes a tar of no sample takes: the end-of-archive
+// marker padded to one record of 20 blocks, as tar writes an empty archive.
+const EmptyTarBytes = 20 * 512
+
+// CheckBelow reports whether the count of info can account for an object of size
+// bytes (info.Size when size is negative; nothing is checked against an unknown
+// size): a count of 0 for an object larger than an empty tar, or a count whose
+// samples, none larger than most bytes of tar (the largest sample the index knows
+// of; 0: unknown, and only the count of 0 is checked), cannot fill the object, says
+// that the count was written for other bytes or edited. A compressed shard stores
+// fewer bytes than its tar, so its count passes whenever its tar would.
+func (info Info) CheckBelow(size, most int64) error {
+	if size < 0 {
+		size = info.Size
+	}
+	if size <= EmptyTarBytes || info.Estimated {
+		return nil
+	}
+	if info.Samples == 0 {
+		return fmt.Errorf("%w: %s is %d bytes but its count says it holds no sample (a tar of none takes at most %d bytes)", ErrBadCount, info.URL, size, EmptyTarBytes)
+	}
+	if most > 0 && int64(info.Samples) <= (size-EmptyTarBytes)/most && int64(info.Samples)*most+EmptyTarBytes < size {
+		return fmt.Errorf("%w: %s is %d bytes, but its count says %d samples, and no sample of the index takes more than %d bytes: its count is too low", ErrBadCount, info.URL, size, info.Samples, most)
+	}
+	return nil
+}
+
+// Largest holds the largest samples of a dataset's shards, as their offsets tell:
+// the distance between two samples' starts, and from a shard's last sample to the
+// shard's end when that lies past it.
+type Largest struct {
+	first, second int64 // the largest of one shard, the largest of any other
+	at            int   // the shard of first
+}
+
+// LargestSamples returns the largest samples of infos (see Largest).
+func LargestSamples(infos []Info) Largest {
+	l := Largest{at: -1}
+	for i, in := range infos {
+		m := in.largest(true)
+		switch {
+		case m > l.first:
+			l.second, l.first, l.at = l.first, m, i
+		case m > l.second:
+			l.second = m
+		}
+	}
+	return l
+}
+
+// For returns the most bytes of tar one sample of shard i (infos[i], of the infos
+// l is of) may take by the others' offsets and its own between samples, 0 when none
+// is known: a count too low for its shard makes the shard's own last sample look
+// large, so that one is left out.
+func (l Largest) For(i int, info Info) int64 {
+	other := l.first
+	if i == l.at {
+		other = l.second
+	}
+	return max(other, info.largest(false))
+}
+
+// largest returns the largest distance between two of info's samples' starts, and
+// with last, from its last sample to its end.
+func (info Info) largest(last bool) int64 {
+	var most int64
+	for k := 1; k < len(info.Offsets); k++ {
+		most = max(most, info.Offsets[k]-info.Offsets[k-1])
+	}
+	if n := len(info.Offsets); last && n > 0 && info.Size > info.Offsets[n-1] {
+		most = max(most, info.Size-info.Offsets[n-1])
+	}
+	return most
+}
+
 // Estimated returns the number of infos whose counts are estimates.
 func Estimated(infos []Info) int {
 	n := 0
