@@ -6,8 +6,11 @@
 // # Format
 //
 // An index is JSON lines, optionally zstd-compressed (readers detect it). The first
-// line is a header, {"format": "shardload-index", "version": 1, "shards": N}; each
-// other line is one shard:
+// line is a header, {"format": "shardload-index", "version": 1, "shards": N, "sum":
+// "xxh3:..."}: sum is the XXH3 of the lines after it, as written, and a reader
+// refuses an index whose lines do not match it (ErrChecksum), or that has fewer or
+// more lines than N; an index without sum (an older release's) is read as it is.
+// Each other line is one shard:
 //
 //	{"url": "s3://bucket/train-000000.tar", "version": "\"9b2cf535f27731c974343645a3985328\"",
 //	 "size": 104857600, "samples": 1000, "offsets": "AIAIgAiACA..."}
