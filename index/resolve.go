@@ -206,7 +206,13 @@ func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]sh
 					orig = e.URL
 					moved++
 					e.URL = u
-					keep = append(keep, e)
+					// Kept under this URL for the next lookup on the node, with its
+					// offsets: not an entry of an index read lazily, whose offsets are
+					// still in the index's blocks (a store entry without offsets is a
+					// shard that has none, and every later lookup would take it so).
+					if _, deferred := lazy.ordinal(orig); !deferred || e.Offsets != nil {
+						keep = append(keep, e)
+					}
 				}
 			}
 		}

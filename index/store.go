@@ -420,12 +420,16 @@ func (s *Store) GetIdentity(url, version string, size int64) (shard.Info, bool) 
 
 // Identities returns the store's entries of the object identities in want (see
 // identity), by identity, looking through every directory's segments until each is
-// found.
+// found with sample offsets. Of the entries of one identity (the same object counted
+// under several URLs), one with offsets is taken over one without: a copy's entry
+// kept without them (as earlier releases kept a loader's, whose offsets it left in
+// an index) would otherwise make the next copy's index one without offsets.
 func (s *Store) Identities(want map[string]bool) map[string]shard.Info {
 	out := map[string]shard.Info{}
+	withOffsets := 0
 	des, _ := os.ReadDir(filepath.Join(s.dir, "v2"))
 	for _, de := range des {
-		if len(out) == len(want) {
+		if withOffsets == len(want) {
 			break
 		}
 		d := filepath.Join(s.dir, "v2", de.Name())
@@ -439,8 +443,16 @@ func (s *Store) Identities(want map[string]bool) map[string]shard.Info {
 				continue
 			}
 			for _, e := range infos {
-				if id := identity(e.URL, e.Version, e.Size); id != "" && e.Size > 0 && want[id] {
-					out[id] = e
+				id := identity(e.URL, e.Version, e.Size)
+				if id == "" || e.Size <= 0 || !want[id] {
+					continue
+				}
+				if prev, ok := out[id]; ok && len(prev.Offsets) > 0 {
+					continue
+				}
+				out[id] = e
+				if len(e.Offsets) > 0 {
+					withOffsets++
 				}
 			}
 		}
