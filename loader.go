@@ -405,5 +405,10 @@ var ErrMissingField = pipeline.ErrMissingField
 // the epoch was planned from (Config.Shards, Config.Index or the counting pass).
 var ErrCountMismatch = pipeline.ErrCountMismatch
 
+// CountError is an ErrCountMismatch found in one shard, with the shard's URL as the
+// plan has it: a loader process (serve) fails every session planned from the same
+// count of that shard at once, found by any of them.
+type CountError = pipeline.CountError
+
 // ErrErrorBudget means the Skip policy left out more than Config.ErrorBudget.
 var ErrErrorBudget = pipeline.ErrErrorBudget

@@ -123,11 +123,18 @@ type panicky struct {
 	opens atomic.Int32
 }
 
+// It holds one shard, x.tar: nothing else is found (an index beside it neither).
 func (p *panicky) Stat(ctx context.Context, url string) (source.Info, error) {
+	if !strings.HasSuffix(url, "/x.tar") {
+		return source.Info{}, &source.Error{Op: "stat", URL: url, Err: source.ErrNotFound}
+	}
 	return source.Info{Size: int64(len(p.data))}, nil
 }
 
 func (p *panicky) Open(ctx context.Context, url string) (io.ReadCloser, error) {
+	if !strings.HasSuffix(url, "/x.tar") {
+		return nil, &source.Error{Op: "open", URL: url, Err: source.ErrNotFound}
+	}
 	if p.opens.Add(1) > p.calm {
 		panic("boom in " + url)
 	}

@@ -147,6 +147,8 @@ type Server struct {
 	mu      sync.Mutex
 	closing bool // no session starts once set
 
+	refuted refutations // counts found wrong while reading, stopping every session planned from them
+
 	statsMu sync.Mutex
 	live    map[uint64]*session // the sessions being served, for Stats
 	ended   shardload.Stats     // the counters of the sessions that ended

@@ -507,6 +507,10 @@ func (ss *session) run() error {
 	if err != nil {
 		return ss.fail(ctx, err)
 	}
+	if err := s.refuted.watch(ss, infos, cancel); err != nil {
+		return ss.fail(ctx, err)
+	}
+	defer s.refuted.unwatch(ss)
 	// The ring is sized from the batch and its fields (or as the hello or the
 	// server says), and grows as a larger batch needs: a trainer of protocol 4 maps
 	// a grown slab again; an older one cannot, so its slabs stay as made.
@@ -596,7 +600,7 @@ func (ss *session) run() error {
 		epoch := req.epoch
 		var t tally
 		err = nil
-		if l == nil {
+		if err = s.refuted.check(ss); err == nil && l == nil {
 			cfg.Epoch, cfg.Resume = epoch, req.state
 			if l, err = shardload.Open(ectx, cfg); err == nil {
 				ss.tally.open(l, epoch)
@@ -611,6 +615,7 @@ func (ss *session) run() error {
 			if errors.Is(err, errClientGone) {
 				return err
 			}
+			s.refuted.refute(ss, err)
 			return ss.fail(ctx, err)
 		}
 		abandoned := ss.endEpoch()
@@ -921,6 +926,8 @@ func (ss *session) fail(ctx context.Context, err error) error {
 		switch {
 		case errors.Is(cause, errClientGone), errors.Is(cause, errBye), errors.Is(cause, errProtocol):
 			return cause
+		case errors.Is(cause, shardload.ErrCountMismatch):
+			err = cause // another session found the count this one planned from wrong
 		case ss.srv.ctx.Err() != nil:
 			ss.sendError(CodeShutdown, "the shardload server is shutting down")
 			return errShutdown

@@ -181,7 +181,7 @@ func (p *producer) run() {
 		body, err = pl.p.Sources.OpenVersion(octx, span.URL, info.Version, opts.StartOffset, length)
 		if errors.Is(err, source.ErrChanged) {
 			// Under either policy: every rank planned from the stale count.
-			p.send(slotMsg{err: fmt.Errorf("%w: %s changed since its sample count was taken (version %s): every rank's plan is wrong; rebuild the index (shardload index): %w", ErrCountMismatch, span.URL, info.Version, err)})
+			p.send(slotMsg{err: &CountError{URL: span.URL, Err: fmt.Errorf("%w: %s changed since its sample count was taken (version %s): every rank's plan is wrong; rebuild the index (shardload index): %w", ErrCountMismatch, span.URL, info.Version, err)}})
 			return
 		}
 	case opts.StartOffset > 0 || length >= 0:
@@ -237,13 +237,13 @@ func (p *producer) run() {
 			return
 		}
 		if err == io.EOF {
-			err = fmt.Errorf("%w: %s has %d samples, but its count says at least %d (a stale index, or the shard changed since it was counted)", ErrCountMismatch, span.URL, idx, span.Skip+span.Take)
+			err = &CountError{URL: span.URL, Err: fmt.Errorf("%w: %s has %d samples, but its count says at least %d (a stale index, or the shard changed since it was counted)", ErrCountMismatch, span.URL, idx, span.Skip+span.Take)}
 		}
 		if offs := info.Offsets; err == nil && idx < len(offs) && smp.Offset != offs[idx] {
 			// An index whose offsets are not this shard's: every rank that planned
 			// from it reads the wrong samples.
 			pl.pool.Put(smp.Buf)
-			p.send(slotMsg{err: fmt.Errorf("%w: %s: sample %d (key %q) starts at byte %d, where its index entry says byte %d (a stale or broken index): every rank's plan is wrong; rebuild the index (shardload index)", ErrCountMismatch, span.URL, idx, smp.Key, smp.Offset, offs[idx])})
+			p.send(slotMsg{err: &CountError{URL: span.URL, Err: fmt.Errorf("%w: %s: sample %d (key %q) starts at byte %d, where its index entry says byte %d (a stale or broken index): every rank's plan is wrong; rebuild the index (shardload index)", ErrCountMismatch, span.URL, idx, smp.Key, smp.Offset, offs[idx])}})
 			return
 		}
 		var se *shard.Error
@@ -314,7 +314,7 @@ func (p *producer) checkCount(r *shard.Reader, info shard.Info, end int) {
 		return
 	}
 	mismatch := func(format string, args ...any) {
-		p.send(slotMsg{err: fmt.Errorf("%w: %s %s (a stale or broken index, or the shard changed since it was counted): every rank's plan is wrong; rebuild the index (shardload index)", ErrCountMismatch, url, fmt.Sprintf(format, args...))})
+		p.send(slotMsg{err: &CountError{URL: url, Err: fmt.Errorf("%w: %s %s (a stale or broken index, or the shard changed since it was counted): every rank's plan is wrong; rebuild the index (shardload index)", ErrCountMismatch, url, fmt.Sprintf(format, args...))}})
 	}
 	if offs := info.Offsets; len(offs) == info.Samples && info.Samples > 0 {
 		last := offs[len(offs)-1]
@@ -395,7 +395,7 @@ func (p *producer) checkEnd(r *shard.Reader, count int) {
 		if smp != nil {
 			p.pl.pool.Put(smp.Buf)
 		}
-		p.send(slotMsg{err: fmt.Errorf("%w: %s has more samples than the %d its count says (a stale index, or the shard changed since it was counted): every rank's plan is wrong; rebuild the index", ErrCountMismatch, p.s.span.URL, count)})
+		p.send(slotMsg{err: &CountError{URL: p.s.span.URL, Err: fmt.Errorf("%w: %s has more samples than the %d its count says (a stale index, or the shard changed since it was counted): every rank's plan is wrong; rebuild the index", ErrCountMismatch, p.s.span.URL, count)}})
 		return
 	}
 	// The samples are out; the shard's end is bad (cut short, a bad checksum).
@@ -547,6 +547,16 @@ var ErrMissingField = errors.New("shardload: missing field")
 // ErrCountMismatch means a shard holds another number of samples than the counts
 // the epoch was planned from (Config.Shards, Config.Index or the counting pass).
 var ErrCountMismatch = errors.New("shardload: shard and sample count disagree")
+
+// CountError is an ErrCountMismatch found in one shard: URL is the shard's, as
+// planned (the entry of the plan's shards it was found in).
+type CountError struct {
+	URL string
+	Err error // wraps ErrCountMismatch
+}
+
+func (e *CountError) Error() string { return e.Err.Error() }
+func (e *CountError) Unwrap() error { return e.Err }
 
 func (pl *Pipeline) item(fields int) *item {
 	it, _ := pl.items.Get().(*item)
