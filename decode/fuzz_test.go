@@ -220,13 +220,18 @@ func gzipBytes(b []byte, hdr stdgzip.Header) []byte {
 	return out.Bytes()
 }
 
-// FuzzDecodeImage is seeded with small JPEGs (4:2:0, grayscale, CMYK), a PNG of the
-// real tarproc shard, and a GIF. For any input, with either JPEG decoder, Decode must
-// not panic and must give either the field's exact row or an error wrapping
-// ErrBadImage. Images are capped at 64 KiB decoded so that the fuzzer's
-// bombs stay cheap.
+// FuzzDecodeImage is seeded with small JPEGs (4:2:0, grayscale, CMYK), one cut
+// short and one cut with an end marker appended, a PNG of the real tarproc shard,
+// and a GIF. For any input, with either JPEG decoder, Decode must not panic and must
+// give either the field's exact row or an error wrapping ErrBadImage, and whether it
+// fails must not depend on the crop (another seed) nor on the decoder's history (a
+// fresh decoder fails or gives the same bytes). Images are capped at 64 KiB decoded
+// so that the fuzzer's bombs stay cheap.
 func FuzzDecodeImage(f *testing.F) {
-	f.Add(encodeJPEG(f, photo(24, 16, 1)))
+	small := encodeJPEG(f, photo(24, 16, 1))
+	f.Add(small)
+	f.Add(small[:len(small)*2/3])
+	f.Add(append(small[:len(small)*2/3:len(small)*2/3], 0xff, 0xd9))
 	gray := image.NewGray(image.Rect(0, 0, 9, 7))
 	for i := range gray.Pix {
 		gray.Pix[i] = uint8(i * 3)
@@ -252,6 +257,10 @@ func FuzzDecodeImage(f *testing.F) {
 			for _, be := range []ImageDecoder{ImageDecoderAuto, ImageDecoderGo} {
 				d := Decoder{Images: be, Seed: uint64(len(data))}
 				v, _, err := d.Decode(fd, data, nil)
+				other := Decoder{Images: be, Seed: uint64(len(data)) + 1}
+				if _, _, oerr := other.Decode(fd, data, nil); (oerr == nil) != (err == nil) {
+					t.Fatalf("%s: seed %d: %v; seed %d: %v", be, d.Seed, err, other.Seed, oerr)
+				}
 				if err != nil {
 					if !errors.Is(err, ErrBadImage) {
 						t.Fatalf("%s: error %v does not wrap ErrBadImage", be, err)
@@ -260,6 +269,13 @@ func FuzzDecodeImage(f *testing.F) {
 				}
 				if int64(len(v.Data)) != fd.RowBytes() {
 					t.Fatalf("%s: %d bytes, want %d", be, len(v.Data), fd.RowBytes())
+				}
+				// The same seed again, by the decoder that decoded another crop: the
+				// same bytes.
+				other.Seed = d.Seed
+				w, _, err := other.Decode(fd, data, nil)
+				if err != nil || !bytes.Equal(w.Data, v.Data) {
+					t.Fatalf("%s: decoded again: %v (the same bytes: %v)", be, err, err == nil && bytes.Equal(w.Data, v.Data))
 				}
 			}
 		}

@@ -287,9 +287,9 @@ import (
 
 // Regions is libjpeg-turbo's libjpeg API (libjpeg.so.62), loaded at run time to
 // decode a part of an image: jpeg_crop_scanline decodes only the columns asked for
-// (widened to the left to an iMCU boundary), jpeg_skip_scanlines skips the rows
-// above them without their inverse DCT, and the decode stops after the last row
-// asked for. It is safe for concurrent use.
+// (widened to the left to an iMCU boundary), and jpeg_skip_scanlines skips the rows
+// above and below them without their inverse DCT (the data is still read to its
+// end, so that damage anywhere is seen). It is safe for concurrent use.
 type Regions struct {
 	t    *C.sl_jl
 	path string
@@ -358,7 +358,8 @@ func (r *Regions) DecodeRegion(jpeg, dst []byte, width, height, den int, reg Reg
 // so that the caller processes each strip while it is in the CPU's caches. fn must
 // not keep rows or call back into Go; ctx must follow cgo's rules for pointers
 // passed to C (Go memory it points to holds no unpinned Go pointers). When it
-// fails, fn may have been called for some strips.
+// fails, fn may have been called for some strips; a skippable warning comes back
+// as from DecodeRegion, beside the region, every strip handed to fn.
 func (r *Regions) DecodeRegionStrips(jpeg, dst []byte, width, height, den int, reg Region, strip int, fn, ctx unsafe.Pointer) (Region, error) {
 	if fn == nil || strip <= 0 {
 		return Region{}, errors.New("turbojpeg: DecodeRegionStrips needs a function and a strip height")
