@@ -100,14 +100,16 @@ type Config struct {
 	// permission: its epochs too are exactly the planned batches (Plan().Batches),
 	// padded or trimmed to them, with the same reports.
 	AllowEstimate bool
-	// StartTimeout bounds Open's planning: the shards' lookup (listings, Stats, the
-	// index), their counts and the first sample read to infer the fields. A store
-	// that refuses, does not answer or keeps throttling fails Open with
-	// ErrStartTimeout within it, naming the store, instead of waiting on retries of
-	// every shard. Default DefaultStartTimeout (1 minute); negative: none (ctx alone
-	// bounds Open). It does not bound a job that counts its shards before the first
-	// batch (CountFirst, or a mix of Streams), which reads every shard the index
-	// lacks: there the retry policy of the Sources bounds each request.
+	// StartTimeout bounds the start of Open's planning (and of Shards): the time
+	// until the store has answered for the dataset's objects (their listing or
+	// Stats, or the index). A store that does not answer or keeps throttling fails
+	// Open with ErrStartTimeout within it, naming the dataset, instead of waiting on
+	// retries of every shard (one that refuses, a missing bucket or a wrong key,
+	// fails at its first refusal). Once the store has answered, counting the shards
+	// the index lacks and reading the first sample are bounded by the sources'
+	// retries, not by it. Default DefaultStartTimeout (1 minute); negative: none (ctx
+	// alone bounds Open). A job that counts its shards before the first batch
+	// (CountFirst, or a mix of Streams) is not bounded by it.
 	StartTimeout time.Duration
 
 	// Fields to decode and collate. Default: every extension of the first sample of
@@ -269,6 +271,9 @@ type Config struct {
 	pins      tune.Pins // the tuner's knobs the caller set
 	logKey    any       // the logger's identity (see once)
 	defaulted bool
+	// answered lifts Open's start timeout once the store answered for the
+	// dataset's objects (index.Lookup.Answered); nil outside Open.
+	answered func()
 }
 
 // Budget bounds what the Skip policy may leave out of one epoch of the whole job: the

@@ -47,11 +47,22 @@ func Shards(ctx context.Context, cfg Config) (infos []shard.Info, err error) {
 	if len(cfg.Shards) > 0 || cfg.CountFirst {
 		return Count(ctx, cfg)
 	}
-	urls, err := cfg.expand(ctx)
-	if err != nil {
-		return nil, err
+	// Bounded by StartTimeout also when called alone (a loader process's count of
+	// a dataset for its sessions), not only within Open.
+	sctx := ctx
+	if cfg.answered == nil { // not within Open, which bounds its planning itself
+		var stop func()
+		sctx, stop, cfg.answered = startContext(ctx, cfg)
+		defer stop()
 	}
-	return lookup(cfg).Quick(ctx, urls, cfg.World)
+	urls, err := cfg.expand(sctx)
+	if err == nil {
+		infos, err = lookup(cfg).Quick(sctx, urls, cfg.World)
+	}
+	if err != nil {
+		return nil, startError(ctx, sctx, cfg, err)
+	}
+	return infos, nil
 }
 
 // expand returns the shard URLs of cfg (with defaults): its patterns expanded, the
@@ -66,7 +77,7 @@ func (cfg Config) expand(ctx context.Context) ([]string, error) {
 
 // lookup returns the index lookup of cfg (with defaults).
 func lookup(cfg Config) index.Lookup {
-	lk := index.Lookup{Sources: cfg.Sources, Index: cfg.Index, Workers: max(cfg.Workers, 16), Logf: cfg.Logf, Once: cfg.once, LazyOffsets: true,
+	lk := index.Lookup{Sources: cfg.Sources, Index: cfg.Index, Workers: max(cfg.Workers, 16), Logf: cfg.Logf, Once: cfg.once, LazyOffsets: true, Answered: cfg.answered,
 		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxRatio: cfg.MaxRatio}}
 	if !cfg.NoIndexStore {
 		lk.Store = cfg.openStore()

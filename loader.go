@@ -90,8 +90,9 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	// rank, and its retries draw their jitter from it (source.WithRank).
 	ctx = source.WithRank(ctx, cfg.Rank, cfg.World)
 	start := time.Now()
-	sctx, stop := startContext(ctx, cfg)
+	sctx, stop, answered := startContext(ctx, cfg)
 	defer stop()
+	cfg.answered = answered
 	pl, err := planOf(sctx, cfg)
 	if err != nil {
 		return nil, startError(ctx, sctx, cfg, err)
@@ -164,13 +165,18 @@ var ErrStartTimeout = errors.New("shardload: the dataset's store did not answer 
 var errStart = errors.New("start timeout")
 
 // startContext returns ctx bounded by cfg.StartTimeout for Open's planning, unless
-// the job counts its shards first (see Config.StartTimeout).
-func startContext(ctx context.Context, cfg Config) (context.Context, context.CancelFunc) {
+// the job counts its shards first (see Config.StartTimeout), and the functions that
+// end it (stop) and that lift the bound once the store has answered for the
+// dataset's objects (answered): what follows, counting shards the index lacks or
+// reading the first sample, is bounded by the sources' retries.
+func startContext(ctx context.Context, cfg Config) (sctx context.Context, stop, answered func()) {
+	sctx, cancel := context.WithCancelCause(ctx)
 	d := cmp.Or(cfg.StartTimeout, DefaultStartTimeout)
 	if d < 0 || cfg.CountFirst || len(cfg.Streams) > 0 {
-		return context.WithCancel(ctx)
+		return sctx, func() { cancel(nil) }, func() {}
 	}
-	return context.WithTimeoutCause(ctx, d, errStart)
+	t := time.AfterFunc(d, func() { cancel(errStart) })
+	return sctx, func() { t.Stop(); cancel(nil) }, func() { t.Stop() }
 }
 
 // startError returns err of Open's planning, or ErrStartTimeout when the start

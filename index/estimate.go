@@ -38,6 +38,7 @@ func (lk Lookup) Estimate(ctx context.Context, urls []string, known map[string]s
 	if err := lk.objects(ctx, urls, all, objs); err != nil {
 		return nil, err
 	}
+	lk.answered()
 	infos := make([]shard.Info, len(urls))
 	var perSample float64
 	keys := keysOf(urls)

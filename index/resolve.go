@@ -54,6 +54,11 @@ type Lookup struct {
 	// already; nil calls f always.
 	Once func(what string, f func())
 
+	// Answered, when set, is called once the store has answered for the shards'
+	// objects (their listing or Stats, or the index), before any shard is read to
+	// count it: a caller's bound on the start (Config.StartTimeout) ends there.
+	Answered func()
+
 	// LazyOffsets makes Quick read only the counts of an index whose offsets are
 	// addressable (WriteAddressable), leaving the offsets for Plan to read: those of
 	// the shards a rank's plan reads, where otherwise every process holds every
@@ -103,6 +108,7 @@ func (lk Lookup) Quick(ctx context.Context, urls []string, world int) ([]shard.I
 		if err != nil {
 			return nil, err
 		}
+		lk.answered() // the index was read
 		remember(infos, lk.lazy)
 		return infos, nil
 	}
@@ -279,6 +285,7 @@ func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]sh
 		lk.Logf("shardload: %d shards have no index entry under their URLs, but one under another (the same objects: base name, version and size), which is used", moved)
 		lk.keep(keep)
 	}
+	lk.answered()
 	if len(todo) == 0 {
 		return infos, nil
 	}
@@ -366,6 +373,13 @@ func (lk Lookup) identities(urls, keys []string, known map[string]shard.Info, ob
 		}
 	}
 	return ids
+}
+
+// answered calls Answered, if set.
+func (lk Lookup) answered() {
+	if lk.Answered != nil {
+		lk.Answered()
+	}
 }
 
 // once is Once, or f.
