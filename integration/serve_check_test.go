@@ -33,6 +33,9 @@ func serveExit(t *testing.T, env []string, guard time.Duration, args ...string) 
 	cmd.Env = append(cmd.Env, env...)
 	var stderr bytes.Buffer
 	stdout := &listenWatch{listening: cancel}
+	// A killed server's output is not waited for beyond this (a process it started
+	// may hold it open).
+	cmd.WaitDelay = 5 * time.Second
 	cmd.Stdout, cmd.Stderr = stdout, &stderr
 	err := cmd.Run()
 	if ctx.Err() != nil {
@@ -101,7 +104,7 @@ func TestServeChecksItsStore(t *testing.T) {
 			[]string{"s3://no-such-bucket/train/", `bucket "no-such-bucket" not found`, "--allow"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, stdout, stderr := serveExit(t, tc.env, 2*time.Minute, tc.args...)
+			code, stdout, stderr := serveExit(t, tc.env, time.Minute, tc.args...)
 			if code == 0 || strings.Contains(stdout, "listening") {
 				t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 			}
