@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 )
@@ -147,6 +148,7 @@ func (h *health) handle(mux *http.ServeMux) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		ok, why := h.ready()
+		why = redact.String(why) // a presigned URL's signature, say
 		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintln(w, "not ready: "+why)

@@ -71,7 +71,7 @@ on SIGTERM or SIGINT, removing its socket.`,
 				if err != nil {
 					return err
 				}
-				if err := serve.Check(ctx, opts, reg, lf.startTimeout); err != nil {
+				if err := serve.Check(ctx, opts, reg, cfg.StartTimeout); err != nil {
 					return err
 				}
 			}
