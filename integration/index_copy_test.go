@@ -35,9 +35,9 @@ var summaryRE = regexp.MustCompile(`shardload index: (\d+) shards \((\d+) with s
 // copied whole, its index with it, to another keeping each object's identity (base
 // name, version and size).
 type copied struct {
-	env     []string          // for the command line
-	reg     *source.Registry  // for the library
-	copyTo  func(dir string)  // copies every object of "a" to dir
+	env     []string         // for the command line
+	reg     *source.Registry // for the library
+	copyTo  func(dir string) // copies every object of "a" to dir
 	pattern func(dir string) string
 	urls    func(dir string) []string // as an index written of dir has them
 	output  func(dir string) string   // the --output of dir's index
