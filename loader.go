@@ -157,10 +157,6 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 // DefaultStartTimeout is Config.StartTimeout's default.
 const DefaultStartTimeout = time.Minute
 
-// ErrStartTimeout means Open's planning did not finish within Config.StartTimeout:
-// the store did not answer, or kept refusing or throttling.
-var ErrStartTimeout = errors.New("shardload: the dataset's store did not answer in time")
-
 // errStart is the cause of the start context's end.
 var errStart = errors.New("start timeout")
 
@@ -303,9 +299,6 @@ func resumeFrom(cfg Config, order Order) (State, []plan.Run, error) {
 // errOtherOrder: a state was saved under another order.
 var errOtherOrder = errors.New("it was saved under another order")
 
-// ErrEmpty means the shards hold no samples.
-var ErrEmpty = pipeline.ErrNoSample
-
 // Plan returns what this rank reads this epoch.
 func (l *Loader) Plan() plan.Plan { return l.plan }
 
@@ -330,9 +323,6 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	}
 	return &Batch{Layout: b.Layout, Seq: b.Seq, Padded: b.Padded, b: b}, nil
 }
-
-// ErrClosed is returned by Next after Close.
-var ErrClosed = pipeline.ErrClosed
 
 // All iterates over the remaining batches of the epoch, releasing each when the loop
 // body returns. It stops at the first error, which it yields.
@@ -382,39 +372,57 @@ func (l *Loader) Device() *device.Stage { return l.dev }
 // over, the device's copy time and rate, and how long consumers waited for copies.
 func (l *Loader) DeviceStats() device.Stats { return l.dev.Stats() }
 
-// ErrPanic is wrapped by the error of a loader whose goroutine panicked: in a Source,
-// a decoder or the loader itself. The error says where, with the stack.
-var ErrPanic = pipeline.ErrPanic
-
-// SampleError is a sample that could not be decoded: a missing field, a wrong shape, a
-// label that is not a number. Match it with errors.As; Err is the cause, which
-// errors.Is matches against ErrMissingField, decode.ErrWrongShape and the like.
-type SampleError struct {
-	URL    string // the shard's URL, secrets removed (internal/redact)
-	Key    string // the sample's key
-	Offset int64  // byte offset of the sample's first member in the shard's (decompressed) tar
-	Field  string // the field's column name
-	Err    error
+// State returns the rank's position after the batches Next has returned so far. Save
+// it with the trainer's checkpoint (after the optimizer step that used the last
+// batch) and pass it as Config.Resume to continue from there.
+//
+// A run that continues one of the same world size extends it: the state after k
+// batches of a resumed job is the uninterrupted job's state after its k batches.
+func (l *Loader) State() State {
+	s := l.resume
+	k := int(l.taken.Load())
+	if k > 0 {
+		consumed := min(int64(k)*int64(l.cfg.BatchSize), int64(l.plan.Samples))
+		runs, _ := plan.ParseRuns(s.Runs) // checked by Open
+		s.Runs = plan.FormatRuns(plan.Advance(runs, max(l.cfg.World, 1), consumed))
+	}
+	s.Batches += k
+	return s
 }
 
-func (e *SampleError) Error() string {
-	return fmt.Sprintf("%s: sample %q at byte %d: field %s: %v", e.URL, e.Key, e.Offset, e.Field, e.Err)
+// Stats returns counters and per-stage times so far.
+func (l *Loader) Stats() Stats {
+	c := &l.p.C
+	d := func(v int64) time.Duration { return time.Duration(v) }
+	return Stats{
+		Samples: c.Samples.Load(), Batches: c.Batches.Load(), Padded: c.Padded.Load(), Trimmed: c.Trimmed.Load(),
+		Skipped: c.Skipped.Load(), SkippedShards: c.SkippedShards.Load(),
+		BytesIn: c.BytesIn.Load(), BytesInflated: c.BytesInflated.Load(), BytesOut: c.BytesOut.Load(), Requests: c.Requests.Load(),
+		Workers: l.Settings().Workers, Memory: l.memory(), Queued: l.p.C.Queued.Load(), PageLocked: l.p.Locked(),
+		Elapsed: time.Since(l.start), FirstBatch: d(c.FirstBatch.Load()),
+		Stages: c.Stages(), SlabBytes: l.slabs.Bytes(), Streams: streamStats(c.Streams),
+	}
 }
 
-// Unwrap returns the cause.
-func (e *SampleError) Unwrap() error { return e.Err }
-
-// ErrMissingField means a sample lacks a configured field.
-var ErrMissingField = pipeline.ErrMissingField
-
-// ErrCountMismatch means a shard holds another number of samples than the counts
-// the epoch was planned from (Config.Shards, Config.Index or the counting pass).
-var ErrCountMismatch = pipeline.ErrCountMismatch
-
-// CountError is an ErrCountMismatch found in one shard, with the shard's URL as the
-// plan has it: a loader process (serve) fails every session planned from the same
-// count of that shard at once, found by any of them.
-type CountError = pipeline.CountError
-
-// ErrErrorBudget means the Skip policy left out more than Config.ErrorBudget.
-var ErrErrorBudget = pipeline.ErrErrorBudget
+// autotune runs the loader's tuner until l.done is closed, then closes l.tuned.
+func (l *Loader) autotune(remote bool) {
+	defer close(l.tuned)
+	c := &l.p.C
+	l.tuner.s.Run(tune.Loop{
+		Interval: tuneInterval,
+		// The order yields a window's samples once most of them are in: the rate is
+		// judged over two windows at least.
+		MinSamples: int64(2 * max(l.order.Window, l.cfg.BatchSize)),
+		Read: func() tune.Counts {
+			return tune.Counts{Samples: c.Samples.Load(), Batches: c.Batches.Load(), Wait: c.Wait.Load(), Fetch: c.Fetch.Load()}
+		},
+		Apply: func(k tune.Knobs) { l.p.SetKnobs(fetchKnobs(k, remote)) },
+		Kept: func(k0 tune.Knobs, rate float64) {
+			// Once per logger: a loader process serves many ranks and epochs, whose
+			// settings the metrics (shardload_session_setting) and bench's report show.
+			l.cfg.once("autotune", func() {
+				l.cfg.Logf("shardload: rank %d: autotune kept %s: %.0f samples/s (the tuners' later changes are not logged: see the shardload_session_setting metrics, or bench's autotune line)", l.cfg.Rank, k0, rate)
+			})
+		},
+	}, l.done)
+}

@@ -57,10 +57,6 @@ func CheckBatch(cfg Config, fields []decode.Field) error {
 	return cfg.budget(tune.Shape{MaxShard: 1}).CheckBatch(fixedBytes(fields), cfg.BatchSize, cfg.MaxSlabBytes, cfg.knobs(), true)
 }
 
-// BatchError is the error of CheckBatch (and of Open) for a batch too large for the
-// slabs: its size, the limit or budget it exceeds, and the largest batch that fits.
-type BatchError = tune.BatchError
-
 // fixedBytes returns the bytes the fixed-size columns of a batch of fields take, by
 // the batch's rows.
 func fixedBytes(fields []decode.Field) func(rows int) int64 {

@@ -49,28 +49,6 @@ func (s State) NextEpoch() State {
 	return State{Epoch: s.Epoch + 1, Order: s.Order, Samples: s.Samples}
 }
 
-// ErrResume means a State cannot resume the loader: it was saved under another
-// order, or it does not fit the epoch.
-var ErrResume = errors.New("shardload: cannot resume from this state")
-
-// State returns the rank's position after the batches Next has returned so far. Save
-// it with the trainer's checkpoint (after the optimizer step that used the last
-// batch) and pass it as Config.Resume to continue from there.
-//
-// A run that continues one of the same world size extends it: the state after k
-// batches of a resumed job is the uninterrupted job's state after its k batches.
-func (l *Loader) State() State {
-	s := l.resume
-	k := int(l.taken.Load())
-	if k > 0 {
-		consumed := min(int64(k)*int64(l.cfg.BatchSize), int64(l.plan.Samples))
-		runs, _ := plan.ParseRuns(s.Runs) // checked by Open
-		s.Runs = plan.FormatRuns(plan.Advance(runs, max(l.cfg.World, 1), consumed))
-	}
-	s.Batches += k
-	return s
-}
-
 // StateAt returns the state of rank cfg.Rank after it has taken batches batches of
 // epoch cfg.Epoch (or of cfg.Resume's remainder) without reading any data: for a
 // trainer whose checkpoint has a step count but no loader state, and for measuring
@@ -186,10 +164,6 @@ func (p planned) rest() plan.Plan {
 	}
 	return plan
 }
-
-// ErrEstimated means a job of several ranks would plan its epoch from estimated
-// sample counts without Config.AllowEstimate.
-var ErrEstimated = errors.New("shardload: no exact sample counts for a job of several ranks")
 
 // estimatedShards returns the shards of cfg with counts estimated as a loader without
 // an index or a node store estimates them.

@@ -46,20 +46,6 @@ type Stats struct {
 // StageNames lists the stages of Stats.Stages in pipeline order.
 var StageNames = pipeline.StageNames
 
-// Stats returns counters and per-stage times so far.
-func (l *Loader) Stats() Stats {
-	c := &l.p.C
-	d := func(v int64) time.Duration { return time.Duration(v) }
-	return Stats{
-		Samples: c.Samples.Load(), Batches: c.Batches.Load(), Padded: c.Padded.Load(), Trimmed: c.Trimmed.Load(),
-		Skipped: c.Skipped.Load(), SkippedShards: c.SkippedShards.Load(),
-		BytesIn: c.BytesIn.Load(), BytesInflated: c.BytesInflated.Load(), BytesOut: c.BytesOut.Load(), Requests: c.Requests.Load(),
-		Workers: l.Settings().Workers, Memory: l.memory(), Queued: l.p.C.Queued.Load(), PageLocked: l.p.Locked(),
-		Elapsed: time.Since(l.start), FirstBatch: d(c.FirstBatch.Load()),
-		Stages: c.Stages(), SlabBytes: l.slabs.Bytes(), Streams: streamStats(c.Streams),
-	}
-}
-
 // StreamStats are a stream's figures in a mix of streams (Stats.Streams): samples
 // delivered in batches, bytes read from the sources, samples the Skip policy left out.
 type StreamStats struct{ Samples, BytesIn, Skipped int64 }

@@ -20,10 +20,6 @@ const DefaultMemory = 1 << 30
 // this (BENCHMARKS.md).
 const MemoryOverhead = 160 << 20
 
-// ErrMemory means a Config's settings need more memory than its budget
-// (Config.Memory).
-var ErrMemory = tune.ErrMemory
-
 // tuneInterval is how often the tuner looks at the loader (a variable for tests).
 var tuneInterval = 500 * time.Millisecond
 
@@ -77,29 +73,6 @@ func (cfg Config) knobs() tune.Knobs {
 func (cfg Config) budget(d tune.Shape) tune.Budget {
 	return tune.Budget{Memory: cfg.Memory, Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, ShuffleBytes: cfg.ShuffleBytes,
 		OpenShards: cfg.OpenShards, Shape: d, Pins: cfg.pins}
-}
-
-// autotune runs the loader's tuner until l.done is closed, then closes l.tuned.
-func (l *Loader) autotune(remote bool) {
-	defer close(l.tuned)
-	c := &l.p.C
-	l.tuner.s.Run(tune.Loop{
-		Interval: tuneInterval,
-		// The order yields a window's samples once most of them are in: the rate is
-		// judged over two windows at least.
-		MinSamples: int64(2 * max(l.order.Window, l.cfg.BatchSize)),
-		Read: func() tune.Counts {
-			return tune.Counts{Samples: c.Samples.Load(), Batches: c.Batches.Load(), Wait: c.Wait.Load(), Fetch: c.Fetch.Load()}
-		},
-		Apply: func(k tune.Knobs) { l.p.SetKnobs(fetchKnobs(k, remote)) },
-		Kept: func(k0 tune.Knobs, rate float64) {
-			// Once per logger: a loader process serves many ranks and epochs, whose
-			// settings the metrics (shardload_session_setting) and bench's report show.
-			l.cfg.once("autotune", func() {
-				l.cfg.Logf("shardload: rank %d: autotune kept %s: %.0f samples/s (the tuners' later changes are not logged: see the shardload_session_setting metrics, or bench's autotune line)", l.cfg.Rank, k0, rate)
-			})
-		},
-	}, l.done)
 }
 
 // fetchKnobs returns k with the remote reads' settings zeroed (the sources' own)

@@ -1,0 +1,76 @@
+package shardload
+
+// The loader's errors: its sentinels, for errors.Is, and its error types, for errors.As.
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/shardload/shardload/internal/pipeline"
+	"github.com/shardload/shardload/internal/tune"
+)
+
+var (
+	// ErrStartTimeout means Open's planning did not finish within Config.StartTimeout:
+	// the store did not answer, or kept refusing or throttling.
+	ErrStartTimeout = errors.New("shardload: the dataset's store did not answer in time")
+
+	// ErrEstimated means a job of several ranks would plan its epoch from estimated
+	// sample counts without Config.AllowEstimate.
+	ErrEstimated = errors.New("shardload: no exact sample counts for a job of several ranks")
+
+	// ErrResume means a State cannot resume the loader: it was saved under another
+	// order, or it does not fit the epoch.
+	ErrResume = errors.New("shardload: cannot resume from this state")
+
+	// ErrEmpty means the shards hold no samples.
+	ErrEmpty = pipeline.ErrNoSample
+
+	// ErrMemory means a Config's settings need more memory than its budget
+	// (Config.Memory).
+	ErrMemory = tune.ErrMemory
+
+	// ErrClosed is returned by Next after Close.
+	ErrClosed = pipeline.ErrClosed
+
+	// ErrPanic is wrapped by the error of a loader whose goroutine panicked: in a Source,
+	// a decoder or the loader itself. The error says where, with the stack.
+	ErrPanic = pipeline.ErrPanic
+
+	// ErrMissingField means a sample lacks a configured field.
+	ErrMissingField = pipeline.ErrMissingField
+
+	// ErrCountMismatch means a shard holds another number of samples than the counts
+	// the epoch was planned from (Config.Shards, Config.Index or the counting pass).
+	ErrCountMismatch = pipeline.ErrCountMismatch
+
+	// ErrErrorBudget means the Skip policy left out more than Config.ErrorBudget.
+	ErrErrorBudget = pipeline.ErrErrorBudget
+)
+
+// SampleError is a sample that could not be decoded: a missing field, a wrong shape, a
+// label that is not a number. Match it with errors.As; Err is the cause, which
+// errors.Is matches against ErrMissingField, decode.ErrWrongShape and the like.
+type SampleError struct {
+	URL    string // the shard's URL, secrets removed (internal/redact)
+	Key    string // the sample's key
+	Offset int64  // byte offset of the sample's first member in the shard's (decompressed) tar
+	Field  string // the field's column name
+	Err    error
+}
+
+func (e *SampleError) Error() string {
+	return fmt.Sprintf("%s: sample %q at byte %d: field %s: %v", e.URL, e.Key, e.Offset, e.Field, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *SampleError) Unwrap() error { return e.Err }
+
+// CountError is an ErrCountMismatch found in one shard, with the shard's URL as the
+// plan has it: a loader process (serve) fails every session planned from the same
+// count of that shard at once, found by any of them.
+type CountError = pipeline.CountError
+
+// BatchError is the error of CheckBatch (and of Open) for a batch too large for the
+// slabs: its size, the limit or budget it exceeds, and the largest batch that fits.
+type BatchError = tune.BatchError
