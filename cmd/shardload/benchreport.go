@@ -1,0 +1,225 @@
+package main
+
+// bench's result: its fields (the JSON of --json), the bottleneck and the text report.
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/device"
+)
+
+// benchResult is what bench reports; its JSON form is stable for scripts.
+type benchResult struct {
+	Samples         int64               `json:"samples"`
+	Batches         int64               `json:"batches"`
+	Epochs          int                 `json:"epochs"`
+	BytesIn         int64               `json:"bytes_in"`
+	Requests        int64               `json:"requests"` // reads of shards opened (spans of the plan, count checks)
+	BytesDecomp     int64               `json:"bytes_decompressed"`
+	BytesOut        int64               `json:"bytes_out"`
+	Seconds         float64             `json:"seconds"`
+	EpochSeconds    []float64           `json:"epoch_seconds"`
+	CountSeconds    float64             `json:"count_seconds"` // finding the shards' counts (an index, estimates or a count)
+	Estimated       bool                `json:"estimated_counts"`
+	ResumedAfter    int                 `json:"resumed_after_batches,omitempty"` // --resume-at: the batches the state had consumed
+	PlanBatches     int                 `json:"plan_batches"`                    // the batches the first epoch's plan holds for the rank (after ResumedAfter)
+	Order           string              `json:"order_fingerprint"`               // the first epoch's Order, the same on every rank of a job
+	ReadBeforeFirst int64               `json:"read_before_first_batch_bytes"`   // bytes the process read (files and sockets) before the first batch`
+	SamplesPerSec   float64             `json:"samples_per_sec"`
+	MBPerSec        float64             `json:"mb_per_sec"`
+	MBPerSecDecomp  float64             `json:"mb_per_sec_decompressed"`
+	FirstBatch      float64             `json:"first_batch_seconds"`
+	PeakRSS         int64               `json:"peak_rss_bytes"`
+	CPUSeconds      float64             `json:"cpu_seconds"`             // user + system CPU time of the process over the run
+	CPUPerSample    float64             `json:"cpu_seconds_per_sample"`  // CPUSeconds / Samples
+	CPUPerGB        float64             `json:"cpu_seconds_per_gb"`      // CPUSeconds per 10^9 bytes read (BytesIn)
+	ImageDecoder    string              `json:"image_decoder,omitempty"` // the JPEG decoder of image fields`
+	StepSeconds     float64             `json:"step_seconds"`
+	WaitFraction    float64             `json:"wait_fraction"`
+	Skipped         int64               `json:"skipped"`
+	Padded          int64               `json:"padded"`
+	Trimmed         int64               `json:"trimmed"`
+	Workers         int                 `json:"workers"`
+	Stages          map[string]float64  `json:"stages"`
+	Bottleneck      string              `json:"bottleneck"`
+	MemoryBudget    int64               `json:"memory_budget_bytes"`
+	MemoryOverhead  int64               `json:"memory_overhead_bytes"`
+	Tuned           *shardload.Settings `json:"tuned,omitempty"` // where the tuner settled; nil with --autotune=false
+	SlabsPageLocked bool                `json:"slabs_page_locked"`
+	Device          deviceResult        `json:"device"`
+	// Streams are each stream's figures in a mix of streams (--stream), in order.
+	Streams []streamResult `json:"streams,omitempty"`
+	// RateLimit is, per endpoint the store throttled, what the process's request rate
+	// limiter did (none when no store throttled).
+	RateLimit      []rateLimitResult `json:"rate_limit,omitempty"`
+	trainerSeconds float64
+}
+
+// streamResult is one stream's part of the report of a mix.
+type streamResult struct {
+	Samples int64 `json:"samples"`
+	BytesIn int64 `json:"bytes_in"`
+	Skipped int64 `json:"skipped"`
+}
+
+// deviceResult is the device-copy stage's part of the report.
+type deviceResult struct {
+	Kind        string  `json:"kind"`
+	Name        string  `json:"name"`
+	Placement   string  `json:"placement,omitempty"`
+	Copies      int64   `json:"copies"`
+	Bytes       int64   `json:"bytes"`
+	CopySeconds float64 `json:"copy_seconds"`
+	GBPerSec    float64 `json:"gb_per_sec"`
+	WaitSeconds float64 `json:"wait_seconds"`
+	// Overlap is the share of copy time the trainer did not wait for; Overlapped
+	// says whether copies hid behind a --step-time step (at least 90% of it).
+	Overlap    float64 `json:"overlap"`
+	Overlapped bool    `json:"overlapped"`
+	Verified   int64   `json:"verified_batches"`
+}
+
+func (d *deviceResult) add(l *shardload.Loader) {
+	st := l.DeviceStats()
+	d.Kind, d.Name = string(st.Kind), l.Device().String()
+	d.Copies += st.Copies
+	d.Bytes += st.Bytes
+	d.CopySeconds += st.CopyTime.Seconds()
+	d.WaitSeconds += st.WaitTime.Seconds()
+}
+
+func (d *deviceResult) finish(step time.Duration) {
+	st := device.Stats{Bytes: d.Bytes, CopyTime: time.Duration(d.CopySeconds * float64(time.Second)),
+		WaitTime: time.Duration(d.WaitSeconds * float64(time.Second))}
+	d.GBPerSec, d.Overlap = st.GBPerSec(), st.Overlap()
+	d.Overlapped = step > 0 && d.CopySeconds > 0 && d.Overlap >= 0.9
+}
+
+func (r *benchResult) add(st shardload.Stats) {
+	r.BytesIn += st.BytesIn
+	r.Requests += st.Requests
+	r.BytesDecomp += st.BytesInflated
+	r.BytesOut += st.BytesOut
+	r.Skipped += st.Skipped
+	r.Padded += st.Padded
+	r.Trimmed += st.Trimmed
+	r.Workers = st.Workers
+	r.SlabsPageLocked = st.PageLocked
+	for i, s := range st.Streams {
+		if i == len(r.Streams) {
+			r.Streams = append(r.Streams, streamResult{})
+		}
+		r.Streams[i].Samples += s.Samples
+		r.Streams[i].BytesIn += s.BytesIn
+		r.Streams[i].Skipped += s.Skipped
+	}
+	for k, v := range st.Stages {
+		r.Stages[k] += v.Seconds()
+	}
+}
+
+// bottleneck names, in one line, what limits the loader: nothing when the trainer
+// barely waits, otherwise the stage busiest for the goroutines that run it.
+func (r *benchResult) bottleneck() string {
+	if r.StepSeconds > 0 && r.WaitFraction < 0.01 {
+		return fmt.Sprintf("none: the trainer waited %.1f%% of its time; the loader keeps up with a %s step", 100*r.WaitFraction, time.Duration(r.StepSeconds*float64(time.Second)))
+	}
+	type load struct {
+		stage string
+		share float64
+	}
+	var loads []load
+	for _, s := range []string{"fetch", "inflate", "split", "decode"} {
+		loads = append(loads, load{s, r.Stages[s] / (r.Seconds * float64(r.Workers))})
+	}
+	for _, s := range []string{"shuffle", "collate"} {
+		loads = append(loads, load{s, r.Stages[s] / r.Seconds})
+	}
+	sort.SliceStable(loads, func(i, j int) bool { return loads[i].share > loads[j].share })
+	top := loads[0]
+	who := fmt.Sprintf("%d workers'", r.Workers)
+	if top.stage == "shuffle" || top.stage == "collate" {
+		who = "the mixer's"
+	}
+	msg := fmt.Sprintf("%s: %.0f%% of %s time", top.stage, 100*top.share, who)
+	if r.StepSeconds > 0 {
+		msg = fmt.Sprintf("loader-bound, the trainer waited %.0f%% of its time; busiest stage %s", 100*r.WaitFraction, msg)
+	}
+	return msg
+}
+
+func (r *benchResult) report(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "bench: %d samples in %d batches (%d epoch(s)) in %.2fs", r.Samples, r.Batches, r.Epochs, r.Seconds)
+	if r.CountSeconds > 0.005 {
+		fmt.Fprintf(bw, ", after %.2fs finding the sample counts", r.CountSeconds)
+	}
+	if r.Estimated {
+		fmt.Fprintf(bw, " (estimated from the shards' sizes: %d rows padded, %d samples trimmed)", r.Padded, r.Trimmed)
+	}
+	if len(r.EpochSeconds) > 1 {
+		fmt.Fprintf(bw, "\n  epochs took")
+		for _, s := range r.EpochSeconds {
+			fmt.Fprintf(bw, " %.2fs", s)
+		}
+	}
+	fmt.Fprintf(bw, "\n  %.0f samples/s, %.1f MB/s stored, %.1f MB/s decompressed, %.1f MB/s into slabs\n",
+		r.SamplesPerSec, r.MBPerSec, r.MBPerSecDecomp, float64(r.BytesOut)/1e6/r.Seconds)
+	fmt.Fprintf(bw, "  CPU %.2fs (%.0f µs a sample, %.2f s a GB read)", r.CPUSeconds, 1e6*r.CPUPerSample, r.CPUPerGB)
+	if r.ImageDecoder != "" {
+		fmt.Fprintf(bw, "; images decoded by %s", r.ImageDecoder)
+	}
+	fmt.Fprintln(bw)
+	fmt.Fprintf(bw, "  first batch after %.3fs (%.1f MB read before it); peak RSS %.0f MB (memory budget %.0f MB + %.0f MB for the process); slabs page-locked: %v\n",
+		r.FirstBatch, float64(r.ReadBeforeFirst)/1e6, float64(r.PeakRSS)/1e6, float64(r.MemoryBudget)/1e6, float64(r.MemoryOverhead)/1e6, r.SlabsPageLocked)
+	if r.Tuned != nil {
+		state := "still trying changes"
+		if r.Tuned.Settled {
+			state = "settled"
+		}
+		fmt.Fprintf(bw, "  autotune: %s (%d changes kept, %s)\n", r.Tuned, r.Tuned.Changes, state)
+	}
+	for i, s := range r.Streams {
+		fmt.Fprintf(bw, "  stream %d: %d samples (%.1f%%), %.1f MB read, %d skipped\n", i, s.Samples, 100*float64(s.Samples)/float64(max(r.Samples, 1)), float64(s.BytesIn)/1e6, s.Skipped)
+	}
+	fmt.Fprintf(bw, "  stages (seconds, summed over %d workers):", r.Workers)
+	for _, s := range shardload.StageNames {
+		fmt.Fprintf(bw, " %s %.2f", s, r.Stages[s])
+	}
+	fmt.Fprintln(bw)
+	if r.Skipped > 0 || r.Padded > 0 {
+		fmt.Fprintf(bw, "  skipped %d samples, padded %d rows\n", r.Skipped, r.Padded)
+	}
+	if r.StepSeconds > 0 {
+		fmt.Fprintf(bw, "  trainer step %s: waited %.1f%% of its time (GPU busy %.1f%% as the loader sees it)\n",
+			time.Duration(r.StepSeconds*float64(time.Second)), 100*r.WaitFraction, 100*(1-r.WaitFraction))
+	}
+	d := r.Device
+	if d.Kind == string(device.CUDA) {
+		fmt.Fprintf(bw, "  device %s: %d copies, %.1f MB in %.3fs of copy time: %.2f GB/s host to device",
+			d.Name, d.Copies, float64(d.Bytes)/1e6, d.CopySeconds, d.GBPerSec)
+		if r.StepSeconds > 0 {
+			fmt.Fprintf(bw, "; trainer waited %.3fs for copies, %.0f%% of copy time overlapped the step (overlapped: %v)",
+				d.WaitSeconds, 100*d.Overlap, d.Overlapped)
+		}
+		fmt.Fprintln(bw)
+	} else {
+		fmt.Fprintf(bw, "  device host: no copy; %d batches (%.1f MB) passed the stage in their pinned slabs, counting those prepared ahead of the trainer\n", d.Copies, float64(d.Bytes)/1e6)
+	}
+	if d.Verified > 0 {
+		fmt.Fprintf(bw, "  verified: %d batches on the device equal their slabs\n", d.Verified)
+	}
+	if d.Placement != "" {
+		fmt.Fprintf(bw, "  placement: %s\n", d.Placement)
+	}
+	for _, e := range r.RateLimit {
+		fmt.Fprintf(bw, "  %s\n", e)
+	}
+	fmt.Fprintf(bw, "  bottleneck: %s\n", r.Bottleneck)
+	return bw.Flush()
+}
