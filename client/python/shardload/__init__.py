@@ -22,19 +22,23 @@ See shardload.pytorch for a torch IterableDataset and a CUDA prefetcher.
 The package is typed (PEP 561: it ships py.typed). Columns are typed Any (numpy
 arrays, torch tensors, memoryviews or Ragged, as the client's output and the field
 decide); State is the TypedDict that state_dict() returns, and shardload.protocol
-has every message of the protocol as a TypedDict.
+(from shardload.messages) has every message of the protocol as a TypedDict.
 
 Modules: client (Client), batch (Batch, Ragged, the column views), slabs (the slabs'
-mappings and lifetime), protocol (messages, constants, encoding), transport (the
-socket), order (the order check across ranks), device (the trainer's GPU), errors,
-pytorch (a torch IterableDataset and a CUDA prefetcher).
+mappings and lifetime), messages (the messages as TypedDicts, the constants), hello
+(the hello from Client's arguments, the settings a trainer may give), state (states
+and epochs' ends), protocol (encoding and decoding; names all of the protocol's),
+transport (the socket), order (the order check across ranks), device (the trainer's
+GPU), errors, pytorch (a torch IterableDataset and a CUDA prefetcher).
 """
 
 from .batch import Batch, Ragged
 from .client import Client, connect
 from .errors import (NoServer, OrderMismatch, PermissionDenied, ProtocolError, ServerError, ServerGone,
                      ShardloadError, ShardloadWarning, Timeout, UntrustedServer)
-from .protocol import CLIENT_NAME, MAX_MESSAGE, PROTOCOL_VERSION, EpochEnd, State, check_state, default_socket
+from .messages import CLIENT_NAME, MAX_MESSAGE, PROTOCOL_VERSION, EpochEnd, State
+from .protocol import default_socket
+from .state import check_state
 
 __all__ = [
     "CLIENT_NAME", "MAX_MESSAGE", "PROTOCOL_VERSION", "Batch", "Client", "EpochEnd", "NoServer", "OrderMismatch",

@@ -14,11 +14,11 @@ from __future__ import annotations
 import pickle
 import warnings
 from types import ModuleType
-from typing import (TYPE_CHECKING, Any, Dict, ItemsView, Iterable, Iterator, List, Literal, Optional, Protocol,
+from typing import (TYPE_CHECKING, Any, Callable, Dict, ItemsView, Iterable, Iterator, List, Literal, Optional,
                     Tuple, Union, cast)
 
 from .errors import ShardloadError
-from .protocol import BatchMessage, ColumnInfo, State
+from .messages import BatchMessage, ColumnInfo, State
 
 if TYPE_CHECKING:  # optional at run time
     import numpy
@@ -30,13 +30,6 @@ Output = Literal["numpy", "torch", "memoryview"]
 # output), or a Ragged of those for variable-length fields. Typed Any: which one comes
 # is decided at run time.
 Column = Any
-
-
-class Releaser(Protocol):
-    """What a Batch hands itself back to on release: the Client that made it (named by
-    this protocol so that this module does not import the client's)."""
-
-    def _release_batch(self, b: Batch) -> None: ...
 
 
 class Columns(Dict[str, Any]):
@@ -287,9 +280,11 @@ class Batch:
     as torch tensors.
     """
 
-    def __init__(self, client: Optional[Releaser], msg: BatchMessage, columns: Dict[str, Column], keys: Any,
-                 state: Optional[State] = None, buf: Optional[memoryview] = None) -> None:
-        self._client = client
+    def __init__(self, release: Optional[Callable[[Batch], None]], msg: BatchMessage, columns: Dict[str, Column],
+                 keys: Any, state: Optional[State] = None, buf: Optional[memoryview] = None) -> None:
+        # What release() calls with the batch: the client's, which gives its slab back
+        # (see shardload.slabs); None for a batch that owns its data (copy()).
+        self._release = release
         self._slab: int = msg["slab"]
         self.epoch: int = msg["epoch"]
         self.seq: int = msg["seq"]
@@ -304,7 +299,7 @@ class Batch:
         # export of; shardload.slabs releases it, or leaves it to the views over a
         # private copy, and then sets it to None.
         self._buf = buf
-        self._owned = client is None
+        self._owned = release is None
         self._mark = 0  # the client's step count when the release was deferred
         self.released = False
 
@@ -382,8 +377,8 @@ class Batch:
         copy() needs no release: this does nothing to it."""
         if self.released or self._owned:
             return
-        if self._client is not None:
-            self._client._release_batch(self)
+        if self._release is not None:
+            self._release(self)
         else:
             self._drop()
 

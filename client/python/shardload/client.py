@@ -1,7 +1,7 @@
 """The trainer side of the shardload loader process (protocol: docs/protocol.md):
 Client, a connection to ``shardload serve``. Also re-exports the names
 ``shardload.client`` has always offered, from the modules that hold them now
-(protocol, batch, slabs, transport, order, device, errors).
+(messages, state, batch, slabs, device, errors).
 
 Only the standard library is needed; with NumPy installed, columns are zero-copy
 numpy arrays, and with PyTorch, zero-copy tensors.
@@ -24,19 +24,18 @@ import time
 import warnings
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, cast
 
-from .batch import Batch, Column, Output, Ragged, batch_views, output_modules
+from . import transport
+from .batch import Batch, Column, Output, Ragged, output_modules
 from .device import Device, gpu_pci, parse_device
 from .errors import (NoServer, OrderMismatch, PermissionDenied, ProtocolError, ServerError, ServerGone,
                      ShardloadError, ShardloadWarning, Timeout, UntrustedServer)
+from .hello import SETTINGS, hello_message
+from .messages import (CLIENT_NAME, MAX_MESSAGE, PROTOCOL_VERSION, BatchMessage, EndMessage, EpochEnd, FieldInfo,
+                       Message, OrderInfo, Placement, ReadyMessage, State)
 from .order import check_order as _check_order
-from .protocol import (BYE, CLIENT_NAME, MAX_MESSAGE, PROTOCOL_VERSION, BatchMessage, EndMessage, FieldInfo,
-                       EpochEnd, Message, OrderInfo, Placement, ReadyMessage, State, check_state, default_socket, encode,
-                       epoch_end, epoch_message, epoch_start, hello_message, release_message, state_of)
+from .protocol import default_socket, epoch_message, release_message
 from .slabs import SlabHook, Slabs, Stats, new_stats
-from .transport import connect as connect_socket
-from .transport import hello_exchange, read_ready
-from .transport import recv as recv_message
-from .transport import send as send_message
+from .state import check_state, epoch_end, epoch_start, estimated_epoch_warning, state_of
 
 __all__ = [
     "CLIENT_NAME", "MAX_MESSAGE", "PROTOCOL_VERSION", "Batch", "Client", "Column", "Device", "EpochEnd",
@@ -140,6 +139,8 @@ class Client:
                  open_shards: Optional[int] = None, read_gap: Optional[int] = None,
                  image_layout: Optional[str] = None, streams: Optional[Iterable[Mapping[str, Any]]] = None,
                  epoch_samples: Optional[float] = None, batching: Optional[str] = None) -> None:
+        # The settings a hello carries as they are (hello.SETTINGS): passed on by name.
+        settings = {name: value for name, value in locals().items() if name in SETTINGS}
         self.socket_path = socket_path or default_socket()
         # epoch_samples=math.inf: the epochs (of what the streams give) follow one
         # another without an end.
@@ -181,26 +182,15 @@ class Client:
             rank=self.rank, world=self.world, local_rank=self.local_rank, seed=seed, epoch=epoch,
             batch_size=batch_size, drop_last=drop_last, fields=fields, urls=urls, image_layout=image_layout,
             state=state, gpu_pci=gpu_pci(ordinal) if (device is None or ordinal is not None) else None,
-            cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-            allow_estimate=allow_estimate, count_first=count_first, slab_bytes=slab_bytes, slabs=slabs,
-            shuffle=shuffle, shuffle_buffer=shuffle_buffer, shuffle_bytes=shuffle_bytes,
-            open_shards=open_shards, read_gap=read_gap, streams=streams,
-            epoch_samples=cast(Optional[int], epoch_samples), batching=batching)
-        sock: Optional[socket.socket] = None
-        fds: List[int] = []
+            cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES", ""), streams=streams,
+            epoch_samples=cast(Optional[int], epoch_samples), batching=batching, **settings)
         try:
-            sock = connect_socket(self.socket_path, timeout, trust_uids)
-            packet, fds, cut = hello_exchange(sock, hello, self.socket_path, timeout)
+            self._sock, packet, fds, cut = transport.open_session(self.socket_path, hello, timeout, trust_uids)
         except BaseException:
-            for fd in fds:
-                os.close(fd)
-            if sock is not None:
-                sock.close()
             self.closed = True
             raise
-        self._sock = sock
         try:
-            ready = read_ready(packet, cut, self.socket_path)
+            ready = transport.read_ready(packet, cut, self.socket_path)
             self._slabs.fds, fds = fds, []  # closed by close() from here on
             try:
                 self._ready(ready)
@@ -242,12 +232,12 @@ class Client:
     def _send(self, obj: Mapping[str, Any]) -> None:
         if self._sock is None:
             raise ShardloadError("the client is closed")
-        send_message(self._sock, obj, self.socket_path, self.timeout)
+        transport.send(self._sock, obj, self.socket_path, self.timeout)
 
     def _recv(self) -> Message:
         if self._sock is None:
             raise ShardloadError("the client is closed")
-        return recv_message(self._sock, self.socket_path, self.timeout)
+        return transport.recv(self._sock, self.socket_path, self.timeout)
 
     # -- slabs and their lifetime (shardload.slabs) --
 
@@ -268,25 +258,12 @@ class Client:
         self._slabs.hand_back(b)
 
     def _batch(self, msg: Message) -> Batch:
+        """The Batch of a batch message, held until released (Slabs.take)."""
         try:
-            return self._batch_of(cast(BatchMessage, msg))
+            b = self._slabs.take(cast(BatchMessage, msg), self._np, self._torch, self._release_batch)
         except (KeyError, TypeError, ValueError) as e:
             raise ProtocolError(f"a batch message this client cannot read ({type(e).__name__}: {e})") from None
-
-    def _batch_of(self, msg: BatchMessage) -> Batch:
-        i = msg["slab"]
-        slabs = self._slabs
-        if not 0 <= i < len(slabs):
-            raise ProtocolError(f"batch in slab {i} of {len(slabs)}")
-        size = int(msg.get("slab_bytes", 0) or slabs.sizes[i])
-        if size > slabs.sizes[i]:
-            slabs.grow(i, size)  # warns the first time (stacklevel: the trainer's loop)
-        if "backpressure" in msg:
-            self.stats["backpressure_seconds"] = float(msg["backpressure"])
-        buf = slabs.lend(i, msg.get("used"))
-        cols, keys = batch_views(buf, msg["columns"], msg["rows"], self._np, self._torch)
-        b = Batch(self, msg, cols, keys, state_of(msg, "batch"), buf)
-        self._held[i] = b
+        self._held[b._slab] = b
         return b
 
     # -- epochs --
@@ -369,12 +346,9 @@ class Client:
         planned from estimated counts left samples out or repeated some."""
         self.last_end = msg
         self.last_epoch = e = epoch_end(msg)
-        if e["estimated"] and not e["abandoned"] and (e["padded"] or e["left_out"]):
-            warnings.warn(ShardloadWarning(
-                f"shardload: epoch {e['epoch']} of rank {self.rank} was planned from sample counts estimated "
-                f"from the shards' sizes (no index): {e['left_out']} samples were left out and {e['padded']} "
-                f"rows repeat other samples; for exact epochs write an index once (shardload index --output "
-                f"DIR/ URL...) or pass count_first=True"), stacklevel=3)
+        w = estimated_epoch_warning(e, self.rank)
+        if w is not None:
+            warnings.warn(w, stacklevel=3)
 
     def epoch(self, n: Optional[int] = None, auto_release: bool = True) -> Iterator[Batch]:
         """Start epoch n and yield its batches. Called before the current epoch's end
@@ -485,11 +459,7 @@ class Client:
             self._held = {}
             return
         if self._sock is not None:
-            try:
-                self._sock.send(encode(BYE))
-            except OSError:
-                pass
-            self._sock.close()
+            transport.bye(self._sock)
             self._sock = None
         held, self._held = list(self._held.values()), {}
         self._slabs.close(held)

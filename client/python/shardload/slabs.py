@@ -30,11 +30,14 @@ import mmap
 import os
 import time
 import warnings
+from types import ModuleType
 from typing import Callable, List, Optional, Protocol, Tuple, TypedDict
 
 from . import _mem
-from .batch import Batch
-from .errors import ShardloadWarning
+from .batch import Batch, batch_views
+from .errors import ProtocolError, ShardloadWarning
+from .messages import BatchMessage
+from .state import state_of
 
 
 class Stats(TypedDict):
@@ -132,6 +135,24 @@ class Slabs:
         self.used[i] = used
         return buf
 
+    def take(self, msg: BatchMessage, np: Optional[ModuleType], torch: Optional[ModuleType],
+             release: Callable[[Batch], None]) -> Batch:
+        """The Batch of a batch message: the views of its columns (batch.batch_views)
+        over the slab it names, lent to it (grown first when the server grew the slab);
+        release is what the batch's release() calls. Raises ProtocolError, KeyError,
+        TypeError or ValueError for a message it cannot read."""
+        i = msg["slab"]
+        if not 0 <= i < len(self):
+            raise ProtocolError(f"batch in slab {i} of {len(self)}")
+        size = int(msg.get("slab_bytes", 0) or self.sizes[i])
+        if size > self.sizes[i]:
+            self.grow(i, size)  # warns the first time (stacklevel: the trainer's loop)
+        if "backpressure" in msg:
+            self.stats["backpressure_seconds"] = float(msg["backpressure"])
+        buf = self.lend(i, msg.get("used"))
+        cols, keys = batch_views(buf, msg["columns"], msg["rows"], np, torch)
+        return Batch(release, msg, cols, keys, state_of(msg, "batch"), buf)
+
     def _owns(self, b: Batch) -> bool:
         """Whether the views of b, a batch released, are gone (b's memoryview could be
         released), or live on over a detached copy: either way its slab may go back."""
@@ -215,7 +236,7 @@ class Slabs:
             h.slab_mapped(i, self.addrs[i], size)
         if not self.grew:
             self.grew = True
-            # stacklevel: grow, Client._batch_of, Client._batch, the epoch's generator, the trainer
+            # stacklevel: grow, take, Client._batch, the epoch's generator, the trainer
             warnings.warn(ShardloadWarning(
                 f"shardload: a batch did not fit the slabs of {self.first_size} bytes: the server grew them "
                 f"(to {size} bytes so far); pass slab_bytes= to size them up front"), stacklevel=5)

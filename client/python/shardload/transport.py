@@ -1,6 +1,7 @@
 """The client's socket (docs/protocol.md, Transport): connecting to the server and
 checking who runs it, the hello/ready exchange that passes the slabs' descriptors,
-and sending and receiving messages, with the socket's errors as the client's."""
+sending and receiving messages, and the goodbye, with the socket's errors as the
+client's. The rest of the package never touches the socket itself."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from typing import Any, Iterable, List, Mapping, Optional, Tuple, cast
 
 from .errors import (NoServer, PermissionDenied, ProtocolError, ServerGone, ShardloadError, Timeout,
                      UntrustedServer)
-from .protocol import (MAX_MESSAGE, PROTOCOL_VERSION, Message, ReadyMessage, decode, encode,
-                       recv_with_fds)
+from .messages import BYE, MAX_FDS, MAX_MESSAGE, PROTOCOL_VERSION, Message, ReadyMessage
+from .protocol import decode, encode
 
 
 def os_error(e: OSError, doing: str, server: str, timeout: Optional[float]) -> ShardloadError:
@@ -113,6 +114,14 @@ def recv(sock: socket.socket, server: str, timeout: Optional[float]) -> Message:
     return decode(packet, server)
 
 
+def recv_with_fds(sock: socket.socket) -> Tuple[bytes, List[int], bool]:
+    """A packet, the descriptors that came with it (SCM_RIGHTS: the caller's to
+    close), and whether the kernel cut them short (MSG_CTRUNC: the caller raises
+    ProtocolError). Raises OSError as the socket does."""
+    packet, fds, flags, _ = socket.recv_fds(sock, MAX_MESSAGE + 1, MAX_FDS)
+    return packet, list(fds), bool(flags & getattr(socket, "MSG_CTRUNC", 0))
+
+
 def hello_exchange(sock: socket.socket, hello: Mapping[str, Any], server: str,
                    timeout: Optional[float]) -> Tuple[bytes, List[int], bool]:
     """Send the hello and receive the ready's packet, the slabs' descriptors (the
@@ -122,6 +131,20 @@ def hello_exchange(sock: socket.socket, hello: Mapping[str, Any], server: str,
         return recv_with_fds(sock)
     except OSError as e:
         raise os_error(e, "waiting for the server's ready", server, timeout) from None
+
+
+def open_session(path: str, hello: Mapping[str, Any], timeout: Optional[float],
+                 trust_uids: Optional[Iterable[int]]) -> Tuple[socket.socket, bytes, List[int], bool]:
+    """Connect to the server at path (see connect) and exchange the hello for the
+    ready: the socket, the ready's packet, the slabs' descriptors and whether they
+    were cut short (see hello_exchange). On an error nothing is left open."""
+    sock = connect(path, timeout, trust_uids)
+    try:
+        packet, fds, cut = hello_exchange(sock, hello, path, timeout)
+    except BaseException:
+        sock.close()
+        raise
+    return sock, packet, fds, cut
 
 
 def read_ready(packet: bytes, cut: bool, server: str) -> ReadyMessage:
@@ -136,3 +159,12 @@ def read_ready(packet: bytes, cut: bool, server: str) -> ReadyMessage:
         raise ProtocolError(f"the server speaks protocol version {ready.get('version')}, "
                             f"this client version {PROTOCOL_VERSION}")
     return cast(ReadyMessage, ready)
+
+
+def bye(sock: socket.socket) -> None:
+    """Say goodbye (when the server still listens) and close the socket."""
+    try:
+        sock.send(encode(BYE))
+    except OSError:
+        pass
+    sock.close()

@@ -33,12 +33,12 @@ if STDLIB_ONLY in sys.argv:  # the child: numpy and torch cannot be imported
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from shardload import batch as sbatch  # noqa: E402
-from shardload import protocol  # noqa: E402
+from shardload import messages, protocol  # noqa: E402
 
 problems = []
 # Without typing.NotRequired (Python 3.11) nor typing_extensions, the TypedDicts'
-# __required_keys__ name every member (see shardload.protocol): not checked then.
-EXACT_REQUIRED = not hasattr(protocol, "_NotRequired")
+# __required_keys__ name every member (see shardload.messages): not checked then.
+EXACT_REQUIRED = not hasattr(messages, "_NotRequired")
 HAVE_TORCH = False  # torch imports (main sets it)
 
 
