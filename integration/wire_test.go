@@ -1,10 +1,13 @@
 package integration
 
 import (
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/shardload/shardload/internal/knob"
 )
 
 // The Python client reads the golden fixtures of package wire (every message, a
@@ -33,5 +36,41 @@ func TestPythonClientTypes(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("mypy --strict: %v\n%s", err, out)
+	}
+}
+
+// The settings a trainer's hello may give are one table in the server (internal/knob:
+// each Knob's Hello) and one in the Python client (shardload.hello.SETTINGS), which
+// must name the same ones. client/python/tests/settings_check.py compares them, and
+// checks that the client's hello is made from its table.
+func TestPythonSettingsAreTheKnobs(t *testing.T) {
+	py := python(t)
+	var names []string
+	for _, k := range knob.All {
+		if k.Hello != "" {
+			names = append(names, k.Hello)
+		}
+	}
+	if len(names) == 0 {
+		t.Fatal("knob.All has no Hello")
+	}
+	script, _ := filepath.Abs("../client/python/tests/settings_check.py")
+	out, err := exec.Command(py, append([]string{script}, names...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("settings_check.py %s: %v\n%s", strings.Join(names, " "), err, out)
+	}
+	if want := fmt.Sprintf(`{"settings": %d}`, len(names)); !strings.Contains(string(out), want) {
+		t.Errorf("settings_check.py: want %s:\n%s", want, out)
+	}
+}
+
+// The Python client's modules import one another without a circle (function-level
+// imports included), and none is over 500 lines: client/python/tests/layout_check.py.
+func TestPythonClientLayout(t *testing.T) {
+	py := python(t)
+	script, _ := filepath.Abs("../client/python/tests/layout_check.py")
+	out, err := exec.Command(py, script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("layout_check.py: %v\n%s", err, out)
 	}
 }
