@@ -14,7 +14,8 @@ import torch
 from .batch import Batch, Columns
 from .client import Client
 from .errors import ShardloadError
-from .protocol import State, check_state
+from .messages import State
+from .state import check_state
 
 # torch's CUDA streams, events and runtime, and get_worker_info, are untyped in some
 # torch versions and typed differently in others: they are called through these.
@@ -76,6 +77,10 @@ def _batching_loader() -> bool:
 class ShardloadDataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
     """Yields batches (dicts of tensors plus "__key__") from a shardload server.
 
+    ``ShardloadDataset(socket_path, **kwargs)`` takes Client's arguments (the socket
+    path, positional or as ``socket_path=``, and the keyword arguments; the output is
+    always "torch"), plus ``epoch``, ``copy`` and ``state``.
+
     Use it with ``DataLoader(ds, batch_size=None, num_workers=0)``: the server does the
     work that DataLoader workers would, and its items are whole batches. A DataLoader
     that batches again (any ``batch_size`` but None; DataLoader's default is 1) raises
@@ -115,10 +120,12 @@ class ShardloadDataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
     ``StatefulDataLoader`` calls both methods itself.
     """
 
-    def __init__(self, *, epoch: int = 0, copy: bool = False, state: Optional[Mapping[str, Any]] = None,
-                 **client_kwargs: Any) -> None:
+    def __init__(self, socket_path: Optional[str] = None, *, epoch: int = 0, copy: bool = False,
+                 state: Optional[Mapping[str, Any]] = None, **client_kwargs: Any) -> None:
         super().__init__()
         self._kwargs = dict(client_kwargs, output="torch")
+        if socket_path is not None:
+            self._kwargs["socket_path"] = socket_path
         self._next_epoch = epoch
         self._copy = copy
         self._client: Optional[Client] = None

@@ -210,7 +210,7 @@ def break_client(sock):
 def break_dataset(sock):
     import torch
     from shardload.pytorch import ShardloadDataset
-    ds = ShardloadDataset(socket_path=sock, batch_size=BATCH, fields=FIELDS, seed=SEED)
+    ds = ShardloadDataset(sock, batch_size=BATCH, fields=FIELDS, seed=SEED)  # the socket positionally, as Client
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
     for i, batch in enumerate(loader):  # epoch 0
         if i == 1:
