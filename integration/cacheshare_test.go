@@ -48,7 +48,9 @@ func TestCacheSharedByServeAndWarm(t *testing.T) {
 		}
 	}
 
-	srvA := startServerEnv(t, env, "", append(cacheFlags, "--workers", "2", patternA)...)
+	// Counted first: an epoch planned from estimated counts is padded or trimmed
+	// to its plan, and this epoch is checked for every sample once.
+	srvA := startServerEnv(t, env, "", append(cacheFlags, "--workers", "2", "--count-first", patternA)...)
 	tr := startTrainer(t, py, srvA.socket, -1, "--seed", "3", "--batch-size", "8", "--pause-after", "2")
 	for {
 		if l := tr.line(t); l.Paused == 2 {
@@ -113,7 +115,7 @@ func TestCacheSharedByServeAndWarm(t *testing.T) {
 	for i := range 3 {
 		before += proxy.count("/shards/train/b-00000" + itoa(int64(i)) + ".tar")
 	}
-	srvB := startServerEnv(t, env, "", append(cacheFlags, patternB)...)
+	srvB := startServerEnv(t, env, "", append(cacheFlags, "--count-first", patternB)...) // counted from the cache
 	trB := startTrainer(t, py, srvB.socket, -1, "--seed", "3", "--batch-size", "8")
 	batchesB, errB := trB.run(t)
 	if errB != nil {

@@ -333,7 +333,7 @@ func TestBadInputS3(t *testing.T) {
 	})
 	t.Run("missing bucket", func(t *testing.T) {
 		r := shardload(t, "", m.Env(), "cat", "s3://no-such-bucket/x.tar")
-		expectOneLineError(t, r, []string{"s3://no-such-bucket/x.tar", "object not found"})
+		expectOneLineError(t, r, []string{"s3://no-such-bucket/x.tar", "bucket not found"})
 	})
 	t.Run("wrong credentials", func(t *testing.T) {
 		env := append(m.Env(), "AWS_SECRET_ACCESS_KEY=wrong-"+m.SecretKey)

@@ -157,9 +157,10 @@ func TestJobBigBatches(t *testing.T) {
 		}
 		t.Logf("%s, batch %d: %d batches, slabs %d bytes (largest %d), warnings %q", tc.field, tc.batch, r.Batches, r.SlabBytes, r.LargestSlab, r.Warnings)
 	}
-	// 2,048 float32 images are 1.2 GB a batch: more than --memory (1 GiB) holds.
+	// 2,048 float32 images are 1.2 GB a batch: more than a slab may hold (--max-slab-size
+	// 1 GiB), refused at the hello naming the Python setting.
 	r := runJobCheck(t, py, "batches", srv.socket, "2048", "img=jpg:image:float32:imagenet")
-	if r.Error != "ServerError" || r.Batches != 0 || !strings.Contains(r.Message, "batch of 2048") || !strings.Contains(r.Message, "memory budget") {
+	if r.Error != "ServerError" || r.Batches != 0 || !strings.Contains(r.Message, "batch of 2048") || !strings.Contains(r.Message, "batch_size=") {
 		t.Errorf("a batch of 2048 float32 images: %+v; want an error before the first batch naming the batch", r)
 	}
 }
