@@ -1,0 +1,314 @@
+package shard
+
+// Starting a Reader: buffering its input, detecting the compression, and the decompressors.
+
+import (
+	"bufio"
+	"bytes"
+	"compress/bzip2"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+)
+
+// maxZstdWindow bounds the memory a zstd frame may ask for. Shards written with zstd
+// levels up to 22 use windows of at most 128 MiB.
+const maxZstdWindow = 256 << 20
+
+// zstdPool keeps zstd decoders between shards: a new one allocates its window and
+// history buffers (megabytes) and faults them in.
+var zstdPool sync.Pool
+
+func getZstd(in io.Reader) (*zstd.Decoder, error) {
+	if zr, ok := zstdPool.Get().(*zstd.Decoder); ok {
+		if err := zr.Reset(in); err == nil {
+			return zr, nil
+		}
+		zr.Close()
+	}
+	return zstd.NewReader(in, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
+}
+
+// pooledZstd returns its decoder to the pool on Close instead of closing it.
+type pooledZstd struct{ *zstd.Decoder }
+
+func (p pooledZstd) Close() error {
+	if p.Decoder.Reset(nil) == nil {
+		zstdPool.Put(p.Decoder)
+	} else {
+		p.Decoder.Close()
+	}
+	return nil
+}
+
+func (r *Reader) start() error {
+	r.started = true
+	r.rawIn = counter{r: r.src, timed: r.opts.Timing}
+	var (
+		in    io.Reader
+		magic []byte
+	)
+	if sk, ok := r.src.(io.ReadSeeker); ok && r.opts.SizesOnly && r.seekable(sk) {
+		// Headers only: a buffer that seeks lets archive/tar skip member data, with
+		// no system call for members that fit in the buffer.
+		sb := &seekBuffer{src: &r.rawIn, buf: make([]byte, 0, readBufferSize)}
+		r.seeker = sb
+		var head [6]byte
+		n, err := io.ReadFull(sb, head[:])
+		if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+			return r.streamErr(0, err)
+		}
+		magic = head[:n]
+		if _, err := sb.Seek(0, io.SeekStart); err != nil {
+			return r.streamErr(0, err)
+		}
+		in = sb
+	} else if _, ok := r.src.(io.ByteReader); ok {
+		// In memory or buffered already (the convention compress/flate relies on):
+		// another buffer would only copy every byte once more.
+		var head [6]byte
+		n, err := io.ReadFull(&r.rawIn, head[:])
+		if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+			return r.streamErr(0, err)
+		}
+		magic = head[:n]
+		in = io.MultiReader(bytes.NewReader(magic), &r.rawIn)
+	} else {
+		// A small buffer: header reads do not cost a system call each, while member
+		// data larger than the buffer is read straight into the arena.
+		br := bufio.NewReaderSize(&r.rawIn, readBufferSize)
+		var err error
+		if magic, err = br.Peek(6); err != nil && err != io.EOF {
+			return r.streamErr(0, err)
+		}
+		in = br
+	}
+	r.comp = DetectCompression(magic)
+	if br, ok := in.(*bufio.Reader); ok && r.comp != None {
+		// A decompressor reads its input in small pieces (a block's header, then the
+		// block): through a large buffer, each read of the source takes what has
+		// arrived (a system call per buffer, not two or three per block), for one
+		// copy of the stored bytes, fewer than the inflated bytes the tar reader
+		// copies anyway.
+		r.inBuf = inBufPool.Get().(*bufio.Reader)
+		r.inBuf.Reset(br)
+		in = r.inBuf
+	}
+	switch r.comp {
+	case Gzip:
+		// The gzip reader reads a byte at a time from a buffer it is given (or makes
+		// one of its own); with ours, the bytes between members are ours to read.
+		br, ok := in.(*bufio.Reader)
+		if !ok {
+			br = bufio.NewReader(in)
+		}
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return r.startErr(err)
+		}
+		zr.Multistream(false)
+		r.dec = &gzipStream{zr: zr, br: br}
+	case Zstd:
+		zr, err := getZstd(in)
+		if err != nil {
+			return r.startErr(err)
+		}
+		r.dec = pooledZstd{zr}
+	case Bzip2:
+		in = bzip2.NewReader(in)
+	case XZ, LZ4:
+		return r.streamErr(0, fmt.Errorf("%w: %s (recompress the shard with gzip or zstd)", ErrUnsupportedCompression, r.comp))
+	}
+	if r.dec != nil {
+		in = r.dec
+	}
+	if r.opts.StartOffset != 0 && (r.comp != None || r.opts.StartOffset%blockSize != 0 || r.opts.StartOffset < 0) {
+		return r.streamErr(0, fmt.Errorf("%w: a %s shard read from byte %d: only an uncompressed shard can be entered at a sample's block-aligned offset (the shard changed since it was indexed?)", ErrUnsupportedCompression, r.comp, r.opts.StartOffset))
+	}
+	// Uncompressed, the tar stream is the stored stream: rawIn times it already.
+	r.tarIn = counter{r: in, timed: r.opts.Timing && r.comp != None, n: r.opts.StartOffset}
+	r.next = r.opts.StartOffset
+	if r.comp != None && r.opts.MaxRatio > 0 {
+		// The cap is checked on every read of the tar stream, so that no byte
+		// inflates unchecked: not member data, nor data skipped, nor the drain.
+		r.tarIn.ratio, r.tarIn.raw = r.opts.MaxRatio, &r.rawIn
+		r.tarIn.floor = r.opts.ratioFloor
+		if r.tarIn.floor <= 0 {
+			r.tarIn.floor = 1 << 20
+		}
+		r.tarIn.limit = r.tarIn.floor
+	}
+	r.tr = newTarReader(&r.tarIn)
+	return nil
+}
+
+// seekBuffer is a bufio.Reader that can also seek: a seek within the buffered bytes
+// costs nothing, one beyond them seeks the source.
+type seekBuffer struct {
+	src io.ReadSeeker
+	buf []byte // buffered bytes are buf[r:]
+	r   int
+	pos int64 // source position of buf[len(buf)]
+}
+
+func (b *seekBuffer) Read(p []byte) (int, error) {
+	if b.r == len(b.buf) {
+		if len(p) >= cap(b.buf) {
+			n, err := b.src.Read(p)
+			b.pos += int64(n)
+			return n, err
+		}
+		n, err := b.src.Read(b.buf[:cap(b.buf)])
+		b.buf, b.r = b.buf[:n], 0
+		b.pos += int64(n)
+		if n == 0 {
+			return 0, err
+		}
+	}
+	n := copy(p, b.buf[b.r:])
+	b.r += n
+	return n, nil
+}
+
+func (b *seekBuffer) Seek(off int64, whence int) (int64, error) {
+	cur := b.pos - int64(len(b.buf)-b.r)
+	switch whence {
+	case io.SeekCurrent:
+		off += cur
+	case io.SeekEnd:
+		return 0, errors.New("shard: seek from end not supported")
+	}
+	if start := b.pos - int64(len(b.buf)); off >= start && off <= b.pos {
+		b.r = int(off - start)
+		return off, nil
+	}
+	if off < 0 {
+		return cur, errors.New("shard: seek to a negative position")
+	}
+	pos, err := b.src.Seek(off, io.SeekStart)
+	if err != nil {
+		// Where the source is now is unknown only if it moved; it did not.
+		return cur, err
+	}
+	b.buf, b.r, b.pos = b.buf[:0], 0, pos
+	return pos, nil
+}
+
+// seekable reports whether sk really seeks (os.Stdin has the method but fails).
+func (r *Reader) seekable(sk io.Seeker) bool {
+	pos, err := sk.Seek(0, io.SeekCurrent)
+	return err == nil && pos == 0
+}
+
+// compressedBufferSize is the buffer below the decompressor of a compressed shard
+// read from a stream: larger than a zstd block (128 KiB) and a socket's usual read.
+const compressedBufferSize = 256 << 10
+
+// inBufPool keeps the buffers below decompressors (compressedBufferSize) between
+// shards.
+var inBufPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, compressedBufferSize) }}
+
+// readBufferSize is the buffer below the tar reader. Reads at least this large bypass
+// it.
+const readBufferSize = 8 << 10
+
+// gzipStream reads a whole-shard gzip file: one or more members, each optionally
+// followed by zero bytes (as Python's gzip module reads them). The gzip reader checks
+// each member's CRC-32 and size when it reaches the member's end; gzipStream then
+// reads the bytes up to the next member itself, so that the end of the file is
+// io.EOF only where the last member ended (and its trailer was right), and anything
+// else after it is an error.
+type gzipStream struct {
+	zr  *gzip.Reader // with Multistream(false): io.EOF at the end of each member
+	br  *bufio.Reader
+	err error // sticky: the end of the file, or a failure between members
+}
+
+func (g *gzipStream) Read(p []byte) (int, error) {
+	for g.err == nil {
+		n, err := g.zr.Read(p)
+		if err != io.EOF {
+			return n, err
+		}
+		g.err = g.nextMember()
+		if n > 0 {
+			return n, nil
+		}
+	}
+	return 0, g.err
+}
+
+// nextMember skips zero bytes after a member and starts the next one: io.EOF when
+// the file ends there.
+func (g *gzipStream) nextMember() error {
+	for {
+		c, err := g.br.ReadByte()
+		if err != nil {
+			return err
+		}
+		if c != 0 {
+			break
+		}
+	}
+	g.br.UnreadByte()
+	if b, _ := g.br.Peek(2); b[0] != 0x1f || len(b) == 2 && b[1] != 0x8b {
+		return fmt.Errorf("bytes after a gzip member that are neither zeros nor another member: %w", gzip.ErrHeader)
+	}
+	if err := g.zr.Reset(g.br); err != nil {
+		return unexpected(err) // a header cut short is no end
+	}
+	g.zr.Multistream(false)
+	return nil
+}
+
+func (g *gzipStream) Close() error { return nil }
+
+// Compression is a whole-shard compression format.
+type Compression int
+
+// Compressions that DetectCompression recognises.
+const (
+	None Compression = iota
+	Gzip
+	Zstd
+	Bzip2
+	XZ
+	LZ4
+)
+
+func (c Compression) String() string {
+	switch c {
+	case Gzip:
+		return "gzip"
+	case Zstd:
+		return "zstd"
+	case Bzip2:
+		return "bzip2"
+	case XZ:
+		return "xz"
+	case LZ4:
+		return "lz4"
+	}
+	return "none"
+}
+
+// DetectCompression names the compression whose magic number starts b.
+func DetectCompression(b []byte) Compression {
+	switch {
+	case bytes.HasPrefix(b, []byte{0x1f, 0x8b}):
+		return Gzip
+	case bytes.HasPrefix(b, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		return Zstd
+	case bytes.HasPrefix(b, []byte("BZh")):
+		return Bzip2
+	case bytes.HasPrefix(b, []byte{0xfd, '7', 'z', 'X', 'Z', 0}):
+		return XZ
+	case bytes.HasPrefix(b, []byte{0x04, 0x22, 0x4d, 0x18}):
+		return LZ4
+	}
+	return None
+}
