@@ -56,7 +56,7 @@ test: deps tools lint validate
 	$(GO) test -run '^$$' -fuzz '^FuzzParseContentRange$$' -fuzztime 20000x ./source/httpsrc/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMeta$$' -fuzztime 20000x ./cache/
 	$(GO) test -run '^$$' -fuzz '^FuzzMatchFile$$' -fuzztime 50000x ./cache/
-	$(GO) test -run '^$$' -fuzz '^FuzzURL$$' -fuzztime 20000x ./internal/redact/
+	$(GO) test -run '^$$' -fuzz '^FuzzURL$$' -fuzztime 20000x ./redact/
 	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime 20000x ./index/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRuns$$' -fuzztime 20000x ./plan/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseStream$$' -fuzztime 20000x ./cmd/shardload/

@@ -12,9 +12,9 @@ import (
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
-	"github.com/shardload/shardload/internal/logs"
 	"github.com/shardload/shardload/internal/pipeline"
 	"github.com/shardload/shardload/internal/tune"
+	"github.com/shardload/shardload/logs"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
@@ -75,7 +75,7 @@ type Config struct {
 	// JSON lines {"url": ..., "samples": N} ("shardload ls --summary --json") work too.
 	// Without it (and without Shards), Open looks in the node's index store and for
 	// an index object beside the shards, and counts the shards none has (see Count).
-	// Lines match shards by their URL with secrets removed (internal/redact): a
+	// Lines match shards by their URL with secrets removed (package redact): a
 	// presigned URL's index stays valid when its signature changes.
 	Index string
 	// IndexDir is the node's index store (package index): the entries of the shards

@@ -52,7 +52,7 @@ var (
 // label that is not a number. Match it with errors.As; Err is the cause, which
 // errors.Is matches against ErrMissingField, decode.ErrWrongShape and the like.
 type SampleError struct {
-	URL    string // the shard's URL, secrets removed (internal/redact)
+	URL    string // the shard's URL, secrets removed (package redact)
 	Key    string // the sample's key
 	Offset int64  // byte offset of the sample's first member in the shard's (decompressed) tar
 	Field  string // the field's column name

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/shardload/shardload/index"
-	"github.com/shardload/shardload/internal/redact"
+	"github.com/shardload/shardload/redact"
 	"github.com/shardload/shardload/shard"
 )
 

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/shardload/shardload/internal/mem"
 	"github.com/shardload/shardload/internal/tune"
+	"github.com/shardload/shardload/mem"
 )
 
 // DefaultMemory is the memory budget of a Config whose Memory is 0: 1 GiB for the

@@ -12,7 +12,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/shardload/shardload/internal/redact"
+	"github.com/shardload/shardload/redact"
 	"github.com/shardload/shardload/shard"
 )
 

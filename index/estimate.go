@@ -7,7 +7,7 @@ import (
 	"io"
 	"math"
 
-	"github.com/shardload/shardload/internal/redact"
+	"github.com/shardload/shardload/redact"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 )

@@ -15,7 +15,7 @@
 //	{"url": "s3://bucket/train-000000.tar", "version": "\"9b2cf535f27731c974343645a3985328\"",
 //	 "size": 104857600, "samples": 1000, "offsets": "AIAIgAiACA..."}
 //
-// url is the shard's URL without secrets (internal/redact: no user information, no
+// url is the shard's URL without secrets (package redact: no user information, no
 // signature or token query parameters), which is also how lines are matched to shards.
 // version and size identify the object (source.Info: an S3 ETag, a GCS generation, an
 // HTTP ETag, a file's size and modification time); a line whose version differs from
@@ -64,7 +64,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/zeebo/xxh3"
 
-	"github.com/shardload/shardload/internal/redact"
+	"github.com/shardload/shardload/redact"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 )

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"weak"
 
-	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/plan"
+	"github.com/shardload/shardload/redact"
 	"github.com/shardload/shardload/shard"
 )
 

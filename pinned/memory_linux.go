@@ -3,7 +3,7 @@ package pinned
 import (
 	"errors"
 	"fmt"
-	"github.com/shardload/shardload/internal/mem"
+	"github.com/shardload/shardload/mem"
 	"os"
 	"strconv"
 	"strings"

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/shardload/shardload/internal/mem"
+	"github.com/shardload/shardload/mem"
 	"io"
 	"math"
 	"os"

@@ -45,9 +45,9 @@ import (
 
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/index"
-	"github.com/shardload/shardload/internal/mem"
-	"github.com/shardload/shardload/internal/redact"
+	"github.com/shardload/shardload/mem"
 	"github.com/shardload/shardload/numa"
+	"github.com/shardload/shardload/redact"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 )

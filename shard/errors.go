@@ -9,7 +9,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/shardload/shardload/internal/redact"
+	"github.com/shardload/shardload/redact"
 )
 
 // Errors wrapped in an *Error; match them with errors.Is.

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/shardload/shardload/internal/mem"
+	"github.com/shardload/shardload/mem"
 )
 
 // VersionReader is the optional capability to read part of one version of an object:

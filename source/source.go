@@ -27,7 +27,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/shardload/shardload/internal/redact"
+	"github.com/shardload/shardload/redact"
 )
 
 // Info describes one object. Size is -1 when a backend cannot tell (an HTTP server
@@ -95,7 +95,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // where the backend cannot skip to the offset itself.
 var ErrRangeIgnored = errors.New("source: server ignored the Range header")
 
-// Redact returns url without its secrets (see internal/redact: the user information
+// Redact returns url without its secrets (see package redact: the user information
 // and the values of signature, credential and token query parameters). Errors of
 // this package pass their URLs through it.
 func Redact(url string) string { return redact.URL(url) }

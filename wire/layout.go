@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	"github.com/shardload/shardload/decode"
-	"github.com/shardload/shardload/internal/mem"
+	"github.com/shardload/shardload/mem"
 )
 
 // Align is the alignment in bytes of every column's data and of every ragged

@@ -15,9 +15,9 @@ import (
 
 	"github.com/shardload/shardload/cache"
 	"github.com/shardload/shardload/index"
-	"github.com/shardload/shardload/internal/logs"
-	"github.com/shardload/shardload/internal/mem"
-	"github.com/shardload/shardload/internal/redact"
+	"github.com/shardload/shardload/logs"
+	"github.com/shardload/shardload/mem"
+	"github.com/shardload/shardload/redact"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 	"github.com/shardload/shardload/source/all"

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/shardload/shardload"
-	"github.com/shardload/shardload/internal/redact"
+	"github.com/shardload/shardload/redact"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 )

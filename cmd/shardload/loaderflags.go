@@ -20,7 +20,7 @@ import (
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/knob"
-	"github.com/shardload/shardload/internal/logs"
+	"github.com/shardload/shardload/logs"
 	"github.com/shardload/shardload/plan"
 )
 

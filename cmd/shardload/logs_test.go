@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shardload/shardload/internal/logs"
+	"github.com/shardload/shardload/logs"
 )
 
 // TestLogFormats: text lines start with a timestamp and the level and keep the

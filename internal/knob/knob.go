@@ -14,7 +14,7 @@ import (
 	"strings"
 
 	"github.com/shardload/shardload"
-	"github.com/shardload/shardload/internal/mem"
+	"github.com/shardload/shardload/mem"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 	"github.com/shardload/shardload/wire"

@@ -20,11 +20,11 @@ import (
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
-	"github.com/shardload/shardload/internal/mem"
-	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/internal/tune"
+	"github.com/shardload/shardload/mem"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/plan"
+	"github.com/shardload/shardload/redact"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/wire"
 )

@@ -14,8 +14,8 @@ import (
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/index"
-	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/plan"
+	"github.com/shardload/shardload/redact"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 )

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/shardload/shardload/decode"
-	"github.com/shardload/shardload/internal/mem"
+	"github.com/shardload/shardload/mem"
 	"github.com/shardload/shardload/shard"
 )
 

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/shardload/shardload/decode"
-	"github.com/shardload/shardload/internal/mem"
+	"github.com/shardload/shardload/mem"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/wire"

@@ -11,8 +11,8 @@ import (
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/shardload/shardload/cache"
-	"github.com/shardload/shardload/internal/redact"
 	"github.com/shardload/shardload/internal/testutil"
+	"github.com/shardload/shardload/redact"
 	"github.com/shardload/shardload/source"
 	"github.com/shardload/shardload/source/httpsrc"
 	"github.com/shardload/shardload/source/sourcetest"
