@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"reflect"
 	"runtime"
 	"time"
 
@@ -364,13 +363,22 @@ func noURLs(cfg Config) error {
 func (cfg Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	// Every count and size is at least 0 (ReadGap's -1 means none; Rank and OnError
-	// are checked below).
-	v := reflect.ValueOf(cfg)
-	for i := range v.NumField() {
-		f, name := v.Field(i), v.Type().Field(i).Name
-		if f.CanInt() && f.Int() < 0 && v.Type().Field(i).IsExported() && name != "ReadGap" && name != "Rank" && name != "OnError" && name != "StartTimeout" {
-			bad("%s %d is negative", name, f.Int())
+	// Every scalar setting within its knob's limits (0 is its default; a value that
+	// stands for 0 given, as ReadGap's -1, is in them), as the command line and a
+	// trainer's hello check them.
+	for _, k := range Knobs {
+		if n, ok := k.intValue(&cfg); ok && n != 0 && (k.ZeroIs == 0 || n != k.ZeroIs) {
+			if err := k.check(n); err != nil && n < 0 {
+				bad("%s %d is negative (--%s: %v)", k.Field, n, k.Name, err)
+			} else if err != nil {
+				bad("%s %d (--%s): %v", k.Field, n, k.Name, err)
+			}
+		}
+	}
+	// The others that are counts and sizes.
+	for name, n := range map[string]int64{"EpochSamples": cfg.EpochSamples, "MaxMemberSize": cfg.MaxMemberSize} {
+		if n < 0 {
+			bad("%s %d is negative", name, n)
 		}
 	}
 	if d := cfg.withDefaults(); d.Slabs > 0 {

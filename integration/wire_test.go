@@ -2,12 +2,11 @@ package integration
 
 import (
 	"fmt"
+	sl "github.com/shardload/shardload"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/shardload/shardload/internal/knob"
 )
 
 // The Python client reads the golden fixtures of package wire (every message, a
@@ -39,20 +38,20 @@ func TestPythonClientTypes(t *testing.T) {
 	}
 }
 
-// The settings a trainer's hello may give are one table in the server (internal/knob:
+// The settings a trainer's hello may give are one table in the server (shardload.Knobs:
 // each Knob's Hello) and one in the Python client (shardload.hello.SETTINGS), which
 // must name the same ones. client/python/tests/settings_check.py compares them, and
 // checks that the client's hello is made from its table.
 func TestPythonSettingsAreTheKnobs(t *testing.T) {
 	py := python(t)
 	var names []string
-	for _, k := range knob.All {
+	for _, k := range sl.Knobs {
 		if k.Hello != "" {
 			names = append(names, k.Hello)
 		}
 	}
 	if len(names) == 0 {
-		t.Fatal("knob.All has no Hello")
+		t.Fatal("sl.Knobs has no Hello")
 	}
 	script, _ := filepath.Abs("../client/python/tests/settings_check.py")
 	out, err := exec.Command(py, append([]string{script}, names...)...).CombinedOutput()

@@ -14,7 +14,6 @@ import (
 
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/decode"
-	"github.com/shardload/shardload/internal/knob"
 	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/mem"
 	"github.com/shardload/shardload/plan"
@@ -265,7 +264,7 @@ func (s *Server) epochSettings(h *wire.Hello, cfg *shardload.Config) error {
 	if h.Version < 4 {
 		return nil
 	}
-	for _, k := range knob.All {
+	for _, k := range shardload.Knobs {
 		if raw, ok := h.Settings[k.Hello]; ok && k.Hello != "" {
 			if err := k.SetHello(cfg, raw); err != nil {
 				return reject(CodeBadRequest, "%v", err)

@@ -19,13 +19,12 @@ import (
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/index"
-	"github.com/shardload/shardload/internal/knob"
 	"github.com/shardload/shardload/logs"
 	"github.com/shardload/shardload/plan"
 )
 
 // loaderFlags are the flags that configure a pipeline, shared by the commands that
-// run one: a flag per knob.Knob (written straight into cfg), and those that are
+// run one: a flag per shardload.Knob (written straight into cfg), and those that are
 // not scalars. Those of the device-copy stage and of placement are bench's alone
 // (deviceFlags): serve places each session itself.
 type loaderFlags struct {
@@ -46,9 +45,9 @@ type loaderFlags struct {
 	startTimeout  time.Duration
 }
 
-// knobFlag is a knob.Knob as a flag: it sets the knob in a Config.
+// knobFlag is a shardload.Knob as a flag: it sets the knob in a Config.
 type knobFlag struct {
-	k   knob.Knob
+	k   shardload.Knob
 	cfg *shardload.Config
 	set bool
 }
@@ -85,7 +84,7 @@ func (lf *loaderFlags) register(fs *pflag.FlagSet, perRank bool) {
 	lf.fs = fs
 	fs.StringArrayVar(&lf.fields, "field", nil, "field to decode, repeatable: [NAME=]EXT[:KIND[:DTYPE[:SHAPE[:OPTIONS]]]], e.g. jpg, label=cls:int, tokens=npy:npy:int32:2048, img=jpg:image:uint8:224x224x3 (default: the extensions of the first sample). Kinds: raw, npy, int, text, json, image. An image (JPEG, PNG, WebP, GIF) is decoded to RGB, resized (bilinear, as PIL) and cropped: dtype uint8 (default), float16 or float32; shape HxWx3 (default 224x224x3), 3xHxW for CHW, HxWx1 or 1xHxW for grayscale; options, comma-separated: resize=N (shorter side before the center crop; default the crop's larger side), random-crop (RandomResizedCrop) with scale=A-B (0.08-1) and ratio=A-B (0.75-1.333), flip (random horizontal flip), mean=R/G/B and std=R/G/B or imagenet (float outputs: (x/255-mean)/std), full-decode (no reduced-scale JPEG decoding). Random transforms are seeded by --seed, the epoch and the sample's key")
 	fs.StringVar(&lf.imageDecoder, "image-decoder", "auto", "JPEG decoder of image fields: libjpeg-turbo (loaded at run time from libturbojpeg.so.0, or $SHARDLOAD_TURBOJPEG), go (Go's image/jpeg, no C library, slower), or auto (libjpeg-turbo when it loads, else go)")
-	for _, k := range knob.All {
+	for _, k := range shardload.Knobs {
 		if k.Source || k.PerRank && !perRank {
 			continue
 		}

@@ -19,7 +19,6 @@ import (
 
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/cache"
-	"github.com/shardload/shardload/internal/knob"
 	"github.com/shardload/shardload/serve"
 	"github.com/shardload/shardload/source"
 )
@@ -145,7 +144,7 @@ func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
 		g(m.memory, float64(s.Memory), id, rank)
 		g(m.queued, float64(s.Queued), id, rank)
 		if k := s.Settings; k.Workers > 0 {
-			for _, kn := range knob.All {
+			for _, kn := range shardload.Knobs {
 				if kn.Tuned {
 					g(m.knob, float64(kn.Setting(k)), id, rank, kn.Label())
 				}

@@ -10,9 +10,9 @@ from .messages import CLIENT_NAME, PROTOCOL_VERSION, HelloMessage, Message, Stat
 
 # The settings (version 4) a hello may carry as members of its own, each overriding
 # the server's: the Client's (and hello_message's) keyword arguments of those names.
-# The one table of them in the client: internal/knob names the same ones (each Knob's
-# Hello), as the integration test TestPythonSettingsAreTheKnobs checks
-# (client/python/tests/settings_check.py).
+# The one table of them in the client: the Go table shardload.Knobs names the
+# same ones (each Knob's Hello), as the integration test
+# TestPythonSettingsAreTheKnobs checks (client/python/tests/settings_check.py).
 SETTINGS: Tuple[str, ...] = ("allow_estimate", "count_first", "slab_bytes", "slabs", "shuffle",
                              "shuffle_buffer", "shuffle_bytes", "open_shards", "read_gap")
 

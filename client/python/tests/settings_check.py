@@ -1,10 +1,10 @@
 """Checks that the settings a trainer's hello may carry are the same in the Python
 client and in the server: shardload.hello.SETTINGS, the client's one table of them,
-against the names the Go side gives (internal/knob: each Knob's Hello), and that the
+against the names the Go side gives (shardload.Knobs: each Knob's Hello), and that the
 table is what the client uses (hello_message's and Client's keyword arguments,
 HelloMessage's members, the members hello_message sends).
 
-    settings_check.py NAME...    NAME: every Hello of knob.All
+    settings_check.py NAME...    NAME: every Hello of shardload.Knobs
 
 integration's TestPythonSettingsAreTheKnobs runs it. Prints one JSON line,
 {"settings": 9}, and exits 0; on a mismatch prints what differs and exits 1.
@@ -29,11 +29,11 @@ def main(go_names):
     if len(set(mine)) != len(mine):
         problems.append(f"shardload.hello.SETTINGS names a setting twice: {mine}")
     if not go_names:
-        problems.append("no names given (want every Hello of internal/knob's knob.All)")
+        problems.append("no names given (want every Hello of shardload.Knobs)")
     for name in sorted(set(go_names) - set(mine)):
-        problems.append(f"{name!r} is a Hello of internal/knob but not in shardload.hello.SETTINGS")
+        problems.append(f"{name!r} is a Hello of shardload.Knobs but not in shardload.hello.SETTINGS")
     for name in sorted(set(mine) - set(go_names)):
-        problems.append(f"{name!r} is in shardload.hello.SETTINGS but no Hello of internal/knob")
+        problems.append(f"{name!r} is in shardload.hello.SETTINGS but no Hello of shardload.Knobs")
 
     # The table is what the client uses.
     members = typing.get_type_hints(HelloMessage)

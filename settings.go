@@ -1,9 +1,10 @@
-// Package knob holds the loader's scalar settings as one table: each Knob names a
-// field of shardload.Config with its flag name, default, limits and help. The command
-// line's flags and environment variables, the settings a trainer's hello may give
-// (serve) and the metrics' setting labels are all made from it, so that adding a
-// setting is one Knob and the code that uses its Config field.
-package knob
+package shardload
+
+// The loader's scalar settings as one table: each Knob names a field of Config with
+// its flag name, default, limits and help. The command line's flags and environment
+// variables, the settings a trainer's hello may give (serve), the metrics' setting
+// labels and Config.Validate's limits are all made from it, so that adding a setting
+// is one Knob and the code that uses its Config field.
 
 import (
 	"encoding/json"
@@ -13,14 +14,13 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/mem"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 	"github.com/shardload/shardload/wire"
 )
 
-// A Knob is one of shardload.Config's scalar settings: its name (the command line's
+// A Knob is one of Config's scalar settings: its name (the command line's
 // --NAME flag and SHARDLOAD_NAME environment variable; with dashes as underscores,
 // its label in the metrics), the Config field it sets, its default, its limits and its
 // help text.
@@ -54,37 +54,37 @@ type Knob struct {
 	Source bool
 }
 
-// All are Config's scalar settings, in the order the command line lists them.
-var All = []Knob{
-	{Name: "batch-size", Field: "BatchSize", Default: shardload.DefaultBatchSize, Min: 1, PerRank: true, Help: "samples per batch"},
+// Knobs are Config's scalar settings, in the order the command line lists them.
+var Knobs = []Knob{
+	{Name: "batch-size", Field: "BatchSize", Default: DefaultBatchSize, Min: 1, PerRank: true, Help: "samples per batch"},
 	{Name: "drop-last", Field: "DropLast", PerRank: true, Help: "drop the last batch of an epoch when it is not full"},
 	{Name: "seed", Field: "Seed", PerRank: true, Help: "seed of the shard order and the shuffle"},
 	{Name: "epoch", Field: "Epoch", PerRank: true, Help: "first epoch (seeds the order with --seed)"},
 	{Name: "rank", Field: "Rank", PerRank: true, Help: "this rank, in [0, --world)"},
 	{Name: "world", Field: "World", Default: 1, Min: 1, PerRank: true, Help: "number of ranks; each gets the same number of batches"},
 	{Name: "no-shuffle", Field: "NoShuffle", Hello: "shuffle", HelloNot: true, Help: "read shards and samples in order (--shuffle-bytes then goes to the open shards' queues, to decode the next shards ahead)"},
-	{Name: "shuffle-buffer", Field: "ShuffleBuffer", Default: shardload.DefaultShuffleBuffer, Min: 1, Max: 1 << 24, Hello: "shuffle_buffer",
+	{Name: "shuffle-buffer", Field: "ShuffleBuffer", Default: DefaultShuffleBuffer, Min: 1, Max: 1 << 24, Hello: "shuffle_buffer",
 		Help: "samples the shuffle holds: the order permutes windows of half as many, from --open-shards regions of the shuffled shards, and the loader holds two"},
-	{Name: "shuffle-bytes", Field: "ShuffleBytes", Default: shardload.DefaultShuffleBytes, Min: 1, Bytes: true, Hello: "shuffle_bytes",
+	{Name: "shuffle-bytes", Field: "ShuffleBytes", Default: DefaultShuffleBytes, Min: 1, Bytes: true, Hello: "shuffle_bytes",
 		Help: "bytes the shuffle may hold: fewer samples per window when the dataset's mean sample size calls for it"},
-	{Name: "open-shards", Field: "OpenShards", Default: shardload.DefaultOpenShards, Min: 1, Max: 1 << 12, Hello: "open_shards",
+	{Name: "open-shards", Field: "OpenShards", Default: DefaultOpenShards, Min: 1, Max: 1 << 12, Hello: "open_shards",
 		Help: "lanes of the shuffled shard list read side by side and mixed in each window: shards read at once"},
 	{Name: "workers", Field: "Workers", Auto: "the CPU count, at most --open-shards + --read-ahead, then tuned", Min: 1, Tuned: true,
 		Help: "shards fetched, inflated and decoded at the same moment (given: the tuner leaves it)"},
 	{Name: "read-gap", Field: "ReadGap", Auto: "the source's request cost: 64KiB for local files, 1MiB for object stores and HTTP", Bytes: true, Hello: "read_gap", ZeroIs: -1,
 		Help: "a rank reads the samples it wants of a window it shares with another rank (or of a resumed window) with one request per run of them, and two runs of a shard with one request when the samples between them take at most this much (0: one request per run)"},
-	{Name: "queue-bytes", Field: "QueueBytes", Default: shardload.DefaultQueueBytes, Min: 1, Bytes: true, Tuned: true,
+	{Name: "queue-bytes", Field: "QueueBytes", Default: DefaultQueueBytes, Min: 1, Bytes: true, Tuned: true,
 		Help: "decoded bytes waiting per open shard (given: the tuner leaves it)"},
 	{Name: "read-ahead", Field: "ReadAhead", Auto: "0, then tuned", Tuned: true,
 		Help: "shards opened beyond --open-shards, ahead of the order, to hide a store's latency per request (does not change the order; given: the tuner leaves it)"},
-	{Name: "memory", Field: "Memory", Default: shardload.DefaultMemory, Min: 1, Bytes: true,
-		Help: fmt.Sprintf("budget of the loader's buffers: slabs, decoded samples (queues, shuffle windows, batches) and remote reads' parts, and of the shards' index entries and the plan; settings left to their defaults are lowered to fit, the tuner never exceeds it (the process holds about %s more)", mem.FormatSize(shardload.MemoryOverhead))},
+	{Name: "memory", Field: "Memory", Default: DefaultMemory, Min: 1, Bytes: true,
+		Help: fmt.Sprintf("budget of the loader's buffers: slabs, decoded samples (queues, shuffle windows, batches) and remote reads' parts, and of the shards' index entries and the plan; settings left to their defaults are lowered to fit, the tuner never exceeds it (the process holds about %s more)", mem.FormatSize(MemoryOverhead))},
 	{Name: "autotune", Field: "NoAutotune", Default: 1, Invert: true,
 		Help: "tune --workers, --read-ahead, --queue-bytes, --fetch-parallel and --fetch-part-size while running, within --memory, from the rate delivered (those given are left alone; --autotune=false keeps the defaults)"},
-	{Name: "slabs", Field: "Slabs", Default: shardload.DefaultSlabs, Min: 1, Max: wire.MaxFDs, Hello: "slabs", Help: "pinned batch slabs in the ring (batches ready or in use at once)"},
+	{Name: "slabs", Field: "Slabs", Default: DefaultSlabs, Min: 1, Max: wire.MaxFDs, Hello: "slabs", Help: "pinned batch slabs in the ring (batches ready or in use at once)"},
 	{Name: "slab-size", Field: "SlabBytes", Auto: "sized from the batch", Min: 1, Bytes: true, Hello: "slab_bytes",
 		Help: "bytes per slab (by default: exact for images, labels and npy fields with a shape, from the dataset's mean sample size for the others); a batch that does not fit grows its slab within --max-slab-size and --memory"},
-	{Name: "max-slab-size", Field: "MaxSlabBytes", Default: shardload.DefaultMaxSlabBytes, Min: 1, Bytes: true,
+	{Name: "max-slab-size", Field: "MaxSlabBytes", Default: DefaultMaxSlabBytes, Min: 1, Bytes: true,
 		Help: "largest a slab may be, given or grown to hold a batch; a batch larger fails with the size it needs"},
 	{Name: "count-first", Field: "CountFirst", Hello: "count_first",
 		Help: "without an index, read every shard to count its samples before the first batch (exact epochs) instead of estimating the counts from the shards' sizes"},
@@ -100,12 +100,21 @@ var All = []Knob{
 		Help: "remote objects (s3, gs, http) are read as ranged parts of this size"},
 }
 
+// intValue returns the knob's value in cfg when its field is an integer.
+func (k Knob) intValue(cfg *Config) (int64, bool) {
+	f := k.field(cfg)
+	if !f.CanInt() {
+		return 0, false
+	}
+	return f.Int(), true
+}
+
 // Label returns the knob's name with underscores: its label in the metrics.
 func (k Knob) Label() string { return strings.ReplaceAll(k.Name, "-", "_") }
 
-// Named returns the knob of a name or label, and whether there is one.
-func Named(name string) (Knob, bool) {
-	for _, k := range All {
+// KnobNamed returns the knob of a name or label, and whether there is one.
+func KnobNamed(name string) (Knob, bool) {
+	for _, k := range Knobs {
 		if k.Name == name || k.Label() == name {
 			return k, true
 		}
@@ -114,7 +123,7 @@ func Named(name string) (Knob, bool) {
 }
 
 // field returns cfg's field of the knob.
-func (k Knob) field(cfg *shardload.Config) reflect.Value {
+func (k Knob) field(cfg *Config) reflect.Value {
 	f := reflect.ValueOf(cfg).Elem().FieldByName(k.Field)
 	if !f.IsValid() {
 		panic("knob: " + k.Name + ": Config has no field " + k.Field)
@@ -124,7 +133,7 @@ func (k Knob) field(cfg *shardload.Config) reflect.Value {
 
 // Set sets the knob in cfg from its command-line form ("8", "64MiB", "true"), checking
 // it against the knob's least value.
-func (k Knob) Set(cfg *shardload.Config, s string) error {
+func (k Knob) Set(cfg *Config, s string) error {
 	f := k.field(cfg)
 	switch f.Kind() {
 	case reflect.Bool:
@@ -186,7 +195,7 @@ func (k Knob) setInt(f reflect.Value, n int64) error {
 
 // SetHello sets the knob in cfg from its member in a trainer's hello: a number, or
 // true or false.
-func (k Knob) SetHello(cfg *shardload.Config, raw json.RawMessage) error {
+func (k Knob) SetHello(cfg *Config, raw json.RawMessage) error {
 	f := k.field(cfg)
 	switch f.Kind() {
 	case reflect.Bool:
@@ -219,7 +228,7 @@ func (k Knob) SetHello(cfg *shardload.Config, raw json.RawMessage) error {
 }
 
 // Value returns the knob's value in cfg in its command-line form.
-func (k Knob) Value(cfg *shardload.Config) string {
+func (k Knob) Value(cfg *Config) string {
 	f := k.field(cfg)
 	switch f.Kind() {
 	case reflect.Bool:
@@ -245,14 +254,14 @@ func (k Knob) DefaultText() string {
 	case k.Bytes:
 		return mem.FormatSize(k.Default)
 	}
-	if reflect.ValueOf(shardload.Config{}).FieldByName(k.Field).Kind() == reflect.Bool {
+	if reflect.ValueOf(Config{}).FieldByName(k.Field).Kind() == reflect.Bool {
 		return strconv.FormatBool(k.Default != 0)
 	}
 	return strconv.FormatInt(k.Default, 10)
 }
 
 // Setting returns a tuned knob's value in s (Tuned knobs' fields are Settings' too).
-func (k Knob) Setting(s shardload.Settings) int64 {
+func (k Knob) Setting(s Settings) int64 {
 	f := reflect.ValueOf(s).FieldByName(k.Field)
 	if !k.Tuned || !f.IsValid() {
 		panic("knob: " + k.Name + ": not in Settings")

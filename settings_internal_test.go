@@ -1,27 +1,25 @@
-package knob
+package shardload
 
 import (
 	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
-
-	"github.com/shardload/shardload"
 )
 
 // Every knob names a field of Config (and, tuned, of Settings); its flag form reads
 // back as it was set, and its limits refuse what they say.
 func TestTable(t *testing.T) {
 	names := map[string]bool{}
-	for _, k := range All {
+	for _, k := range Knobs {
 		if names[k.Name] {
 			t.Errorf("%s: defined twice", k.Name)
 		}
 		names[k.Name] = true
-		var cfg shardload.Config
+		var cfg Config
 		k.field(&cfg) // panics without the field
 		if k.Tuned {
-			k.Setting(shardload.Settings{})
+			k.Setting(Settings{})
 		}
 		v := "true"
 		if k.field(&cfg).Kind() != reflect.Bool {
@@ -48,9 +46,9 @@ func TestTable(t *testing.T) {
 // A hello's member sets its knob, within the knob's limits; shuffle is the negation
 // of --no-shuffle, and read_gap 0 means none.
 func TestSetHello(t *testing.T) {
-	set := func(name, raw string) (shardload.Config, error) {
-		var cfg shardload.Config
-		for _, k := range All {
+	set := func(name, raw string) (Config, error) {
+		var cfg Config
+		for _, k := range Knobs {
 			if k.Hello == name {
 				return cfg, k.SetHello(&cfg, json.RawMessage(raw))
 			}
@@ -75,6 +73,24 @@ func TestSetHello(t *testing.T) {
 	} {
 		if _, err := set(tc.name, tc.raw); err == nil || err.Error() != tc.want && !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("%s %s: %v, want %q", tc.name, tc.raw, err, tc.want)
+		}
+	}
+}
+
+// Validate holds a library caller to the table's limits, as the command line and a
+// trainer's hello are held: above a knob's most, as below its least.
+func TestValidateUsesTheTable(t *testing.T) {
+	for _, k := range Knobs {
+		if k.Max == 0 {
+			continue
+		}
+		var cfg Config
+		if err := k.setInt(k.field(&cfg), k.Max+1); err != nil {
+			t.Fatal(err)
+		}
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), "--"+k.Name) {
+			t.Errorf("%s %d: Validate says %v, want it refused naming --%s", k.Field, k.Max+1, err, k.Name)
 		}
 	}
 }
