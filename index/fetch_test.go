@@ -252,9 +252,11 @@ func TestIndexObjectOncePerNodeCache(t *testing.T) {
 	if n := st.getsOf(fetchIndexURL); n != 1 {
 		t.Fatalf("%d ranks through the node cache read the index object %d times, want 1", ranks, n)
 	}
-	// One version check a rank: not one per block read from the cache.
-	if n := st.statsOf(fetchIndexURL); n != ranks {
-		t.Fatalf("%d ranks through the node cache asked for the index object's version %d times, want %d", ranks, n, ranks)
+	// At most one version check a rank, not one per block read from the cache (fewer
+	// when a rank's check, recorded on the cached copy, serves another's open within
+	// the cache's validation interval: how many do depends on the ranks' timing).
+	if n := st.statsOf(fetchIndexURL); n < 1 || n > ranks {
+		t.Fatalf("%d ranks through the node cache asked for the index object's version %d times, want 1 to %d", ranks, n, ranks)
 	}
 }
 
