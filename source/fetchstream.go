@@ -208,7 +208,7 @@ func (s *resumeStream) retry(err error) bool {
 		s.err = exhausted(s.tries, elapsed, err)
 		return false
 	}
-	s.p.f.out.failed(s.p.url, err, pol.Budget)
+	s.p.f.out.failed(s.p.url, err, retryFor(s.ctx, pol.Budget-elapsed))
 	d := min(pol.backoffFor(s.ctx, s.tries, err, s.off), pol.Budget-elapsed)
 	if left, ok := c.remaining(); ok && left < d {
 		d = left // wait no longer than the deadline

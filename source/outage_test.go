@@ -265,3 +265,31 @@ func TestRetryBudgetGivesUp(t *testing.T) {
 		})
 	}
 }
+
+// The outage's log line says how long the request is retried for: its budget, or
+// less when the caller's deadline (the start's, say) ends sooner.
+func TestOutageLineSaysTheDeadline(t *testing.T) {
+	for _, c := range []struct {
+		timeout time.Duration
+		want    string
+	}{{0, "retrying for up to 2m0s"}, {3 * time.Second, "retrying for up to 3s"}} {
+		src := &downSource{clk: newTestClock(), data: []byte("x"), breakAt: -1, downFor: time.Hour, fail: outageErrors["refused"]}
+		f, l := outageFetcher(src, RetryPolicy{})
+		ctx := t.Context()
+		if c.timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, c.timeout)
+			defer cancel()
+		}
+		f.Stat(ctx, "s3://bucket/shard.tar")
+		l.mu.Lock()
+		first := ""
+		if len(l.l) > 0 {
+			first = l.l[0]
+		}
+		l.mu.Unlock()
+		if !strings.Contains(first, c.want) {
+			t.Errorf("timeout %v: the outage's first line is %q, want %q in it", c.timeout, first, c.want)
+		}
+	}
+}

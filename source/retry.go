@@ -300,6 +300,18 @@ func (p RetryPolicy) Do(ctx context.Context, op func(attempt int) error) error {
 	return p.do(ctx, nil, "", op)
 }
 
+// retryFor returns how long a request that failed may still be retried: left of its
+// budget, or less when ctx ends sooner (a caller's deadline: the start's), as the
+// log line of an outage says it.
+func retryFor(ctx context.Context, left time.Duration) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		if until := time.Until(dl); until < left {
+			return max(until, 0).Round(time.Second)
+		}
+	}
+	return left
+}
+
 // do is Do, telling the failures and successes to o (when not nil) as requests to
 // url.
 func (p RetryPolicy) do(ctx context.Context, o *outages, url string, op func(attempt int) error) error {
@@ -321,7 +333,7 @@ func (p RetryPolicy) do(ctx context.Context, o *outages, url string, op func(att
 		if p.spent(attempt, elapsed) {
 			return exhausted(attempt, elapsed, err)
 		}
-		o.failed(url, err, p.Budget)
+		o.failed(url, err, retryFor(ctx, p.Budget-elapsed))
 		if serr := p.Sleep(ctx, min(p.backoffFor(ctx, attempt, err, 0), p.Budget-elapsed)); serr != nil {
 			return err
 		}
