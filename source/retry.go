@@ -306,10 +306,10 @@ func (p RetryPolicy) Do(ctx context.Context, op func(attempt int) error) error {
 func retryFor(ctx context.Context, left time.Duration) time.Duration {
 	if dl, ok := ctx.Deadline(); ok {
 		if until := time.Until(dl); until < left {
-			return max(until, 0).Round(time.Second)
+			left = max(until, 0)
 		}
 	}
-	return left
+	return left.Round(time.Second)
 }
 
 // do is Do, telling the failures and successes to o (when not nil) as requests to
