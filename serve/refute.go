@@ -31,6 +31,10 @@ type refuted struct {
 	by      uint64 // the session that found it
 }
 
+// of reports whether the refutation is of the count in, the entry a session planned
+// a shard from.
+func (b refuted) of(in shard.Info) bool { return in.Version == b.version && in.Samples == b.samples }
+
 // watched is a session's shards and how to stop it.
 type watched struct {
 	shards map[string]shard.Info
@@ -68,7 +72,7 @@ func (r *refutations) check(ss *session) error {
 // concerns returns the refutation of a count in shards, if any; r.mu held.
 func (r *refutations) concerns(shards map[string]shard.Info) error {
 	for url, b := range r.bad {
-		if in, ok := shards[url]; ok && in.Version == b.version && in.Samples == b.samples {
+		if in, ok := shards[url]; ok && b.of(in) {
 			return b.err
 		}
 	}
@@ -108,7 +112,7 @@ func (r *refutations) refute(by *session, err error) bool {
 		if ss == by {
 			continue
 		}
-		if o, ok := w.shards[ce.URL]; ok && o.Version == b.version && o.Samples == b.samples {
+		if o, ok := w.shards[ce.URL]; ok && b.of(o) {
 			w.stop(b.err)
 		}
 	}
