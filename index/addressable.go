@@ -33,11 +33,13 @@ import (
 // first 8 of the SHA-256 of the counts' frame), the counts' frame length (8), the
 // shards (8), the blocks (4), then per block the ordinal of its first shard (8) and
 // its frame's length with its 8-byte frame header (8). The blocks follow the counts
-// in order. A block's payload is the id, then a zstd frame of, per shard of the
-// block in order, the uvarint length of its offsets and the offsets as in Write's
-// lines before base64 (uvarint deltas; length 0 for none). A block read by a range
-// whose id differs from the table's was written by another index (the object was
-// replaced in between): an error.
+// in order. A block's payload is the id, then a zstd frame (with its checksum) of,
+// per shard of the block in order, the uvarint length of its offsets and the offsets
+// as in Write's lines before base64 (uvarint deltas; length 0 for none); in an index
+// of format version 2 (its counts' header says), each shard's offsets are followed
+// by the uvarint length of its members and its members (appendMembers; length 0 for
+// unknown). A block read by a range whose id differs from the table's was written by
+// another index (the object was replaced in between): an error.
 
 // emptyFrame is a zstd frame of no bytes (single segment, a 1-byte content size of
 // 0, one raw last block of 0 bytes).
@@ -61,6 +63,7 @@ const (
 
 // addrTable is an addressable index's table.
 type addrTable struct {
+	members   bool // the blocks hold each shard's members after its offsets (version 2)
 	id        [idLen]byte
 	countsLen int64
 	shards    int
@@ -91,10 +94,12 @@ func (t *addrTable) end(k int) int {
 	return t.shards
 }
 
-// WriteAddressable writes infos as a zstd-compressed index whose sample offsets are
-// addressable: a loader reads the counts of all shards and the offsets of the few it
-// plans to enter (Plan); Read reads it whole. Readers of earlier releases read it as
-// an index without offsets. URLs are written without their secrets.
+// WriteAddressable writes infos as a zstd-compressed index whose sample offsets and
+// members are addressable: a loader reads the counts of all shards and the offsets
+// (and members) of the few it plans to enter (Plan, LoadMembers); Read reads it
+// whole. Readers of earlier releases read one without members (format version 1) as
+// an index without offsets, and refuse one with members (version 2). URLs are
+// written without their secrets.
 func WriteAddressable(w io.Writer, infos []shard.Info) error {
 	level := zstd.WithEncoderLevel(zstd.SpeedBetterCompression)
 	var counts bytes.Buffer
@@ -113,7 +118,8 @@ func WriteAddressable(w io.Writer, infos []shard.Info) error {
 	if err != nil {
 		return err
 	}
-	if err := enc.Encode(header{Format: formatName, Version: formatVersion, Shards: len(infos), Offsets: offsetsBlocks, Sum: linesum}); err != nil {
+	version := versionOf(infos)
+	if err := enc.Encode(header{Format: formatName, Version: version, Shards: len(infos), Offsets: offsetsBlocks, Sum: linesum}); err != nil {
 		return err
 	}
 	for _, info := range infos {
@@ -136,8 +142,7 @@ func WriteAddressable(w io.Writer, infos []shard.Info) error {
 	var raw []byte
 	first := 0
 	for i, info := range infos {
-		raw = binary.AppendUvarint(raw, uint64(deltasLen(info.Offsets)))
-		raw = appendDeltas(raw, info.Offsets)
+		raw = appendBlockEntry(raw, info, version == membersVersion)
 		if len(raw) >= blockBytes || i+1-first >= blockShards || i == len(infos)-1 {
 			fr := binary.LittleEndian.AppendUint32(nil, skippableMagic)
 			payload := be.EncodeAll(raw, append([]byte(nil), t.id[:]...))
@@ -165,6 +170,24 @@ func WriteAddressable(w io.Writer, infos []shard.Info) error {
 		bw.Write(b)
 	}
 	return bw.Flush()
+}
+
+// appendBlockEntry appends the entry of info in a block to raw: its offsets, and with
+// members its members.
+func appendBlockEntry(raw []byte, info shard.Info, members bool) []byte {
+	raw = binary.AppendUvarint(raw, uint64(deltasLen(info.Offsets)))
+	raw = appendDeltas(raw, info.Offsets)
+	if members {
+		at := len(raw)
+		raw = appendMembers(raw, info.Members)
+		n := len(raw) - at
+		// The length goes before the members: they are moved up by its bytes.
+		k := uvarintLen(uint64(n))
+		raw = append(raw, make([]byte, k)...)
+		copy(raw[at+k:], raw[at:at+n])
+		binary.PutUvarint(raw[at:], uint64(n))
+	}
+	return raw
 }
 
 // deltasLen returns the bytes of appendDeltas's encoding of offs.
@@ -259,6 +282,7 @@ func readAddressable(br *bufio.Reader, name string, offsets bool, urls []string)
 	if len(infos) != t.shards || h.Offsets != offsetsBlocks {
 		return nil, nil, fmt.Errorf("%w: %s: addressable index: %d shards, its table says %d", ErrFormat, redact.URL(name), len(infos), t.shards)
 	}
+	t.members = h.Version == membersVersion
 	if !offsets {
 		return infos, t, nil
 	}
@@ -271,14 +295,16 @@ func readAddressable(br *bufio.Reader, name string, offsets bool, urls []string)
 	}
 	defer dec.Close()
 	var buf bytes.Buffer
+	var names memberNames
 	for k := range t.first {
 		buf.Reset() // grown as the bytes come, not as the table says
 		if _, err := io.CopyN(&buf, br, t.length[k]); err != nil {
 			return nil, nil, fmt.Errorf("%w: %s: block %d: %v", ErrFormat, redact.URL(name), k, err)
 		}
 		blk := infos[t.first[k]:t.end(k)]
-		samples := func(i int) int { return blk[i].Samples }
-		if err := t.decodeBlock(dec, k, buf.Bytes(), samples, func(i int, offs []int64) { blk[i].Offsets = offs }, name); err != nil {
+		want := func(i int) *shard.Info { return &blk[i] }
+		set := func(i int, offs []int64, m *shard.Members) { blk[i].Offsets, blk[i].Members = offs, m }
+		if err := t.decodeBlock(dec, k, buf.Bytes(), want, set, &names, name); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -291,9 +317,10 @@ func blockDecoder(n int) (*zstd.Decoder, error) {
 }
 
 // decodeBlock decodes block k (its frame b): for the i-th shard of the block,
-// samples(i) is its count, or -1 to skip it unchecked, and set(i, offs) takes its
-// offsets, if it has some and is not skipped.
-func (t *addrTable) decodeBlock(dec *zstd.Decoder, k int, b []byte, samples func(i int) int, set func(i int, offs []int64), name string) error {
+// want(i) is its entry (its count and URL), or nil to skip it unchecked, and set(i,
+// offs, members) takes its offsets and members (nil where it has none), if it is
+// not skipped: the entry with them passes Check (against its own size).
+func (t *addrTable) decodeBlock(dec *zstd.Decoder, k int, b []byte, want func(i int) *shard.Info, set func(i int, offs []int64, m *shard.Members), names *memberNames, name string) error {
 	bad := func(why string) error {
 		return fmt.Errorf("%w: %s: addressable index: block %d: %s", ErrFormat, redact.URL(name), k, why)
 	}
@@ -307,22 +334,46 @@ func (t *addrTable) decodeBlock(dec *zstd.Decoder, k int, b []byte, samples func
 	if err != nil {
 		return bad(err.Error())
 	}
-	for i := range t.end(k) - t.first[k] {
+	next := func() ([]byte, bool) {
 		n, m := binary.Uvarint(raw)
 		if m <= 0 || n > uint64(len(raw)-m) {
-			return bad("cut short")
+			return nil, false
 		}
 		d := raw[m : m+int(n)]
 		raw = raw[m+int(n):]
-		count := samples(i)
-		if n == 0 || count < 0 {
+		return d, true
+	}
+	for i := range t.end(k) - t.first[k] {
+		d, ok := next()
+		var md []byte
+		if ok && t.members {
+			md, ok = next()
+		}
+		if !ok {
+			return bad("cut short")
+		}
+		e := want(i)
+		if e == nil || len(d) == 0 && len(md) == 0 {
 			continue
 		}
-		offs, err := decodeDeltas(d, count)
-		if err != nil {
-			return bad(fmt.Sprintf("shard %d: %v", t.first[k]+i, err))
+		var offs []int64
+		var mem *shard.Members
+		var err error
+		if len(d) > 0 {
+			offs, err = decodeDeltas(d, e.Samples)
 		}
-		set(i, offs)
+		if err == nil && len(md) > 0 {
+			mem, err = names.decodeMembers(md, e.Samples)
+		}
+		if err == nil && mem != nil {
+			checked := *e
+			checked.Offsets, checked.Members = offs, mem
+			err = checked.Check(-1, -1)
+		}
+		if err != nil {
+			return bad(fmt.Sprintf("shard %d (%s): %v", t.first[k]+i, redact.URL(e.URL), err))
+		}
+		set(i, offs, mem)
 	}
 	if len(raw) > 0 {
 		return bad("bytes after its last shard")
@@ -335,11 +386,11 @@ type rangeOpener interface {
 	OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error)
 }
 
-// offsetsOf reads, from the addressable index at url with table t, the offsets of the
-// shards of ordinals ords into infos[i] for each i with ords[i] set (infos[i] is
-// the shard of ordinal ords[i]): a ranged read of each block that holds any of them,
-// workers at a time.
-func (t *addrTable) offsetsOf(ctx context.Context, src rangeOpener, url string, infos []shard.Info, ords map[int]int, workers int) error {
+// offsetsOf reads, from the addressable index at url with table t, the offsets and
+// members (what says which) of the shards of ordinals ords into infos[i] for each i
+// with ords[i] set (infos[i] is the shard of ordinal ords[i]): a ranged read of each
+// block that holds any of them, workers at a time.
+func (t *addrTable) offsetsOf(ctx context.Context, src rangeOpener, url string, infos []shard.Info, ords map[int]int, workers, what int) error {
 	byBlock := map[int]map[int]int{} // block -> ordinal -> index in infos
 	for i, ord := range ords {
 		if ord < 0 || ord >= t.shards {
@@ -374,13 +425,29 @@ func (t *addrTable) offsetsOf(ctx context.Context, src rangeOpener, url string, 
 			return fmt.Errorf("shardload: index %s: block %d: %w", redact.URL(url), k, err)
 		}
 		first, of := t.first[k], byBlock[k]
-		samples := func(i int) int {
+		want := func(i int) *shard.Info {
 			if at, ok := of[first+i]; ok {
-				return infos[at].Samples
+				return &infos[at]
 			}
-			return -1
+			return nil
 		}
-		// A compressed shard's offsets stay nil.
-		return t.decodeBlock(dec, k, b, samples, func(i int, offs []int64) { infos[of[first+i]].Offsets = offs }, url)
+		set := func(i int, offs []int64, m *shard.Members) {
+			// A compressed shard's offsets stay nil.
+			in := &infos[of[first+i]]
+			if what&loadOffsets != 0 {
+				in.Offsets = offs
+			}
+			if what&loadMembers != 0 {
+				in.Members = m
+			}
+		}
+		var names memberNames // one a block: blocks are decoded at once
+		return t.decodeBlock(dec, k, b, want, set, &names, url)
 	})
 }
+
+// What offsetsOf loads of a shard.
+const (
+	loadOffsets = 1 << iota
+	loadMembers
+)

@@ -31,7 +31,9 @@ import (
 // set of the process while it plans (Linux: VmHWM, reset before; the process's own
 // few MB included), the heap still held
 // once the plan is made (the URLs, the shards and the plan, after a collection), the
-// index file's bytes and the shards whose offsets were decoded.
+// index file's bytes and the shards whose offsets were decoded. "lazy-members" is
+// "lazy" over an index that holds each sample's members too (a jpg and a cls; format
+// version 2): its counts are those of "lazy" (counts-MB), its blocks larger.
 // The indexes are written once to $TMPDIR/shardload-atscale-s3-N/ and kept for later
 // runs (a few minutes to write at 10^6 shards). Run each case in its own process:
 //
@@ -52,11 +54,12 @@ func BenchmarkIndexAtScale(b *testing.B) {
 	for _, c := range []struct {
 		name        string
 		lazy        bool
+		members     bool
 		world, rank int
-	}{{"whole", false, 80_000, 12_345}, {"lazy", true, 80_000, 12_345}, {"lazy-world8", true, 8, 3}} {
+	}{{"whole", false, false, 80_000, 12_345}, {"lazy", true, false, 80_000, 12_345}, {"lazy-world8", true, false, 8, 3}, {"lazy-members", true, true, 80_000, 12_345}} {
 		world, rank := c.world, c.rank
 		b.Run(c.name, func(b *testing.B) {
-			path := atScaleIndex(b, dir, n, samples, c.lazy)
+			path := atScaleIndex(b, dir, n, samples, c.lazy, c.members)
 			st, err := os.Stat(path)
 			if err != nil {
 				b.Fatal(err)
@@ -104,6 +107,12 @@ func BenchmarkIndexAtScale(b *testing.B) {
 				b.ReportMetric(secs, "s/plan")
 				b.ReportMetric(float64(max)/1e6, "peak-heap-MB")
 				b.ReportMetric(float64(st.Size())/1e6, "index-MB")
+				if f, err := os.Open(path); err == nil {
+					if l, ok, err := index.ReadLayout(f, path); ok && err == nil {
+						b.ReportMetric(float64(l.Counts)/1e6, "counts-MB")
+					}
+					f.Close()
+				}
 				b.ReportMetric(float64(decoded), "shards-decoded")
 				b.ReportMetric(float64(len(p.Spans)), "spans")
 				runtime.GC()
@@ -142,12 +151,31 @@ func rssPeak() func() int64 {
 // loader makes it (Lookup.Quick with LazyOffsets, then PlanInPlace), allocates at
 // most maxAlloc bytes a shard in all (garbage included: what the heap grows by
 // between two collections) and holds at most maxHeld once made: the shards'
-// entries (80 bytes each), their versions and the order's 12 bytes a shard. The
+// entries (88 bytes each), their versions and the order's 12 bytes a shard. The
 // URLs are the caller's, made before. BenchmarkIndexAtScale has the figures at 10^6.
+//
+// With members in the index (format version 2), the same holds (their blocks are read
+// for the shards whose offsets are), and its counts are those of the index without
+// members, byte for byte but for the header's version.
 func TestPlanMemoryPerShard(t *testing.T) {
+	dir := t.TempDir()
+	var counts [2]int64
+	for k, members := range []bool{false, true} {
+		t.Run(fmt.Sprintf("members=%v", members), func(t *testing.T) {
+			counts[k] = planMemoryPerShard(t, dir, members)
+		})
+	}
+	if d := counts[1] - counts[0]; d < -8 || d > 8 {
+		t.Errorf("counts of %d bytes with members, %d without", counts[1], counts[0])
+	}
+}
+
+// planMemoryPerShard is TestPlanMemoryPerShard of the index with or without
+// members; it returns the bytes of its counts.
+func planMemoryPerShard(t *testing.T, dir string, members bool) int64 {
 	const n, samples, world, rank = 100_000, 20, 8_000, 1_234
-	const maxAlloc, maxHeld = 250, 100
-	path := atScaleIndex(t, t.TempDir(), n, samples, true)
+	const maxAlloc, maxHeld = 250, 110
+	path := atScaleIndex(t, dir, n, samples, true, members)
 	reg := &source.Registry{}
 	reg.Register("file", &source.File{})
 	reg.Register("s3", memShards{})
@@ -172,14 +200,23 @@ func TestPlanMemoryPerShard(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	runtime.GC()
 	runtime.ReadMemStats(&held)
-	decoded := 0
+	decoded, withMembers := 0, 0
 	for _, in := range infos {
 		if in.Offsets != nil {
 			decoded++
 		}
+		if in.Members != nil {
+			withMembers++
+			if in.Offsets == nil || in.Members.Samples() != samples {
+				t.Fatalf("%s: members of %d samples, offsets %v", in.URL, in.Members.Samples(), in.Offsets != nil)
+			}
+		}
 	}
 	if decoded == 0 || decoded > 100 || len(p.Spans) == 0 {
 		t.Fatalf("%d shards' offsets decoded for %d spans", decoded, len(p.Spans))
+	}
+	if members && withMembers != decoded || !members && withMembers != 0 {
+		t.Fatalf("%d shards' members decoded, %d shards' offsets", withMembers, decoded)
 	}
 	runtime.KeepAlive(infos)
 	alloc := float64(after.TotalAlloc-before.TotalAlloc) / n
@@ -188,6 +225,16 @@ func TestPlanMemoryPerShard(t *testing.T) {
 	if alloc > maxAlloc || kept > maxHeld {
 		t.Errorf("%.0f bytes a shard allocated and %.0f held, want at most %d and %d", alloc, kept, maxAlloc, maxHeld)
 	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	l, _, err := index.ReadLayout(f, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Counts
 }
 
 // heapPeak starts sampling the heap's objects every millisecond and returns a
@@ -233,12 +280,16 @@ func atScaleURL(i int) string { return fmt.Sprintf("s3://bucket/train/shard-%07d
 // atScaleIndex returns the path of the synthetic index of n shards in dir (written
 // by WriteAddressable when addressable, else Write), writing it if it is not there.
 // Samples are 100-120 KB (a tar header and the data in 512-byte blocks), from a
-// generator seeded by the shard's number.
-func atScaleIndex(b testing.TB, dir string, n, samples int, addressable bool) string {
+// generator seeded by the shard's number; with members, the index holds them too: a
+// jpg and a cls of one byte, in the same bytes of tar (the same counts).
+func atScaleIndex(b testing.TB, dir string, n, samples int, addressable, members bool) string {
 	b.Helper()
 	name := "whole.idx"
 	if addressable {
 		name = "addressable-2.idx" // its counts in a 1 MiB window (addressable.idx: 8 MiB)
+	}
+	if members {
+		name = strings.TrimSuffix(name, ".idx") + "-members.idx"
 	}
 	path := filepath.Join(dir, name)
 	if _, err := os.Stat(path); err == nil {
@@ -252,12 +303,22 @@ func atScaleIndex(b testing.TB, dir string, n, samples int, addressable bool) st
 		r := rand.New(rand.NewPCG(uint64(i), 7))
 		offs := make([]int64, samples)
 		off := int64(0)
+		var mb shard.MembersBuilder
 		for j := range offs {
 			offs[j] = off
-			off += 512 + (100_000+r.Int64N(20_000)+511)/512*512
+			size := 100_000 + r.Int64N(20_000)
+			off += 512 + (size+511)/512*512
+			if members { // the same tar bytes: the jpg 1024 bytes less, and the cls
+				mb.Sample()
+				mb.Member("jpg", size-1024)
+				mb.Member("cls", 1)
+			}
 		}
 		u := atScaleURL(i)
 		infos[i] = shard.Info{URL: u, Samples: samples, Version: fmt.Sprintf("%d-%x", off+1024, i), Size: off + 1024, Offsets: offs}
+		if members {
+			infos[i].Members = mb.Members()
+		}
 	}
 	tmp := path + ".tmp"
 	f, err := os.Create(tmp)

@@ -50,10 +50,12 @@ func writeIndex(t *testing.T, path string, infos []shard.Info) {
 // quick one, instead of a plan that leaves the shard's samples out unseen.
 func TestIndexCountsCheckedFromBelow(t *testing.T) {
 	dir, urls, infos := indexed(t)
+	// Entries as an index written for another count of the shard has them: offsets
+	// and members of that count (none).
 	cases := map[string]func(e *shard.Info){
-		"zero":            func(e *shard.Info) { e.Samples, e.Offsets = 0, nil },
-		"zero-no-version": func(e *shard.Info) { e.Samples, e.Offsets, e.Version, e.Size = 0, nil, "", 0 },
-		"too-low":         func(e *shard.Info) { e.Samples, e.Offsets = 40, e.Offsets[:40] },
+		"zero":            func(e *shard.Info) { e.Samples, e.Offsets, e.Members = 0, nil, nil },
+		"zero-no-version": func(e *shard.Info) { e.Samples, e.Offsets, e.Members, e.Version, e.Size = 0, nil, nil, "", 0 },
+		"too-low":         func(e *shard.Info) { e.Samples, e.Offsets, e.Members = 40, e.Offsets[:40], nil },
 	}
 	for name, edit := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -98,7 +100,7 @@ func TestIndexCountsCheckedFromBelow(t *testing.T) {
 func TestIndexChecksum(t *testing.T) {
 	dir, urls, infos := indexed(t)
 	for i := range infos {
-		infos[i].Offsets = nil // counts alone: a count edited is no offsets' mismatch
+		infos[i].Offsets = nil // counts alone (and members, whose mismatch is said after the sum)
 	}
 	var b bytes.Buffer
 	if err := index.Write(&b, infos, false); err != nil {

@@ -1,19 +1,23 @@
 // Package index is the dataset index: for each shard its URL, the version and size of
-// the object it was taken from, its sample count and each sample's byte offset in the
-// tar. With it a loader plans an epoch without reading the shards, and a rank whose
-// part starts inside a shard reads from that sample's offset.
+// the object it was taken from, its sample count, each sample's byte offset in the
+// tar, and each sample's members and their sizes. With it a loader plans an epoch
+// without reading the shards, a rank whose part starts inside a shard reads from that
+// sample's offset, and a batch's layout (ragged columns, a token packer's rows) is
+// known before a byte of its samples is read.
 //
 // # Format
 //
 // An index is JSON lines, optionally zstd-compressed (readers detect it). The first
-// line is a header, {"format": "shardload-index", "version": 1, "shards": N, "sum":
+// line is a header, {"format": "shardload-index", "version": 2, "shards": N, "sum":
 // "xxh3:..."}: sum is the XXH3 of the lines after it, as written, and a reader
 // refuses an index whose lines do not match it (ErrChecksum), or that has fewer or
 // more lines than N; an index without sum (an older release's) is read as it is.
 // Each other line is one shard:
 //
 //	{"url": "s3://bucket/train-000000.tar", "version": "\"9b2cf535f27731c974343645a3985328\"",
-//	 "size": 104857600, "samples": 1000, "offsets": "AIAIgAiACA..."}
+//	 "size": 104857600, "samples": 1000, "offsets": "AIAIgAiACA...",
+//	 "exts": ["cls", "jpg", "tokens.npy"], "dtypes": ["", "", "<u2"],
+//	 "sizes": "AgICAgIC...", "items": "gQiBCIEI..."}
 //
 // url is the shard's URL without secrets (package redact: no user information, no
 // signature or token query parameters), which is also how lines are matched to shards.
@@ -26,30 +30,83 @@
 // version or offsets is valid (the format "shardload ls --summary --json" prints, which
 // has only url and samples): its count is trusted as it is.
 //
+// # Members (version 2)
+//
+// exts, dtypes, sizes and items are the shard's members (shard.Members), when they
+// are known: a full read of the shard records them (Scan, Recorder), compressed or
+// not (the sizes are those of the members in the tar). exts are the extensions of
+// the shard's members, as the shard reader groups them (the base name after its
+// first dot, lower-cased: "jpg", "seg.png", "tokens.npy"), sorted, each present in
+// some sample; [] for a shard of no sample. sizes is the base64 of unsigned varints,
+// extension after extension in the order of exts, one per sample: the sample's
+// member's size plus one, 0 for a sample without that member (so an absent member
+// is not an empty one). For an extension that is a .npy ("npy", or ending in ".npy")
+// whose members present are all 1-D arrays (C order) of one element type, dtypes
+// holds that type at the extension's place, as the little-endian or single-byte
+// numpy descr ("<u2", "<i4", "|u1": the numeric types a .npy decoder reads), and
+// items holds, after sizes' manner, each member's element count plus one, for those
+// extensions in the order of exts; dtypes and items are absent when no extension has
+// a type. Only a .npy member's header is read for them, never its array. An extension
+// with a member of another shape (2-D, a scalar), another type, Fortran order, an
+// unrecorded type (big-endian, strings, objects, structured) or bytes other than its
+// header and its array has no type (""): it is not packable from the index alone, and
+// a packer has to read its samples. A line without exts has unknown members
+// (shard.Info.Members nil): a shard of an index of version 1, or one read with a
+// sample that failed (a duplicate extension). The sum covers these fields as every
+// other of a line. A reader refuses members that no shard has: sizes or counts fewer
+// or more than the samples, overflowing varints or bad base64, extensions out of
+// order or repeated, a sample without a member, a count for an absent member, more
+// elements than a member's bytes hold, or a sample whose members (with their tar
+// headers) do not fit between its offset and the next (shard.Info.Check), naming the
+// shard's URL.
+//
+// Memory: a shard's members are held as one value per sample and extension, 1, 2, 4
+// or 8 bytes as the extension's largest value needs, and one more per sample for the
+// element counts of a typed .npy extension: 5 bytes a sample for a jpg and a cls, 6
+// for a .npy of 32,704 to 65,534 uint16 tokens (its size 4, its count 2), 4 below
+// (shard.Members.Bytes).
+//
+// # Versions
+//
+// An index whose shards all have unknown members is written as version 1, byte for
+// byte as releases before members wrote it; one with members is version 2. This
+// release reads both. A release before version 2 refuses a version-2 index ("index
+// format version 2; this build reads version 1") as it refuses any version it does
+// not know; beside the shards, that fails its job before the first batch, as a broken
+// index does. "shardload index --no-sizes" writes a version-1 index for such
+// releases. A reader refuses a version it does not know; a field that readers may
+// pass over (json.Unmarshal passes over keys it does not know) needs no new version.
+//
 // # Addressable offsets
 //
 // "shardload index" writes, compressed, an addressable index (WriteAddressable): the
-// same lines without offsets (the counts: about 100 bytes a shard, 106 MB for 10^6
-// shards of 100 samples, almost all of it offsets), then the offsets in blocks of
-// shards, each a zstd skippable frame, with a table of where each block lies at the
-// start. A loader (Lookup.LazyOffsets, Plan) reads the counts of every shard and,
-// with one ranged read per block, the offsets of the shards its rank's plan reads:
-// a rank of 80,000 over 10^6 shards decodes the offsets of about 30 of them. Read
-// reads it whole. Every zstd decoder passes over skippable frames, so releases
-// before this format read it as an index without offsets (valid: they read such a
+// same lines without offsets and members (the counts: about 100 bytes a shard, 106 MB
+// for 10^6 shards of 100 samples, almost all of it offsets and sizes), then the
+// offsets and members in blocks of shards, each a zstd skippable frame, with a table
+// of where each block lies at the start. A loader (Lookup.LazyOffsets, Plan) reads
+// the counts of every shard and, with one ranged read per block, the offsets and
+// members of the shards its rank's plan reads in part (LoadMembers: those of others):
+// a rank of 80,000 over 10^6 shards decodes the offsets of about 30 of them. The
+// counts do not grow with members: only their header's version differs. Read reads
+// it whole. Every zstd decoder passes over skippable frames, so releases before this
+// format read a version-1 one as an index without offsets (valid: they read such a
 // shard from its start, and check its count by reading to its end); a plain index
-// (--no-compress) and the node's store keep every line's offsets, as before.
+// (--no-compress) and the node's store keep every line's offsets and members, as
+// before.
 //
 // Sizes (BenchmarkIndexSize): an index takes 4.1 bytes per sample of 100-120 KB
 // images as plain JSON lines and 1.1 zstd-compressed, 2.8 and 0.005 for fixed-size
 // token samples: 100,000 shards of 1,000 images are a 414 MB index, 107 MB
 // compressed. Read holds the offsets as 8-byte integers (800 MB for those 100 million
-// samples).
+// samples). With the members (an image or a token array, and a label), 9.5 and 3.8
+// bytes per sample of images, 9.5 and 0.008 of fixed-size tokens; Read holds them in
+// 5 bytes a sample of images (500 MB for those 100 million).
 package index
 
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -73,11 +130,28 @@ import (
 // no index is given: "<prefix>/shardload.index" for shards "<prefix>/...".
 const FileName = "shardload.index"
 
-// formatName and formatVersion are the header's.
+// formatName and the versions are the header's.
 const (
-	formatName    = "shardload-index"
+	formatName = "shardload-index"
+	// formatVersion is the version of an index without member sizes: what every
+	// release reads.
 	formatVersion = 1
+	// membersVersion is the version of an index with member sizes (a shard's line
+	// with "exts", its block with its members), which releases before it refuse.
+	membersVersion = 2
 )
+
+// versionOf returns the format version of an index of infos: membersVersion when
+// any shard's members are known, formatVersion otherwise (the index an earlier
+// release reads, byte for byte as it would write it).
+func versionOf(infos []shard.Info) int {
+	for i := range infos {
+		if infos[i].Members != nil {
+			return membersVersion
+		}
+	}
+	return formatVersion
+}
 
 // MaxLine caps one line of an index: a shard of about ten million samples.
 const MaxLine = 64 << 20
@@ -134,6 +208,13 @@ type line struct {
 	Size    int64  `json:"size,omitempty"`
 	Samples *int   `json:"samples"`
 	Offsets string `json:"offsets,omitempty"`
+	// The members (version 2): the extensions (present, [] for a shard of no
+	// sample, absent when unknown), their element types (absent when none has one),
+	// and the base64 of Members.AppendSizes and AppendItems.
+	Exts   *[]string `json:"exts,omitempty"`
+	DTypes []string  `json:"dtypes,omitempty"`
+	Sizes  string    `json:"sizes,omitempty"`
+	Items  string    `json:"items,omitempty"`
 }
 
 // Write writes infos as an index to w, zstd-compressed when compress is set. URLs are
@@ -154,7 +235,7 @@ func Write(w io.Writer, infos []shard.Info, compress bool) error {
 	if err != nil {
 		return err
 	}
-	if err := enc.Encode(header{Format: formatName, Version: formatVersion, Shards: len(infos), Sum: sum}); err != nil {
+	if err := enc.Encode(header{Format: formatName, Version: versionOf(infos), Shards: len(infos), Sum: sum}); err != nil {
 		return err
 	}
 	for _, info := range infos {
@@ -173,7 +254,17 @@ func Write(w io.Writer, infos []shard.Info, compress bool) error {
 
 func lineOf(info shard.Info) line {
 	n := info.Samples
-	return line{URL: redact.URL(info.URL), Version: info.Version, Size: info.Size, Samples: &n, Offsets: encodeOffsets(info.Offsets)}
+	l := line{URL: redact.URL(info.URL), Version: info.Version, Size: info.Size, Samples: &n, Offsets: encodeOffsets(info.Offsets)}
+	if m := info.Members; m != nil {
+		exts := m.Exts()
+		if exts == nil {
+			exts = []string{}
+		}
+		l.Exts, l.DTypes = &exts, m.DTypes()
+		l.Sizes = base64.RawStdEncoding.EncodeToString(m.AppendSizes(nil))
+		l.Items = base64.RawStdEncoding.EncodeToString(m.AppendItems(nil))
+	}
+	return l
 }
 
 // Read reads an index from r (plain or zstd-compressed JSON lines; name says where it
@@ -212,8 +303,11 @@ func readLines(r io.Reader, name string, urls []string) ([]shard.Info, header, e
 	// take the caller's spelling of their URLs, and the URLs' chunks go then, where
 	// the versions' stay.
 	var versions, urlBytes strs
-	var scratch []byte   // a line's offsets, decoded from base64
-	var sum *xxh3.Hasher // of the lines after a header that has a Sum
+	var scratch []byte    // a line's offsets, decoded from base64
+	var names memberNames // the members' extensions, shared by the shards that have the same
+	var sum *xxh3.Hasher  // of the lines after a header that has a Sum
+	var lineErr error     // the first bad line's, with a sum: reported after the sum
+	shardLines := 0
 	for n := 1; sc.Scan(); n++ {
 		if sum != nil {
 			sum.Write(sc.Bytes())
@@ -227,8 +321,8 @@ func readLines(r io.Reader, name string, urls []string) ([]shard.Info, header, e
 			if err := json.Unmarshal(text, &h); err != nil || h.Format != formatName {
 				return nil, h, badLine(name, n, text, `want the header {"format": "shardload-index", ...}`)
 			}
-			if h.Version != formatVersion {
-				return nil, h, badLine(name, n, text, fmt.Sprintf("index format version %d; this build reads version %d (rebuild the index with \"shardload index\")", h.Version, formatVersion))
+			if h.Version != formatVersion && h.Version != membersVersion {
+				return nil, h, badLine(name, n, text, fmt.Sprintf("index format version %d; this build reads versions %d and %d (rebuild the index with \"shardload index\")", h.Version, formatVersion, membersVersion))
 			}
 			if h.Shards > 0 {
 				infos = make([]shard.Info, 0, min(h.Shards, 1<<20))
@@ -241,8 +335,10 @@ func readLines(r io.Reader, name string, urls []string) ([]shard.Info, header, e
 			}
 			continue
 		}
+		shardLines++
 		var info shard.Info
 		var offsets []byte
+		var mem rawMembers
 		if l, ok := parseLine(text); ok {
 			info = shard.Info{Samples: l.samples, Version: versions.of(l.version), Size: l.size}
 			if i := len(infos); i < len(urls) && string(l.url) == urls[i] {
@@ -250,18 +346,56 @@ func readLines(r io.Reader, name string, urls []string) ([]shard.Info, header, e
 			} else {
 				info.URL = urlBytes.of(l.url)
 			}
-			offsets = l.offsets
+			offsets, mem = l.offsets, l.members
 		} else if l := (line{}); json.Unmarshal(text, &l) == nil && l.Samples != nil {
 			info = shard.Info{URL: l.URL, Samples: *l.Samples, Version: l.Version, Size: l.Size}
 			offsets = []byte(l.Offsets)
+			if l.Exts != nil {
+				mem = rawMembers{known: true, sizes: []byte(l.Sizes), items: []byte(l.Items)}
+				mem.exts, mem.dtypes = *l.Exts, l.DTypes
+				if mem.exts == nil {
+					mem.exts = []string{}
+				}
+			} else if l.DTypes != nil || l.Sizes != "" || l.Items != "" {
+				mem.known, mem.bad = true, true // sizes without their extensions
+			}
+		}
+		// A bad line of an index with a sum is reported once the sum is checked: an
+		// index edited since it was written (a count changed by hand, which its
+		// offsets and members no longer match) is ErrChecksum.
+		bad := func(why string) error {
+			err := badLine(name, n, text, why)
+			if sum != nil {
+				lineErr = cmp.Or(lineErr, err)
+				return nil
+			}
+			return err
 		}
 		if info.URL == "" || info.Samples < 0 || info.Size < 0 {
-			return nil, h, badLine(name, n, text, `want {"url": ..., "samples": N, ...}`)
+			if err := bad(`want {"url": ..., "samples": N, ...}`); err != nil {
+				return nil, h, err
+			}
+			continue
 		}
 		if len(offsets) > 0 {
 			var err error
 			if info.Offsets, scratch, err = decodeOffsets(offsets, info.Samples, scratch); err != nil {
-				return nil, h, badLine(name, n, text, err.Error())
+				if err := bad(err.Error()); err != nil {
+					return nil, h, err
+				}
+				continue
+			}
+		}
+		if mem.known {
+			var err error
+			if info.Members, err = names.decode(mem, info.Samples); err == nil {
+				err = info.Check(-1, -1)
+			}
+			if err != nil {
+				if err := bad(fmt.Sprintf("the members of %s: %v", redact.URL(info.URL), err)); err != nil {
+					return nil, h, err
+				}
+				continue
 			}
 		}
 		infos = append(infos, info)
@@ -272,8 +406,11 @@ func readLines(r io.Reader, name string, urls []string) ([]shard.Info, header, e
 	if sum != nil {
 		if got := fmt.Sprintf("%s%016x", sumPrefix, sum.Sum64()); got != h.Sum {
 			return nil, h, fmt.Errorf("%w: %s: its %d shard lines sum to %s, its header says %s: it was edited or damaged since it was written; write it again (shardload index) rather than edit it",
-				ErrChecksum, redact.URL(name), len(infos), got, h.Sum)
+				ErrChecksum, redact.URL(name), shardLines, got, h.Sum)
 		}
+	}
+	if lineErr != nil {
+		return nil, h, lineErr
 	}
 	if h.Shards > 0 && len(infos) != h.Shards {
 		return nil, h, fmt.Errorf("%w: %s: %d shard lines, its header says %d: it was cut short or edited; write it again (shardload index)", ErrFormat, redact.URL(name), len(infos), h.Shards)

@@ -180,7 +180,7 @@ func TestReadChecks(t *testing.T) {
 		"not after":    enc(512, 512),
 		"more offsets": strings.Replace(good, `"samples":3`, `"samples":2`, 1),
 		"fewer":        strings.Replace(good, `"samples":3`, `"samples":4`, 1),
-		"version":      strings.Replace(good, `"version":1`, `"version":2`, 1),
+		"version":      strings.Replace(good, `"version":1`, `"version":3`, 1),
 		"no samples":   `{"url":"a"}`,
 		"negative":     `{"url":"a","samples":-1}`,
 		"not json":     `url a`,
@@ -310,60 +310,129 @@ func FuzzRead(f *testing.F) {
 	buf.Reset()
 	index.Write(&buf, []shard.Info{{URL: "a", Samples: 1, Offsets: []int64{512}}}, true)
 	f.Add(buf.Bytes())
+	// Members: a line of each kind, and hostile ones.
+	buf.Reset()
+	index.Write(&buf, memberShards("s3://b/", 8, 3), false)
+	f.Add(buf.Bytes())
+	for _, l := range []string{
+		`{"url":"a","size":4096,"samples":2,"offsets":"AIAI","exts":["cls","tokens.npy"],"dtypes":["","<u2"],"sizes":"AgLBAcEB","items":"AwM"}`,
+		`{"url":"a","samples":2,"exts":["cls"],"sizes":"/////////////w"}`,
+		`{"url":"a","samples":2,"exts":["cls"],"sizes":"!!"}`,
+		`{"url":"a","size":600,"samples":1,"exts":["cls"],"sizes":"gQg"}`,
+		`{"url":"a","samples":0,"exts":[]}`,
+	} {
+		f.Add([]byte(l))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		infos, err := index.Read(bytes.NewReader(data), "fuzz")
 		if err != nil {
 			return
 		}
 		for _, in := range infos {
-			if in.Samples < 0 || (in.Offsets != nil && len(in.Offsets) != in.Samples) {
-				t.Fatalf("accepted %+v", in)
-			}
-			for i, o := range in.Offsets {
-				if o%512 != 0 || (i > 0 && o <= in.Offsets[i-1]) {
-					t.Fatalf("accepted offsets %v", in.Offsets)
-				}
-			}
+			checkAccepted(t, in)
 		}
 	})
+}
+
+// checkAccepted fails t unless in is an entry that a reader may accept: offsets and
+// members of its samples, offsets on tar blocks and increasing, every sample with a
+// member, sizes and counts that fit.
+func checkAccepted(t *testing.T, in shard.Info) {
+	t.Helper()
+	if in.Samples < 0 || (in.Offsets != nil && len(in.Offsets) != in.Samples) {
+		t.Fatalf("accepted %+v", in)
+	}
+	for i, o := range in.Offsets {
+		if o%512 != 0 || (i > 0 && o <= in.Offsets[i-1]) {
+			t.Fatalf("accepted offsets %v", in.Offsets)
+		}
+	}
+	m := in.Members
+	if m == nil {
+		return
+	}
+	if m.Samples() != in.Samples || in.Check(-1, -1) != nil {
+		t.Fatalf("accepted members of %d samples for %d (%v)", m.Samples(), in.Samples, in.Check(-1, -1))
+	}
+	for s := range m.Samples() {
+		some := false
+		for _, ext := range m.Exts() {
+			size, ok := m.Size(s, ext)
+			some = some || ok
+			if size < 0 || (!ok && size != 0) {
+				t.Fatalf("accepted size %d %v", size, ok)
+			}
+			n, typed := m.Items(s, ext)
+			if typed != (ok && m.DType(ext) != "") || n < 0 {
+				t.Fatalf("accepted %d items %v of a member %v of type %q", n, typed, ok, m.DType(ext))
+			}
+			if isz, _ := shard.NPYItemSize(m.DType(ext)); typed && n*int64(isz) > size {
+				t.Fatalf("accepted %d items of %d bytes in %d bytes", n, isz, size)
+			}
+		}
+		if !some {
+			t.Fatalf("accepted sample %d without a member", s)
+		}
+	}
 }
 
 // BenchmarkIndexSize reports the bytes per sample of an index of 1,000-sample shards:
 // images of 100-120 KB (offsets that vary) and 8 KiB token arrays (offsets that do
 // not), plain and zstd-compressed. Multiply by the samples for a dataset's index.
+//
+// With members (format version 2), each sample's two members' sizes too (and the
+// tokens' element counts).
 func BenchmarkIndexSize(b *testing.B) {
 	for _, kind := range []string{"images", "tokens"} {
-		for _, compress := range []bool{false, true} {
-			b.Run(fmt.Sprintf("%s/zstd=%v", kind, compress), func(b *testing.B) {
-				rng := rand.New(rand.NewPCG(1, 2))
-				const shards, samples = 100, 1000
-				infos := make([]shard.Info, shards)
-				for i := range infos {
-					offs := make([]int64, samples)
-					var off int64
-					for j := range offs {
-						offs[j] = off
-						size := int64(8<<10 + 128) // .npy: header and 2048 int32
-						if kind == "images" {
-							size = 100_000 + rng.Int64N(20_000)
-						}
-						// two members (data and label): headers and padding to 512
-						off += 512 + (size+511)/512*512 + 512 + 512
-					}
-					infos[i] = shard.Info{URL: fmt.Sprintf("s3://bucket/train/train-%06d.tar", i), Samples: samples,
-						Version: `"d41d8cd98f00b204e9800998ecf8427e"`, Size: off + 1024, Offsets: offs}
-				}
-				var buf bytes.Buffer
-				for range b.N {
-					buf.Reset()
-					if err := index.Write(&buf, infos, compress); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportMetric(float64(buf.Len())/(shards*samples), "bytes/sample")
-			})
+		for _, members := range []bool{false, true} {
+			for _, compress := range []bool{false, true} {
+				b.Run(fmt.Sprintf("%s/members=%v/zstd=%v", kind, members, compress), func(b *testing.B) {
+					benchmarkIndexSize(b, kind, members, compress)
+				})
+			}
 		}
 	}
+}
+
+func benchmarkIndexSize(b *testing.B, kind string, members, compress bool) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const shards, samples = 100, 1000
+	infos := make([]shard.Info, shards)
+	head := npyHeader("<i4", 2048)
+	for i := range infos {
+		offs := make([]int64, samples)
+		var off int64
+		var mb shard.MembersBuilder
+		for j := range offs {
+			offs[j] = off
+			size := int64(8<<10 + 128) // .npy: header and 2048 int32
+			if kind == "images" {
+				size = 100_000 + rng.Int64N(20_000)
+			}
+			// two members (data and label): headers and padding to 512
+			off += 512 + (size+511)/512*512 + 512 + 512
+			mb.Sample()
+			if kind == "images" {
+				mb.Member("jpg", size)
+			} else {
+				mb.MemberHead("tokens.npy", size, head)
+			}
+			mb.Member("cls", 1)
+		}
+		infos[i] = shard.Info{URL: fmt.Sprintf("s3://bucket/train/train-%06d.tar", i), Samples: samples,
+			Version: `"d41d8cd98f00b204e9800998ecf8427e"`, Size: off + 1024, Offsets: offs}
+		if members {
+			infos[i].Members = mb.Members()
+		}
+	}
+	var buf bytes.Buffer
+	for range b.N {
+		buf.Reset()
+		if err := index.Write(&buf, infos, compress); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(buf.Len())/(shards*samples), "bytes/sample")
 }
 
 // Beyond CheckUpTo remote shards, entries are trusted without a request per object

@@ -59,14 +59,17 @@ func ReadLayout(r io.Reader, name string) (l Layout, ok bool, err error) {
 }
 
 // BlockStarts returns the first shard of each block WriteAddressable writes infos
-// in: the shards of a block hold at most blockBytes of encoded offsets together (the
-// block that passes it ends with the shard that did), and at most blockShards.
+// in: the shards of a block hold at most blockBytes of encoded offsets (and
+// members, in an index of format version 2) together (the block that passes it ends
+// with the shard that did), and at most blockShards.
 func BlockStarts(infos []shard.Info) []int {
 	var first []int
+	members := versionOf(infos) == membersVersion
+	var scratch []byte
 	raw, start := 0, 0
 	for i, in := range infos {
-		n := deltasLen(in.Offsets)
-		raw += uvarintLen(uint64(n)) + n
+		scratch = appendBlockEntry(scratch[:0], in, members)
+		raw += len(scratch)
 		if raw >= blockBytes || i+1-start >= blockShards || i == len(infos)-1 {
 			first = append(first, start)
 			start, raw = i+1, 0
@@ -75,13 +78,17 @@ func BlockStarts(infos []shard.Info) []int {
 	return first
 }
 
-// RawBlockBytes returns the bytes of offsets, before compression, of the block of
-// infos that starts at shard first and ends before shard end.
+// RawBlockBytes returns the bytes of offsets (and members), before compression, of
+// the block of infos that starts at shard first and ends before shard end.
 func RawBlockBytes(infos []shard.Info, first, end int) int64 {
 	var raw int64
+	// The block's own shards say whether it holds members (looking at every shard
+	// for each block would take the square of the shards).
+	members := versionOf(infos[first:end]) == membersVersion
+	var scratch []byte
 	for _, in := range infos[first:end] {
-		n := deltasLen(in.Offsets)
-		raw += int64(uvarintLen(uint64(n)) + n)
+		scratch = appendBlockEntry(scratch[:0], in, members)
+		raw += int64(len(scratch))
 	}
 	return raw
 }

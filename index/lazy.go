@@ -97,7 +97,9 @@ func Deferred(infos []shard.Info) int {
 // spans but change neither its samples nor its shards, so the second plan is the one
 // planFn makes of every shard's offsets. infos is not changed: the shards returned
 // are a copy, with those offsets in (PlanInPlace writes them into infos instead).
-// Shards from anywhere else are planned once and returned as they are.
+// The members of those shards (an index of format version 2 keeps them in the same
+// blocks) come with their offsets; LoadMembers reads those of others. Shards from
+// anywhere else are planned once and returned as they are.
 func Plan(ctx context.Context, infos []shard.Info, planFn func([]shard.Info) (plan.Plan, error)) ([]shard.Info, plan.Plan, error) {
 	return planWith(ctx, infos, planFn, false)
 }
@@ -105,10 +107,11 @@ func Plan(ctx context.Context, infos []shard.Info, planFn func([]shard.Info) (pl
 // PlanInPlace is Plan for shards that its caller alone holds (a result of
 // Lookup.Quick that no other goroutine reads while it runs, and that is not kept for
 // other plans before it returns): it writes the offsets it reads into infos itself
-// and returns infos, where Plan copies every shard (80 bytes a shard, 80 MB for 10^6,
+// and returns infos, where Plan copies every shard (88 bytes a shard, 88 MB for 10^6,
 // for the offsets of a few dozen). When the offsets cannot be read, infos is left
 // as it was given. Shards that came with every offset (an index of the earlier
-// format, the node's store) keep only those of the shards the plan reads in part.
+// format, the node's store) keep only those of the shards the plan reads in part;
+// they keep their members, which describe the batches of the shards read whole too.
 func PlanInPlace(ctx context.Context, infos []shard.Info, planFn func([]shard.Info) (plan.Plan, error)) ([]shard.Info, plan.Plan, error) {
 	return planWith(ctx, infos, planFn, true)
 }
@@ -143,7 +146,7 @@ func planWith(ctx context.Context, infos []shard.Info, planFn func([]shard.Info)
 	if !inPlace {
 		out = slices.Clone(infos)
 	}
-	err = d.table.offsetsOf(ctx, d.src, d.url, out, want, 16)
+	err = d.table.offsetsOf(ctx, d.src, d.url, out, want, 16, loadOffsets|loadMembers)
 	for i := range want {
 		if err == nil {
 			if err = out[i].Check(-1, -1); err != nil {
@@ -154,7 +157,7 @@ func planWith(ctx context.Context, infos []shard.Info, planFn func([]shard.Info)
 	if err != nil {
 		if inPlace {
 			for i := range want {
-				infos[i].Offsets = nil
+				infos[i].Offsets, infos[i].Members = nil, nil
 			}
 		}
 		return infos, p, err
@@ -169,6 +172,54 @@ func planWith(ctx context.Context, infos []shard.Info, planFn func([]shard.Info)
 	remember(out, left)
 	p, err = planFn(out)
 	return out, p, err
+}
+
+// LoadMembers reads the members of the shards of infos at the positions shards (all
+// of them when nil) into infos, where Lookup.Quick left them in the index's blocks
+// with the offsets (LazyOffsets, an addressable index of format version 2): a
+// ranged read per block that holds any of them. It writes into infos, as
+// PlanInPlace does: call it on shards that no other goroutine reads meanwhile.
+// Shards whose members are known already, and shards an index has none for (of
+// format version 1, a compressed shard counted without them, an entry without a
+// version), are left as they are; so are shards from anywhere else (an index read
+// whole, the node's store), which have every member they have already. Each shard
+// whose members it read is checked against its size (shard.Info.Check); when one
+// fails, or a block cannot be read, none of those it read keep their members.
+func LoadMembers(ctx context.Context, infos []shard.Info, shards []int) error {
+	d := deferredOf(infos)
+	if d == nil || d.table == nil || !d.table.members {
+		return nil
+	}
+	want := map[int]int{}
+	add := func(i int) {
+		if i >= 0 && i < len(infos) && d.pos[i] >= 0 && infos[i].Members == nil {
+			want[i] = int(d.pos[i])
+		}
+	}
+	if shards == nil {
+		for i := range infos {
+			add(i)
+		}
+	}
+	for _, i := range shards {
+		add(i)
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	err := d.table.offsetsOf(ctx, d.src, d.url, infos, want, 16, loadMembers)
+	for i := range want {
+		if err == nil {
+			err = infos[i].Check(-1, -1)
+		}
+	}
+	if err != nil {
+		for i := range want {
+			infos[i].Members = nil
+		}
+		return fmt.Errorf("shardload: index %s: %w; rebuild it (shardload index)", redact.URL(d.url), err)
+	}
+	return nil
 }
 
 // readDeferred reads the index at url as read does, but for an addressable one only
@@ -231,7 +282,8 @@ func (d *deferred) resolve(urls []string, from string, maxRatio float64) ([]shar
 		e := &infos[i]
 		e.URL = urls[i]
 		if e.Version == "" {
-			e.Offsets = nil // a count without a version: its offsets cannot be trusted
+			// A count without a version: its offsets and members cannot be trusted.
+			e.Offsets, e.Members = nil, nil
 		}
 		if err := errors.Join(e.Check(-1, maxRatio), e.CheckBelow(-1, 0)); err != nil {
 			return nil, fmt.Errorf("shardload: index %s: %w; rebuild it (shardload index)", from, err)

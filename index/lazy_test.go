@@ -426,6 +426,7 @@ func FuzzReadAddressable(f *testing.F) {
 	for _, infos := range [][]shard.Info{
 		{{URL: "s3://b/a.tar", Samples: 2, Version: "v", Size: 2048, Offsets: []int64{0, 1024}}, {URL: "s3://b/b.tar.gz", Samples: 3}},
 		synthShards("s3://b/", 40, 3),
+		memberShards("s3://b/", 12, 3), // members in the blocks (version 2)
 	} {
 		var buf bytes.Buffer
 		index.WriteAddressable(&buf, infos)
@@ -437,14 +438,7 @@ func FuzzReadAddressable(f *testing.F) {
 			return
 		}
 		for _, in := range infos {
-			if in.Samples < 0 || (in.Offsets != nil && len(in.Offsets) != in.Samples) {
-				t.Fatalf("accepted %+v", in)
-			}
-			for i, o := range in.Offsets {
-				if o%512 != 0 || (i > 0 && o <= in.Offsets[i-1]) {
-					t.Fatalf("accepted offsets %v", in.Offsets)
-				}
-			}
+			checkAccepted(t, in)
 		}
 	})
 }

@@ -11,11 +11,13 @@ type rawLine struct {
 	url, version, offsets []byte
 	size                  int64
 	samples               int
+	members               rawMembers
 }
 
 // parseLine parses a shard's line as Write writes it ({"url":...,"version":...,
-// "size":N,"samples":N,"offsets":...}, those keys in that order, version, size and
-// offsets optional, no spaces), without encoding/json's reflection: a tenth of the
+// "size":N,"samples":N,"offsets":...,"exts":[...],"dtypes":[...],"sizes":...,
+// "items":...}, those keys in that order, all but url and samples optional, no
+// spaces), without encoding/json's reflection: a tenth of the
 // time of a line of 10^6, and no allocation. ok is false for anything else (escapes
 // other than \" and \\ in the version, which it removes in place in b, as a quoted S3
 // ETag needs; bytes beyond ASCII, other keys, orders or spellings of numbers), which
@@ -50,6 +52,33 @@ func parseLine(b []byte) (l rawLine, ok bool) {
 		if l.offsets, b, ok = str(rest); !ok {
 			return l, false
 		}
+	}
+	m := &l.members
+	m.parsed = true
+	if rest, found := cut(b, `,"exts":`); found {
+		if m.rawExts, b, ok = strArray(rest); !ok {
+			return l, false
+		}
+		m.known = true
+	}
+	if rest, found := cut(b, `,"dtypes":`); found {
+		if m.rawDTypes, b, ok = strArray(rest); !ok {
+			return l, false
+		}
+		m.hasDTypes = true
+	}
+	if rest, found := cut(b, `,"sizes":`); found {
+		if m.sizes, b, ok = str(rest); !ok {
+			return l, false
+		}
+	}
+	if rest, found := cut(b, `,"items":`); found {
+		if m.items, b, ok = str(rest); !ok {
+			return l, false
+		}
+	}
+	if !m.known && (m.hasDTypes || len(m.sizes) > 0 || len(m.items) > 0) {
+		m.known, m.bad = true, true // as json.Unmarshal's line: sizes without extensions
 	}
 	if string(b) != "}" {
 		return l, false
@@ -104,6 +133,33 @@ func str(b []byte) (s, rest []byte, ok bool) {
 		}
 	}
 	return nil, b, false
+}
+
+// strArray parses a JSON array of strings that str parses at the start of b: its
+// contents are what lies between the brackets.
+func strArray(b []byte) (contents, rest []byte, ok bool) {
+	if len(b) < 2 || b[0] != '[' {
+		return nil, b, false
+	}
+	if b[1] == ']' {
+		return b[1:1], b[2:], true
+	}
+	i := 1
+	for {
+		_, r, ok := str(b[i:])
+		if !ok || len(r) == 0 {
+			return nil, b, false
+		}
+		i = len(b) - len(r)
+		switch b[i] {
+		case ',':
+			i++
+		case ']':
+			return b[1:i], b[i+1:], true
+		default:
+			return nil, b, false
+		}
+	}
 }
 
 // quotedStr is str for a string that may hold the escapes \" and \\ as well (an S3

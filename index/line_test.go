@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -21,6 +22,15 @@ func FuzzParseLine(f *testing.F) {
 		`{"url":"a","samples":1e3}`,
 		`{"url":"a","samples":-1}`,
 		`{"url":"a","samples":1,"x":2}`,
+		`{"url":"s3://b/a.tar","version":"v","size":4096,"samples":2,"offsets":"AIAI","exts":["cls","jpg","tokens.npy"],"dtypes":["","","<u2"],"sizes":"AgICAgIC","items":"gQiBCA"}`,
+		`{"url":"a","samples":0,"exts":[]}`,
+		`{"url":"a","samples":1,"exts":["cls"],"sizes":"Ag"}`,
+		`{"url":"a","samples":1,"exts":["a\"b"],"sizes":"Ag"}`,
+		`{"url":"a","samples":1,"exts":["cls",],"sizes":"Ag"}`,
+		`{"url":"a","samples":1,"sizes":"Ag"}`,
+		`{"url":"a","samples":1,"dtypes":[]}`,
+		`{"url":"a","samples":1,"exts":null}`,
+		`{"url":"a","samples":1,"exts":["x"],"exts":["y"]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -40,6 +50,25 @@ func FuzzParseLine(f *testing.F) {
 		}
 		if want.Samples == nil || *want.Samples != l.samples || want.URL != string(l.url) || want.Version != string(l.version) || want.Size != l.size || want.Offsets != string(l.offsets) {
 			t.Fatalf("%q: %+v; json.Unmarshal %+v", b, l, want)
+		}
+		m := l.members
+		strings := func(raw []byte) []string {
+			out := []string{}
+			for _, p := range splitStrs(raw, nil) {
+				out = append(out, string(p))
+			}
+			return out
+		}
+		wantBad := want.Exts == nil && (want.DTypes != nil || want.Sizes != "" || want.Items != "")
+		switch {
+		case m.known != (want.Exts != nil || wantBad) || m.bad != wantBad:
+			t.Fatalf("%q: members known %v bad %v; json.Unmarshal %+v", b, m.known, m.bad, want)
+		case want.Exts != nil && !slices.Equal(strings(m.rawExts), *want.Exts):
+			t.Fatalf("%q: exts %q; json.Unmarshal %q", b, strings(m.rawExts), *want.Exts)
+		case m.hasDTypes != (want.DTypes != nil) || (m.hasDTypes && !slices.Equal(strings(m.rawDTypes), want.DTypes)):
+			t.Fatalf("%q: dtypes %q; json.Unmarshal %q", b, m.rawDTypes, want.DTypes)
+		case string(m.sizes) != want.Sizes || string(m.items) != want.Items:
+			t.Fatalf("%q: sizes %q items %q; json.Unmarshal %+v", b, m.sizes, m.items, want)
 		}
 	})
 }

@@ -59,6 +59,12 @@ type Lookup struct {
 	// count it: a caller's bound on the start (Config.StartTimeout) ends there.
 	Answered func()
 
+	// WantMembers makes Resolve read again the shards whose entries have no members
+	// (shard.Info.Members: an index or a store entry written by an earlier release,
+	// or by a read that did not record them), as it reads stale ones, so that every
+	// entry it returns has them where a read can record them ("shardload index").
+	WantMembers bool
+
 	// LazyOffsets makes Quick read only the counts of an index whose offsets are
 	// addressable (WriteAddressable), leaving the offsets for Plan to read: those of
 	// the shards a rank's plan reads, where otherwise every process holds every
@@ -192,7 +198,7 @@ func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]sh
 	}
 	infos := make([]shard.Info, len(urls))
 	var todo []int
-	missing, stale, moved := 0, 0, 0
+	missing, stale, moved, noMembers := 0, 0, 0, 0
 	ids := lk.identities(urls, keys, known, objs, checked)
 	var keep []shard.Info // entries found under another URL, for the store
 	lazy := lk.lazy
@@ -234,10 +240,14 @@ func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]sh
 			// multipart object, says nothing of a change: its size still does.)
 			stale++
 			todo = append(todo, i)
+		case lk.WantMembers && e.Members == nil:
+			noMembers++
+			todo = append(todo, i)
 		default:
 			e.URL = u
 			if e.Version == "" {
-				e.Offsets = nil // a count without a version: its offsets cannot be trusted
+				// A count without a version: its offsets and members cannot be trusted.
+				e.Offsets, e.Members = nil, nil
 			}
 			size := int64(-1)
 			if checked[i] && objs[i].Size >= 0 {
@@ -289,13 +299,18 @@ func (lk Lookup) resolve(ctx context.Context, urls []string, known map[string]sh
 	if len(todo) == 0 {
 		return infos, nil
 	}
-	if from != "" {
+	switch counted := len(todo) - noMembers; {
+	case counted == 0:
+	case from != "":
 		lk.Logf("shardload: index %s: %d of %d shards have no entry and %d changed since it was written; reading those %d to count their samples",
-			from, missing, len(urls), stale, len(todo))
-	} else if len(todo) == len(urls) {
+			from, missing, len(urls), stale, counted)
+	case counted == len(urls):
 		lk.Logf("shardload: no index for these %d shards (give one with --index, or write one with \"shardload index\"): reading every shard once to count its samples", len(urls))
-	} else {
-		lk.Logf("shardload: %d of %d shards have no index entry and %d changed since it was taken; reading those %d to count their samples", missing, len(urls), stale, len(todo))
+	default:
+		lk.Logf("shardload: %d of %d shards have no index entry and %d changed since it was taken; reading those %d to count their samples", missing, len(urls), stale, counted)
+	}
+	if noMembers > 0 {
+		lk.Logf("shardload: %d of %d shards have entries without member sizes (written by an earlier release, or by a read that did not record them): reading those %d to record them", noMembers, len(urls), noMembers)
 	}
 	var mu sync.Mutex
 	done := 0

@@ -1,8 +1,8 @@
 // Package shard turns WebDataset tar shards into samples: brace expansion of shard
 // URLs, the streaming sample reader, and a shard's entry (Info: its count, version,
-// size and sample offsets). It reads from an io.Reader and knows nothing of where the
-// bytes come from (package source), what the fields mean (package decode) or who
-// reads which samples (package plan).
+// size, sample offsets and members' sizes, Members). It reads from an io.Reader and
+// knows nothing of where the bytes come from (package source), what the fields mean
+// (package decode) or who reads which samples (package plan).
 //
 // # Shard URLs
 //

@@ -18,6 +18,13 @@ type Info struct {
 	// (Sample.Offset): a reader can start at any sample without reading the ones
 	// before it. nil when unknown; otherwise len(Offsets) == Samples.
 	Offsets []int64
+	// Members, when known, are the members of each sample and their sizes (and the
+	// element types and counts of 1-D .npy members): what a batch's layout or a
+	// token packer's rows need, known without reading the samples. nil when unknown
+	// (an index of format version 1, a shard read in part, or whose members an index
+	// leaves in its blocks until they are loaded, as its offsets: index.Plan,
+	// index.LoadMembers); otherwise Members.Samples() == Samples.
+	Members *Members
 	// Estimated means Samples is an estimate (from the object's size, see
 	// index.Lookup.Estimate): the shard may hold more or fewer samples. A loader then
 	// reads a shard's last span to the shard's end and pads or trims the last batches
@@ -33,11 +40,14 @@ const MinSampleBytes = 512
 // its size: an index that is broken, or written for other objects.
 var ErrBadCount = errors.New("shard: the count does not fit the shard")
 
-// Check reports whether the count and offsets of info can describe an object of size
-// bytes (info.Size when size is negative; nothing is checked against an unknown size):
-// an uncompressed shard holds at most size/MinSampleBytes samples, a compressed one
-// at most maxRatio times that (maxRatio 0: DefaultMaxRatio; negative: no cap), and
-// every sample offset lies before the object's end with room for a header. It checks
+// Check reports whether the count, offsets and members of info can describe an object
+// of size bytes (info.Size when size is negative; nothing is checked against an
+// unknown size): an uncompressed shard holds at most size/MinSampleBytes samples, a
+// compressed one at most maxRatio times that (maxRatio 0: DefaultMaxRatio; negative:
+// no cap), every sample offset lies before the object's end with room for a header,
+// the members are those of as many samples as the count, and each sample's members,
+// with their tar headers, fit between its offset and the next sample's (without
+// offsets: all of them in the bytes of tar the object can hold). It checks
 // what can be checked without reading the shard, so that a count of a billion
 // samples in a 1 MB shard is refused before an epoch is planned from it.
 func (info Info) Check(size int64, maxRatio float64) error {
@@ -49,6 +59,9 @@ func (info Info) Check(size int64, maxRatio float64) error {
 	}
 	if len(info.Offsets) > 0 && len(info.Offsets) != info.Samples {
 		return fmt.Errorf("%w: %s has %d sample offsets for %d samples", ErrBadCount, info.URL, len(info.Offsets), info.Samples)
+	}
+	if info.Members != nil && info.Members.Samples() != info.Samples {
+		return fmt.Errorf("%w: %s has the member sizes of %d samples for %d samples", ErrBadCount, info.URL, info.Members.Samples(), info.Samples)
 	}
 	if size <= 0 {
 		return nil
@@ -70,6 +83,42 @@ func (info Info) Check(size int64, maxRatio float64) error {
 	}
 	if n := len(info.Offsets); n > 0 && info.Offsets[n-1] > size-MinSampleBytes {
 		return fmt.Errorf("%w: %s is %d bytes: its sample %d cannot start at byte %d, as its offsets say", ErrBadCount, info.URL, size, n-1, info.Offsets[n-1])
+	}
+	tarBytes := int64(math.MaxInt64)
+	if most < math.MaxInt64/MinSampleBytes {
+		tarBytes = most * MinSampleBytes
+	}
+	return info.checkMembers(size, tarBytes)
+}
+
+// checkMembers reports whether the members of info fit an object of size bytes:
+// each sample's members, with their tar headers and padding, between its offset and
+// the next sample's (the object's end after the last), when the offsets are known;
+// otherwise all of them in tarBytes, the most bytes of tar the object may hold.
+func (info Info) checkMembers(size, tarBytes int64) error {
+	m := info.Members
+	if m == nil {
+		return nil
+	}
+	var err error
+	if offs := info.Offsets; len(offs) > 0 {
+		m.tarBytes(func(s int, n int64) bool {
+			end := size
+			if s+1 < len(offs) {
+				end = offs[s+1]
+			}
+			if n > end-offs[s] {
+				err = fmt.Errorf("%w: %s is %d bytes: its sample %d's members take %d bytes of tar, headers included, as its member sizes say, but it has %d, from byte %d to %d", ErrBadCount, info.URL, size, s, n, end-offs[s], offs[s], end)
+				return false
+			}
+			return true
+		})
+		return err
+	}
+	var total int64
+	m.tarBytes(func(_ int, n int64) bool { total += n; return true })
+	if total > tarBytes {
+		return fmt.Errorf("%w: %s is %d bytes: its samples' members take %d bytes of tar, headers included, as its member sizes say, more than it can hold", ErrBadCount, info.URL, size, total)
 	}
 	return nil
 }

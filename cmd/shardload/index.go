@@ -20,16 +20,20 @@ import (
 
 var indexCommand = command{
 	name:  "index",
-	short: "write the dataset index (sample counts and offsets) a loader plans from",
+	short: "write the dataset index (sample counts, offsets, member sizes) a loader plans from",
 	args:  "URL...",
 	summary: `Write the dataset index of the shards: per shard its URL, object version and size,
-sample count and, for uncompressed shards, each sample's byte offset. A loader given the
+sample count, for uncompressed shards each sample's byte offset, and each sample's
+members and their sizes (for 1-D .npy members, their element type and count). A
+release before member sizes (index format version 2) refuses such an index: give it
+one written with --no-sizes. A loader given the
 same URLs finds an index named ` + index.FileName + ` beside the shards (or one given with
 --index) and plans its epochs without reading any shard; shards written since are read
 to count them, and a shard that changed is counted again.
 
-Each shard is read once, headers only where the source can seek, --workers at a time;
-those the node's index store holds at their current version are not read again. With
+Each shard is read once, headers only where the source can seek (and the headers of
+.npy members), --workers at a time; those the node's index store holds at their
+current version, with their member sizes, are not read again. With
 --output, an index already beside the shards is not trusted: every entry comes from the
 store or a fresh read. A listing ('DIR/', a glob) leaves out ` + index.FileName + ` itself.
 
@@ -45,8 +49,9 @@ to stderr.`,
 		output := fs.StringP("output", "o", "", `where to write the index: a path, s3:// or gs:// URL; one ending in "/" means DIR/`+index.FileName+` (default: stdout)`)
 		workers := fs.Int("workers", 16, "shards read (or stat'ed) at once")
 		noCompress := fs.Bool("no-compress", false, "write plain JSON lines instead of zstd")
+		noSizes := fs.Bool("no-sizes", false, "write no member sizes: an index of format version 1, which releases before version 2 read too")
 		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-			return writeIndex(ctx, args, &rf, indexOptions{output: *output, workers: *workers, compress: !*noCompress}, stdout, stderr)
+			return writeIndex(ctx, args, &rf, indexOptions{output: *output, workers: *workers, compress: !*noCompress, noSizes: *noSizes}, stdout, stderr)
 		}
 	},
 }
@@ -55,6 +60,7 @@ type indexOptions struct {
 	output   string
 	workers  int
 	compress bool
+	noSizes  bool // no members: format version 1
 }
 
 // outputURL returns where --output writes: "DIR/" and an existing local directory
@@ -160,12 +166,13 @@ func writeIndex(ctx context.Context, patterns []string, rf *readFlags, o indexOp
 	}
 
 	lk := index.Lookup{
-		Sources:  reg,
-		NoBeside: dest != "stdout",
-		Workers:  o.workers,
-		Reader:   shard.Options{MaxMemberSize: int64(rf.maxMember)},
-		Progress: prog.update,
-		Logf:     prog.logf,
+		Sources:     reg,
+		NoBeside:    dest != "stdout",
+		WantMembers: !o.noSizes,
+		Workers:     o.workers,
+		Reader:      shard.Options{MaxMemberSize: int64(rf.maxMember)},
+		Progress:    prog.update,
+		Logf:        prog.logf,
 	}
 	if !rf.noIndex && rf.indexDir != "" {
 		if lk.Store, err = index.OpenStore(rf.indexDir); err != nil {
@@ -183,6 +190,9 @@ func writeIndex(ctx context.Context, patterns []string, rf *readFlags, o indexOp
 		// finds whatever directory it runs in and however it names them.
 		if source.Scheme(infos[i].URL) == "file" {
 			infos[i].URL = source.Canonical(infos[i].URL)
+		}
+		if o.noSizes {
+			infos[i].Members = nil
 		}
 	}
 	cw := &countingWriter{w: out}

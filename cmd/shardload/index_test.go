@@ -1,8 +1,10 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/index"
@@ -89,6 +92,134 @@ func checkIndex(t *testing.T, infos []shard.Info, paths []string) {
 		if !slices.Equal(info.Offsets, offs) {
 			t.Errorf("%s: offsets %v; shard.Reader reports %v", p, info.Offsets, offs)
 		}
+	}
+	for i, p := range paths {
+		checkMembers(t, infos[i], p)
+	}
+}
+
+// checkMembers checks that info has the members shard.Reader gives of the shard at
+// path: every member of every sample, of its size.
+func checkMembers(t *testing.T, info shard.Info, path string) {
+	t.Helper()
+	m := info.Members
+	if m == nil {
+		t.Errorf("%s: no members", path)
+		return
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r := shard.NewReader(f, shard.Options{URL: path, SizesOnly: true})
+	defer r.Close()
+	n := 0
+	for ; ; n++ {
+		s, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		members := 0
+		for _, ext := range m.Exts() {
+			if _, ok := m.Size(n, ext); ok {
+				members++
+			}
+		}
+		if members != len(s.Fields) {
+			t.Errorf("%s sample %d: %d members in the index; shard.Reader gives %d", path, n, members, len(s.Fields))
+		}
+		for _, f := range s.Fields {
+			if size, ok := m.Size(n, f.Ext); !ok || size != f.Size {
+				t.Errorf("%s sample %d: %s of %d bytes (%v) in the index; shard.Reader gives %d", path, n, f.Ext, size, ok, f.Size)
+			}
+		}
+	}
+	if m.Samples() != n {
+		t.Errorf("%s: members of %d samples; shard.Reader gives %d", path, m.Samples(), n)
+	}
+}
+
+// npyArray is a 1-D .npy of n elements of descr, size bytes each, as numpy.save
+// writes it.
+func npyArray(descr string, n, size int) []byte {
+	dict := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': (%d,), }", descr, n)
+	hlen := len(dict) + 1
+	hlen += (64 - (10+hlen)%64) % 64
+	b := append([]byte("\x93NUMPY"), 1, 0, byte(hlen), byte(hlen>>8))
+	b = append(b, dict...)
+	b = append(b, bytes.Repeat([]byte(" "), hlen-len(dict)-1)...)
+	b = append(b, '\n')
+	return append(b, make([]byte, n*size)...)
+}
+
+// The index of the real shards of other projects (../../testdata/README.md) holds
+// every member of every sample at the size shard.Reader gives, compressed shards
+// included; that of a shard of token arrays their element types and counts, and
+// Lhotse's 2-D feature arrays none. --no-sizes writes a version-1 index without.
+func TestIndexMembers(t *testing.T) {
+	t.Setenv(index.StoreDirEnv, t.TempDir())
+	var paths []string
+	for _, name := range []string{"aistore__small-mnist-3.tar", "lhotse__features.000000.tar", "pytorch-data__wds.tar", "tarproc__sample.tar", "webdataset__sample.tgz", "webdataset__testgz.tar"} {
+		paths = append(paths, filepath.Join("..", "..", "testdata", name))
+	}
+	tokens := filepath.Join(t.TempDir(), "tokens.tar")
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for i, m := range []struct {
+		name string
+		data []byte
+	}{
+		{"doc/0.tokens.npy", npyArray("<u2", 1000, 2)}, {"doc/0.mask.npy", npyArray("<i4", 3, 4)},
+		{"doc/1.tokens.npy", npyArray("<u2", 17, 2)}, {"doc/1.mask.npy", npyArray("<i4", 0, 4)},
+		{"doc/2.tokens.npy", npyArray("<u2", 70_000, 2)}, {"doc/2.json", []byte("{}")},
+	} {
+		if err := tw.WriteHeader(&tar.Header{Name: m.name, Mode: 0o644, Size: int64(len(m.data)), ModTime: time.Unix(int64(i), 0)}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(m.data)
+	}
+	tw.Close()
+	if err := os.WriteFile(tokens, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	paths = append(paths, tokens)
+	for _, args := range [][]string{{"index"}, {"index", "--no-compress", "--no-index-store"}} {
+		code, stdout, stderr := runCLI(t, append(args, paths...)...)
+		if code != 0 {
+			t.Fatalf("%q: exit %d: %s", args, code, stderr)
+		}
+		infos, err := index.Read(strings.NewReader(stdout), "stdout")
+		if err != nil || len(infos) != len(paths) {
+			t.Fatalf("%q: %d shards, %v", args, len(infos), err)
+		}
+		for i, p := range paths {
+			checkMembers(t, infos[i], p)
+		}
+		if m := infos[1].Members; m == nil || m.DType("npy") != "" || m.DTypes() != nil {
+			t.Errorf("%q: Lhotse's 2-D features: type %q", args, m.DTypes())
+		}
+		m := infos[len(infos)-1].Members
+		if m == nil || m.DType("tokens.npy") != "<u2" || m.DType("mask.npy") != "<i4" || m.DType("json") != "" {
+			t.Fatalf("%q: the token arrays' types: %v", args, m.DTypes())
+		}
+		for _, c := range []struct {
+			sample int
+			ext    string
+			n      int64
+			ok     bool
+		}{{0, "tokens.npy", 1000, true}, {0, "mask.npy", 3, true}, {1, "tokens.npy", 17, true}, {1, "mask.npy", 0, true}, {2, "tokens.npy", 70_000, true}, {2, "mask.npy", 0, false}} {
+			if n, ok := m.Items(c.sample, c.ext); n != c.n || ok != c.ok {
+				t.Errorf("%q: sample %d %s: %d elements %v; want %d", args, c.sample, c.ext, n, ok, c.n)
+			}
+		}
+	}
+	code, stdout, stderr := runCLI(t, append([]string{"index", "--no-compress", "--no-sizes"}, paths...)...)
+	if code != 0 || !strings.HasPrefix(stdout, `{"format":"shardload-index","version":1,`) || strings.Contains(stdout, `"exts"`) {
+		t.Fatalf("--no-sizes: exit %d, %.100q: %s", code, stdout, stderr)
 	}
 }
 
