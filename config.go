@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
+	"github.com/shardload/shardload/internal/budget"
 	"github.com/shardload/shardload/internal/pipeline"
 	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/logs"
@@ -367,8 +368,8 @@ func (cfg Config) Validate() error {
 	// stands for 0 given, as ReadGap's -1, is in them), as the command line and a
 	// trainer's hello check them.
 	for _, k := range Knobs {
-		if n, ok := k.intValue(&cfg); ok && n != 0 && (k.ZeroIs == 0 || n != k.ZeroIs) {
-			if err := k.check(n); err != nil && n < 0 {
+		if n, ok := k.IntValue(&cfg); ok && n != 0 && (k.ZeroIs == 0 || n != k.ZeroIs) {
+			if err := k.Check(n); err != nil && n < 0 {
 				bad("%s %d is negative (--%s: %v)", k.Field, n, k.Name, err)
 			} else if err != nil {
 				bad("%s %d (--%s): %v", k.Field, n, k.Name, err)
@@ -382,7 +383,7 @@ func (cfg Config) Validate() error {
 		}
 	}
 	if d := cfg.withDefaults(); d.Slabs > 0 {
-		errs = append(errs, d.budget(tune.Shape{Remote: true}).Check(d.MaxSlabBytes, d.knobs())...)
+		errs = append(errs, d.budget(budget.Shape{Remote: true}).Check(d.MaxSlabBytes, d.knobs())...)
 	}
 	if world := max(cfg.World, 1); cfg.Rank < 0 || cfg.Rank >= world {
 		bad("Rank %d outside [0, World %d)", cfg.Rank, world)

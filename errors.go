@@ -4,10 +4,9 @@ package shardload
 
 import (
 	"errors"
-	"fmt"
 
+	"github.com/shardload/shardload/internal/budget"
 	"github.com/shardload/shardload/internal/pipeline"
-	"github.com/shardload/shardload/internal/tune"
 )
 
 var (
@@ -28,7 +27,7 @@ var (
 
 	// ErrMemory means a Config's settings need more memory than its budget
 	// (Config.Memory).
-	ErrMemory = tune.ErrMemory
+	ErrMemory = budget.ErrMemory
 
 	// ErrClosed is returned by Next after Close.
 	ErrClosed = pipeline.ErrClosed
@@ -51,20 +50,7 @@ var (
 // SampleError is a sample that could not be decoded: a missing field, a wrong shape, a
 // label that is not a number. Match it with errors.As; Err is the cause, which
 // errors.Is matches against ErrMissingField, decode.ErrWrongShape and the like.
-type SampleError struct {
-	URL    string // the shard's URL, secrets removed (package redact)
-	Key    string // the sample's key
-	Offset int64  // byte offset of the sample's first member in the shard's (decompressed) tar
-	Field  string // the field's column name
-	Err    error
-}
-
-func (e *SampleError) Error() string {
-	return fmt.Sprintf("%s: sample %q at byte %d: field %s: %v", e.URL, e.Key, e.Offset, e.Field, e.Err)
-}
-
-// Unwrap returns the cause.
-func (e *SampleError) Unwrap() error { return e.Err }
+type SampleError = pipeline.SampleError
 
 // CountError is an ErrCountMismatch found in one shard, with the shard's URL as the
 // plan has it: a loader process (serve) fails every session planned from the same
@@ -73,4 +59,4 @@ type CountError = pipeline.CountError
 
 // BatchError is the error of CheckBatch (and of Open) for a batch too large for the
 // slabs: its size, the limit or budget it exceeds, and the largest batch that fits.
-type BatchError = tune.BatchError
+type BatchError = budget.BatchError

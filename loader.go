@@ -15,8 +15,10 @@ import (
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
+	"github.com/shardload/shardload/internal/budget"
 	"github.com/shardload/shardload/internal/pipeline"
 	"github.com/shardload/shardload/internal/tune"
+	"github.com/shardload/shardload/logs"
 	"github.com/shardload/shardload/mem"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/plan"
@@ -40,7 +42,7 @@ type Loader struct {
 	resume State        // the state the loader started from
 	taken  atomic.Int64 // batches Next has returned
 	tuner  *Tuner
-	slabs  *tune.Slabs
+	slabs  *budget.Slabs
 	done   chan struct{} // closed by Close
 	tuned  chan struct{} // closed when the tuner's goroutine is done
 	close  sync.Once
@@ -90,52 +92,19 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	// rank, and its retries draw their jitter from it (source.WithRank).
 	ctx = source.WithRank(ctx, cfg.Rank, cfg.World)
 	start := time.Now()
-	sctx, stop, answered := startContext(ctx, cfg)
-	defer stop()
-	cfg.answered = answered
-	pl, err := planOf(sctx, cfg)
-	if err != nil {
-		return nil, startError(ctx, sctx, cfg, err)
-	}
-	cfg, infos := pl.cfg, pl.infos
-	fields, err := Fields(sctx, cfg, infos)
-	if err != nil {
-		return nil, startError(ctx, sctx, cfg, err)
-	}
-	stop()
-	images, err := cfg.ImageDecoder.Resolve()
-	if err != nil {
-		return nil, err
-	}
-	shape := tune.ShapeOf(infos, fields)
-	if shape.SmallShards(cfg.QueueBytes) {
-		// Whether the shards inflate changes what their queues hold: found out from
-		// their bytes, not their names.
-		shape.Compressed = pipeline.Compressed(ctx, cfg.Sources, infos, pipeline.FirstWhole(pl.plan.Spans))
-	}
-	sized := cfg.SlabBytes == 0
-	if cfg.Ring != nil {
-		cfg.Slabs, cfg.SlabBytes = len(cfg.Ring.Slabs()), cfg.Ring.MaxSlabBytes()
-	} else {
-		cfg.SlabBytes = SlabSize(cfg, infos, fields)
-	}
-	budget := cfg.budget(shape)
-	budget.Held = heldBytes(infos, &pl.plan)
-	if err := budget.CheckBatch(fixedBytes(fields), cfg.BatchSize, cfg.MaxSlabBytes, cfg.knobs(), sized); err != nil {
-		return nil, err
-	}
 	tuner := cmp.Or(cfg.Tuner, NewTuner())
-	knobs, err := budget.StartFrom(&tuner.s, cfg.knobs(), cfg.OpenShards)
+	r, err := resolve(ctx, cfg, tuner)
 	if err != nil {
 		return nil, err
 	}
-	dev, err := openDevice(cfg)
+	cfg = r.cfg
+	dev, err := device.Open(budget.DeviceOptions(cfg.Device, cfg.SlabBytes, cfg.Logf))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("shardload: %w", err)
 	}
-	l = &Loader{cfg: cfg, plan: pl.rest(), order: pl.order, fields: fields, dev: dev, start: start, resume: pl.resume,
+	l = &Loader{cfg: cfg, plan: r.rest(), order: r.order, fields: r.fields, dev: dev, start: start, resume: r.resume,
 		tuner: tuner, done: make(chan struct{}), tuned: make(chan struct{})}
-	l.slabs = tune.NewSlabs(budget, cfg.MaxSlabBytes, dev.MaxCopy(), func(need, from, to int64) {
+	l.slabs = budget.NewSlabs(r.budget, cfg.MaxSlabBytes, dev.MaxCopy(), func(need, from, to int64) {
 		cfg.Logf("shardload: rank %d: a batch of %s did not fit the slabs of %s: they grow to %s as batches need (size them up front with --slab-size, Config.SlabBytes or slab_bytes=)",
 			cfg.Rank, mem.FormatSize(need), mem.FormatSize(from), mem.FormatSize(to))
 	})
@@ -143,15 +112,66 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	if cfg.NoAutotune {
 		pins = tune.AllPins
 	}
-	tuner.s.Start(knobs, pins, tune.Limits{Lanes: cfg.OpenShards, Fetch: shape.Remote,
+	tuner.s.Start(r.knobs, pins, tune.Limits{Lanes: cfg.OpenShards, Fetch: r.shape.Remote,
 		Fits: func(k tune.Knobs) bool { return l.slabs.Memory(k) <= cfg.Memory }})
-	l.p = pipeline.Start(ctx, l.params(pl, images, budget, knobs, shape.Remote))
+	l.p = pipeline.Start(ctx, r.params(l.slabs, &tuner.s, dev))
 	if cfg.NoAutotune {
 		close(l.tuned)
 	} else {
-		go l.autotune(shape.Remote)
+		go l.autotune(r.shape.Remote)
 	}
 	return l, nil
+}
+
+// resolved is a Config made ready to run, once: defaults applied, the epoch
+// planned (its shards, order, state and plan), the fields found, the image decoder
+// chosen, the slabs sized and the memory budget split at the knobs the loader
+// starts from. Open builds it (resolve) and hands it to the engine whole (params).
+type resolved struct {
+	planned // cfg: with defaults and the slabs sized
+	fields  []decode.Field
+	images  decode.ImageDecoder
+	shape   budget.Shape
+	budget  budget.Budget
+	knobs   tune.Knobs // where the loader starts
+}
+
+// resolve returns cfg resolved for Open, its start from tuner's settings: the
+// planning bounded by cfg.StartTimeout (see startContext).
+func resolve(ctx context.Context, cfg Config, tuner *Tuner) (r resolved, err error) {
+	sctx, stop, answered := startContext(ctx, cfg)
+	defer stop()
+	cfg.answered = answered
+	if r.planned, err = planOf(sctx, cfg); err == nil {
+		r.fields, err = Fields(sctx, r.cfg, r.infos)
+	}
+	if err != nil {
+		return r, startError(ctx, sctx, cfg, err)
+	}
+	stop()
+	c, infos := &r.cfg, r.infos
+	if r.images, err = c.ImageDecoder.Resolve(); err != nil {
+		return r, err
+	}
+	r.shape = budget.ShapeOf(infos, r.fields)
+	if r.shape.SmallShards(c.QueueBytes) {
+		// Whether the shards inflate changes what their queues hold: found out from
+		// their bytes, not their names.
+		r.shape.Compressed = pipeline.Compressed(ctx, c.Sources, infos, pipeline.FirstWhole(r.plan.Spans))
+	}
+	sized := c.SlabBytes == 0
+	if c.Ring != nil {
+		c.Slabs, c.SlabBytes = len(c.Ring.Slabs()), c.Ring.MaxSlabBytes()
+	} else {
+		c.SlabBytes = SlabSize(*c, infos, r.fields)
+	}
+	r.budget = c.budget(r.shape)
+	r.budget.Held = heldBytes(infos, &r.plan)
+	if err := r.budget.CheckBatch(fixedBytes(r.fields), c.BatchSize, c.MaxSlabBytes, c.knobs(), sized); err != nil {
+		return r, err
+	}
+	r.knobs, err = r.budget.StartFrom(&tuner.s, c.knobs(), c.OpenShards)
+	return r, err
 }
 
 // DefaultStartTimeout is Config.StartTimeout's default.
@@ -195,37 +215,35 @@ func startError(ctx, sctx context.Context, cfg Config, err error) error {
 		ErrStartTimeout, redact.URL(first), cmp.Or(cfg.StartTimeout, DefaultStartTimeout), err)
 }
 
-// params returns the parameters of l's pipeline: l's settings (with defaults) over
-// the plan pl, starting at knobs.
-func (l *Loader) params(pl planned, images decode.ImageDecoder, b tune.Budget, knobs tune.Knobs, remote bool) pipeline.Params {
-	cfg, order := l.cfg, pl.order
-	firstSeq := pl.resume.Batches
-	if pl.replay > 0 {
+// params returns the engine's parameters: r, its slabs growing within slabs at
+// tuned's knobs, its batches handed to dev.
+func (r *resolved) params(slabs *budget.Slabs, tuned *tune.Shared, dev *device.Stage) pipeline.Params {
+	cfg, order := &r.cfg, r.order
+	firstSeq := r.resume.Batches
+	if r.replay > 0 {
 		firstSeq = 0 // the replayed batches are numbered, and dropped
 	}
-	fetch := fetchKnobs(knobs, remote)
+	fetch := fetchKnobs(r.knobs, r.shape.Remote)
 	if cfg.NoAutotune && !cfg.pins.Pinned(tune.FetchParallel) && !cfg.pins.Pinned(tune.FetchPartSize) {
 		fetch.FetchParallel, fetch.FetchPartSize = 0, 0 // the sources' own settings
 	}
+	logKey, logf := cfg.logKey, cfg.Logf
 	return pipeline.Params{
-		Sources: cfg.Sources, Plan: pl.plan, Shards: pl.infos, Fields: l.fields,
-		ImageDecoder: images, AugmentSeed: cfg.Seed, Epoch: order.Epoch,
+		Sources: cfg.Sources, Plan: r.plan, Shards: r.infos, Fields: r.fields,
+		ImageDecoder: r.images, AugmentSeed: cfg.Seed, Epoch: order.Epoch,
 		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxSampleSize: cfg.MaxSampleSize, MaxRatio: cfg.MaxRatio},
-		Rank:   cfg.Rank, FirstSeq: firstSeq, Replay: pl.replay,
-		NoShuffle: cfg.NoShuffle, ShuffleBytes: cfg.ShuffleBytes, OpenShards: max(cfg.OpenShards, pl.plan.Lanes), Knobs: fetch,
-		SampleBytes: cfg.Memory - b.Held - int64(cfg.Slabs)*cfg.SlabBytes - b.Fetch(knobs),
+		Rank:   cfg.Rank, FirstSeq: firstSeq, Replay: r.replay,
+		NoShuffle: cfg.NoShuffle, ShuffleBytes: cfg.ShuffleBytes, OpenShards: max(cfg.OpenShards, r.plan.Lanes), Knobs: fetch,
+		SampleBytes: cfg.Memory - r.budget.Held - int64(cfg.Slabs)*cfg.SlabBytes - r.budget.Fetch(r.knobs),
 		BatchSize:   cfg.BatchSize, DropLast: cfg.DropLast, CPUs: cfg.CPUs,
-		Record: lookup(cfg).Store.Keep(pl.infos, cfg.Logf),
-		Skip:   cfg.OnError == Skip, StreamOf: pl.mix.StreamOf(len(pl.infos)),
+		Record: lookup(*cfg).Store.Keep(r.infos, cfg.Logf),
+		Skip:   cfg.OnError == Skip, StreamOf: r.mix.StreamOf(len(r.infos)),
 		Budget: pipeline.NewBudget(cfg.ErrorBudget.Fraction, cfg.ErrorBudget.Samples, cfg.ErrorBudget.Shards, order.Samples, order.Shards),
 		Ring:   cfg.Ring,
 		RingOptions: pinned.Options{Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, NoLock: cfg.NoLock, Bind: cfg.BindSlabs,
-			Warn: func(msg string) { cfg.once("lock", func() { cfg.Logf("shardload: warning: %s", msg) }) }},
-		SlabSize: func(need int64) (int64, error) { return l.slabs.Grow(need, l.knobs()) },
-		Queue:    cfg.Slabs, Device: l.dev, Logf: cfg.Logf, Once: cfg.once,
-		SampleError: func(url, key string, offset int64, field string, err error) error {
-			return &SampleError{URL: redact.URL(url), Key: key, Offset: offset, Field: field, Err: err}
-		},
+			Warn: func(msg string) { logs.Once(logKey, "lock", func() { logf("shardload: warning: %s", msg) }) }},
+		Slabs: slabs, Tuned: tuned,
+		Queue: cfg.Slabs, Device: dev, Logf: cfg.Logf, LogKey: cfg.logKey,
 	}
 }
 

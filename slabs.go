@@ -4,8 +4,8 @@ import (
 	"context"
 
 	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/internal/budget"
 	"github.com/shardload/shardload/internal/pipeline"
-	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/wire"
 )
@@ -34,7 +34,7 @@ func SlabSize(cfg Config, infos []shard.Info, fields []decode.Field) int64 {
 	if cfg.SlabBytes > 0 {
 		return cfg.SlabBytes
 	}
-	return tune.SlabSize(cfg.withDefaults().BatchSize, fields, infos)
+	return budget.SlabSize(cfg.withDefaults().BatchSize, fields, infos)
 }
 
 // CheckBatch refuses, from the settings alone, a batch of cfg that Open would refuse
@@ -54,7 +54,7 @@ func CheckBatch(cfg Config, fields []decode.Field) error {
 	}
 	// The shards are not known yet: their queues are counted at the least any take
 	// (shards of a byte, read locally), so that nothing Open accepts is refused.
-	return cfg.budget(tune.Shape{MaxShard: 1}).CheckBatch(fixedBytes(fields), cfg.BatchSize, cfg.MaxSlabBytes, cfg.knobs(), true)
+	return cfg.budget(budget.Shape{MaxShard: 1}).CheckBatch(fixedBytes(fields), cfg.BatchSize, cfg.MaxSlabBytes, cfg.knobs(), true)
 }
 
 // fixedBytes returns the bytes the fixed-size columns of a batch of fields take, by

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/shardload/shardload/internal/budget"
 	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/mem"
 )
@@ -70,8 +71,8 @@ func (cfg Config) knobs() tune.Knobs {
 }
 
 // budget returns the memory model of cfg (with defaults) over shards of shape d.
-func (cfg Config) budget(d tune.Shape) tune.Budget {
-	return tune.Budget{Memory: cfg.Memory, Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, ShuffleBytes: cfg.ShuffleBytes,
+func (cfg Config) budget(d budget.Shape) budget.Budget {
+	return budget.Budget{Memory: cfg.Memory, Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, ShuffleBytes: cfg.ShuffleBytes,
 		OpenShards: cfg.OpenShards, Shape: d, Pins: cfg.pins}
 }
 

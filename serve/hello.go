@@ -14,7 +14,7 @@ import (
 
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/decode"
-	"github.com/shardload/shardload/internal/tune"
+	"github.com/shardload/shardload/internal/budget"
 	"github.com/shardload/shardload/mem"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
@@ -225,10 +225,10 @@ func checkBatch(cfg shardload.Config, fields []decode.Field) error {
 	}
 	if be.Need > be.MaxSlab {
 		return reject(CodeBadRequest, "a batch of %d samples of these fields (batch_size=%d) needs a slab of %s, more than this server's --max-slab-size of %s: lower batch_size= (%d samples of these fields fit; slab_bytes= cannot exceed the limit either), or start the server with a larger --max-slab-size",
-			be.Rows, be.Rows, tune.Size(be.Need), tune.Size(be.MaxSlab), be.MaxRows)
+			be.Rows, be.Rows, budget.Size(be.Need), budget.Size(be.MaxSlab), be.MaxRows)
 	}
 	return reject(CodeBadRequest, "a batch of %d samples of these fields (batch_size=%d) needs a slab of %s; %d slabs of it (slabs=) and the other buffers at their least take %s, more than this server's --memory of %s per trainer: lower batch_size= (%d samples of these fields fit), slabs= or slab_bytes=, or start the server with a larger --memory",
-		be.Rows, be.Rows, tune.Size(be.Need), be.Slabs, tune.Size(be.Least), tune.Size(be.Memory), be.MaxRows)
+		be.Rows, be.Rows, budget.Size(be.Need), be.Slabs, budget.Size(be.Least), budget.Size(be.Memory), be.MaxRows)
 }
 
 // allowedURLs refuses patterns that name more than MaxShards shards in all (counted

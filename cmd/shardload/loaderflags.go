@@ -54,7 +54,7 @@ type knobFlag struct {
 
 func (f *knobFlag) String() string {
 	if !f.set {
-		return f.k.DefaultText()
+		return f.k.DefaultText(shardload.Config{})
 	}
 	return f.k.Value(f.cfg)
 }

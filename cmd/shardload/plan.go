@@ -88,6 +88,7 @@ type planOptions struct {
 	streams         []string // --stream: a mix of indexes
 	epochSamples    int64
 	batching        string
+	memory          byteSize
 }
 
 func (o *planOptions) register(fs *pflag.FlagSet) {
@@ -96,6 +97,8 @@ func (o *planOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.batching, "batching", "random", "how a mix's batches are made: random, stratified or per_stream")
 	fs.StringVar(&o.index, "index", "", "the dataset's index (a path or URL, from \"shardload index\"); without it, the synthetic dataset of --shards")
 	fs.IntVar(&o.shards, "shards", 0, "synthetic dataset: number of shards")
+	o.memory = shardload.DefaultMemory
+	fs.Var(&o.memory, "memory", "each rank's --memory: bounds the windows a rank's plan may span, as the loader's does")
 	fs.IntVar(&o.samplesPerShard, "samples-per-shard", 1000, "synthetic dataset: samples per shard")
 	o.sampleBytes = 100 << 10
 	fs.Var(&o.sampleBytes, "sample-bytes", "synthetic dataset: stored bytes per sample, tar headers included")
@@ -200,6 +203,7 @@ func runPlan(ctx context.Context, o planOptions) (*planReport, error) {
 	rep := &planReport{Nodes: o.nodes, RanksPerNode: o.ranksPerNode, World: o.nodes * o.ranksPerNode, BatchSize: o.batchSize}
 	var infos []shard.Info
 	var mix *plan.Mix
+	var streams []shardload.Stream
 	reg := &source.Registry{}
 	all.RegisterDefaults(reg, source.FetchOptions{})
 	if len(o.streams) > 0 {
@@ -221,6 +225,7 @@ func runPlan(ctx context.Context, o planOptions) (*planReport, error) {
 				return nil, err
 			}
 			mix.Streams = append(mix.Streams, plan.Stream{First: len(infos), Count: len(got), Weight: st.Weight, Repeat: st.Repeat, Choose: st.Choose})
+			streams = append(streams, shardload.Stream{Shards: got, Weight: st.Weight, Repeat: st.Repeat, Choose: st.Choose})
 			infos = append(infos, got...)
 			rep.IndexFileBytes += n
 			rep.IndexLoadSeconds += secs
@@ -271,9 +276,15 @@ func runPlan(ctx context.Context, o planOptions) (*planReport, error) {
 		rep.Samples = n // the mixed epoch's
 	}
 
-	cfg := plan.Config{Seed: o.seed, World: rep.World, Shuffle: !o.noShuffle, BatchSize: o.batchSize, DropLast: o.dropLast, GapBytes: int64(o.readGap), Mix: mix}
-	if cfg.Shuffle {
-		cfg.Lanes, cfg.Window = o.openShards, plan.WindowSize(o.shuffleBuffer, int64(o.shuffleBytes), infos)
+	// Each rank is planned by the loader's own planning (shardload.PlanOf), from the
+	// counts read here: the settings Open takes, with its defaults.
+	cfg := shardload.Config{Seed: o.seed, World: rep.World, NoShuffle: o.noShuffle, BatchSize: o.batchSize, DropLast: o.dropLast,
+		ReadGap: int64(o.readGap), OpenShards: o.openShards, ShuffleBuffer: o.shuffleBuffer, ShuffleBytes: int64(o.shuffleBytes),
+		Memory: int64(o.memory), Sources: reg, Logf: func(string, ...any) {}}
+	if mix != nil {
+		cfg.Streams, cfg.EpochSamples, cfg.Batching = streams, o.epochSamples, mix.Batching
+	} else {
+		cfg.Shards = infos
 	}
 	// Local files are read a span at a time, whole: one request each.
 	partSize := int64(o.partSize)
@@ -313,7 +324,7 @@ func runPlan(ctx context.Context, o planOptions) (*planReport, error) {
 				c := cfg
 				c.Rank = nodes[j.node]*o.ranksPerNode + j.local
 				t0 := time.Now()
-				p, err := plan.New(infos, c)
+				p, err := shardload.PlanOf(ctx, c)
 				secs := time.Since(t0).Seconds()
 				if err != nil {
 					select {

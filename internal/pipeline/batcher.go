@@ -169,7 +169,7 @@ func (b *batcher) flush(ctx context.Context) error {
 		b.values = append(b.values, it.values)
 	}
 	db, err := wire.Collate(slab.Bytes(), pl.p.Fields, b.keys, b.values)
-	if errors.Is(err, wire.ErrSlabTooSmall) && pl.p.SlabSize != nil {
+	if errors.Is(err, wire.ErrSlabTooSmall) && pl.p.Slabs != nil {
 		err = pl.grow(slab, wire.Needed(pl.p.Fields, b.keys, b.values), b.seq)
 		if err == nil {
 			db, err = wire.Collate(slab.Bytes(), pl.p.Fields, b.keys, b.values)
@@ -206,9 +206,9 @@ func (b *batcher) flush(ctx context.Context) error {
 	}
 }
 
-// grow makes slab large enough for a batch of need bytes, as far as SlabSize allows.
+// grow makes slab large enough for a batch of need bytes, as far as Params.Slabs allows.
 func (pl *Pipeline) grow(slab *pinned.Slab, need int64, seq int) error {
-	size, err := pl.p.SlabSize(need)
+	size, err := pl.p.Slabs.Grow(need, pl.p.Tuned.Knobs())
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/shardload/shardload/logs"
 	"github.com/shardload/shardload/numa"
 )
 
@@ -45,11 +46,5 @@ func (pl *Pipeline) placeThread() func() {
 	return unlock
 }
 
-// once is Params.Once.
-func (pl *Pipeline) once(what string, f func()) {
-	if pl.p.Once != nil {
-		pl.p.Once(what, f)
-		return
-	}
-	f()
-}
+// once calls f unless a line of the kind what went to the logger already (logs.Once).
+func (pl *Pipeline) once(what string, f func()) { logs.Once(pl.p.LogKey, what, f) }

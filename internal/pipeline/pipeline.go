@@ -20,6 +20,7 @@ import (
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
+	"github.com/shardload/shardload/internal/budget"
 	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/mem"
 	"github.com/shardload/shardload/pinned"
@@ -92,23 +93,20 @@ type Params struct {
 	// first reads) and closes it.
 	Ring        *pinned.Ring
 	RingOptions pinned.Options
-	// SlabSize, when set, says how large a slab may grow to hold a batch that needs
-	// need bytes: the size to grow it to, or the error that fails the loader (the
-	// batch does not fit the memory budget). Without it such a batch fails the loader.
-	SlabSize func(need int64) (int64, error)
+	// Slabs, when set, says how large a slab may grow to hold a batch larger than
+	// it, within the memory budget at the tuner's knobs (Tuned); without it such a
+	// batch fails the loader.
+	Slabs *budget.Slabs
+	Tuned *tune.Shared
 	// Queue is the number of batches collated ahead of Next (the ring's slabs).
 	Queue int
 	// Device receives each batch after collation; nil hands none over. Close
 	// closes it, before the ring its copies read from.
 	Device *device.Stage
 	Logf   func(format string, args ...any)
-	// SampleError returns the error of a sample that could not be decoded (the
-	// library's public type): the shard's URL, the sample's key and byte offset, the
-	// field's column name and the cause. nil: a plain error saying the same.
-	SampleError func(url, key string, offset int64, field string, err error) error
-	// Once, when set, calls f unless a line of the kind what went to Logf's logger
-	// already (a warning said once per logger, not per epoch); nil calls f always.
-	Once func(what string, f func())
+	// LogKey names Logf's logger (logs.Key): a warning is said once per logger, not
+	// per epoch (logs.Once).
+	LogKey any
 }
 
 // Budget is what the Skip policy may leave out before the pipeline fails.

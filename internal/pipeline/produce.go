@@ -533,12 +533,26 @@ func (p *producer) send(m slotMsg) (delivered, goOn bool) {
 	return true, p.acquire()
 }
 
-// sampleError returns the error of a sample that could not be decoded (Params.SampleError).
+// SampleError is a sample that could not be decoded: a missing field, a wrong shape, a
+// label that is not a number. Err is the cause.
+type SampleError struct {
+	URL    string // the shard's URL, secrets removed (package redact)
+	Key    string // the sample's key
+	Offset int64  // byte offset of the sample's first member in the shard's (decompressed) tar
+	Field  string // the field's column name
+	Err    error
+}
+
+func (e *SampleError) Error() string {
+	return fmt.Sprintf("%s: sample %q at byte %d: field %s: %v", e.URL, e.Key, e.Offset, e.Field, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *SampleError) Unwrap() error { return e.Err }
+
+// sampleError returns the error of a sample that could not be decoded.
 func (pl *Pipeline) sampleError(smp *shard.Sample, f *decode.Field, err error) error {
-	if pl.p.SampleError == nil {
-		return fmt.Errorf("%s: sample %q at byte %d: field %s: %w", redact.URL(smp.URL), smp.Key, smp.Offset, f.ColumnName(), err)
-	}
-	return pl.p.SampleError(smp.URL, smp.Key, smp.Offset, f.ColumnName(), err)
+	return &SampleError{URL: redact.URL(smp.URL), Key: smp.Key, Offset: smp.Offset, Field: f.ColumnName(), Err: err}
 }
 
 // ErrMissingField means a sample lacks a configured field.

@@ -1,8 +1,9 @@
-package tune
+package budget
 
 import (
 	"errors"
 	"fmt"
+	"github.com/shardload/shardload/internal/tune"
 	"math"
 	"strconv"
 	"strings"
@@ -81,7 +82,7 @@ func (d Shape) queueCap(q int64) int64 {
 
 // partsCap is the most part buffers one open shard's read holds with k: none when
 // reads are local, read as one stream, or every shard fits in one part.
-func (d Shape) partsCap(k Knobs) int64 {
+func (d Shape) partsCap(k tune.Knobs) int64 {
 	if !d.Remote || k.FetchParallel <= 1 || (d.MaxShard > 0 && d.MaxShard <= k.FetchPartSize) {
 		return 0
 	}
@@ -105,40 +106,40 @@ type Budget struct {
 	ShuffleBytes int64
 	OpenShards   int
 	Shape        Shape
-	Pins         Pins
+	Pins         tune.Pins
 }
 
 // Of returns the most bytes the loader holds with knobs k: Held, and its buffers:
 // the slab ring, the decoded samples (the open shards' queues, the shuffle windows
 // and two batches being collated, plus an eighth for the buffers' size classes) and
 // the remote reads' parts of every open shard.
-func (b Budget) Of(k Knobs) int64 {
+func (b Budget) Of(k tune.Knobs) int64 {
 	return b.Held + int64(b.Slabs)*b.SlabBytes + b.Samples(k) + b.Fetch(k)
 }
 
 // Samples is the decoded samples' share of Of.
-func (b Budget) Samples(k Knobs) int64 {
+func (b Budget) Samples(k tune.Knobs) int64 {
 	s := int64(b.OpenShards+k.ReadAhead)*b.Shape.queueCap(k.QueueBytes) + b.ShuffleBytes + 2*b.SlabBytes
 	return s + s/8
 }
 
 // Fetch is the remote reads' parts' share of Of.
-func (b Budget) Fetch(k Knobs) int64 {
+func (b Budget) Fetch(k tune.Knobs) int64 {
 	return int64(b.OpenShards+k.ReadAhead) * b.Shape.partsCap(k)
 }
 
 // Least returns the least the knobs can take from set: those pinned as they are,
 // the others as far as Start lowers them (for remote shards larger than a part, the
 // worst case of set's fetch parts).
-func (b Budget) Least(set Knobs) Knobs {
-	least := Knobs{QueueBytes: MinQueueBytes, FetchParallel: 1, FetchPartSize: set.FetchPartSize}
-	if b.Pins.Pinned(QueueBytes) {
+func (b Budget) Least(set tune.Knobs) tune.Knobs {
+	least := tune.Knobs{QueueBytes: tune.MinQueueBytes, FetchParallel: 1, FetchPartSize: set.FetchPartSize}
+	if b.Pins.Pinned(tune.QueueBytes) {
 		least.QueueBytes = set.QueueBytes
 	}
-	if b.Pins.Pinned(ReadAhead) {
+	if b.Pins.Pinned(tune.ReadAhead) {
 		least.ReadAhead = set.ReadAhead
 	}
-	if b.Pins.Pinned(FetchParallel) {
+	if b.Pins.Pinned(tune.FetchParallel) {
 		least.FetchParallel = set.FetchParallel
 	}
 	return least
@@ -147,19 +148,19 @@ func (b Budget) Least(set Knobs) Knobs {
 // Start returns the knobs a loader starts from: from's (a tuner's, or the settings),
 // those not pinned lowered until they fit the budget, or an error wrapping ErrMemory
 // that says what does not fit.
-func (b Budget) Start(k Knobs) (Knobs, error) {
+func (b Budget) Start(k tune.Knobs) (tune.Knobs, error) {
 	pins := b.Pins
 	for b.Of(k) > b.Memory {
 		switch {
-		case !pins.Pinned(ReadAhead) && k.ReadAhead > 0:
+		case !pins.Pinned(tune.ReadAhead) && k.ReadAhead > 0:
 			k.ReadAhead = 0
-			if !pins.Pinned(Workers) {
+			if !pins.Pinned(tune.Workers) {
 				k.Workers = min(k.Workers, b.OpenShards)
 			}
-		case !pins.Pinned(FetchParallel) && b.Shape.partsCap(k) > 0:
+		case !pins.Pinned(tune.FetchParallel) && b.Shape.partsCap(k) > 0:
 			k.FetchParallel = 1
-		case !pins.Pinned(QueueBytes) && k.QueueBytes > MinQueueBytes:
-			k.QueueBytes = max(k.QueueBytes/2, MinQueueBytes)
+		case !pins.Pinned(tune.QueueBytes) && k.QueueBytes > tune.MinQueueBytes:
+			k.QueueBytes = max(k.QueueBytes/2, tune.MinQueueBytes)
 		default:
 			ring := int64(b.Slabs) * b.SlabBytes
 			return k, fmt.Errorf("%w: the budget is %s, the settings need %s: the shards' index entries and the plan %s, slabs %d x %s = %s, decoded samples %s (queues %d x %s, shuffle %s, two batches, size classes), fetch parts %s (%d open shards x %d x %s); raise the budget (--memory of shardload serve or bench, Config.Memory in Go) or lower what the settings name",
@@ -189,7 +190,7 @@ func size(n int64) string {
 // Check reports what makes b's settings impossible before anything is read: a slab
 // larger than maxSlab, a ring that overflows or takes more than half of the machine's
 // memory, or a budget under what the settings need at the least (from set).
-func (b Budget) Check(maxSlab int64, set Knobs) []error {
+func (b Budget) Check(maxSlab int64, set tune.Knobs) []error {
 	var errs []error
 	if b.SlabBytes > maxSlab && maxSlab > 0 {
 		errs = append(errs, fmt.Errorf("SlabBytes %d is more than MaxSlabBytes %d", b.SlabBytes, maxSlab))
@@ -210,22 +211,22 @@ func (b Budget) Check(maxSlab int64, set Knobs) []error {
 
 // StartFrom is Start from the knobs the shared tuner s kept, when it has some, for
 // those b does not pin (Workers at most openShards + ReadAhead), and k for the rest.
-func (b Budget) StartFrom(s *Shared, k Knobs, openShards int) (Knobs, error) {
+func (b Budget) StartFrom(s *tune.Shared, k tune.Knobs, openShards int) (tune.Knobs, error) {
 	if kept, _, _, ok := s.Kept(); ok && kept.Workers > 0 {
 		p := b.Pins
-		if !p.Pinned(ReadAhead) {
+		if !p.Pinned(tune.ReadAhead) {
 			k.ReadAhead = kept.ReadAhead
 		}
-		if !p.Pinned(Workers) {
+		if !p.Pinned(tune.Workers) {
 			k.Workers = min(kept.Workers, openShards+k.ReadAhead)
 		}
-		if !p.Pinned(QueueBytes) {
+		if !p.Pinned(tune.QueueBytes) {
 			k.QueueBytes = kept.QueueBytes
 		}
-		if !p.Pinned(FetchParallel) {
+		if !p.Pinned(tune.FetchParallel) {
 			k.FetchParallel = kept.FetchParallel
 		}
-		if !p.Pinned(FetchPartSize) {
+		if !p.Pinned(tune.FetchPartSize) {
 			k.FetchPartSize = kept.FetchPartSize
 		}
 	}

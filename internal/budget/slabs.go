@@ -1,8 +1,9 @@
-package tune
+package budget
 
 import (
 	"fmt"
 	"github.com/shardload/shardload/device"
+	"github.com/shardload/shardload/internal/tune"
 	"sync"
 	"sync/atomic"
 
@@ -77,7 +78,7 @@ func (e *BatchError) Unwrap() error { return ErrMemory }
 // fit: one slab larger than maxSlab, or a ring of them larger than the budget leaves
 // with the other buffers at their least (from set). sized says b's slabs are sized
 // from the batch, not given. The error is a *BatchError.
-func (b Budget) CheckBatch(fixedBytes func(rows int) int64, rows int, maxSlab int64, set Knobs, sized bool) error {
+func (b Budget) CheckBatch(fixedBytes func(rows int) int64, rows int, maxSlab int64, set tune.Knobs, sized bool) error {
 	fixed := fixedBytes(rows)
 	if fixed <= b.SlabBytes && !sized {
 		return nil // slabs given that hold it: Start checks that they fit
@@ -137,7 +138,7 @@ func NewSlabs(b Budget, maxSlab, deviceMax int64, grown func(need, from, to int6
 }
 
 // Memory is Budget.Of with the slabs at their size now.
-func (s *Slabs) Memory(k Knobs) int64 {
+func (s *Slabs) Memory(k tune.Knobs) int64 {
 	b := s.budget
 	b.SlabBytes = s.bytes.Load()
 	return b.Of(k)
@@ -150,7 +151,7 @@ func (s *Slabs) Bytes() int64 { return s.bytes.Load() }
 // headroom, as long as every slab at that size and the other buffers at knobs k fit
 // the budget, and no larger than the limit; the error (ErrMemory) names the batch's
 // size when even need does not fit.
-func (s *Slabs) Grow(need int64, k Knobs) (int64, error) {
+func (s *Slabs) Grow(need int64, k tune.Knobs) (int64, error) {
 	b := s.budget
 	fits := func(n int64) bool {
 		c := b
