@@ -21,35 +21,20 @@ import (
 	"github.com/shardload/shardload/source"
 )
 
-// Policy says what happens when a sample or shard is bad.
-type Policy int
+// Policy says what happens when a sample or shard is bad: Fail or Skip.
+type Policy = pipeline.Policy
 
 const (
 	// Fail stops the loader at the first bad sample or shard: Next returns the error.
-	Fail Policy = iota
+	Fail = pipeline.Fail
 	// Skip leaves bad samples (and the rest of a bad shard) out, logs each once with
 	// shard URL, key and cause, counts them, and fails only when more than
 	// Config.ErrorBudget allows were skipped.
-	Skip
+	Skip = pipeline.Skip
 )
 
-func (p Policy) String() string {
-	if p == Skip {
-		return "skip"
-	}
-	return "fail"
-}
-
 // ParsePolicy parses "fail" or "skip".
-func ParsePolicy(s string) (Policy, error) {
-	switch s {
-	case "fail":
-		return Fail, nil
-	case "skip":
-		return Skip, nil
-	}
-	return Fail, fmt.Errorf("shardload: error policy %q: want fail or skip", s)
-}
+func ParsePolicy(s string) (Policy, error) { return pipeline.ParsePolicy(s) }
 
 // Config configures a Loader. The zero value plus URLs works: one rank, batches of 32,
 // shuffled, fields taken from the first sample of the first shard with the decoder
@@ -276,29 +261,14 @@ type Config struct {
 	answered func()
 }
 
-// Budget bounds what the Skip policy may leave out of one epoch of the whole job: the
-// samples and shards of every rank together, so that a rank reading a few shards of a
-// large job is not failed by the first bad one. A rank fails with ErrErrorBudget when
-// the samples (or shards) it skipped exceed the larger of Fraction times the job's
-// samples (shards) and Samples (Shards). Each rank counts its own skips against the
-// job's budget: ranks do not talk to each other, so a job whose ranks all skip may
-// leave out up to World times the budget. The zero Budget allows nothing.
-type Budget struct {
-	// Fraction of the job's samples, and of its shards, in [0, 1].
-	Fraction float64
-	// Samples and Shards are counts allowed whatever the fraction gives.
-	Samples, Shards int64
-}
+// Budget bounds what the Skip policy may leave out of one epoch of the whole job
+// (see pipeline.ErrorBudget): Fraction of the job's samples and shards, or Samples
+// and Shards, whichever is more.
+type Budget = pipeline.ErrorBudget
 
 // DefaultErrorBudget is the budget of a Config whose ErrorBudget is nil: 1% of the
 // job's samples or shards.
 var DefaultErrorBudget = Budget{Fraction: 0.01}
-
-// String says what the budget allows, e.g. "1% of the job's samples or shards" or
-// "no skips".
-func (b Budget) String() string {
-	return pipeline.NewBudget(b.Fraction, b.Samples, b.Shards, 0, 0).Text
-}
 
 // The defaults of Config's zero fields, each defined once (the CLI's flags take
 // theirs from here).
@@ -318,20 +288,11 @@ func (cfg Config) withDefaults() Config {
 	}
 	cfg.defaulted = true
 	cfg.pins = pinsOf(&cfg)
-	cfg.Memory = cmp.Or(cfg.Memory, DefaultMemory)
-	cfg.FetchParallel = cmp.Or(cfg.FetchParallel, source.DefaultParallel)
-	cfg.FetchPartSize = cmp.Or(cfg.FetchPartSize, source.DefaultPartSize)
-	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
-	cfg.World = cmp.Or(cfg.World, 1)
-	cfg.ShuffleBuffer = cmp.Or(cfg.ShuffleBuffer, DefaultShuffleBuffer)
-	cfg.ShuffleBytes = cmp.Or(cfg.ShuffleBytes, DefaultShuffleBytes)
-	cfg.OpenShards = cmp.Or(cfg.OpenShards, DefaultOpenShards)
+	for _, k := range Knobs {
+		k.SetDefault(&cfg) // the table's defaults
+	}
 	cfg.Workers = min(cmp.Or(cfg.Workers, runtime.GOMAXPROCS(0)), cfg.OpenShards+cfg.ReadAhead)
-	cfg.QueueBytes = cmp.Or(cfg.QueueBytes, DefaultQueueBytes)
 	cfg.MaxMemberSize = cmp.Or(cfg.MaxMemberSize, shard.DefaultMaxMemberSize)
-	cfg.MaxSampleSize = cmp.Or(cfg.MaxSampleSize, shard.DefaultMaxSampleSize)
-	cfg.Slabs = cmp.Or(cfg.Slabs, DefaultSlabs)
-	cfg.MaxSlabBytes = cmp.Or(cfg.MaxSlabBytes, DefaultMaxSlabBytes)
 	cfg.Batching = cmp.Or(cfg.Batching, plan.Random)
 	if cfg.ErrorBudget == nil {
 		b := DefaultErrorBudget
@@ -348,14 +309,6 @@ func (cfg Config) withDefaults() Config {
 // once calls f unless a line of the kind what went to cfg's logger (with defaults)
 // already in this process (logs.Once).
 func (cfg Config) once(what string, f func()) { logs.Once(cfg.logKey, what, f) }
-
-// noURLs returns the error of a Config that names no shards, nil for one that does.
-func noURLs(cfg Config) error {
-	if len(cfg.URLs)+len(cfg.Shards)+len(cfg.Streams) > 0 {
-		return nil
-	}
-	return errors.New("shardload: bad config: no shard URLs")
-}
 
 // Validate reports every setting of cfg that is negative or makes no sense, such as a
 // rank outside the world or a slab ring larger than half of the machine's memory
@@ -395,12 +348,7 @@ func (cfg Config) Validate() error {
 		bad("OnError %d is neither Fail nor Skip", int(cfg.OnError))
 	}
 	if b := cfg.ErrorBudget; b != nil {
-		if math.IsNaN(b.Fraction) || b.Fraction < 0 || b.Fraction > 1 {
-			bad("ErrorBudget.Fraction %g outside [0, 1]", b.Fraction)
-		}
-		if b.Samples < 0 || b.Shards < 0 {
-			bad("ErrorBudget counts are negative (%d samples, %d shards)", b.Samples, b.Shards)
-		}
+		errs = append(errs, b.Check())
 	}
 	for _, c := range cfg.CPUs {
 		if c < 0 {

@@ -174,6 +174,7 @@ func TestOrderFingerprint(t *testing.T) {
 			c.Shards = slices.Clone(infos)
 			c.Shards[3].Samples--
 			c.Shards[3].Offsets = c.Shards[3].Offsets[:c.Shards[3].Samples]
+			c.Shards[3].Members = nil
 		}, []string{"dataset", "samples"}},
 	} {
 		o := order(tt.set)

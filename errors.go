@@ -5,6 +5,7 @@ package shardload
 import (
 	"errors"
 
+	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/budget"
 	"github.com/shardload/shardload/internal/pipeline"
 )
@@ -12,7 +13,7 @@ import (
 var (
 	// ErrStartTimeout means Open's planning did not finish within Config.StartTimeout:
 	// the store did not answer, or kept refusing or throttling.
-	ErrStartTimeout = errors.New("shardload: the dataset's store did not answer in time")
+	ErrStartTimeout = index.ErrStartTimeout
 
 	// ErrEstimated means a job of several ranks would plan its epoch from estimated
 	// sample counts without Config.AllowEstimate.

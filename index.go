@@ -80,17 +80,11 @@ func lookup(cfg Config) index.Lookup {
 	lk := index.Lookup{Sources: cfg.Sources, Index: cfg.Index, Workers: max(cfg.Workers, 16), Logf: cfg.Logf, Once: cfg.once, LazyOffsets: true, Answered: cfg.answered,
 		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxRatio: cfg.MaxRatio}}
 	if !cfg.NoIndexStore {
-		lk.Store = cfg.openStore()
+		// Without the node's store (it cannot be opened), said once, every run counts.
+		var err error
+		if lk.Store, err = index.Shared(cfg.IndexDir); err != nil {
+			cfg.once("store", func() { cfg.Logf("shardload: warning: %v (shards are counted on every run)", err) })
+		}
 	}
 	return lk
-}
-
-// openStore opens the index store of cfg (with defaults), or says once why it cannot
-// and returns nil.
-func (cfg Config) openStore() *index.Store {
-	s, err := index.Shared(cfg.IndexDir)
-	if err != nil {
-		cfg.once("store", func() { cfg.Logf("shardload: warning: %v (shards are counted on every run)", err) })
-	}
-	return s
 }

@@ -11,10 +11,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
+	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/budget"
 	"github.com/shardload/shardload/internal/pipeline"
 	"github.com/shardload/shardload/internal/tune"
@@ -166,7 +166,7 @@ func resolve(ctx context.Context, cfg Config, tuner *Tuner) (r resolved, err err
 		c.SlabBytes = SlabSize(*c, infos, r.fields)
 	}
 	r.budget = c.budget(r.shape)
-	r.budget.Held = heldBytes(infos, &r.plan)
+	r.budget.Held = budget.Held(infos, &r.plan)
 	if err := r.budget.CheckBatch(fixedBytes(r.fields), c.BatchSize, c.MaxSlabBytes, c.knobs(), sized); err != nil {
 		return r, err
 	}
@@ -177,31 +177,18 @@ func resolve(ctx context.Context, cfg Config, tuner *Tuner) (r resolved, err err
 // DefaultStartTimeout is Config.StartTimeout's default.
 const DefaultStartTimeout = time.Minute
 
-// errStart is the cause of the start context's end.
-var errStart = errors.New("start timeout")
-
 // startContext returns ctx bounded by cfg.StartTimeout for Open's planning, unless
-// the job counts its shards first (see Config.StartTimeout), and the functions that
-// end it (stop) and that lift the bound once the store has answered for the
-// dataset's objects (answered): what follows, counting shards the index lacks or
-// reading the first sample, is bounded by the sources' retries.
+// the job counts its shards first (see Config.StartTimeout): see index.StartBound.
 func startContext(ctx context.Context, cfg Config) (sctx context.Context, stop, answered func()) {
-	sctx, cancel := context.WithCancelCause(ctx)
-	d := cmp.Or(cfg.StartTimeout, DefaultStartTimeout)
-	if d < 0 || cfg.CountFirst || len(cfg.Streams) > 0 {
-		return sctx, func() { cancel(nil) }, func() {}
+	if cfg.CountFirst || len(cfg.Streams) > 0 {
+		return index.StartBound(ctx, -1)
 	}
-	t := time.AfterFunc(d, func() { cancel(errStart) })
-	return sctx, func() { t.Stop(); cancel(nil) }, func() { t.Stop() }
+	return index.StartBound(ctx, cmp.Or(cfg.StartTimeout, DefaultStartTimeout))
 }
 
 // startError returns err of Open's planning, or ErrStartTimeout when the start
-// context sctx ran out (and the caller's ctx did not), naming the first shard's
-// store and what to look at.
+// context sctx ran out (see index.StartError).
 func startError(ctx, sctx context.Context, cfg Config, err error) error {
-	if ctx.Err() != nil || !errors.Is(context.Cause(sctx), errStart) {
-		return err
-	}
 	first := ""
 	switch {
 	case len(cfg.URLs) > 0:
@@ -211,8 +198,7 @@ func startError(ctx, sctx context.Context, cfg Config, err error) error {
 	case len(cfg.Streams) > 0 && len(cfg.Streams[0].URLs) > 0:
 		first = cfg.Streams[0].URLs[0]
 	}
-	return fmt.Errorf("%w: planning the epoch of %s did not finish within %v (--start-timeout of shardload serve and bench, Config.StartTimeout): check that the endpoint answers (AWS_ENDPOINT_URL, STORAGE_EMULATOR_HOST, the network), the credentials and the bucket; what the store said last: %v",
-		ErrStartTimeout, redact.URL(first), cmp.Or(cfg.StartTimeout, DefaultStartTimeout), err)
+	return index.StartError(ctx, sctx, first, cmp.Or(cfg.StartTimeout, DefaultStartTimeout), err)
 }
 
 // params returns the engine's parameters: r, its slabs growing within slabs at
@@ -223,7 +209,7 @@ func (r *resolved) params(slabs *budget.Slabs, tuned *tune.Shared, dev *device.S
 	if r.replay > 0 {
 		firstSeq = 0 // the replayed batches are numbered, and dropped
 	}
-	fetch := fetchKnobs(r.knobs, r.shape.Remote)
+	fetch := pipeline.FetchKnobs(r.knobs, r.shape.Remote)
 	if cfg.NoAutotune && !cfg.pins.Pinned(tune.FetchParallel) && !cfg.pins.Pinned(tune.FetchPartSize) {
 		fetch.FetchParallel, fetch.FetchPartSize = 0, 0 // the sources' own settings
 	}
@@ -262,17 +248,6 @@ func newPlan(infos []shard.Info, cfg Config, order Order, runs []plan.Run, mix *
 		err = fmt.Errorf("%w: %w", ErrResume, err)
 	}
 	return p, err
-}
-
-// heldBytes is what a loader holds of its shards' index entries (each a shard.Info,
-// its URL, version and the sample offsets it keeps) and of its plan: it grows with
-// the dataset, not with the knobs, and is counted in the memory budget.
-func heldBytes(infos []shard.Info, p *plan.Plan) int64 {
-	n := int64(len(infos)) * int64(unsafe.Sizeof(shard.Info{}))
-	for i := range infos {
-		n += int64(len(infos[i].URL) + len(infos[i].Version) + 8*len(infos[i].Offsets))
-	}
-	return n + p.Bytes()
 }
 
 // planWindowBytes: a rank's part of an epoch may span one window of the order per
@@ -378,10 +353,7 @@ func (l *Loader) Close() error {
 func (l *Loader) Settings() Settings { return l.tuner.Settings() }
 
 // memory returns what the loader's buffers may hold at the settings in effect.
-func (l *Loader) memory() int64 { return l.slabs.Memory(l.knobs()) }
-
-// knobs returns the tuner's settings in effect (a change on trial too).
-func (l *Loader) knobs() tune.Knobs { return l.tuner.s.Knobs() }
+func (l *Loader) memory() int64 { return l.slabs.Memory(l.tuner.s.Knobs()) }
 
 // Device returns the loader's device-copy stage: its kind and description.
 func (l *Loader) Device() *device.Stage { return l.dev }
@@ -410,37 +382,21 @@ func (l *Loader) State() State {
 
 // Stats returns counters and per-stage times so far.
 func (l *Loader) Stats() Stats {
-	c := &l.p.C
-	d := func(v int64) time.Duration { return time.Duration(v) }
-	return Stats{
-		Samples: c.Samples.Load(), Batches: c.Batches.Load(), Padded: c.Padded.Load(), Trimmed: c.Trimmed.Load(),
-		Skipped: c.Skipped.Load(), SkippedShards: c.SkippedShards.Load(),
-		BytesIn: c.BytesIn.Load(), BytesInflated: c.BytesInflated.Load(), BytesOut: c.BytesOut.Load(), Requests: c.Requests.Load(),
-		Workers: l.Settings().Workers, Memory: l.memory(), Queued: l.p.C.Queued.Load(), PageLocked: l.p.Locked(),
-		Elapsed: time.Since(l.start), FirstBatch: d(c.FirstBatch.Load()),
-		Stages: c.Stages(), SlabBytes: l.slabs.Bytes(), Streams: streamStats(c.Streams),
-	}
+	s := l.p.Stats()
+	s.Workers, s.Memory, s.Elapsed, s.SlabBytes = l.Settings().Workers, l.memory(), time.Since(l.start), l.slabs.Bytes()
+	return s
 }
 
 // autotune runs the loader's tuner until l.done is closed, then closes l.tuned.
 func (l *Loader) autotune(remote bool) {
 	defer close(l.tuned)
-	c := &l.p.C
-	l.tuner.s.Run(tune.Loop{
-		Interval: tuneInterval,
-		// The order yields a window's samples once most of them are in: the rate is
-		// judged over two windows at least.
-		MinSamples: int64(2 * max(l.order.Window, l.cfg.BatchSize)),
-		Read: func() tune.Counts {
-			return tune.Counts{Samples: c.Samples.Load(), Batches: c.Batches.Load(), Wait: c.Wait.Load(), Fetch: c.Fetch.Load()}
-		},
-		Apply: func(k tune.Knobs) { l.p.SetKnobs(fetchKnobs(k, remote)) },
-		Kept: func(k0 tune.Knobs, rate float64) {
-			// Once per logger: a loader process serves many ranks and epochs, whose
-			// settings the metrics (shardload_session_setting) and bench's report show.
-			l.cfg.once("autotune", func() {
-				l.cfg.Logf("shardload: rank %d: autotune kept %s: %.0f samples/s (the tuners' later changes are not logged: see the shardload_session_setting metrics, or bench's autotune line)", l.cfg.Rank, k0, rate)
-			})
-		},
+	// The order yields a window's samples once most of them are in: the rate is
+	// judged over two windows at least.
+	l.p.Tune(&l.tuner.s, tuneInterval, int64(2*max(l.order.Window, l.cfg.BatchSize)), remote, func(k0 tune.Knobs, rate float64) {
+		// Once per logger: a loader process serves many ranks and epochs, whose
+		// settings the metrics (shardload_session_setting) and bench's report show.
+		logs.Once(l.cfg.logKey, "autotune", func() {
+			l.cfg.Logf("shardload: rank %d: autotune kept %s: %.0f samples/s (the tuners' later changes are not logged: see the shardload_session_setting metrics, or bench's autotune line)", l.cfg.Rank, k0, rate)
+		})
 	}, l.done)
 }

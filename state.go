@@ -89,8 +89,10 @@ type planned struct {
 // planOf plans cfg's rank's epoch: the shards' counts, the order, the state it
 // starts from and the plan.
 func planOf(ctx context.Context, cfg Config) (p planned, err error) {
-	if err := cfg.Validate(); err != nil || len(cfg.URLs)+len(cfg.Shards)+len(cfg.Streams) == 0 {
-		return p, errors.Join(noURLs(cfg), err)
+	if err := cfg.Validate(); err != nil {
+		return p, err
+	} else if len(cfg.URLs)+len(cfg.Shards)+len(cfg.Streams) == 0 {
+		return p, errors.New("shardload: bad config: no shard URLs")
 	}
 	p.cfg = cfg.withDefaults()
 	if st := p.cfg.Streams; len(st) == 1 && st[0].Repeat == 0 && st[0].Choose == 0 && p.cfg.EpochSamples == 0 && p.cfg.Batching == plan.Random {
@@ -120,27 +122,18 @@ func planOf(ctx context.Context, cfg Config) (p planned, err error) {
 	if err != nil {
 		return p, err
 	}
-	if n := shard.Estimated(p.infos); n > 0 && p.cfg.World > 1 && !p.cfg.AllowEstimate && len(runs) == 0 {
-		return p, fmt.Errorf("%w: %d of the %d shards have no index entry, and a job of %d ranks planned from counts estimated from the shards' sizes would leave samples out or repeat them without an error. Write an index once: shardload index --output DIR/ URL... (a loader finds DIR/%s beside the shards); or count the shards before the first batch (count_first=True in Python, --count-first, Config.CountFirst in Go); or accept approximate epochs (allow_estimate=True in Python, --allow-estimate, Config.AllowEstimate in Go)",
-			ErrEstimated, n, len(p.infos), p.cfg.World, index.FileName)
-	}
 	if n := shard.Estimated(p.infos); n > 0 {
-		p.cfg.once("estimate "+p.order.Dataset, func() {
-			what := "every rank yields the planned number of batches, and a shard holding more or fewer samples than estimated makes ranks leave some out or repeat some (Stats.Trimmed and Stats.Padded, reported at each epoch's end)"
-			if p.cfg.World == 1 {
-				what = "the epoch yields the planned number of batches, and a shard holding more or fewer samples than estimated makes it leave some out or repeat some (Stats.Trimmed and Stats.Padded, reported at the epoch's end)"
-			}
-			p.cfg.Logf("shardload: no index for %d of these %d shards: their sample counts are estimated from their sizes, so that the first batch does not wait for a count; %s. For exact epochs write an index once: shardload index --output DIR/ URL...",
-				n, len(p.infos), what)
-		})
-	}
-	if n := shard.Estimated(p.infos); n > 0 && len(runs) > 0 {
+		if p.cfg.World > 1 && !p.cfg.AllowEstimate && len(runs) == 0 {
+			return p, fmt.Errorf("%w: %d of the %d shards have no index entry, and a job of %d ranks planned from counts estimated from the shards' sizes would leave samples out or repeat them without an error. Write an index once: shardload index --output DIR/ URL... (a loader finds DIR/%s beside the shards); or count the shards before the first batch (count_first=True in Python, --count-first, Config.CountFirst in Go); or accept approximate epochs (allow_estimate=True in Python, --allow-estimate, Config.AllowEstimate in Go)",
+				ErrEstimated, n, len(p.infos), p.cfg.World, index.FileName)
+		}
+		p.cfg.once("estimate "+p.order.Dataset, func() { p.cfg.Logf("%s", index.EstimateNotice(n, len(p.infos), p.cfg.World)) })
 		// An estimated plan's batches follow the data, not its positions: its state
 		// resumes by replaying the epoch from its start and dropping the batches
 		// taken (the same batches, in the same order, as the job that saved it), in a
 		// job of the same world size and batch size only.
 		var ok bool
-		if p.replay, ok = plan.Replayable(runs, p.resume.Batches, p.cfg.World, p.cfg.BatchSize); !ok {
+		if p.replay, ok = plan.Replayable(runs, p.resume.Batches, p.cfg.World, p.cfg.BatchSize); len(runs) > 0 && !ok {
 			return p, fmt.Errorf("%w: the epoch was planned from counts estimated from the shards' sizes (%d shards without an index entry), so its batches follow the data, and a state of it resumes only in a job of its own world size and batch size (it was saved after %d batches by a job of %q; this job has %d ranks and batches of %d); start the epoch anew (a state with only its epoch), or index the dataset before training (shardload index)",
 				ErrResume, n, p.resume.Batches, p.resume.Runs, p.cfg.World, p.cfg.BatchSize)
 		}

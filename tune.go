@@ -75,12 +75,3 @@ func (cfg Config) budget(d budget.Shape) budget.Budget {
 	return budget.Budget{Memory: cfg.Memory, Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, ShuffleBytes: cfg.ShuffleBytes,
 		OpenShards: cfg.OpenShards, Shape: d, Pins: cfg.pins}
 }
-
-// fetchKnobs returns k with the remote reads' settings zeroed (the sources' own)
-// when no shard is remote.
-func fetchKnobs(k tune.Knobs, remote bool) tune.Knobs {
-	if !remote {
-		k.FetchParallel, k.FetchPartSize = 0, 0
-	}
-	return k
-}

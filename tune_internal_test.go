@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shardload/shardload/internal/budget"
 	"runtime"
 	"slices"
 	"strings"
@@ -200,7 +201,7 @@ func TestMemoryBudgetCountsIndexAndPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := heldBytes(cfg.Shards, &p)
+	held := budget.Held(cfg.Shards, &p)
 	if min := int64(100_000) * int64(len(cfg.Shards[0].URL)+int(unsafe.Sizeof(shard.Info{}))); held < min {
 		t.Fatalf("held %d bytes for 100,000 shards' entries, less than their URLs and Infos' %d", held, min)
 	}
@@ -216,7 +217,7 @@ func TestMemoryBudgetCountsIndexAndPlan(t *testing.T) {
 	}
 	st := l.Stats()
 	l.Close()
-	if p := l.Plan(); st.Memory < heldBytes(cfg.Shards, &p) || st.Memory > cfg.Memory {
-		t.Errorf("memory at the settings in effect %d: want at least the entries and plan held (%d), at most the budget %d", st.Memory, heldBytes(cfg.Shards, &p), cfg.Memory)
+	if p := l.Plan(); st.Memory < budget.Held(cfg.Shards, &p) || st.Memory > cfg.Memory {
+		t.Errorf("memory at the settings in effect %d: want at least the entries and plan held (%d), at most the budget %d", st.Memory, budget.Held(cfg.Shards, &p), cfg.Memory)
 	}
 }

@@ -147,3 +147,13 @@ func (lk Lookup) measureOne(ctx context.Context, u string, size int64) (float64,
 	// Fewer than two samples start in the prefix: each takes at least the prefix.
 	return float64(max(prefix, r.Offset())) * ratio, true, nil
 }
+
+// EstimateNotice is the line a loader logs, once, when n of the total shards it plans
+// a job of world ranks from have counts estimated from their sizes.
+func EstimateNotice(n, total, world int) string {
+	what := "every rank yields the planned number of batches, and a shard holding more or fewer samples than estimated makes ranks leave some out or repeat some (Stats.Trimmed and Stats.Padded, reported at each epoch's end)"
+	if world == 1 {
+		what = "the epoch yields the planned number of batches, and a shard holding more or fewer samples than estimated makes it leave some out or repeat some (Stats.Trimmed and Stats.Padded, reported at the epoch's end)"
+	}
+	return fmt.Sprintf("shardload: no index for %d of these %d shards: their sample counts are estimated from their sizes, so that the first batch does not wait for a count; %s. For exact epochs write an index once: shardload index --output DIR/ URL...", n, total, what)
+}

@@ -211,3 +211,11 @@ func (k Knob) Setting(s any) int64 {
 	}
 	return f.Int()
 }
+
+// SetDefault sets the knob's field in cfg (a pointer to the settings struct) to the
+// knob's Default when the field is an integer left at 0.
+func (k Knob) SetDefault(cfg any) {
+	if f := k.field(cfg); k.Default != 0 && f.CanInt() && f.Int() == 0 {
+		f.SetInt(k.Default)
+	}
+}

@@ -124,7 +124,7 @@ func (m indexModel) rank(infos []shard.Info, shards []int, file int64) (offsets,
 		if infos[s].Version == "" {
 			continue // no offsets read for an entry without a version
 		}
-		offsets += 8 * int64(len(infos[s].Offsets))
+		offsets += 8*int64(len(infos[s].Offsets)) + infos[s].Members.Bytes()
 		blocks[m.layout.Block(s)] = true
 	}
 	read = m.layout.Head + m.layout.Counts

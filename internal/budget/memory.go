@@ -7,9 +7,11 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/mem"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 )
 
@@ -231,4 +233,16 @@ func (b Budget) StartFrom(s *tune.Shared, k tune.Knobs, openShards int) (tune.Kn
 		}
 	}
 	return b.Start(k)
+}
+
+// Held is what a loader holds of its shards' index entries (each a shard.Info, its
+// URL, version, and the sample offsets and member sizes it keeps) and of its plan:
+// it grows with the dataset, not with the knobs, and is counted in the memory
+// budget.
+func Held(infos []shard.Info, p *plan.Plan) int64 {
+	n := int64(len(infos)) * int64(unsafe.Sizeof(shard.Info{}))
+	for i := range infos {
+		n += int64(len(infos[i].URL)+len(infos[i].Version)+8*len(infos[i].Offsets)) + infos[i].Members.Bytes()
+	}
+	return n + p.Bytes()
 }
