@@ -155,6 +155,8 @@ type blockReader struct {
 	off  int64  // read position
 	up   io.ReadCloser
 	once sync.Once
+	// pending is bytes served by ReadByte not yet counted in Stats.BytesFromDisk.
+	pending int64
 }
 
 // Read serves bytes from the current block, loading and checking the next as needed.
@@ -174,6 +176,8 @@ func (r *blockReader) Read(p []byte) (int, error) {
 	if r.at >= 0 && r.off >= r.at && r.off < r.at+int64(len(r.view)) {
 		n := copy(p, r.view[r.off-r.at:])
 		r.off += int64(n)
+		r.c.n.bytesDisk.Add(int64(n) + r.pending)
+		r.pending = 0
 		return n, nil
 	}
 	m := &r.e.meta
@@ -183,6 +187,7 @@ func (r *blockReader) Read(p []byte) (int, error) {
 		// Whole blocks: read and checked in p itself, not copied through buf.
 		k, err := r.readBlocks(i, p)
 		r.off += k
+		r.c.n.bytesDisk.Add(k)
 		if err == nil {
 			return int(k), nil
 		}
@@ -213,6 +218,7 @@ func (r *blockReader) ReadByte() (byte, error) {
 	if r.up == nil && r.at >= 0 && r.off >= r.at && r.off < r.at+int64(len(r.view)) {
 		c := r.view[r.off-r.at]
 		r.off++
+		r.pending++ // counted in Stats.BytesFromDisk by the next Read or Close
 		return c, nil
 	}
 	var b [1]byte
@@ -331,6 +337,8 @@ func (r *blockReader) Seek(off int64, whence int) (int64, error) {
 func (r *blockReader) Close() error {
 	var err error
 	r.once.Do(func() {
+		r.c.n.bytesDisk.Add(r.pending)
+		r.pending = 0
 		if r.up != nil {
 			r.up.Close()
 		}

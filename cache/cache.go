@@ -84,6 +84,12 @@ type Options struct {
 	// within the interval of a node's last check of it is seen at most that much
 	// later. Default 5 s (DefaultValidateWithin); negative: a Stat on every open.
 	ValidateWithin time.Duration
+	// Policy is how the tiers choose what to evict and whether to admit an object:
+	// PolicyOrder (the zero value, the default) by the next use the node's readers
+	// announce with Hint, least recently used first among the entries no reader
+	// announced; PolicyLRU by recency alone. See "Eviction by next use" in the
+	// package documentation.
+	Policy Policy
 	// Logf receives warnings (an unbound buffer, a file that could not be removed,
 	// once per cause a cache that cannot be written).
 	// Default log.Printf.
@@ -118,7 +124,7 @@ type Stats struct {
 	DiskHits    int64 // opens served from the disk tier
 	Fetches     int64 // objects fetched from the source into the cache
 	Joined      int64 // opens that joined a fetch already in flight
-	Bypassed    int64 // opens read straight from the source: no room in the budget
+	Bypassed    int64 // opens read straight from the source: no room in the budget, or not admitted (Declined)
 	Stale       int64 // cached entries dropped because the source's version changed
 	Corrupt     int64 // cached entries dropped because their checksum or size was wrong
 	Unvalidated int64 // cached entries served while the source was unreachable
@@ -136,6 +142,41 @@ type Stats struct {
 	// asking the source: a Stat of this process or another one of the node found
 	// the entry's version less than Options.ValidateWithin before.
 	ValidationsShared int64
+	// Declined counts fetches the policy did not admit (PolicyOrder): the object's
+	// next use was further away than that of every entry its room would have taken,
+	// so its readers read it from the source and it was not cached. Each such reader
+	// is counted in Bypassed too.
+	Declined int64
+	// MemoryDeclined counts loads of a disk entry into the memory tier that the
+	// policy did not admit, for the same reason: the entry was served from disk.
+	MemoryDeclined int64
+
+	// BytesFromMemory counts bytes served to readers from the memory tier.
+	BytesFromMemory int64
+	// BytesFromDisk counts bytes served to readers from committed entries of the
+	// disk tier, every block checked.
+	BytesFromDisk int64
+	// BytesFetched counts bytes read from the source by the cache's fetches, once
+	// per fetch however many readers it served (committed or not: a fetch that
+	// failed or could not be written counts what it read). The readers of a fetch
+	// in flight are served these bytes, not counted again.
+	BytesFetched int64
+	// BytesBypassed counts bytes readers read straight from the source, not
+	// through a fetch of the cache: no room, not admitted, the disk tier not
+	// writable, a range of an object not cached, no tier. BytesFetched +
+	// BytesBypassed is what the cache read from the source.
+	BytesBypassed int64
+
+	// HintsIgnored counts hint files of other processes that were not counted, once
+	// per version of a file and why, each also logged through Options.Logf: a file
+	// that does not parse (truncated, overwritten, of another format), of a reader
+	// whose process is gone (the file is deleted), or with no heartbeat within the
+	// reader's lifetime.
+	HintsIgnored int64
+	// HintReaders is the number of readers whose hints counted at the last choice of
+	// the policy: this process's open Hints that published, and the live ones of the
+	// other processes sharing Dir.
+	HintReaders int
 
 	DiskBytes     int64 // bytes the disk tier holds or has reserved
 	DiskEntries   int   // entries in the disk tier
@@ -145,6 +186,9 @@ type Stats struct {
 
 type counters struct {
 	memHits, diskHits, fetches, joined, bypassed, stale, corrupt, unvalidated, evicted, failed, writeErrs, checked, shared atomic.Int64
+	// The policy, the hints, and bytes by where they came from.
+	declined, memDeclined, hintsIgnored, hintReaders atomic.Int64
+	bytesMem, bytesDisk, bytesFetched, bytesBypassed atomic.Int64
 }
 
 // Cache is a source.Source that keeps the objects it reads in a memory and a disk
@@ -171,13 +215,18 @@ type Cache struct {
 	loads        singleflight.Group // disk -> verify / memory, per entry
 	offlineUntil atomic.Int64       // unix nanoseconds
 	n            counters
-	now          func() time.Time // the wall clock of validations (tests set their own)
-	causes       sync.Map         // write failures logged: cause -> true
+	now          func() time.Time // the wall clock of validations and hints (tests set their own)
+	// fetchTime is the fetch time recorded in a new entry's meta file (tests set
+	// their own, for meta files of a known size).
+	fetchTime func() time.Time
+	causes    sync.Map // write failures logged: cause -> true
 	// recent holds the Stats of objects the cache held no copy of, by key: an open
 	// within ValidateWithin of one (the loader's Stat for its estimates, an open
 	// joining a fill in flight) is served the version it found without asking the
 	// source again, as a check of a cached copy is.
 	recent *simplelru.LRU[string, recentStat]
+	// hints are the node's readers' announcements the policy ranks entries by.
+	hints *hintBook
 }
 
 // recentStat is a Stat of an object with no cached copy, and when it was sent.
@@ -204,11 +253,16 @@ func New(opts Options, upstream source.Source) (*Cache, error) {
 	if upstream == nil {
 		return nil, errors.New("cache: nil upstream source")
 	}
+	if opts.Policy != PolicyOrder && opts.Policy != PolicyLRU {
+		return nil, fmt.Errorf("cache: unknown eviction policy %d", int(opts.Policy))
+	}
 	if opts.DiskBytes < 0 || opts.MemoryBytes < 0 {
 		return nil, fmt.Errorf("cache: negative budget (disk %d, memory %d)", opts.DiskBytes, opts.MemoryBytes)
 	}
 	opts = opts.withDefaults()
-	c := &Cache{opts: opts, up: upstream, fills: make(map[string]*fill), behind: make(map[string]bool), now: time.Now}
+	c := &Cache{opts: opts, up: upstream, fills: make(map[string]*fill), behind: make(map[string]bool), now: time.Now,
+		fetchTime: func() time.Time { return time.Now().UTC() }}
+	c.hints = newHintBook(c, opts.Dir)
 	c.recent, _ = simplelru.NewLRU[string, recentStat](maxRecent, nil)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if opts.MemoryBytes > 0 {
@@ -235,6 +289,7 @@ func (c *Cache) Close() error {
 		c.mu.Lock()
 		c.closed = true
 		c.mu.Unlock()
+		c.hints.close()
 		c.cancel()
 		c.wg.Wait()
 		c.behindWG.Wait()
@@ -252,7 +307,9 @@ func (c *Cache) Stats() Stats {
 		Joined: c.n.joined.Load(), Bypassed: c.n.bypassed.Load(), Stale: c.n.stale.Load(),
 		Corrupt: c.n.corrupt.Load(), Unvalidated: c.n.unvalidated.Load(), Evicted: c.n.evicted.Load(),
 		Failed: c.n.failed.Load(), WriteErrors: c.n.writeErrs.Load(), BlocksChecked: c.n.checked.Load(),
-		ValidationsShared: c.n.shared.Load(),
+		ValidationsShared: c.n.shared.Load(), Declined: c.n.declined.Load(), MemoryDeclined: c.n.memDeclined.Load(),
+		BytesFromMemory: c.n.bytesMem.Load(), BytesFromDisk: c.n.bytesDisk.Load(), BytesFetched: c.n.bytesFetched.Load(),
+		BytesBypassed: c.n.bytesBypassed.Load(), HintsIgnored: c.n.hintsIgnored.Load(), HintReaders: int(c.n.hintReaders.Load()),
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -337,7 +337,7 @@ func (d *diskTier) startup() error {
 	if changed {
 		d.rescan()
 	}
-	d.evictTo(0, &counters{}) // the budget shrank since the last run
+	d.evictTo(0, &counters{}, nil) // the budget shrank since the last run
 	return nil
 }
 

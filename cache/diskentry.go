@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -186,6 +187,13 @@ func (d *diskTier) get(k string) (*diskEntry, bool) {
 
 // hash is the index's key of the entry: the hash of its URL (see hashURL).
 func (e *diskEntry) hash() string { return e.name[:64] }
+
+// hintKey is the key hints name the entry's object by: the first 16 hex digits of
+// its hash (see hintKey).
+func (e *diskEntry) hintKey() uint64 {
+	k, _ := strconv.ParseUint(e.name[:16], 16, 64)
+	return k
+}
 
 func (e *diskEntry) matches(info source.Info) bool {
 	return e.meta.Version == info.Version && e.meta.Size == info.Size

@@ -11,71 +11,86 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// evictTo deletes least recently used entries no one reads, here or in another
-// process, until n more bytes fit in the budget; it reports whether they do. Called
-// inside shared (it bumps the generation before deleting).
-func (d *diskTier) evictTo(n int64, cn *counters) bool {
+// evictTo deletes entries no one reads, here or in another process, until n more
+// bytes fit in the budget, in the order of the policy r (nil: PolicyLRU, least
+// recently used first). Under PolicyOrder it first checks that the entries it would
+// delete are all to be evicted before the object n bytes are for: if one is not
+// (notWanted), or if all of them would not make the room (noRoom), it deletes
+// nothing. Under PolicyLRU it deletes until the room is made or no entry is left to
+// delete. Called inside shared (it bumps the generation before deleting).
+func (d *diskTier) evictTo(n int64, cn *counters, r *ranker) evictResult {
 	if n > d.budget {
-		return false
+		return noRoom
 	}
 	tried := map[*diskEntry]bool{}
 	for {
 		d.mu.Lock()
-		if d.used+n <= d.budget {
+		need := d.used + n - d.budget
+		if need <= 0 {
 			d.mu.Unlock()
-			return true
+			return roomMade
 		}
-		var victim *diskEntry
-		for _, k := range d.lru.Keys() { // oldest first
+		var cands []victim[*diskEntry]
+		for i, k := range d.lru.Keys() { // oldest first
 			e, _ := d.lru.Peek(k)
 			if e.refs == 0 && !tried[e] {
-				victim = e
-				break
+				cands = append(cands, victim[*diskEntry]{e: e, rank: r.rankOf(e.hintKey(), i), bytes: e.bytes})
+				if r == nil {
+					break // the least recently used
+				}
 			}
 		}
 		d.mu.Unlock()
-		if victim == nil {
-			return false
+		if len(cands) == 0 {
+			return noRoom
 		}
-		tried[victim] = true
+		if r != nil {
+			var res evictResult
+			if cands, res = plan(r, cands, need); res != roomMade {
+				return res
+			}
+		}
+		v := cands[0].e
+		tried[v] = true
 		d.bump()
-		if !d.tryDelete(victim.name) {
+		if !d.tryDelete(v.name) {
 			continue // another process reads it
 		}
 		d.mu.Lock()
-		if cur, ok := d.lru.Peek(victim.hash()); ok && cur == victim {
-			d.lru.Remove(victim.hash())
+		if cur, ok := d.lru.Peek(v.hash()); ok && cur == v {
+			d.lru.Remove(v.hash())
 		}
-		delete(d.stems, victim.name)
-		victim.gone = true
-		d.used -= victim.bytes
+		delete(d.stems, v.name)
+		v.gone = true
+		d.used -= v.bytes
 		d.mu.Unlock()
 		cn.evicted.Add(1)
 	}
 }
 
-// reserve makes room for n bytes (evicting) and counts them as used, then runs
-// create, which makes the file that holds the reservation (its name says how much,
-// for the other processes); a create error undoes the reservation. It reports false
-// when there cannot be room.
-func (d *diskTier) reserve(n int64, cn *counters, create func() error) (ok bool, err error) {
+// reserve makes room for n bytes (evicting as r orders; nil: least recently used
+// first) and counts them as used, then runs create, which makes the file that holds
+// the reservation (its name says how much, for the other processes); a create error
+// undoes the reservation. It reports why when there is no room made.
+func (d *diskTier) reserve(n int64, cn *counters, r *ranker, create func() error) (res evictResult, err error) {
+	res = noRoom
 	serr := d.shared(false, func() {
-		if !d.evictTo(n, cn) {
+		if res = d.evictTo(n, cn, r); res != roomMade {
 			return
 		}
 		d.bump()
 		if err = create(); err != nil {
+			res = noRoom
 			return
 		}
 		d.mu.Lock()
 		d.used += n
 		d.mu.Unlock()
-		ok = true
 	})
 	if serr != nil {
-		return false, serr
+		return noRoom, serr
 	}
-	return ok, err
+	return res, err
 }
 
 // remove takes e out of the index and returns it for reaping if no one reads it.

@@ -103,7 +103,7 @@ func (f *fill) fetch() error {
 		mb            []byte
 		reserved      int64
 	)
-	fetched := time.Now().UTC()
+	fetched := c.fetchTime()
 	var tmp string
 	if c.disk != nil {
 		lk, adopted, err := f.lockObject()
@@ -124,7 +124,7 @@ func (f *fill) fetch() error {
 		reserved = size + int64(len(mb))
 		tmp = c.disk.tmpData(name, reserved)
 		var fh *os.File
-		ok, err := c.disk.reserve(reserved, &c.n, func() (err error) {
+		res, err := c.disk.reserve(reserved, &c.n, c.ranker(f.key), func() (err error) {
 			fh, err = c.disk.create(tmp)
 			return err
 		})
@@ -132,7 +132,10 @@ func (f *fill) fetch() error {
 			c.cannotWrite(f.key, err)
 			return f.bypassUnwritable(err)
 		}
-		if !ok {
+		if res != roomMade {
+			if res == notWanted {
+				c.n.declined.Add(1)
+			}
 			return f.bypass()
 		}
 		// Held while this process reads the file: no other one deletes it once it is
@@ -141,10 +144,14 @@ func (f *fill) fetch() error {
 		f.set(func() { f.state, f.fh = streaming, fh })
 	} else {
 		m := c.mem[f.node]
+		rk := c.ranker(f.key)
 		c.mu.Lock()
-		ok := m.reserve(size, &c.n)
+		res := m.reserve(size, &c.n, rk)
 		c.mu.Unlock()
-		if !ok {
+		if res != roomMade {
+			if res == notWanted {
+				c.n.declined.Add(1)
+			}
 			return f.bypass()
 		}
 		buf := c.alloc(size, f.node)
@@ -385,6 +392,7 @@ func (f *fill) copyFrom(h io.Writer) (int64, error) {
 				}
 			}
 			h.Write(p[:k])
+			c.n.bytesFetched.Add(int64(k))
 			n += int64(k)
 			f.set(func() { f.n = n })
 		}
@@ -500,7 +508,7 @@ func (r *fillReader) Read(p []byte) (int, error) {
 		return 0, errors.New("cache: read after close")
 	}
 	if r.up != nil {
-		return r.up.Read(p)
+		return r.readUp(p)
 	}
 	f := r.f
 	for {
@@ -522,7 +530,7 @@ func (r *fillReader) Read(p []byte) (int, error) {
 				return 0, err
 			}
 			r.up = up
-			return up.Read(p)
+			return r.readUp(p)
 		case r.off < n:
 			k := int(min(int64(len(p)), n-r.off))
 			if fh != nil {
@@ -546,6 +554,13 @@ func (r *fillReader) Read(p []byte) (int, error) {
 			return 0, &source.Error{Op: "read", URL: f.url, Err: r.ctx.Err()}
 		}
 	}
+}
+
+// readUp reads the reader's own stream from the source.
+func (r *fillReader) readUp(p []byte) (int, error) {
+	n, err := r.up.Read(p)
+	r.f.c.n.bytesBypassed.Add(int64(n))
+	return n, err
 }
 
 func (r *fillReader) Close() error {

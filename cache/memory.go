@@ -14,8 +14,9 @@ type memEntry struct {
 	url     string
 	version string
 	data    []byte
-	refs    int  // open readers
-	gone    bool // removed from the tier; its bytes count until the last reader closes
+	refs    int    // open readers
+	gone    bool   // removed from the tier; its bytes count until the last reader closes
+	hint    uint64 // the key hints name it by (hintKey)
 	// checkedAt is when a Stat last found the object at this version (wall-clock
 	// nanoseconds; 0: not known): see validate.go.
 	checkedAt int64
@@ -43,43 +44,56 @@ func newMemTier(node int, budget int64) *memTier {
 	return &memTier{node: node, budget: budget, lru: lru}
 }
 
-// reserve makes room for n bytes, evicting least recently used entries that no one
-// is reading, and counts them as used. It evicts nothing and returns false when that
-// cannot make enough room.
-func (m *memTier) reserve(n int64, cn *counters) bool {
+// reserve makes room for n bytes, evicting entries that no one is reading in the
+// order of the policy r (nil: PolicyLRU, least recently used first), and counts
+// them as used. It evicts nothing and says why when that cannot make enough room,
+// or (PolicyOrder) when an entry it would evict is needed before the object.
+func (m *memTier) reserve(n int64, cn *counters, r *ranker) evictResult {
 	if n > m.budget {
-		return false
+		return noRoom
 	}
 	need := m.used + n - m.budget
 	if need > 0 {
-		var free int64
-		var victims []*memEntry
-		for _, k := range m.lru.Keys() { // oldest first
+		var cands []victim[*memEntry]
+		for i, k := range m.lru.Keys() { // oldest first
 			e, _ := m.lru.Peek(k)
 			if e.refs > 0 {
 				continue
 			}
-			victims = append(victims, e)
-			if free += int64(len(e.data)); free >= need {
-				break
+			cands = append(cands, victim[*memEntry]{e: e, rank: r.rankOf(e.hint, i), bytes: int64(len(e.data))})
+		}
+		var res evictResult
+		if r == nil {
+			// Least recently used first, as many as the room takes.
+			var free int64
+			for i, v := range cands {
+				if free += v.bytes; free >= need {
+					cands, res = cands[:i+1], roomMade
+					break
+				}
 			}
+			if res != roomMade {
+				res = noRoom
+			}
+		} else {
+			cands, res = plan(r, cands, need)
 		}
-		if free < need {
-			return false
+		if res != roomMade {
+			return res
 		}
-		for _, e := range victims {
-			m.remove(e.url)
+		for _, v := range cands {
+			m.remove(v.e.url)
 			cn.evicted.Add(1)
 		}
 	}
 	m.used += n
-	return true
+	return roomMade
 }
 
 // insert adds buf, whose bytes were reserved, as url's entry, replacing any other.
 func (m *memTier) insert(url, version string, buf []byte) *memEntry {
 	m.remove(url)
-	e := &memEntry{tier: m, url: url, version: version, data: buf}
+	e := &memEntry{tier: m, url: url, version: version, data: buf, hint: hintKey(url)}
 	m.lru.Add(url, e)
 	return e
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/shardload/shardload/source"
 )
@@ -57,7 +58,7 @@ func (c *Cache) OpenVersion(ctx context.Context, url, version string, off, lengt
 			if rr := c.rangeReader(url); rr != nil {
 				c.n.bypassed.Add(1)
 				c.fillBehind(url)
-				return rr.OpenRange(ctx, url, off, length)
+				return c.bypassed(rr.OpenRange(ctx, url, off, length))
 			}
 		}
 		r, _, err := c.openAt(ctx, url, 0, 0, info, chk)
@@ -79,7 +80,7 @@ func (c *Cache) openRange(ctx context.Context, url string, node int, off, length
 		if rr := c.rangeReader(url); rr != nil {
 			c.n.bypassed.Add(1)
 			c.fillBehind(url)
-			return rr.OpenRange(ctx, url, off, length)
+			return c.bypassed(rr.OpenRange(ctx, url, off, length))
 		}
 	}
 	r, _, err := c.open(ctx, url, node, 0)
@@ -265,7 +266,7 @@ func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info 
 	if !chk.ok {
 		// The source is unreachable and nothing matching is cached any more.
 		c.mu.Unlock()
-		r, err := c.up.Open(ctx, url)
+		r, err := c.bypassed(c.up.Open(ctx, url))
 		return r, fromSource, err
 	}
 	if f := c.fills[k]; f != nil && f.info.Version == info.Version && f.info.Size == info.Size {
@@ -283,7 +284,7 @@ func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info 
 		// No tier, or a size the source cannot tell: nothing to reserve.
 		c.mu.Unlock()
 		c.n.bypassed.Add(1)
-		r, err := c.up.Open(ctx, url)
+		r, err := c.bypassed(c.up.Open(ctx, url))
 		return r, fromSource, err
 	}
 	f := &fill{c: c, url: url, key: k, info: info, node: node, readers: 1, fileRefs: 2, wake: make(chan struct{}),
@@ -355,4 +356,25 @@ func (c *Cache) sourceAt(ctx context.Context, url string, info source.Info, off 
 		return nil, &source.Error{Op: "read", URL: url, Err: err}
 	}
 	return r, nil
+}
+
+// bypassed returns r, a stream read straight from the source, counting what it
+// reads in Stats.BytesBypassed.
+func (c *Cache) bypassed(r io.ReadCloser, err error) (io.ReadCloser, error) {
+	if err != nil || r == nil {
+		return r, err
+	}
+	return &countingReader{ReadCloser: r, n: &c.n.bytesBypassed}, nil
+}
+
+// countingReader counts the bytes read from a stream.
+type countingReader struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	k, err := r.ReadCloser.Read(p)
+	r.n.Add(int64(k))
+	return k, err
 }

@@ -106,14 +106,18 @@ func (c *Cache) reopen(ctx context.Context, url string, m meta, node int, off in
 func (c *Cache) loadToMemory(de *diskEntry, node int) (any, error) {
 	m := c.mem[node]
 	size := de.meta.Size
+	rk := c.ranker(de.meta.URL)
 	c.mu.Lock()
 	if e, ok := m.lru.Peek(de.meta.URL); ok && e.version == de.meta.Version && int64(len(e.data)) == size {
 		c.mu.Unlock()
 		return e, nil
 	}
-	ok := m.reserve(size, &c.n)
+	res := m.reserve(size, &c.n, rk)
 	c.mu.Unlock()
-	if !ok {
+	if res != roomMade {
+		if res == notWanted {
+			c.n.memDeclined.Add(1)
+		}
 		return nil, nil
 	}
 	buf := c.alloc(size, node)
@@ -227,16 +231,56 @@ func (c *Cache) reap(victims []*diskEntry) {
 	})
 }
 
-// memReader streams a memory entry.
+// memReader streams a memory entry. The bytes it serves are counted in
+// Stats.BytesFromMemory (by Read, ReadAt, ReadByte and WriteTo).
 type memReader struct {
 	*bytes.Reader
-	c    *Cache
-	e    *memEntry
-	once sync.Once
+	c       *Cache
+	e       *memEntry
+	once    sync.Once
+	pending int64 // bytes ReadByte served, not counted yet
+}
+
+func (r *memReader) Read(p []byte) (int, error) {
+	n, err := r.Reader.Read(p)
+	r.c.n.bytesMem.Add(int64(n) + r.pending)
+	r.pending = 0
+	return n, err
+}
+
+func (r *memReader) ReadAt(p []byte, off int64) (int, error) {
+	n, err := r.Reader.ReadAt(p, off)
+	r.c.n.bytesMem.Add(int64(n))
+	return n, err
+}
+
+func (r *memReader) ReadByte() (byte, error) {
+	b, err := r.Reader.ReadByte()
+	if err == nil {
+		r.pending++
+	}
+	return b, err
+}
+
+func (r *memReader) UnreadByte() error {
+	err := r.Reader.UnreadByte()
+	if err == nil {
+		r.pending--
+	}
+	return err
+}
+
+func (r *memReader) WriteTo(w io.Writer) (int64, error) {
+	n, err := r.Reader.WriteTo(w)
+	r.c.n.bytesMem.Add(n + r.pending)
+	r.pending = 0
+	return n, err
 }
 
 func (r *memReader) Close() error {
 	r.once.Do(func() {
+		r.c.n.bytesMem.Add(r.pending)
+		r.pending = 0
 		r.c.mu.Lock()
 		r.e.unref()
 		r.c.mu.Unlock()
