@@ -34,7 +34,7 @@ func TestCountFoundWrongStopsEveryRank(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range infos {
-		infos[i].Offsets = nil
+		infos[i].Offsets, infos[i].Members = nil, nil
 	}
 	infos[1].Samples = 20
 	var b bytes.Buffer
