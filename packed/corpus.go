@@ -1,0 +1,296 @@
+package packed
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"path"
+	"strings"
+
+	"github.com/shardload/shardload/index"
+	"github.com/shardload/shardload/megatron"
+	"github.com/shardload/shardload/redact"
+	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/source"
+)
+
+// DocsPerShard is the number of consecutive documents of a Megatron dataset that
+// play the part of a shard in the order (the unit the order shuffles and reads side
+// by side).
+const DocsPerShard = 4096
+
+// ErrNotPackable means a field or dataset cannot be packed: not 1-D integers, no
+// member sizes in the index, a compressed shard.
+var ErrNotPackable = errors.New("packed: not packable")
+
+// ErrTokens means a document's tokens are not what the index says (another count),
+// or a token id does not fit the output.
+var ErrTokens = errors.New("packed: bad tokens")
+
+// part is one shard of the order: a tar shard, or DocsPerShard documents of a
+// Megatron .bin.
+type part struct {
+	url   string // the object read: a tar shard or a .bin
+	info  shard.Info
+	first int // a Megatron part's first document in its index
+	meg   *megatron.Index
+	dtype string // a tar field's .npy descr
+}
+
+// corpus is an epoch's documents: the parts the order shuffles, and their reads.
+type corpus struct {
+	field string
+	parts []part
+	infos []shard.Info // the parts as the order sees them (URL, documents)
+}
+
+// tokens returns the token count of document k of part p.
+func (c *corpus) tokens(p, k int) int64 {
+	pt := &c.parts[p]
+	if pt.meg != nil {
+		return pt.meg.DocTokens(pt.first + k)
+	}
+	n, _ := pt.info.Members.Items(k, c.field)
+	return n
+}
+
+// span returns the byte range of document k of part p in its object.
+func (c *corpus) span(p, k int) (off, n int64) {
+	pt := &c.parts[p]
+	if pt.meg != nil {
+		return pt.meg.DocRange(pt.first + k)
+	}
+	off = pt.info.Offsets[k]
+	end := pt.info.Size
+	if k+1 < len(pt.info.Offsets) {
+		end = pt.info.Offsets[k+1]
+	}
+	return off, end - off
+}
+
+// openCorpus finds the documents of urls: Megatron datasets (URLs ending in .idx)
+// or tar shards with member sizes (given as shards, or looked up in the index).
+func openCorpus(ctx context.Context, cfg *Config) (*corpus, error) {
+	c := &corpus{field: cfg.Pack.Field}
+	if len(cfg.URLs) > 0 && strings.HasSuffix(cfg.URLs[0], ".idx") {
+		for _, u := range cfg.URLs {
+			if err := c.addMegatron(ctx, cfg.Sources, u); err != nil {
+				return nil, err
+			}
+		}
+		return c, nil
+	}
+	infos := cfg.Shards
+	if len(infos) == 0 {
+		urls, err := shard.ExpandAll(cfg.URLs)
+		if err == nil {
+			urls, err = cfg.Sources.Expand(ctx, urls)
+		}
+		if err != nil {
+			return nil, err
+		}
+		lk := index.Lookup{Sources: cfg.Sources, Index: cfg.Index, WantMembers: true, Logf: cfg.Logf}
+		if infos, err = lk.Resolve(ctx, index.Omit(urls)); err != nil {
+			return nil, err
+		}
+	}
+	for _, in := range infos {
+		u := redact.URL(in.URL)
+		switch {
+		case in.Samples > 0 && len(in.Offsets) != in.Samples:
+			return nil, fmt.Errorf("%w: %s has no sample offsets in its index (a compressed shard, or an index without offsets): a packed field is read by ranges of uncompressed shards; write the shards uncompressed and index them (shardload index)", ErrNotPackable, u)
+		case in.Samples > 0 && in.Members == nil:
+			return nil, fmt.Errorf("%w: %s has no member sizes in its index: write one with this release (shardload index), which records each .npy member's dtype and length", ErrNotPackable, u)
+		}
+		dt := in.Members.DType(c.field)
+		if in.Samples > 0 {
+			if _, ok := npyItem(dt); !ok {
+				return nil, fmt.Errorf("%w: field %s of %s is not a 1-D integer .npy array in every sample (the index records dtype %q): a packed field holds one document of token ids per sample", ErrNotPackable, c.field, u, dt)
+			}
+		}
+		c.parts = append(c.parts, part{url: in.URL, info: in, dtype: dt})
+		c.infos = append(c.infos, shard.Info{URL: in.URL, Samples: in.Samples, Version: in.Version, Size: in.Size})
+	}
+	return c, nil
+}
+
+// addMegatron adds the documents of the Megatron dataset of idxURL (X.idx, with
+// X.bin beside it), in parts of DocsPerShard documents.
+func (c *corpus) addMegatron(ctx context.Context, src *source.Registry, idxURL string) error {
+	binURL := strings.TrimSuffix(idxURL, ".idx") + ".bin"
+	bin, err := src.Stat(ctx, binURL)
+	if err != nil {
+		return fmt.Errorf("packed: the .bin of %s: %w", redact.URL(idxURL), err)
+	}
+	st, err := src.Stat(ctx, idxURL)
+	if err != nil {
+		return err
+	}
+	// The .idx is read whole: its arrays are what planning needs (8 bytes a
+	// document as Megatron writes them), checked against its and the .bin's size
+	// before anything is allocated from its counts.
+	rc, err := src.Open(ctx, idxURL)
+	if err != nil {
+		return err
+	}
+	b, err := io.ReadAll(io.LimitReader(rc, st.Size+1))
+	rc.Close()
+	if err != nil {
+		return fmt.Errorf("packed: reading %s: %w", redact.URL(idxURL), err)
+	}
+	if int64(len(b)) != st.Size {
+		return fmt.Errorf("packed: %s: read %d bytes, its size is %d (it changed while read)", redact.URL(idxURL), len(b), st.Size)
+	}
+	meg, err := megatron.ParseBytes(b, bin.Size)
+	if err != nil {
+		return fmt.Errorf("packed: %s: %w", redact.URL(idxURL), err)
+	}
+	for first := 0; first < meg.Docs(); first += DocsPerShard {
+		n := min(DocsPerShard, meg.Docs()-first)
+		c.parts = append(c.parts, part{url: binURL, info: shard.Info{URL: binURL, Size: bin.Size, Version: bin.Version}, first: first, meg: meg})
+		// The parts' names tell the order's dataset digest which documents they hold.
+		c.infos = append(c.infos, shard.Info{URL: fmt.Sprintf("%s#docs=%d-%d", binURL, first, first+n), Samples: n, Version: bin.Version, Size: bin.Size})
+	}
+	return nil
+}
+
+// decode appends the tokens of document k of part p, whose bytes (the sample's, or
+// the document's in a .bin) are b at byte offset off of the object, to dst.
+func (c *corpus) decode(dst []int64, p, k int, b []byte, off int64) ([]int64, error) {
+	pt := &c.parts[p]
+	want := c.tokens(p, k)
+	where := func() string {
+		if pt.meg != nil {
+			return fmt.Sprintf("%s document %d (byte %d)", redact.URL(pt.url), pt.first+k, off)
+		}
+		return fmt.Sprintf("%s sample %d (byte %d)", redact.URL(pt.url), k, off)
+	}
+	start := len(dst)
+	var err error
+	if pt.meg != nil {
+		dst, err = megatron.AppendTokens(dst, b, pt.meg.DType())
+	} else {
+		dst, err = c.tarTokens(dst, pt, b, want)
+	}
+	if err != nil {
+		return dst[:start], fmt.Errorf("%w: %s: field %s: %w", ErrTokens, where(), c.field, err)
+	}
+	if got := int64(len(dst) - start); got != want {
+		return dst[:start], fmt.Errorf("%w: %s: field %s holds %d tokens, its index says %d (the shard changed since it was indexed: rebuild the index)", ErrTokens, where(), c.field, got, want)
+	}
+	return dst, nil
+}
+
+// tarTokens appends the items elements of the packed field's .npy member of the
+// sample whose tar bytes are b.
+func (c *corpus) tarTokens(dst []int64, pt *part, b []byte, items int64) ([]int64, error) {
+	tr := tar.NewReader(bytes.NewReader(b))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return dst, fmt.Errorf("no member %s in the sample", c.field)
+		}
+		if err != nil {
+			return dst, err
+		}
+		base := path.Base(h.Name)
+		i := strings.IndexByte(base, '.')
+		if i < 0 || base[i+1:] != c.field {
+			continue
+		}
+		data, err := io.ReadAll(io.LimitReader(tr, h.Size))
+		if err != nil {
+			return dst, err
+		}
+		size, _ := npyItem(pt.dtype)
+		// The elements are the member's last bytes: its header is what comes before.
+		if items*int64(size) > int64(len(data)) {
+			return dst, fmt.Errorf("a .npy member of %d bytes cannot hold the %d elements its index says", len(data), items)
+		}
+		head := int64(len(data)) - items*int64(size)
+		if h, ok := npyHeaderLen(data); !ok || h != head {
+			return dst, fmt.Errorf("its .npy member of %d bytes does not hold the %d elements of %s its index says (a header of %d bytes; the shard changed since it was indexed: rebuild the index)", len(data), items, pt.dtype, h)
+		}
+		return appendNPY(dst, data[head:], pt.dtype)
+	}
+}
+
+// npyHeaderLen returns the length of the .npy header at the start of b (magic,
+// version, header length and the header).
+func npyHeaderLen(b []byte) (int64, bool) {
+	if len(b) < 10 || string(b[:6]) != "\x93NUMPY" {
+		return 0, false
+	}
+	if b[6] == 1 {
+		return 10 + int64(binary.LittleEndian.Uint16(b[8:])), true
+	}
+	if len(b) < 12 {
+		return 0, false
+	}
+	return 12 + int64(binary.LittleEndian.Uint32(b[8:])), true
+}
+
+// npyItem returns the element size of a .npy integer descr, and whether it is one.
+func npyItem(descr string) (int, bool) {
+	switch descr {
+	case "|u1", "|i1":
+		return 1, true
+	case "<u2", "<i2":
+		return 2, true
+	case "<u4", "<i4":
+		return 4, true
+	case "<u8", "<i8":
+		return 8, true
+	}
+	return 0, false
+}
+
+// appendNPY appends the little-endian integers of b, of descr, to dst.
+func appendNPY(dst []int64, b []byte, descr string) ([]int64, error) {
+	switch descr {
+	case "|u1":
+		for _, v := range b {
+			dst = append(dst, int64(v))
+		}
+	case "|i1":
+		for _, v := range b {
+			dst = append(dst, int64(int8(v)))
+		}
+	case "<u2":
+		for i := 0; i+2 <= len(b); i += 2 {
+			dst = append(dst, int64(binary.LittleEndian.Uint16(b[i:])))
+		}
+	case "<i2":
+		for i := 0; i+2 <= len(b); i += 2 {
+			dst = append(dst, int64(int16(binary.LittleEndian.Uint16(b[i:]))))
+		}
+	case "<u4":
+		for i := 0; i+4 <= len(b); i += 4 {
+			dst = append(dst, int64(binary.LittleEndian.Uint32(b[i:])))
+		}
+	case "<i4":
+		for i := 0; i+4 <= len(b); i += 4 {
+			dst = append(dst, int64(int32(binary.LittleEndian.Uint32(b[i:]))))
+		}
+	case "<i8":
+		for i := 0; i+8 <= len(b); i += 8 {
+			dst = append(dst, int64(binary.LittleEndian.Uint64(b[i:])))
+		}
+	case "<u8":
+		for i := 0; i+8 <= len(b); i += 8 {
+			v := binary.LittleEndian.Uint64(b[i:])
+			if v > math.MaxInt64 {
+				return dst, fmt.Errorf("token id %d does not fit int64", v)
+			}
+			dst = append(dst, int64(v))
+		}
+	default:
+		return dst, fmt.Errorf("dtype %q is not an integer type", descr)
+	}
+	return dst, nil
+}

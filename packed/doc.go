@@ -1,0 +1,39 @@
+// Package packed is the loader of packed token streams: it reads the documents of
+// an epoch (1-D integer arrays: a field of tar shards' samples, or the documents of
+// Megatron-LM indexed datasets), in the epoch's seeded order, and packs them into
+// batches of rows of SEQ_LEN tokens with input_ids, position_ids, cu_seqlens and
+// max_seqlen (package pack).
+//
+// # The layout and the order
+//
+// An epoch's documents are taken in the order of package plan (NewOrder: shards
+// shuffled per seed and epoch, read in Lanes regions side by side, windows of
+// ShuffleBuffer documents permuted), computed from the shards' document counts alone,
+// and concatenated into rows (pack.Layout) from the documents' lengths alone: the
+// index's member sizes (shardload index records each .npy member's dtype and element
+// count) or a Megatron .idx. Nothing of it depends on the world size. Rows are dealt
+// to ranks batch by batch (pack.Deal): every rank yields the same number of batches
+// (rows past the epoch's end are pad, counted in Batch.Padded), Len is exact, and a
+// State is one row position, which resumes exactly on the same or another world
+// size: every token of the epoch once overall.
+//
+// A Megatron dataset (a URL ending in .idx naming X.idx and X.bin) is cut, for the
+// order, into runs of DocsPerShard consecutive documents that play the part of
+// shards; its documents' tokens are read from the .bin by range.
+//
+// # Reading
+//
+// Each batch's documents are read with ranged requests: the runs of consecutive
+// samples (documents) of a shard (.bin) it needs, merged across gaps of at most
+// ReadGap bytes, ReadAhead batches ahead of the consumer. A tar shard must be
+// uncompressed and indexed with its member sizes (shardload index), so that a
+// sample's bytes are found by its offset; a document's tokens are its .npy member's
+// elements.
+//
+// # Bad input
+//
+// A field that is not a 1-D integer array, a token id that does not fit the output,
+// an eos or pad out of range, a Megatron index that does not hold together, a shard
+// without member sizes: each is an error before the first batch, or at the batch
+// that reads the document, naming the shard (or .bin) and the sample and byte offset.
+package packed

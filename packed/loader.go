@@ -1,0 +1,430 @@
+package packed
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/shardload/shardload/pack"
+	"github.com/shardload/shardload/plan"
+	"github.com/shardload/shardload/redact"
+	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/source"
+)
+
+// Defaults of Config's zero fields.
+const (
+	DefaultBatchSize     = 8
+	DefaultOpenShards    = 8
+	DefaultShuffleBuffer = 1000
+	DefaultReadAhead     = 4
+	DefaultReadGap       = 1 << 20
+	DefaultMemory        = 1 << 30
+)
+
+// ErrResume means a State does not resume this loader's epoch: another dataset,
+// seed, shuffle or packing, or another epoch.
+var ErrResume = errors.New("packed: cannot resume")
+
+// Config configures a Loader.
+type Config struct {
+	// URLs are tar shards (patterns as shardload's, listed prefixes), or Megatron
+	// datasets: URLs ending in .idx, each naming X.idx and X.bin.
+	URLs []string
+	// Shards, instead of URLs, are tar shards with their index entries (counts,
+	// offsets and member sizes), as shardload.Count or the index give them.
+	Shards []shard.Info
+	// Index is the tar shards' index file or URL; "" looks beside the shards and in
+	// the node's store (index.Lookup).
+	Index string
+	// Pack is the packed field, the row length and the eos and pad ids.
+	Pack pack.Spec
+	// BatchSize is the rows of a batch (DefaultBatchSize).
+	BatchSize int
+	// Rank and World: this rank of a job of World ranks (World 0 is 1).
+	Rank, World int
+	// Seed and Epoch seed the order; NoShuffle reads the documents as given.
+	Seed      uint64
+	Epoch     int
+	NoShuffle bool
+	// OpenShards is the order's lanes (shards read side by side) and ShuffleBuffer
+	// the documents the order permutes as a whole, twice its windows'.
+	OpenShards, ShuffleBuffer int
+	// Int32 writes input_ids as int32 (Batch.InputIDs32); every token id, eos and
+	// pad must fit.
+	Int32 bool
+	// ReadAhead is the batches read ahead of Next (DefaultReadAhead); ReadGap the
+	// bytes between two documents of an object read by one request rather than two
+	// (DefaultReadGap).
+	ReadAhead int
+	ReadGap   int64
+	// Memory bounds a document: one whose tokens take more than a quarter of it
+	// (at 8 bytes a token) is an error before the first batch (DefaultMemory).
+	Memory int64
+	// Resume, when set, is the State the epoch continues from, on any world size.
+	Resume *State
+	// Sources reads the objects (source.Default when nil).
+	Sources *source.Registry
+	// Logf receives log lines (log.Printf when nil).
+	Logf func(format string, args ...any)
+}
+
+// State is a packed epoch's position: the rows every rank has yielded together,
+// Rows, which resumes on any world size and batch size. Save it when every rank has
+// taken the same number of batches (a checkpoint of the training step).
+type State struct {
+	Epoch int    `json:"epoch"`
+	Order string `json:"order"` // the order and packing (Loader.Fingerprint)
+	Rows  int64  `json:"rows"`
+}
+
+// Batch is one batch of packed rows. InputIDs (or InputIDs32 with Config.Int32) and
+// PositionIDs are BatchSize x SEQ_LEN, row after row; CuSeqlens are the segment
+// starts over the flattened batch and its end (int32, as flash-attention's varlen
+// kernels take them); MaxSeqlen is the longest segment.
+type Batch struct {
+	pack.Batch
+	// Seq numbers the rank's batches of the epoch from 0 (from the resumed
+	// position's on a resume).
+	Seq int64
+	// Padded counts the rows of pad only: past the epoch's end, so that every rank
+	// yields the same number of batches.
+	Padded int
+}
+
+// Loader yields one rank's packed batches of one epoch. Next is not for concurrent
+// use; Close may be called from another goroutine.
+type Loader struct {
+	cfg    Config
+	c      *corpus
+	layout *pack.Layout
+	deal   pack.Deal
+	fp     string
+	taken  int64
+	out    chan chan result
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	err    error
+}
+
+type result struct {
+	b   *Batch
+	err error
+}
+
+// Open plans the epoch (the corpus's documents and their lengths, the order, the
+// rows and this rank's deal) and starts reading ahead. ctx bounds Open's own work.
+func Open(ctx context.Context, cfg Config) (*Loader, error) {
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
+	cfg.World = cmp.Or(cfg.World, 1)
+	cfg.OpenShards = cmp.Or(cfg.OpenShards, DefaultOpenShards)
+	cfg.ShuffleBuffer = cmp.Or(cfg.ShuffleBuffer, DefaultShuffleBuffer)
+	cfg.ReadAhead = cmp.Or(cfg.ReadAhead, DefaultReadAhead)
+	cfg.ReadGap = cmp.Or(cfg.ReadGap, DefaultReadGap)
+	cfg.Memory = cmp.Or(cfg.Memory, DefaultMemory)
+	cfg.Sources = cmp.Or(cfg.Sources, source.Default)
+	if cfg.Logf == nil {
+		cfg.Logf = log.Printf
+	}
+	maxID := int64(math.MaxInt64)
+	if cfg.Int32 {
+		maxID = math.MaxInt32
+	}
+	switch {
+	case cfg.Pack.Field == "":
+		return nil, fmt.Errorf("packed: no packed field (Config.Pack: FIELD:SEQ_LEN[:eos=ID][:pad=ID])")
+	case cfg.Rank < 0 || cfg.Rank >= cfg.World:
+		return nil, fmt.Errorf("packed: rank %d outside [0, world %d)", cfg.Rank, cfg.World)
+	case len(cfg.URLs)+len(cfg.Shards) == 0:
+		return nil, fmt.Errorf("packed: no URLs")
+	}
+	if err := cfg.Pack.Check(maxID); err != nil {
+		return nil, err
+	}
+	c, err := openCorpus(ctx, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	l := &Loader{cfg: cfg, c: c}
+	oc := plan.OrderConfig{Seed: cfg.Seed, Epoch: cfg.Epoch, Shuffle: !cfg.NoShuffle}
+	if oc.Shuffle {
+		oc.Lanes, oc.Window = cfg.OpenShards, max(1, cfg.ShuffleBuffer/2)
+	}
+	order, err := plan.NewOrder(c.infos, oc)
+	if err != nil {
+		return nil, err
+	}
+	l.fp = fingerprint(c.infos, oc, cfg.Pack)
+	cur := &cursor{o: order}
+	var longest int64
+	n := order.Len()
+	if n > math.MaxInt {
+		return nil, fmt.Errorf("packed: %d documents", n)
+	}
+	l.layout, err = pack.NewLayout(cfg.Pack, int(n), func(i int) int64 {
+		t := c.tokens(cur.at(int64(i)))
+		longest = max(longest, t)
+		return t
+	})
+	if err != nil {
+		return nil, err
+	}
+	if 8*longest > cfg.Memory/4 {
+		return nil, fmt.Errorf("packed: a document of %d tokens (field %s) takes more than a quarter of the memory budget of %d bytes; raise --memory", longest, cfg.Pack.Field, cfg.Memory)
+	}
+	l.deal = pack.Deal{World: cfg.World, BatchSize: cfg.BatchSize, Rows: l.layout.Rows()}
+	if r := cfg.Resume; r != nil {
+		switch {
+		case r.Order != l.fp:
+			return nil, fmt.Errorf("%w: the state's order %s is not this loader's %s (the dataset, seed, shuffle settings or packing differ)", ErrResume, r.Order, l.fp)
+		case r.Epoch != cfg.Epoch:
+			return nil, fmt.Errorf("%w: the state is in epoch %d, the loader was asked for epoch %d", ErrResume, r.Epoch, cfg.Epoch)
+		case r.Rows < 0 || r.Rows > l.deal.Rows:
+			return nil, fmt.Errorf("%w: row %d of an epoch of %d rows", ErrResume, r.Rows, l.deal.Rows)
+		}
+		l.deal.Start = r.Rows
+	}
+	if err := l.deal.Check(); err != nil {
+		return nil, err
+	}
+	filler, err := pack.NewFiller(cfg.Pack, cfg.BatchSize)
+	if err != nil {
+		return nil, err
+	}
+	l.start(filler, cur)
+	return l, nil
+}
+
+// Len returns the batches the rank yields this epoch (from the resumed position):
+// the same on every rank.
+func (l *Loader) Len() int64 { return l.deal.BatchesPerRank() }
+
+// Rows returns the epoch's rows and Tokens its tokens (eos included, pad not).
+func (l *Loader) Rows() int64 { return l.layout.Rows() }
+
+// Tokens returns the epoch's tokens, eos included.
+func (l *Loader) Tokens() int64 { return l.layout.Tokens() }
+
+// Fingerprint names the epoch's order and packing (State.Order): the dataset, the
+// seed, the shuffle settings and the spec; not the epoch or world.
+func (l *Loader) Fingerprint() string { return l.fp }
+
+// State returns the position after the batches Next returned, assuming every rank
+// returned as many.
+func (l *Loader) State() State {
+	return State{Epoch: l.cfg.Epoch, Order: l.fp, Rows: l.deal.Position(l.taken)}
+}
+
+// Next returns the next batch, or io.EOF after the last. Errors are sticky.
+func (l *Loader) Next(ctx context.Context) (*Batch, error) {
+	if l.err != nil {
+		return nil, l.err
+	}
+	var ch chan result
+	select {
+	case c, ok := <-l.out:
+		if !ok {
+			l.err = io.EOF
+			return nil, io.EOF
+		}
+		ch = c
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			l.err = r.err
+			return nil, r.err
+		}
+		l.taken++
+		return r.b, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Close stops reading and waits for the loader's goroutines.
+func (l *Loader) Close() error {
+	l.cancel()
+	for range l.out {
+	}
+	l.wg.Wait()
+	return nil
+}
+
+// job is one batch to read and fill.
+type job struct {
+	seq    int64
+	pad    int
+	pieces []pack.Piece
+	refs   map[int]ref // a piece's document (its position in the order) and where it lies
+	out    chan result
+}
+
+// ref is a document: its part and its index there.
+type ref struct{ p, k int }
+
+// start starts the dispatcher (which plans each batch's pieces, in order) and the
+// readers (ReadAhead batches at once).
+func (l *Loader) start(filler *pack.Filler, cur *cursor) {
+	ctx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	l.out = make(chan chan result, l.cfg.ReadAhead)
+	jobs := make(chan job)
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		defer close(l.out)
+		defer close(jobs)
+		for b := range l.deal.BatchesPerRank() {
+			from, to, pad := l.deal.RowsOf(l.cfg.Rank, b)
+			j := job{seq: b, pad: pad, pieces: l.layout.Pieces(from, to, nil), refs: map[int]ref{}, out: make(chan result, 1)}
+			for _, p := range j.pieces {
+				if p.DocTokens() > 0 {
+					if _, ok := j.refs[p.Doc]; !ok {
+						pp, k := cur.at(int64(p.Doc))
+						j.refs[p.Doc] = ref{pp, k}
+					}
+				}
+			}
+			select {
+			case l.out <- j.out:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case jobs <- j:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for range l.cfg.ReadAhead {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			f := *filler // each reader its own scratch
+			for j := range jobs {
+				b, err := l.read(ctx, &f, j)
+				j.out <- result{b, err}
+			}
+		}()
+	}
+}
+
+// read reads job j's documents and fills its batch.
+func (l *Loader) read(ctx context.Context, f *pack.Filler, j job) (*Batch, error) {
+	docs := make([]ref, 0, len(j.refs))
+	for _, r := range j.refs {
+		docs = append(docs, r)
+	}
+	slices.SortFunc(docs, func(a, b ref) int { return cmp.Or(cmp.Compare(a.p, b.p), cmp.Compare(a.k, b.k)) })
+	var arena []int64
+	starts := make(map[ref]int, len(docs))
+	for i := 0; i < len(docs); {
+		// A run: documents of one object whose bytes lie within ReadGap of each
+		// other, read with one request.
+		off0, n0 := l.c.span(docs[i].p, docs[i].k)
+		end := off0 + n0
+		e := i + 1
+		for ; e < len(docs); e++ {
+			o, n := l.c.span(docs[e].p, docs[e].k)
+			if l.c.parts[docs[e].p].url != l.c.parts[docs[i].p].url || o < end || o-end > l.cfg.ReadGap {
+				break
+			}
+			end = o + n
+		}
+		buf, err := l.fetch(ctx, l.c.parts[docs[i].p].url, off0, end-off0)
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range docs[i:e] {
+			o, n := l.c.span(d.p, d.k)
+			starts[d] = len(arena)
+			if arena, err = l.c.decode(arena, d.p, d.k, buf[o-off0:o-off0+n], o); err != nil {
+				return nil, err
+			}
+		}
+		i = e
+	}
+	rows := l.cfg.BatchSize * l.cfg.Pack.SeqLen
+	b := &Batch{Seq: j.seq, Padded: j.pad}
+	b.PositionIDs = make([]int64, rows)
+	b.CuSeqlens = make([]int32, f.MaxCuSeqlens())
+	if l.cfg.Int32 {
+		b.InputIDs32 = make([]int32, rows)
+	} else {
+		b.InputIDs = make([]int64, rows)
+	}
+	err := f.Fill(&b.Batch, j.pieces, func(p pack.Piece, dst []int64) error {
+		s := starts[j.refs[p.Doc]]
+		copy(dst, arena[s+int(p.From):])
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// fetch reads n bytes at off of url.
+func (l *Loader) fetch(ctx context.Context, url string, off, n int64) ([]byte, error) {
+	rc, err := l.cfg.Sources.OpenRange(ctx, url, off, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(rc, buf); err != nil {
+		return nil, fmt.Errorf("packed: %s bytes %d to %d: %w", redact.URL(url), off, off+n, err)
+	}
+	return buf, nil
+}
+
+// cursor maps positions of an order to documents, keeping the last window's
+// permutation (positions are asked for mostly in order).
+type cursor struct {
+	o          *plan.Order
+	j          int64
+	start, end int64
+	perm       []int32
+	ok         bool
+}
+
+// at returns the part and document at position n of the order.
+func (c *cursor) at(n int64) (p, k int) {
+	if !c.ok || n < c.start || n >= c.end {
+		nw := c.o.Windows()
+		c.j = int64(sort.Search(int(nw), func(k int) bool { return c.o.WindowStart(int64(k)+1) > n }))
+		c.start, c.end = c.o.WindowStart(c.j), c.o.WindowStart(c.j+1)
+		c.perm, c.ok = c.o.Perm(c.j, int(c.end-c.start)), true
+	}
+	q := int(n - c.start)
+	if c.perm != nil {
+		q = int(c.perm[q])
+	}
+	return c.o.Item(c.j, q)
+}
+
+// fingerprint names the order of infos under oc and the packing spec.
+func fingerprint(infos []shard.Info, oc plan.OrderConfig, spec pack.Spec) string {
+	d, n := plan.Dataset(infos)
+	h := sha256.New()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(n))
+	h.Write([]byte(d))
+	h.Write(b[:])
+	fmt.Fprintf(h, "|%d|%v|%d|%d|%s", oc.Seed, oc.Shuffle, oc.Lanes, oc.Window, spec.String())
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
