@@ -355,3 +355,76 @@ func TestSharedValidationStat(t *testing.T) {
 		t.Errorf("stats B %+v: want the copy found stale by a Stat, one Stat served by a check", st)
 	}
 }
+
+func TestNewVersionIsRefetched(t *testing.T) {
+	up := newFake()
+	up.put("s3://b/a.tar", []byte("first version"), `"etag-1"`)
+	dir := t.TempDir()
+	// Every open asks the source (TestSharedValidation: within the interval).
+	c := newCache(t, Options{Dir: dir, DiskBytes: 1 << 20, MemoryBytes: 1 << 20, ValidateWithin: -1}, up)
+	readAll(t, c, "s3://b/a.tar")
+	readAll(t, c, "s3://b/a.tar") // now in memory too
+	up.put("s3://b/a.tar", []byte("second, longer version"), `"etag-2"`)
+	if got := readAll(t, c, "s3://b/a.tar"); string(got) != "second, longer version" {
+		t.Fatalf("got %q after the object changed", got)
+	}
+	up.put("s3://b/a.tar", []byte("third, same len version"), `"etag-3"`)
+	if got := readAll(t, c, "s3://b/a.tar"); string(got) != "third, same len version" {
+		t.Fatalf("got %q after the object changed to the same size", got)
+	}
+	if st := c.Stats(); st.Stale != 2 || st.Fetches != 3 || st.DiskEntries != 1 {
+		t.Errorf("stats %+v: want 2 stale, 3 fetches, 1 entry", st)
+	}
+	if _, names := dirBytes(t, dir); len(names) != 2 { // data, meta
+		t.Errorf("files %v: want one entry", names)
+	}
+}
+
+func TestUnreachableSourceServesCachedCopy(t *testing.T) {
+	up := newFake()
+	want := randBytes(7, 50_000)
+	up.put("s3://b/a.tar", want, "v1")
+	up.put("s3://b/b.tar", want, "v1")
+	dir := t.TempDir()
+	c := newCache(t, Options{Dir: dir, DiskBytes: 1 << 20}, up)
+	readAll(t, c, "s3://b/a.tar")
+	c.Close()
+
+	up.down = true
+	c2 := newCache(t, Options{Dir: dir, DiskBytes: 1 << 20}, up)
+	// Past the interval of the fetch's check: the open asks the source.
+	c2.now = func() time.Time { return time.Now().Add(DefaultValidateWithin) }
+	if got := readAll(t, c2, "s3://b/a.tar"); !bytes.Equal(got, want) {
+		t.Fatal("wrong bytes from the cache while the source is down")
+	}
+	if info, err := c2.Stat(t.Context(), "s3://b/a.tar"); err != nil || info.Size != int64(len(want)) {
+		t.Errorf("Stat while down: %+v, %v; want the cached object's info", info, err)
+	}
+	_, err := c2.Open(t.Context(), "s3://b/b.tar")
+	if !errors.Is(err, errDown) {
+		t.Errorf("uncached object while down: %v, want the source's error", err)
+	}
+	if st := c2.Stats(); st.Unvalidated < 1 {
+		t.Errorf("stats %+v: want the unvalidated serve counted", st)
+	}
+}
+
+func TestDeletedAtSourceFailsAndDrops(t *testing.T) {
+	up := newFake()
+	up.put("s3://b/a.tar", []byte("data"), "v1")
+	c := newCache(t, Options{Dir: t.TempDir(), DiskBytes: 1 << 20}, up)
+	clk := testClock(c)
+	readAll(t, c, "s3://b/a.tar")
+	clk.add(DefaultValidateWithin) // the check of the fetch no longer serves
+	up.mu.Lock()
+	delete(up.objs, "s3://b/a.tar")
+	up.mu.Unlock()
+	_, err := c.Open(t.Context(), "s3://b/a.tar")
+	var se *source.Error
+	if !errors.Is(err, source.ErrNotFound) || !errors.As(err, &se) || se.URL != "s3://b/a.tar" {
+		t.Fatalf("got %v, want a not-found *source.Error naming the URL", err)
+	}
+	if st := c.Stats(); st.DiskEntries != 0 {
+		t.Errorf("stats %+v: the entry should be dropped", st)
+	}
+}

@@ -204,3 +204,41 @@ func TestDataFileCutShortContinuesFromTheSource(t *testing.T) {
 		t.Errorf("stats %+v, %d source opens: want 1 corrupt entry and 1 fetch after the cut", st, up.openCount(url))
 	}
 }
+
+func TestFlippedByteIsDetectedAndRefetched(t *testing.T) {
+	for _, memory := range []int64{0, 1 << 20} {
+		t.Run(fmt.Sprintf("memory=%d", memory), func(t *testing.T) {
+			up := newFake()
+			want := randBytes(6, 200_000)
+			up.put("s3://b/a.tar", want, "v1")
+			dir := t.TempDir()
+			c := newCache(t, Options{Dir: dir, DiskBytes: 1 << 20}, up)
+			readAll(t, c, "s3://b/a.tar")
+			c.Close()
+
+			path := dataFile(t, dir, "s3://b/a.tar")
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[123_456] ^= 0x10
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+
+			c2 := newCache(t, Options{Dir: dir, DiskBytes: 1 << 20, MemoryBytes: memory}, up)
+			if got := readAll(t, c2, "s3://b/a.tar"); !bytes.Equal(got, want) {
+				t.Fatal("served the corrupted bytes")
+			}
+			if st := c2.Stats(); st.Corrupt != 1 || st.Fetches != 1 {
+				t.Errorf("stats %+v: want 1 corrupt entry and 1 refetch", st)
+			}
+			if n := up.openCount("s3://b/a.tar"); n != 2 {
+				t.Errorf("source opened %d times, want 2", n)
+			}
+			if got, err := os.ReadFile(dataFile(t, dir, "s3://b/a.tar")); err != nil || !bytes.Equal(got, want) {
+				t.Errorf("the new cache file does not hold the source's bytes (%v)", err)
+			}
+		})
+	}
+}
