@@ -45,6 +45,7 @@ would wait for data: the share of its time spent waiting after its first batch
 		verify := fs.Bool("verify", false, "read every batch back from the device and compare it with its slab (slow; fails on a difference)")
 		metrics := fs.String("metrics", "", "serve Prometheus metrics at /metrics on this TCP address while the benchmark runs (as serve --metrics: the loader as session 0; :0 picks a port, printed on stderr)")
 		withPprof := fs.Bool("pprof", false, "with --metrics on a loopback address, also serve Go's profiles at /debug/pprof there (they can hold URLs and credentials)")
+		packSpec := fs.String("pack", "", "pack the documents of a field (1-D integer .npy members of indexed, uncompressed tar shards; or Megatron datasets, URLs ending in .idx, field tokens) into rows: FIELD:SEQ_LEN[:eos=ID][:pad=ID]; reports tokens/s")
 		resumeAt := fs.Float64("resume-at", 0, "start the first epoch from the state after this fraction of its batches (0.5: half), as a trainer restarted from a checkpoint does: measures the restore (first_batch_seconds, read_before_first_batch_bytes)")
 		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if len(args) == 0 && len(lf.streams) == 0 && lf.streamsFile == "" {
@@ -63,6 +64,9 @@ would wait for data: the share of its time spent waiting after its first batch
 			cfg, err := lf.config(args, stderr)
 			if err != nil {
 				return err
+			}
+			if *packSpec != "" {
+				return runPackedBench(ctx, cfg, *packSpec, *epochs, *batches, *asJSON, stdout)
 			}
 			if err := df.apply(&cfg); err != nil {
 				return err

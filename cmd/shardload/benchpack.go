@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/pack"
+	"github.com/shardload/shardload/packed"
+)
+
+// packReport is what bench --pack reports of a packed token stream.
+type packReport struct {
+	Pack              string  `json:"pack"`
+	Epochs            int     `json:"epochs"`
+	Batches           int64   `json:"batches"`
+	Rows              int64   `json:"rows"`
+	PadRows           int64   `json:"pad_rows"`
+	EpochTokens       int64   `json:"epoch_tokens"`
+	TokensPerSecond   float64 `json:"tokens_per_second"`
+	PlanSeconds       float64 `json:"plan_seconds"`
+	FirstBatchSeconds float64 `json:"first_batch_seconds"`
+	Seconds           float64 `json:"seconds"`
+	StateBytes        int     `json:"state_bytes"`
+}
+
+// runPackedBench runs epochs (or batches) of the packed stream spec over cfg's
+// shards or Megatron datasets and reports tokens per second.
+func runPackedBench(ctx context.Context, cfg shardload.Config, spec string, epochs, batches int, asJSON bool, stdout io.Writer) error {
+	s, err := pack.ParseSpec(spec)
+	if err != nil {
+		return fmt.Errorf("%w: --pack: %v", errUsage, err)
+	}
+	rep := packReport{Pack: s.String(), Epochs: epochs}
+	start := time.Now()
+	for e := range epochs {
+		t0 := time.Now()
+		l, err := packed.Open(ctx, packed.Config{URLs: cfg.URLs, Shards: cfg.Shards, Index: cfg.Index, Pack: s, BatchSize: cfg.BatchSize,
+			Rank: cfg.Rank, World: cfg.World, Seed: cfg.Seed, Epoch: cfg.Epoch + e, NoShuffle: cfg.NoShuffle,
+			OpenShards: cfg.OpenShards, ShuffleBuffer: cfg.ShuffleBuffer, Memory: cfg.Memory, Sources: cfg.Sources, Logf: cfg.Logf})
+		if err != nil {
+			return err
+		}
+		if e == 0 {
+			rep.PlanSeconds = time.Since(t0).Seconds()
+			rep.EpochTokens = l.Tokens()
+		}
+		for {
+			b, err := l.Next(ctx)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				l.Close()
+				return err
+			}
+			if rep.Batches == 0 {
+				rep.FirstBatchSeconds = time.Since(start).Seconds()
+			}
+			rep.Batches++
+			rep.Rows += int64(cfg.BatchSize)
+			rep.PadRows += int64(b.Padded)
+			if batches > 0 && rep.Batches >= int64(batches) {
+				break
+			}
+		}
+		st, _ := json.Marshal(l.State())
+		rep.StateBytes = len(st)
+		l.Close()
+		if batches > 0 && rep.Batches >= int64(batches) {
+			break
+		}
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	if rep.Seconds > 0 {
+		rep.TokensPerSecond = float64((rep.Rows-rep.PadRows)*int64(s.SeqLen)) / rep.Seconds
+	}
+	if asJSON {
+		return json.NewEncoder(stdout).Encode(rep)
+	}
+	fmt.Fprintf(stdout, "packed %s: %d batches (%d rows, %d of pad) in %.2fs: %.0f tokens/s; plan %.3fs for %d tokens, first batch %.3fs, state %d bytes\n",
+		rep.Pack, rep.Batches, rep.Rows, rep.PadRows, rep.Seconds, rep.TokensPerSecond, rep.PlanSeconds, rep.EpochTokens, rep.FirstBatchSeconds, rep.StateBytes)
+	return nil
+}
