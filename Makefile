@@ -60,6 +60,13 @@ test: deps tools lint validate
 	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime 20000x ./index/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRuns$$' -fuzztime 20000x ./plan/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseStream$$' -fuzztime 20000x ./cmd/shardload/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 20000x ./megatron/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseSpec$$' -fuzztime 20000x ./pack/
+	$(GO) test -run '^$$' -fuzz '^FuzzLayout$$' -fuzztime 5000x ./pack/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMembers$$' -fuzztime 20000x ./shard/
+	$(GO) test -run '^$$' -fuzz '^FuzzNPY1D$$' -fuzztime 20000x ./shard/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime 20000x ./index/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseHints$$' -fuzztime 20000x ./cache/
 
 tools:
 	scripts/tools.sh
