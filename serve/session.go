@@ -159,6 +159,7 @@ type session struct {
 	version int
 	states  bool
 	tally   sessionTally // counters for Server.Stats
+	hints   *EpochHints  // the session's reads, announced to the node's cache
 
 	mu        sync.Mutex
 	held      map[int]sent // by slab index: batches sent and not released
@@ -228,6 +229,12 @@ func (ss *session) run() error {
 	}()
 
 	cfg := ss.cfg
+	// The session's reads, announced to the node's cache so that it evicts by next
+	// use; withdrawn when the session ends.
+	ss.hints = NewEpochHints(fmt.Sprintf("serve session %d rank %d", ss.id, cfg.Rank), func(format string, args ...any) {
+		s.opts.Logf("serve: session %d: "+format, append([]any{ss.id}, args...)...)
+	})
+	defer ss.hints.Close()
 	if cfg.Slabs > wire.MaxFDs {
 		err := fmt.Errorf("%d slabs: a session passes at most %d descriptors", cfg.Slabs, wire.MaxFDs)
 		ss.sendError(CodeBadRequest, err.Error())
@@ -290,6 +297,7 @@ func (ss *session) run() error {
 		return ss.fail(ctx, err)
 	}
 	ss.tally.open(l, cfg.Epoch)
+	ss.hints.Open(l, cfg.Sources)
 	plan, order := l.Plan(), l.Order()
 	rd := wire.Ready{
 		Type: wire.TypeReady, Version: ss.version, Session: ss.id, Slabs: len(ring.Slabs()), SlabBytes: ring.SlabBytes(),
@@ -334,6 +342,7 @@ func (ss *session) run() error {
 			cfg.Epoch, cfg.Resume = epoch, req.state
 			if l, err = shardload.Open(ectx, cfg); err == nil {
 				ss.tally.open(l, epoch)
+				ss.hints.Open(l, cfg.Sources)
 			}
 		}
 		if err == nil {
@@ -460,6 +469,7 @@ func (ss *session) stream(ctx context.Context, l *shardload.Loader, epoch int, r
 			return errClientGone
 		}
 		t.batches++
+		ss.hints.Batch(int(t.batches))
 		t.samples += int64(b.Rows - b.Padded)
 		t.padded += int64(b.Padded)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
 	"github.com/shardload/shardload/numa"
+	"github.com/shardload/shardload/serve"
 )
 
 var benchCommand = command{
@@ -231,6 +232,10 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 	var trainer, wait time.Duration // the simulated trainer: computing, and waiting after its first batch
 	var readBack []byte
 	epochStart := time.Now()
+	// The epochs' reads, announced to the node's cache (with --cache-dir) so that it
+	// evicts by next use (--cache-policy order).
+	hints := serve.NewEpochHints(fmt.Sprintf("bench rank %d", cfg.Rank), cfg.Logf)
+	defer hints.Close()
 	for e := 0; e < max(epochs, 1); e++ {
 		ecfg := cfg
 		ecfg.Epoch = cfg.Epoch + e
@@ -242,6 +247,8 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 			return nil, err
 		}
 		mon.open(l, ecfg.Epoch)
+		hints.Open(l, ecfg.Sources)
+		taken := 0 // this epoch's batches
 		res.Epochs++
 		if e == 0 {
 			res.PlanBatches = l.Plan().Batches
@@ -289,6 +296,8 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 				trainer += time.Since(t0)
 			}
 			consumed++
+			taken++
+			hints.Batch(taken)
 			samples += int64(b.Rows - b.Padded)
 			b.Release()
 			if maxBatches > 0 && consumed >= int64(maxBatches) {

@@ -135,6 +135,7 @@ type readFlags struct {
 	cacheDisk   byteSize
 	cacheMemory byteSize
 	cacheCheck  time.Duration // --cache-validate-within
+	cachePolicy string        // --cache-policy
 	partSize    byteSize
 	parallel    int
 	singleRate  float64 // MB/s
@@ -164,6 +165,7 @@ func (rf *readFlags) register(fs *pflag.FlagSet) {
 	rf.cacheDisk = cache.DefaultDiskBytes
 	fs.Var(&rf.cacheDisk, "cache-disk", "byte budget of the cache's disk tier, data and metadata (with --cache-dir)")
 	fs.Var(&rf.cacheMemory, "cache-memory", "byte budget of the cache's memory tier in this process (with --cache-dir; 0: none)")
+	fs.StringVar(&rf.cachePolicy, "cache-policy", cache.DefaultPolicy.String(), "how the cache chooses what to evict and whether to keep a fetched shard (with --cache-dir): order (by next use: the loaders of the node announce their epochs' reads, and the shard needed furthest ahead goes first; best when the dataset is larger than the cache and reshuffled every epoch) or lru (least recently used first)")
 	fs.DurationVar(&rf.cacheCheck, "cache-validate-within", cache.DefaultValidateWithin, "a check of a cached shard's version at its store (a Stat: an S3 HEAD) serves every open of that shard on the node, by any process sharing --cache-dir, for this long without asking the store again: a shard rewritten at the store is seen at most this much later (with --cache-dir; 0: ask on every open)")
 	rf.partSize = source.DefaultPartSize
 	fs.Var(&rf.partSize, "fetch-part-size", "remote objects (s3, gs, http) are read as ranged parts of this size")
@@ -240,12 +242,20 @@ func (rf *readFlags) cacheOptions() (cache.Options, error) {
 	if rf.cacheDisk <= 0 {
 		return cache.Options{}, fmt.Errorf("%w: --cache-disk must be more than 0", errUsage)
 	}
+	policy := cache.DefaultPolicy
+	if rf.cachePolicy != "" {
+		p, err := cache.ParsePolicy(rf.cachePolicy)
+		if err != nil {
+			return cache.Options{}, fmt.Errorf("%w: --cache-policy %q: want order or lru", errUsage, rf.cachePolicy)
+		}
+		policy = p
+	}
 	within := rf.cacheCheck
 	if within <= 0 {
 		within = -1 // a Stat on every open
 	}
 	return cache.Options{
-		Dir: rf.cacheDir, DiskBytes: int64(rf.cacheDisk), MemoryBytes: int64(rf.cacheMemory), ValidateWithin: within,
+		Dir: rf.cacheDir, DiskBytes: int64(rf.cacheDisk), MemoryBytes: int64(rf.cacheMemory), ValidateWithin: within, Policy: policy,
 		Logf: func(format string, args ...any) {
 			rf.logf()("shardload: "+strings.TrimSuffix(format, "\n"), args...)
 		},

@@ -1,0 +1,171 @@
+package serve
+
+// Hints: a reader's epochs announced to the node's cache, so that it evicts by next
+// use (cache.PolicyOrder; see "Eviction by next use" in the cache package).
+
+import (
+	"sync"
+	"time"
+
+	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/cache"
+	"github.com/shardload/shardload/source"
+)
+
+// DefaultBatchGuess is the time per batch EpochHints assumes for a reader's first
+// epoch until it has seen some of its batches: a guess, corrected from the rate
+// measured after the first few percent of the epoch (and, for later epochs, from the
+// epoch before). Only the order of the reads matters to the cache while their times
+// are near; a wrong guess is mended by the next publish.
+const DefaultBatchGuess = time.Second
+
+// republishes is how many times an epoch's hints are published again as it
+// advances, at even steps of its batches (the cache asks for at most about a
+// hundred).
+const republishes = 32
+
+// EpochHints announces one reader's epochs (a serve session, a rank of bench) to the
+// node's cache: at each epoch's open, the distinct URLs of its plan's spans in plan
+// order, spaced evenly over the epoch's expected duration; then again every 1/32 of
+// the epoch's batches, the reads done left out and the times estimated again from
+// the rate measured. The expected duration is the epoch's batches times the time per
+// batch: measured in this epoch once some batches are done, else that of the epoch
+// before, else DefaultBatchGuess. It does nothing when the loader's shards are not
+// read through a cache. Its methods are safe for concurrent use; a nil *EpochHints
+// does nothing.
+type EpochHints struct {
+	reader string
+	logf   func(format string, args ...any)
+
+	mu      sync.Mutex
+	h       *cache.Hints
+	c       *cache.Cache
+	urls    []string      // the epoch's distinct URLs, in plan order
+	batches int           // the epoch's batches
+	start   time.Time     // when the epoch opened
+	perB    time.Duration // expected time per batch
+	next    int           // the batch of the last publish
+	done    int           // the batches taken so far
+	doneAt  time.Time     // when the last of them was taken
+	failed  bool          // a publish failed: logged once
+}
+
+// NewEpochHints returns the hints of the reader named reader (a name for the cache's
+// log lines). logf, if not nil, reports a failed publish once.
+func NewEpochHints(reader string, logf func(format string, args ...any)) *EpochHints {
+	return &EpochHints{reader: reader, logf: logf}
+}
+
+// cacheOf returns the cache that reads url in reg, or nil.
+func cacheOf(reg *source.Registry, url string) *cache.Cache {
+	if reg == nil {
+		return nil
+	}
+	src, err := reg.Lookup(url)
+	if err != nil {
+		return nil
+	}
+	c, _ := src.(*cache.Cache)
+	return c
+}
+
+// Open publishes the reads of the epoch of l, just opened, whose shards are read
+// through reg; it replaces those of the epoch before.
+func (e *EpochHints) Open(l *shardload.Loader, reg *source.Registry) {
+	if e == nil || l == nil {
+		return
+	}
+	p := l.Plan()
+	seen := make(map[string]bool, len(p.Spans))
+	var urls []string
+	var c *cache.Cache
+	for _, s := range p.Spans {
+		if seen[s.URL] {
+			continue
+		}
+		seen[s.URL] = true
+		if sc := cacheOf(reg, s.URL); sc != nil {
+			c = sc
+			urls = append(urls, s.URL)
+		}
+	}
+	now := time.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.done > 0 {
+		// The epoch before: its rate is the best guess for this one.
+		e.perB = max(e.doneAt.Sub(e.start)/time.Duration(e.done), time.Microsecond)
+	}
+	if e.perB <= 0 {
+		e.perB = DefaultBatchGuess
+	}
+	e.urls, e.batches, e.start, e.next, e.done = urls, max(p.Batches, 1), now, 0, 0
+	if c == nil {
+		return
+	}
+	if e.h != nil && e.c != c {
+		e.h.Close()
+		e.h = nil
+	}
+	if e.h == nil {
+		h, err := c.Hint(e.reader, cache.HintOptions{})
+		if err != nil {
+			return
+		}
+		e.h, e.c = h, c
+	}
+	e.publish(0, now)
+}
+
+// Batch reports that the reader took its batch number done (counted from 1) of
+// the epoch: every 1/32 of the epoch the hints are published again.
+func (e *EpochHints) Batch(done int) {
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.batches == 0 || done <= 0 {
+		return
+	}
+	now := time.Now()
+	e.done, e.doneAt = done, now
+	step := max(e.batches/republishes, 1)
+	if e.h == nil || done < e.next+step || done >= e.batches {
+		return
+	}
+	e.perB = max(now.Sub(e.start)/time.Duration(done), time.Microsecond)
+	e.publish(done, now)
+}
+
+// publish announces the reads still to come after batch done, from now at the
+// expected rate. The URL at the position the batches have reached is kept (the
+// loader reads ahead of its batches, and a span can feed several).
+func (e *EpochHints) publish(done int, now time.Time) {
+	e.next = done
+	from := min(len(e.urls)*done/e.batches, len(e.urls))
+	from = max(from-1, 0)
+	rest := e.urls[from:]
+	left := time.Duration(e.batches-done) * e.perB
+	every := time.Duration(0)
+	if len(rest) > 0 {
+		every = left / time.Duration(len(rest))
+	}
+	if err := e.h.Publish(cache.Schedule(rest, now, every)); err != nil && !e.failed && e.logf != nil {
+		e.failed = true
+		e.logf("hints of %s: %v", e.reader, err)
+	}
+}
+
+// Close withdraws the hints.
+func (e *EpochHints) Close() {
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.h != nil {
+		e.h.Close()
+		e.h = nil
+	}
+}
