@@ -1,0 +1,69 @@
+// Command packprof reads one epoch of a packed token stream (package packed) and
+// writes a CPU profile of it, for scripts/bench-pack.sh's figures to be explained.
+//
+//	packprof -cpuprofile FILE [-batch-size N] FIELD:SEQ_LEN[:eos=ID][:pad=ID] URL...
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
+	"time"
+
+	"github.com/shardload/shardload/pack"
+	"github.com/shardload/shardload/packed"
+)
+
+func main() {
+	prof := flag.String("cpuprofile", "", "write a CPU profile to this file")
+	bs := flag.Int("batch-size", 32, "rows a batch")
+	flag.Parse()
+	if err := run(*prof, *bs, flag.Args()); err != nil {
+		fmt.Fprintln(os.Stderr, "packprof:", err)
+		os.Exit(1)
+	}
+}
+
+func run(prof string, bs int, args []string) error {
+	if len(args) < 2 {
+		return fmt.Errorf("usage: packprof -cpuprofile FILE SPEC URL...")
+	}
+	s, err := pack.ParseSpec(args[0])
+	if err != nil {
+		return err
+	}
+	if prof != "" {
+		f, err := os.Create(prof)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ctx := context.Background()
+	t0 := time.Now()
+	l, err := packed.Open(ctx, packed.Config{URLs: args[1:], Pack: s, BatchSize: bs})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	n := 0
+	for {
+		_, err := l.Next(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		n++
+	}
+	fmt.Printf("%d batches in %.3fs\n", n, time.Since(t0).Seconds())
+	return nil
+}
