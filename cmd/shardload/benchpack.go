@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -35,6 +36,7 @@ func runPackedBench(ctx context.Context, cfg shardload.Config, spec string, epoc
 		return fmt.Errorf("%w: --pack: %v", errUsage, err)
 	}
 	rep := packReport{Pack: s.String(), Epochs: epochs}
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, packed.DefaultBatchSize)
 	start := time.Now()
 	for e := range epochs {
 		t0 := time.Now()

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/shardload/shardload/megatron"
@@ -33,6 +34,9 @@ func TestBenchPackMegatron(t *testing.T) {
 	bin.Close()
 	idx.Close()
 	code, out, errOut := runCLI(t, "bench", "--pack", "tokens:128:eos=0", "--batch-size", "4", "--json", idx.Name())
+	if code, out, _ := runCLI(t, "bench", "--pack", "tokens:128:eos=0", "--json", idx.Name()); code != 0 || !strings.Contains(out, `"rows":`) || strings.Contains(out, `"rows":0,`) {
+		t.Errorf("without --batch-size: exit %d, %s", code, out)
+	}
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
