@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -29,7 +30,7 @@ func main() {
 
 func run(prof string, bs int, args []string) error {
 	if len(args) < 2 {
-		return fmt.Errorf("usage: packprof -cpuprofile FILE SPEC URL...")
+		return errors.New("usage: packprof -cpuprofile FILE SPEC URL")
 	}
 	s, err := pack.ParseSpec(args[0])
 	if err != nil {
