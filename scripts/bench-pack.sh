@@ -15,7 +15,7 @@
 #
 #   scripts/bench-pack.sh [RUNS]     (default 3)
 #
-# Data (scripts/packgen, the same bytes every run): TAR_SHARDS (32) uncompressed tar
+# Data (tools/packgen, the same bytes every run): TAR_SHARDS (32) uncompressed tar
 # shards of 1,600 documents of 200-4,000 uint16 tokens (a tokens.npy member each,
 # about 8 MB a shard), indexed (`shardload index`, shardload.index uploaded beside
 # them); a Megatron dataset of MEG_DOCS (48,000) documents of 200-4,000 uint16
@@ -35,7 +35,7 @@ bench_dirs
 
 go build -o "$work/bin/shardload" ./cmd/shardload
 go build -o "$work/bin/leanget" ./tools/leanget
-go build -o "$work/bin/packgen" ./scripts/packgen
+go build -o "$work/bin/packgen" ./tools/packgen
 sl=$work/bin/shardload
 log "generating data"
 pattern=$("$work/bin/packgen" tar "$work/tok" "$nshards" 1600 200 4000)
