@@ -15,6 +15,7 @@ import (
 	"github.com/shardload/shardload/internal/pipeline"
 	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/logs"
+	"github.com/shardload/shardload/pack"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
@@ -56,6 +57,16 @@ type Config struct {
 	Streams      []Stream
 	EpochSamples int64
 	Batching     plan.Batching
+	// Pack, when set ("FIELD:SEQ_LEN[:eos=ID][:pad=ID]", pack.ParseSpec), packs the
+	// documents of FIELD (1-D integer arrays: a tar shard's .npy member, or a
+	// Megatron dataset's tokens, a URL ending in .idx) into rows of SEQ_LEN tokens:
+	// batches of BatchSize rows with the columns input_ids, position_ids,
+	// cu_seqlens and max_seqlen instead of the fields (see package packed, and the
+	// README's "Language models"). A State then resumes on any world size by rows.
+	// With Streams, a stream's weight is its share of the epoch's tokens, and
+	// EpochTokens (default: what the streams give) an epoch's length in tokens.
+	Pack        string
+	EpochTokens int64
 	// Index is an index file or URL (package index), as "shardload index" writes;
 	// JSON lines {"url": ..., "samples": N} ("shardload ls --summary --json") work too.
 	// Without it (and without Shards), Open looks in the node's index store and for
@@ -330,7 +341,7 @@ func (cfg Config) Validate() error {
 		}
 	}
 	// The others that are counts and sizes.
-	for name, n := range map[string]int64{"EpochSamples": cfg.EpochSamples, "MaxMemberSize": cfg.MaxMemberSize} {
+	for name, n := range map[string]int64{"EpochSamples": cfg.EpochSamples, "EpochTokens": cfg.EpochTokens, "MaxMemberSize": cfg.MaxMemberSize} {
 		if n < 0 {
 			bad("%s %d is negative", name, n)
 		}
@@ -367,6 +378,13 @@ func (cfg Config) Validate() error {
 			errs = append(errs, err)
 			break
 		}
+	}
+	if cfg.Pack != "" {
+		if _, err := pack.ParseSpec(cfg.Pack); err != nil {
+			errs = append(errs, fmt.Errorf("Pack: %w", err))
+		}
+	} else if cfg.EpochTokens != 0 {
+		bad("EpochTokens %d without Pack", cfg.EpochTokens)
 	}
 	if len(cfg.Fields) > 0 {
 		if err := decode.Validate(cfg.Fields...); err != nil {

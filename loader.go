@@ -20,6 +20,7 @@ import (
 	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/logs"
 	"github.com/shardload/shardload/mem"
+	"github.com/shardload/shardload/packed"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/redact"
@@ -46,6 +47,7 @@ type Loader struct {
 	done   chan struct{} // closed by Close
 	tuned  chan struct{} // closed when the tuner's goroutine is done
 	close  sync.Once
+	pk     *packed.Loader // the rows of a packed epoch (Config.Pack)
 }
 
 // Batch is one batch in a pinned slab. Its columns are views into Data(); they stay
@@ -88,6 +90,9 @@ func (b *Batch) Transfer() *device.Transfer { return b.b.Transfer }
 // ends or Close.
 func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	defer func() { err = redact.Error(err) }()
+	if cfg.Pack != "" {
+		return openPacked(ctx, cfg)
+	}
 	// The rank's first requests spread their start over a window derived from the
 	// rank, and its retries draw their jitter from it (source.WithRank).
 	ctx = source.WithRank(ctx, cfg.Rank, cfg.World)
@@ -345,7 +350,11 @@ func (l *Loader) All(ctx context.Context) iter.Seq2[*Batch, error] {
 func (l *Loader) Close() error {
 	l.close.Do(func() { close(l.done) })
 	<-l.tuned
-	return l.p.Close()
+	err := l.p.Close()
+	if l.pk != nil {
+		l.pk.Close()
+	}
+	return err
 }
 
 // Settings returns the loader's current settings of those its tuner may change
@@ -353,7 +362,12 @@ func (l *Loader) Close() error {
 func (l *Loader) Settings() Settings { return l.tuner.Settings() }
 
 // memory returns what the loader's buffers may hold at the settings in effect.
-func (l *Loader) memory() int64 { return l.slabs.Memory(l.tuner.s.Knobs()) }
+func (l *Loader) memory() int64 {
+	if l.slabs == nil {
+		return l.cfg.RingBytes() // a packed epoch's: its slabs
+	}
+	return l.slabs.Memory(l.tuner.s.Knobs())
+}
 
 // Device returns the loader's device-copy stage: its kind and description.
 func (l *Loader) Device() *device.Stage { return l.dev }
@@ -371,7 +385,9 @@ func (l *Loader) DeviceStats() device.Stats { return l.dev.Stats() }
 func (l *Loader) State() State {
 	s := l.resume
 	k := int(l.taken.Load())
-	if k > 0 {
+	if l.pk != nil {
+		s.Rows = l.pk.StateAfter(int64(k)).Rows
+	} else if k > 0 {
 		consumed := min(int64(k)*int64(l.cfg.BatchSize), int64(l.plan.Samples))
 		runs, _ := plan.ParseRuns(s.Runs) // checked by Open
 		s.Runs = plan.FormatRuns(plan.Advance(runs, max(l.cfg.World, 1), consumed))
@@ -383,7 +399,10 @@ func (l *Loader) State() State {
 // Stats returns counters and per-stage times so far.
 func (l *Loader) Stats() Stats {
 	s := l.p.Stats()
-	s.Workers, s.Memory, s.Elapsed, s.SlabBytes = l.Settings().Workers, l.memory(), time.Since(l.start), l.slabs.Bytes()
+	s.Workers, s.Memory, s.Elapsed, s.SlabBytes = l.Settings().Workers, l.memory(), time.Since(l.start), l.cfg.RingBytes()
+	if l.slabs != nil {
+		s.SlabBytes = l.slabs.Bytes()
+	}
 	return s
 }
 

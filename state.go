@@ -42,6 +42,10 @@ type State struct {
 	// the next epoch starts from State{Epoch: Epoch + 1, Order: Order, Samples: Samples}
 	// (NextEpoch).
 	Batches int `json:"batches"`
+	// Rows is a packed epoch's position (Config.Pack): the rows of the epoch's
+	// packed layout that every rank together has yielded, which resumes on any
+	// world size. Zero otherwise.
+	Rows int64 `json:"rows,omitempty"`
 }
 
 // NextEpoch returns the state at the start of the epoch after s's.

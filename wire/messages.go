@@ -311,6 +311,7 @@ type State struct {
 	Samples int64  `json:"samples"`
 	Runs    string `json:"runs"`
 	Batches int    `json:"batches"`
+	Rows    int64  `json:"rows,omitempty"`
 }
 
 // OrderSettings is the settings that decide an epoch's order and rank split, as the

@@ -37,6 +37,9 @@ func (pl *Pipeline) mixSafely(ctx context.Context) (err error) {
 			err = PanicError("in the mixer", r)
 		}
 	}()
+	if pl.p.Packed != nil {
+		return pl.pack(ctx)
+	}
 	return pl.mix(ctx)
 }
 

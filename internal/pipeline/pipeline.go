@@ -107,6 +107,12 @@ type Params struct {
 	// LogKey names Logf's logger (logs.Key): a warning is said once per logger, not
 	// per epoch (logs.Once).
 	LogKey any
+
+	// Packed, when set, is where the batches come from instead of the plan's shards:
+	// rows of SeqLen tokens packed by a packed.Loader, BatchSize of them a batch,
+	// written into the ring's slabs (the fields, plan and shards are then unused).
+	Packed Rows
+	SeqLen int
 }
 
 // Budget is what the Skip policy may leave out before the pipeline fails.

@@ -1,0 +1,101 @@
+package shardload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/shardload/shardload/device"
+	"github.com/shardload/shardload/internal/budget"
+	"github.com/shardload/shardload/internal/pipeline"
+	"github.com/shardload/shardload/logs"
+	"github.com/shardload/shardload/pack"
+	"github.com/shardload/shardload/packed"
+	"github.com/shardload/shardload/pinned"
+	"github.com/shardload/shardload/plan"
+	"github.com/shardload/shardload/wire"
+)
+
+// openPacked opens a Loader of packed rows (Config.Pack): package packed plans and
+// reads the epoch, the engine writes its batches into the slabs.
+func openPacked(ctx context.Context, cfg Config) (*Loader, error) {
+	start := time.Now()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	pc, err := cfg.packedConfig()
+	if err != nil {
+		return nil, err
+	}
+	pk, err := packed.Open(ctx, pc)
+	if errors.Is(err, packed.ErrResume) {
+		return nil, fmt.Errorf("%w: %w", ErrResume, err)
+	} else if err != nil {
+		return nil, fmt.Errorf("shardload: %w", err)
+	}
+	st := pk.State()
+	resume := State{Epoch: st.Epoch, Order: st.Order, Samples: pk.Rows(), Rows: st.Rows}
+	if r := cfg.Resume; r != nil {
+		resume.Batches = r.Batches
+	}
+	if cfg.Ring != nil {
+		cfg.Slabs, cfg.SlabBytes = len(cfg.Ring.Slabs()), cfg.Ring.MaxSlabBytes()
+	} else if cfg.SlabBytes == 0 {
+		cfg.SlabBytes = budget.RoundSlab(wire.PackedBytes(cfg.BatchSize, pc.Pack.SeqLen, false))
+	}
+	dev, err := device.Open(budget.DeviceOptions(cfg.Device, cfg.SlabBytes, cfg.Logf))
+	if err != nil {
+		pk.Close()
+		return nil, fmt.Errorf("shardload: %w", err)
+	}
+	batches := int(pk.Len())
+	order := Order{Dataset: st.Order, Shards: len(cfg.URLs) + len(cfg.Shards), Samples: pk.Rows(), Seed: cfg.Seed, Epoch: pc.Epoch,
+		World: cfg.World, BatchSize: cfg.BatchSize, Shuffle: !cfg.NoShuffle, Mix: "pack " + pc.Pack.String()}
+	l := &Loader{cfg: cfg, plan: plan.Plan{Batches: batches, Samples: batches * cfg.BatchSize}, order: order,
+		fields: wire.PackedFields(pc.Pack.SeqLen, false), dev: dev, start: start, resume: resume,
+		tuner: NewTuner(), pk: pk, done: make(chan struct{}), tuned: make(chan struct{})}
+	close(l.tuned)
+	logKey, logf := cfg.logKey, cfg.Logf
+	l.p = pipeline.Start(ctx, pipeline.Params{
+		Packed: pk, SeqLen: pc.Pack.SeqLen, BatchSize: cfg.BatchSize, Rank: cfg.Rank,
+		Ring: cfg.Ring,
+		RingOptions: pinned.Options{Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, NoLock: cfg.NoLock, Bind: cfg.BindSlabs,
+			Warn: func(msg string) { logs.Once(logKey, "lock", func() { logf("shardload: warning: %s", msg) }) }},
+		Queue: cfg.Slabs, Device: dev, CPUs: cfg.CPUs, Logf: cfg.Logf, LogKey: cfg.logKey,
+	})
+	return l, nil
+}
+
+// packedConfig returns the packed loader's configuration of cfg (with defaults).
+func (cfg *Config) packedConfig() (packed.Config, error) {
+	spec, err := pack.ParseSpec(cfg.Pack)
+	if err != nil {
+		return packed.Config{}, fmt.Errorf("shardload: Pack: %w", err)
+	}
+	if len(cfg.Streams) > 0 || cfg.EpochTokens != 0 {
+		return packed.Config{}, fmt.Errorf("shardload: Pack with Streams or EpochTokens: mixing packed streams by tokens is not available yet")
+	}
+	pc := packed.Config{
+		URLs: cfg.URLs, Shards: cfg.Shards, Index: cfg.Index, Pack: spec, BatchSize: cfg.BatchSize,
+		Rank: cfg.Rank, World: cfg.World, Seed: cfg.Seed, Epoch: cfg.Epoch, NoShuffle: cfg.NoShuffle,
+		OpenShards: cfg.OpenShards, ShuffleBuffer: cfg.ShuffleBuffer, ReadAhead: cfg.Slabs,
+		Memory: cfg.Memory, Sources: cfg.Sources, Logf: cfg.Logf,
+	}
+	if cfg.ReadGap > 0 {
+		pc.ReadGap = cfg.ReadGap
+	}
+	if r := cfg.Resume; r != nil {
+		switch {
+		case cfg.Epoch != 0 && cfg.Epoch != r.Epoch:
+			return pc, fmt.Errorf("%w: the state is in epoch %d, the loader was asked for epoch %d", ErrResume, r.Epoch, cfg.Epoch)
+		case r.Runs != "":
+			return pc, fmt.Errorf("%w: the state is a position of an unpacked epoch (runs %q), not of packed rows", ErrResume, r.Runs)
+		case r.Rows != 0 || r.Batches != 0:
+			pc.Resume = &packed.State{Epoch: r.Epoch, Order: r.Order, Rows: r.Rows}
+		}
+		pc.Epoch = r.Epoch // at Rows 0: the start of its epoch, under any order
+	}
+	return pc, nil
+}

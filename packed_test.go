@@ -1,0 +1,232 @@
+package shardload_test
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/megatron"
+	"github.com/shardload/shardload/pack"
+	"github.com/shardload/shardload/packed"
+	"github.com/shardload/shardload/wire"
+)
+
+// megatronCorpus writes n documents of 1 to 40 tokens (document i's first token
+// i+1, so none is 0, the eos) as a Megatron dataset and returns its .idx.
+func megatronCorpus(t *testing.T, n int) string {
+	t.Helper()
+	dir := t.TempDir()
+	bin, _ := os.Create(filepath.Join(dir, "c.bin"))
+	idx, _ := os.Create(filepath.Join(dir, "c.idx"))
+	w, err := megatron.NewWriter(bin, idx, megatron.Int32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(7, 7))
+	for i := range n {
+		doc := make([]int64, 1+r.IntN(40))
+		doc[0] = int64(i + 1)
+		for j := 1; j < len(doc); j++ {
+			doc[j] = 1 + r.Int64N(5000)
+		}
+		if err := w.AddDocument(doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bin.Close()
+	idx.Close()
+	return idx.Name()
+}
+
+// packedRows reads the rest of l's epoch and returns its rows of input_ids that are
+// not pad rows (a batch's last Padded rows), after checking each batch's columns:
+// position_ids 0 exactly where cu_seqlens say, max_seqlen the longest segment.
+func packedRows(t *testing.T, l *shardload.Loader, seqLen, limit int) (rows [][]int64, states []shardload.State) {
+	t.Helper()
+	for len(states) != limit {
+		b, err := l.Next(context.Background())
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		slab := b.Data()
+		col := func(name string) *wire.Column {
+			c, ok := b.Column(name)
+			if !ok {
+				t.Fatalf("batch %d has no column %s: %+v", b.Seq, name, b.Columns)
+			}
+			return c
+		}
+		ids, pos := col(wire.InputIDsColumn).Int64s(slab), col(wire.PositionIDsColumn).Int64s(slab)
+		cu := col(wire.CuSeqlensColumn)
+		if len(ids) != b.Rows*seqLen || len(pos) != len(ids) || cu.Shape[0] < b.Rows+1 {
+			t.Fatalf("batch %d: %d input_ids, %d position_ids, cu_seqlens %v for %d rows of %d", b.Seq, len(ids), len(pos), cu.Shape, b.Rows, seqLen)
+		}
+		var zeros []int32
+		for i, p := range pos {
+			if p == 0 {
+				zeros = append(zeros, int32(i))
+			}
+		}
+		zeros = append(zeros, int32(len(pos)))
+		got := make([]int32, cu.Shape[0])
+		longest := int32(0)
+		for i := range got {
+			got[i] = int32(binary.LittleEndian.Uint32(slab[cu.Offset+4*int64(i):]))
+			if i > 0 {
+				longest = max(longest, got[i]-got[i-1])
+			}
+		}
+		if !slices.Equal(got, zeros) {
+			t.Fatalf("batch %d: cu_seqlens %v, position_ids are 0 at %v", b.Seq, got, zeros)
+		}
+		ms := col(wire.MaxSeqlenColumn)
+		if m := int32(binary.LittleEndian.Uint32(slab[ms.Offset:])); m != longest {
+			t.Fatalf("batch %d: max_seqlen %d, the longest segment is %d", b.Seq, m, longest)
+		}
+		if _, ok := b.Column(wire.KeyColumn); ok {
+			t.Fatalf("batch %d of packed rows has a key column", b.Seq)
+		}
+		for r := range b.Rows - b.Padded {
+			rows = append(rows, ids[r*seqLen:(r+1)*seqLen])
+		}
+		b.Release()
+		states = append(states, l.State())
+	}
+	return rows, states
+}
+
+func openPacked(t *testing.T, cfg shardload.Config) *shardload.Loader {
+	t.Helper()
+	l, err := shardload.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// The loader's packed batches are package packed's, written into slabs: the same
+// rows, and position_ids, cu_seqlens and max_seqlen that agree.
+func TestPackedLoaderIsPackedRows(t *testing.T) {
+	idx := megatronCorpus(t, 300)
+	const seq, bs = 16, 4
+	cfg := shardload.Config{URLs: []string{idx}, Pack: "tokens:16:eos=0", BatchSize: bs, Seed: 3, NoLock: true}
+	l := openPacked(t, cfg)
+	if l.Plan().Batches == 0 {
+		t.Fatal("no batches planned")
+	}
+	got, _ := packedRows(t, l, seq, -1)
+
+	spec, _ := pack.ParseSpec(cfg.Pack)
+	pl, err := packed.Open(context.Background(), packed.Config{URLs: cfg.URLs, Pack: spec, BatchSize: bs, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pl.Close()
+	var want [][]int64
+	for {
+		b, err := pl.Next(context.Background())
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r := range bs - b.Padded {
+			want = append(want, b.InputIDs[r*seq:(r+1)*seq])
+		}
+	}
+	if int64(len(want)) != pl.Rows() || !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("the loader yielded %d rows, package packed %d (epoch of %d): they differ", len(got), len(want), pl.Rows())
+	}
+}
+
+// A packed job's state resumes on another world size: two ranks take some batches,
+// three ranks read the rest, and together they read every row of the one-rank
+// epoch once.
+func TestPackedLoaderResumesOnAnotherWorld(t *testing.T) {
+	idx := megatronCorpus(t, 400)
+	const seq = 16
+	base := shardload.Config{URLs: []string{idx}, Pack: "tokens:16:eos=0", BatchSize: 3, Seed: 5, Epoch: 2, NoLock: true}
+	all, _ := packedRows(t, openPacked(t, base), seq, -1)
+
+	var seen [][]int64
+	var st shardload.State
+	for rank := range 2 {
+		cfg := base
+		cfg.Rank, cfg.World = rank, 2
+		rows, states := packedRows(t, openPacked(t, cfg), seq, 4)
+		seen = append(seen, rows...)
+		st = states[len(states)-1]
+	}
+	if st.Rows != 4*2*3 || st.Epoch != 2 {
+		t.Fatalf("state after 4 batches of 3 rows on 2 ranks: %+v", st)
+	}
+	b, _ := json.Marshal(st)
+	var back shardload.State
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	batches := -1
+	for rank := range 3 {
+		cfg := base
+		cfg.Epoch, cfg.Rank, cfg.World, cfg.Resume = 0, rank, 3, &back
+		l := openPacked(t, cfg)
+		if batches >= 0 && l.Plan().Batches != batches {
+			t.Fatalf("rank %d plans %d batches, rank 0 %d", rank, l.Plan().Batches, batches)
+		}
+		batches = l.Plan().Batches
+		rows, states := packedRows(t, l, seq, -1)
+		seen = append(seen, rows...)
+		if last := states[len(states)-1]; last.Rows != int64(len(all)) {
+			t.Fatalf("rank %d ends at row %d of %d", rank, last.Rows, len(all))
+		}
+	}
+	key := func(r []int64) string { b, _ := json.Marshal(r); return string(b) }
+	count := map[string]int{}
+	for _, r := range all {
+		count[key(r)]++
+	}
+	for _, r := range seen {
+		count[key(r)]--
+	}
+	for k, n := range count {
+		if n != 0 {
+			t.Fatalf("row %s read %d times too few across the resumed job", k, n)
+		}
+	}
+	if len(seen) != len(all) {
+		t.Fatalf("the resumed job read %d rows, the epoch has %d", len(seen), len(all))
+	}
+
+	// Another packing's state does not resume.
+	other := base
+	other.Pack, other.Resume = "tokens:8:eos=0", &back
+	if _, err := shardload.Open(context.Background(), other); !errors.Is(err, shardload.ErrResume) {
+		t.Fatalf("a state of rows of 16 resumed rows of 8: %v", err)
+	}
+}
+
+// A bad spec is a clear error of the configuration.
+func TestPackedLoaderBadSpec(t *testing.T) {
+	for _, spec := range []string{"tokens", "tokens:0", "tokens:8:eos=-1", ":8"} {
+		cfg := shardload.Config{URLs: []string{"x.idx"}, Pack: spec}
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("Pack %q validated", spec)
+		}
+	}
+}
