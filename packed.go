@@ -42,8 +42,8 @@ func openPacked(ctx context.Context, cfg Config) (*Loader, error) {
 	}
 	if cfg.Ring != nil {
 		cfg.Slabs, cfg.SlabBytes = len(cfg.Ring.Slabs()), cfg.Ring.MaxSlabBytes()
-	} else if cfg.SlabBytes == 0 {
-		cfg.SlabBytes = budget.RoundSlab(wire.PackedBytes(cfg.BatchSize, pc.Pack.SeqLen, false))
+	} else {
+		cfg.SlabBytes = SlabSize(cfg, nil, nil)
 	}
 	dev, err := device.Open(budget.DeviceOptions(cfg.Device, cfg.SlabBytes, cfg.Logf))
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/internal/budget"
 	"github.com/shardload/shardload/internal/pipeline"
+	"github.com/shardload/shardload/pack"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/wire"
 )
@@ -17,6 +18,10 @@ const DefaultMaxSlabBytes = 1 << 30
 // first sample of the first shard of infos that has one (each with the decoder its
 // extension suggests), as Open infers them.
 func Fields(ctx context.Context, cfg Config, infos []shard.Info) ([]decode.Field, error) {
+	if cfg.Pack != "" {
+		spec, err := pack.ParseSpec(cfg.Pack)
+		return wire.PackedFields(spec.SeqLen, false), err
+	}
 	if len(cfg.Fields) > 0 {
 		return cfg.Fields, nil
 	}
@@ -33,6 +38,9 @@ func Fields(ctx context.Context, cfg Config, infos []shard.Info) ([]decode.Field
 func SlabSize(cfg Config, infos []shard.Info, fields []decode.Field) int64 {
 	if cfg.SlabBytes > 0 {
 		return cfg.SlabBytes
+	}
+	if spec, err := pack.ParseSpec(cfg.Pack); err == nil {
+		return budget.RoundSlab(wire.PackedBytes(cfg.withDefaults().BatchSize, spec.SeqLen, false))
 	}
 	return budget.SlabSize(cfg.withDefaults().BatchSize, fields, infos)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/internal/budget"
 	"github.com/shardload/shardload/mem"
+	"github.com/shardload/shardload/pack"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/wire"
@@ -197,13 +198,25 @@ func (s *Server) sessionConfig(h *wire.Hello) (shardload.Config, error) {
 		}
 		cfg.EpochSamples, cfg.Batching = h.EpochSamples, b
 	}
+	if h.Pack != "" || h.EpochTokens != 0 {
+		if _, err := pack.ParseSpec(cmp.Or(h.Pack, cfg.Pack)); err != nil || h.EpochTokens < 0 {
+			return cfg, reject(CodeBadRequest, "pack %.80q, epoch_tokens %d: want FIELD:SEQ_LEN[:eos=ID][:pad=ID] (%v) and 0 or more tokens", h.Pack, h.EpochTokens, err)
+		}
+		cfg.Pack, cfg.EpochTokens = cmp.Or(h.Pack, cfg.Pack), h.EpochTokens
+	}
+	if cfg.Pack != "" {
+		if len(h.Fields) > 0 {
+			return cfg, reject(CodeBadRequest, "fields and pack: a packed batch's columns are input_ids, position_ids, cu_seqlens and max_seqlen")
+		}
+		cfg.Fields = nil
+	}
 	if len(cfg.Streams) == 0 && (cfg.EpochSamples != 0 || cfg.Batching != "" && cfg.Batching != plan.Random) {
 		return cfg, reject(CodeBadRequest, "epoch_samples and batching are settings of a mix of streams: the hello names none")
 	}
 	if len(cfg.URLs) == 0 && len(cfg.Shards) == 0 && len(cfg.Streams) == 0 {
 		return cfg, reject(CodeBadRequest, "the hello names no URLs and the server has no dataset of its own")
 	}
-	if len(cfg.Fields) > 0 {
+	if len(cfg.Fields) > 0 && cfg.Pack == "" {
 		// The batch's fixed columns are known from the hello: a batch the slabs
 		// cannot hold is refused now, before the dataset is counted or a slab made.
 		if err := checkBatch(cfg, cfg.Fields); err != nil {

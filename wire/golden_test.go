@@ -55,7 +55,7 @@ func indentJSON(t *testing.T, v any) []byte {
 // goldenMessages are one of each message, every member set.
 func goldenMessages() map[string]any {
 	wait := 1.25
-	state := &State{Epoch: 2, Order: "o1-5f1c0a7e93b2d4c8", Samples: 1000, Runs: "0-63,128-191", Batches: 4}
+	state := &State{Epoch: 2, Order: "o1-5f1c0a7e93b2d4c8", Samples: 1000, Runs: "0-63,128-191", Batches: 4, Rows: 96}
 	return map[string]any{
 		"hello": Hello{Type: TypeHello, Version: Version, Rank: 1, World: 4, LocalRank: 1, Seed: 7, Epoch: 2,
 			BatchSize: 32, DropLast: true, Fields: []string{"jpg", "label=cls:int"}, URLs: []string{"s3://bucket/train-{000000..000099}.tar"},
@@ -65,7 +65,7 @@ func goldenMessages() map[string]any {
 				"shuffle_buffer": json.RawMessage("1000"), "shuffle_bytes": json.RawMessage("67108864"),
 				"open_shards": json.RawMessage("8"), "read_gap": json.RawMessage("0")},
 			Streams:      []Stream{{URLs: []string{"s3://bucket/web-{000..099}.tar"}, Weight: 0.7}, {URLs: []string{"s3://bucket/code-{00..09}.tar"}, Repeat: 2, Choose: 0}},
-			EpochSamples: 100000, Batching: "stratified"},
+			EpochSamples: 100000, Batching: "stratified", Pack: "tokens:2048:eos=0:pad=0", EpochTokens: 1 << 30},
 		"ready": Ready{Type: TypeReady, Version: Version, Session: 3, Slabs: 4, SlabBytes: 8 << 20,
 			Fields: []FieldInfo{{Name: "jpg", Ext: "jpg", Kind: "image", DType: "|u1", Shape: []int{3, 224, 224}}, {Name: "label", Ext: "cls", Kind: "int"}},
 			Epoch:  2, Batches: 31, Samples: 1000, Estimated: true, Shards: 10,

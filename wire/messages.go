@@ -93,6 +93,12 @@ type Hello struct {
 	Streams      []Stream `json:"streams,omitempty"`
 	EpochSamples int64    `json:"epoch_samples,omitempty"`
 	Batching     string   `json:"batching,omitempty"`
+	// Pack, when set, packs the documents of a field into rows of tokens
+	// (FIELD:SEQ_LEN[:eos=ID][:pad=ID], shardload.Config.Pack): batches of packed
+	// rows instead of samples; EpochTokens is a packed mix's epoch length in tokens.
+	// Version 4.
+	Pack        string `json:"pack,omitempty"`
+	EpochTokens int64  `json:"epoch_tokens,omitempty"`
 }
 
 // Stream is one stream of a hello's mix: its URLs or patterns, and its weight, or

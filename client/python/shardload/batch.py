@@ -321,6 +321,8 @@ class Batch:
         """The samples' keys, in row order (a list of str); available after the release."""
         if isinstance(self._keys, Ragged):
             self._keys = self._keys.tolist()
+        elif self._keys is None:
+            self._keys = []  # packed rows: no samples, no keys
         return cast(List[str], self._keys)
 
     def __getitem__(self, name: str) -> Column:

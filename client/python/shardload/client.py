@@ -94,6 +94,17 @@ class Client:
     is one stream's). ``last_epoch["streams"]`` has each stream's samples, bytes and
     skips.
 
+    Packed token rows (language models): ``pack="FIELD:SEQ_LEN[:eos=ID][:pad=ID]"``
+    packs each sample's document (FIELD, a 1-D integer array: a tar shard's .npy
+    member, or a Megatron dataset's tokens, URLs ending in .idx) into rows of SEQ_LEN
+    tokens, eos after each document; a batch then holds ``input_ids`` and
+    ``position_ids`` [batch_size, SEQ_LEN] (int64), ``cu_seqlens`` (int32, the
+    segments' starts over the flattened batch, then its length) and ``max_seqlen``
+    (int32, shape [1]), as flash-attention's varlen kernels take them; its last
+    ``padded`` rows are all pad. ``state_dict()`` then resumes on any world size.
+    With ``streams``, a stream's weight is its share of the epoch's tokens, and
+    ``epoch_tokens`` an epoch's length in tokens.
+
     Settings that define the trainer's epochs (each None: the server's): ``slab_bytes``
     and ``slabs`` (default: slabs sized from the batch by the server, and grown, with
     one ShardloadWarning, when a batch turns out larger), ``shuffle`` (False: shards
@@ -138,7 +149,8 @@ class Client:
                  shuffle_buffer: Optional[int] = None, shuffle_bytes: Optional[int] = None,
                  open_shards: Optional[int] = None, read_gap: Optional[int] = None,
                  image_layout: Optional[str] = None, streams: Optional[Iterable[Mapping[str, Any]]] = None,
-                 epoch_samples: Optional[float] = None, batching: Optional[str] = None) -> None:
+                 epoch_samples: Optional[float] = None, batching: Optional[str] = None,
+                 pack: Optional[str] = None, epoch_tokens: Optional[int] = None) -> None:
         # The settings a hello carries as they are (hello.SETTINGS): passed on by name.
         settings = {name: value for name, value in locals().items() if name in SETTINGS}
         self.socket_path = socket_path or default_socket()
@@ -183,7 +195,8 @@ class Client:
             batch_size=batch_size, drop_last=drop_last, fields=fields, urls=urls, image_layout=image_layout,
             state=state, gpu_pci=gpu_pci(ordinal) if (device is None or ordinal is not None) else None,
             cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES", ""), streams=streams,
-            epoch_samples=cast(Optional[int], epoch_samples), batching=batching, **settings)
+            epoch_samples=cast(Optional[int], epoch_samples), batching=batching, pack=pack,
+            epoch_tokens=epoch_tokens, **settings)
         try:
             self._sock, packet, fds, cut = transport.open_session(self.socket_path, hello, timeout, trust_uids)
         except BaseException:

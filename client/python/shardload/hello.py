@@ -30,7 +30,8 @@ def hello_message(*, rank: int, world: int, local_rank: int, seed: int, epoch: i
                   shuffle: Optional[bool] = None, shuffle_buffer: Optional[int] = None,
                   shuffle_bytes: Optional[int] = None, open_shards: Optional[int] = None,
                   read_gap: Optional[int] = None, streams: Optional[Iterable[Mapping[str, Any]]] = None,
-                  epoch_samples: Optional[int] = None, batching: Optional[str] = None) -> HelloMessage:
+                  epoch_samples: Optional[int] = None, batching: Optional[str] = None,
+                  pack: Optional[str] = None, epoch_tokens: Optional[int] = None) -> HelloMessage:
     """The hello for the Client's settings (a pure function: Client passes its
     arguments, the GPU's PCI address it found and $CUDA_VISIBLE_DEVICES). Settings left
     None, and a false allow_estimate or count_first, are left out: the server's hold.
@@ -70,6 +71,17 @@ def hello_message(*, rank: int, world: int, local_rank: int, seed: int, epoch: i
         if batching not in BATCHINGS:
             raise ValueError(f"batching={batching!r}: want one of {', '.join(BATCHINGS)}")
         hello["batching"] = batching
+    if pack is not None:
+        if not isinstance(pack, str) or pack.count(":") < 1 or not pack.split(":")[0]:
+            raise ValueError(f"pack={pack!r}: want 'FIELD:SEQ_LEN[:eos=ID][:pad=ID]', e.g. 'tokens:2048:eos=0'")
+        if fields:
+            raise ValueError("fields and pack: a packed batch's columns are input_ids, position_ids, cu_seqlens "
+                             "and max_seqlen")
+        hello["pack"] = pack
+    if epoch_tokens is not None:
+        if isinstance(epoch_tokens, bool) or not isinstance(epoch_tokens, int) or epoch_tokens < 0:
+            raise ValueError(f"epoch_tokens={epoch_tokens!r}: want a non-negative int")
+        hello["epoch_tokens"] = epoch_tokens
     if state is not None:
         hello["state"] = state
     if gpu_pci:

@@ -47,6 +47,7 @@ class State(TypedDict):
     samples: int
     runs: str
     batches: int
+    rows: NotRequired[int]  # a packed epoch's position: the rows all ranks yielded
 
 
 class HelloMessage(TypedDict):
@@ -81,6 +82,8 @@ class HelloMessage(TypedDict):
     streams: NotRequired[List["StreamSpec"]]
     epoch_samples: NotRequired[int]
     batching: NotRequired[str]
+    pack: NotRequired[str]
+    epoch_tokens: NotRequired[int]
 
 
 class StreamSpec(TypedDict):

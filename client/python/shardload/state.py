@@ -16,7 +16,8 @@ _STATE_MEMBERS: Tuple[Tuple[str, type], ...] = (
 
 def check_state(state: Mapping[str, Any]) -> State:
     """A copy of state, a position that Client.state_dict() returned, as a plain dict
-    of its five members: epoch, order, samples, runs, batches (ints and strings).
+    of its five members: epoch, order, samples, runs, batches (ints and strings), and
+    rows, a packed epoch's position, when it has it.
     Raises ValueError for anything else (a checkpoint's other members are not copied)."""
     if not hasattr(state, "keys") or not hasattr(state, "__getitem__"):
         raise ValueError(f"a shardload state is a dict such as Client.state_dict() returns, not {type(state).__name__}")
@@ -35,6 +36,11 @@ def check_state(state: Mapping[str, Any]) -> State:
         out[name] = v
     if out["epoch"] < 0:
         raise ValueError(f"shardload state: epoch {out['epoch']} < 0")
+    if "rows" in state:  # a packed epoch's position
+        v = state["rows"]
+        if isinstance(v, bool) or not hasattr(v, "__index__") or int(v.__index__()) < 0:
+            raise ValueError(f"shardload state: rows {v!r} is not a non-negative int")
+        out["rows"] = int(v.__index__())
     return cast(State, out)
 
 
