@@ -34,7 +34,18 @@ const (
 	// Tokens is a 1-D little-endian int32 .npy array of Field.Tokens token ids drawn
 	// from a skewed distribution over a 50257-word vocabulary, like tokenized text.
 	Tokens
+	// Document is a pre-tokenized document to pack: a 1-D little-endian uint16 .npy
+	// array of a length drawn uniformly in [Field.MinTokens, Field.MaxTokens], of
+	// token ids in [FirstToken, Field.Vocab): each drawn from a skewed distribution,
+	// or (after the first, one time in two) its predecessor's next id, wrapping, so
+	// that a language model has something to learn. The ids below FirstToken (0 and
+	// 1) are left for a pad and an eos.
+	Document
 )
+
+// FirstToken is the smallest token id of a Document: 0 and 1 are no document's, so
+// that a packing spec can take them as pad and eos.
+const FirstToken = 2
 
 // Field describes one member of every sample.
 type Field struct {
@@ -43,6 +54,10 @@ type Field struct {
 	MinBytes int // for Random and Text: size drawn uniformly in [MinBytes, MaxBytes]
 	MaxBytes int
 	Tokens   int // for Tokens: the array length
+	// For Document: the length is drawn uniformly in [MinTokens, MaxTokens] (at
+	// least 1), the ids in [FirstToken, Vocab) (Vocab at most 65536).
+	MinTokens, MaxTokens int
+	Vocab                int
 }
 
 // Presets are named datasets for benchmarks and the demo; Spec.Fields takes them.
@@ -53,6 +68,10 @@ var Presets = map[string][]Field{
 	"images": {{Ext: "jpg", Kind: Random, MinBytes: 100_000, MaxBytes: 120_000}, {Ext: "cls", Kind: Class}},
 	// Pre-tokenized text: 2048 int32 tokens as .npy (8 KiB) and a label.
 	"tokens": {{Ext: "npy", Kind: Tokens, Tokens: 2048}, {Ext: "cls", Kind: Class}},
+	// Documents to pack into rows for a language model: one "tokens.npy" member per
+	// sample, 1 to 1024 uint16 token ids in [2, 1024) (0 and 1 left for pad and eos),
+	// as "--pack tokens.npy:SEQ_LEN:eos=1:pad=0" reads them from uncompressed shards.
+	"docs": {{Ext: "tokens.npy", Kind: Document, MinTokens: 1, MaxTokens: 1024, Vocab: 1024}},
 }
 
 // Spec describes a synthetic dataset. Zero fields take the defaults in Defaults.
@@ -209,6 +228,8 @@ func fieldBytes(buf []byte, f Field, rng *rand.Rand, chacha *rand.ChaCha8) []byt
 		return fmt.Appendf(buf, "%d", rng.IntN(1000))
 	case Tokens:
 		return appendTokens(buf, f.Tokens, rng)
+	case Document:
+		return appendDocument(buf, f, rng)
 	case Text:
 		for len(buf) < size {
 			buf = append(buf, words[rng.IntN(len(words))]...)
@@ -224,7 +245,17 @@ func fieldBytes(buf []byte, f Field, rng *rand.Rand, chacha *rand.ChaCha8) []byt
 
 // appendTokens appends a .npy (version 1.0) of n little-endian int32 token ids.
 func appendTokens(buf []byte, n int, rng *rand.Rand) []byte {
-	header := fmt.Sprintf("{'descr': '<i4', 'fortran_order': False, 'shape': (%d,), }", n)
+	buf = appendNPYHeader(buf, "<i4", n)
+	for range n {
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(int(rng.ExpFloat64()*3000)%50257))
+	}
+	return buf
+}
+
+// appendNPYHeader appends the header of a version 1.0 .npy file holding a 1-D array
+// of n elements of type descr.
+func appendNPYHeader(buf []byte, descr string, n int) []byte {
+	header := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': (%d,), }", descr, n)
 	// The magic, version, header length and header are padded to a multiple of 64.
 	total := 10 + len(header) + 1
 	pad := (64 - total%64) % 64
@@ -234,9 +265,28 @@ func appendTokens(buf []byte, n int, rng *rand.Rand) []byte {
 	for range pad {
 		buf = append(buf, ' ')
 	}
-	buf = append(buf, '\n')
-	for range n {
-		buf = binary.LittleEndian.AppendUint32(buf, uint32(int(rng.ExpFloat64()*3000)%50257))
+	return append(buf, '\n')
+}
+
+// appendDocument appends a .npy (version 1.0) of a Document field's uint16 token ids.
+func appendDocument(buf []byte, f Field, rng *rand.Rand) []byte {
+	lo, hi := max(f.MinTokens, 1), f.MaxTokens
+	n := lo
+	if hi > lo {
+		n += rng.IntN(hi - lo + 1)
+	}
+	buf = appendNPYHeader(buf, "<u2", n)
+	span := min(max(f.Vocab, FirstToken+1), 1<<16) - FirstToken
+	// The first eighth of the ids carries most of the mass.
+	scale := float64(span) / 8
+	id := 0 // the last id, less FirstToken
+	for i := range n {
+		if i == 0 || rng.IntN(2) == 0 {
+			id = int(rng.ExpFloat64()*scale) % span
+		} else {
+			id = (id + 1) % span
+		}
+		buf = binary.LittleEndian.AppendUint16(buf, uint16(FirstToken+id))
 	}
 	return buf
 }
