@@ -144,6 +144,7 @@ func putBlock(b []byte) {
 // version it was serving.
 type blockReader struct {
 	c    *Cache
+	t    *Tally // the open's, nil if none
 	e    *diskEntry
 	fh   *os.File
 	path string
@@ -176,7 +177,7 @@ func (r *blockReader) Read(p []byte) (int, error) {
 	if r.at >= 0 && r.off >= r.at && r.off < r.at+int64(len(r.view)) {
 		n := copy(p, r.view[r.off-r.at:])
 		r.off += int64(n)
-		r.c.n.bytesDisk.Add(int64(n) + r.pending)
+		r.c.served(r.t, wDisk, int64(n)+r.pending)
 		r.pending = 0
 		return n, nil
 	}
@@ -187,7 +188,7 @@ func (r *blockReader) Read(p []byte) (int, error) {
 		// Whole blocks: read and checked in p itself, not copied through buf.
 		k, err := r.readBlocks(i, p)
 		r.off += k
-		r.c.n.bytesDisk.Add(k)
+		r.c.served(r.t, wDisk, k)
 		if err == nil {
 			return int(k), nil
 		}
@@ -337,7 +338,7 @@ func (r *blockReader) Seek(off int64, whence int) (int64, error) {
 func (r *blockReader) Close() error {
 	var err error
 	r.once.Do(func() {
-		r.c.n.bytesDisk.Add(r.pending)
+		r.c.served(r.t, wDisk, r.pending)
 		r.pending = 0
 		if r.up != nil {
 			r.up.Close()

@@ -154,8 +154,16 @@ type Stats struct {
 	// BytesFromMemory counts bytes served to readers from the memory tier.
 	BytesFromMemory int64
 	// BytesFromDisk counts bytes served to readers from committed entries of the
-	// disk tier, every block checked.
+	// disk tier: this process's, every block checked, and those another process
+	// sharing the directory committed while this one waited to fetch the object.
 	BytesFromDisk int64
+	// BytesJoined counts bytes served to readers from a fetch in flight that
+	// another open had started: the store sent them once, counted in BytesFetched.
+	BytesJoined int64
+	// BytesFromFetch counts bytes served to the open that started a fetch (or was
+	// the first to read a fetch started in the background), from that fetch as it
+	// was read: part of BytesFetched.
+	BytesFromFetch int64
 	// BytesFetched counts bytes read from the source by the cache's fetches, once
 	// per fetch however many readers it served (committed or not: a fetch that
 	// failed or could not be written counts what it read). The readers of a fetch
@@ -164,7 +172,8 @@ type Stats struct {
 	// BytesBypassed counts bytes readers read straight from the source, not
 	// through a fetch of the cache: no room, not admitted, the disk tier not
 	// writable, a range of an object not cached, no tier. BytesFetched +
-	// BytesBypassed is what the cache read from the source.
+	// BytesBypassed is what the cache read from the source. Stats.Served sums the
+	// bytes served to readers by where they came from.
 	BytesBypassed int64
 
 	// HintsIgnored counts hint files of other processes that were not counted, once
@@ -187,9 +196,21 @@ type Stats struct {
 type counters struct {
 	memHits, diskHits, fetches, joined, bypassed, stale, corrupt, unvalidated, evicted, failed, writeErrs, checked, shared atomic.Int64
 	// The policy, the hints, and bytes by where they came from.
-	declined, memDeclined, hintsIgnored, hintReaders atomic.Int64
-	bytesMem, bytesDisk, bytesFetched, bytesBypassed atomic.Int64
+	declined, memDeclined, hintsIgnored, hintReaders                              atomic.Int64
+	bytesMem, bytesDisk, bytesFetched, bytesBypassed, bytesJoined, bytesFromFetch atomic.Int64
 }
+
+// Served returns the bytes served to readers, all of them together, by where
+// they came from: what the readers' Tallies (WithTally) add up to. Its Store is
+// BytesFromFetch + BytesBypassed, which is less than StoreBytes by what fetches
+// read that no open read from them as its own (a fetch in the background no open
+// joined, a reader that stopped early).
+func (s Stats) Served() Bytes {
+	return Bytes{Memory: s.BytesFromMemory, Disk: s.BytesFromDisk, Joined: s.BytesJoined, Store: s.BytesFromFetch + s.BytesBypassed}
+}
+
+// StoreBytes is what the cache read from the store: BytesFetched + BytesBypassed.
+func (s Stats) StoreBytes() int64 { return s.BytesFetched + s.BytesBypassed }
 
 // Cache is a source.Source that keeps the objects it reads in a memory and a disk
 // tier. It is safe for concurrent use. Open and Stat use the memory tier of node 0;
@@ -309,7 +330,8 @@ func (c *Cache) Stats() Stats {
 		Failed: c.n.failed.Load(), WriteErrors: c.n.writeErrs.Load(), BlocksChecked: c.n.checked.Load(),
 		ValidationsShared: c.n.shared.Load(), Declined: c.n.declined.Load(), MemoryDeclined: c.n.memDeclined.Load(),
 		BytesFromMemory: c.n.bytesMem.Load(), BytesFromDisk: c.n.bytesDisk.Load(), BytesFetched: c.n.bytesFetched.Load(),
-		BytesBypassed: c.n.bytesBypassed.Load(), HintsIgnored: c.n.hintsIgnored.Load(), HintReaders: int(c.n.hintReaders.Load()),
+		BytesBypassed: c.n.bytesBypassed.Load(), BytesJoined: c.n.bytesJoined.Load(), BytesFromFetch: c.n.bytesFromFetch.Load(),
+		HintsIgnored: c.n.hintsIgnored.Load(), HintReaders: int(c.n.hintReaders.Load()),
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -164,6 +164,19 @@
 //
 // Warm and Plan pre-fill the cache, as "shardload warm" does.
 //
+// # Counting bytes
+//
+// Stats counts opens and bytes, the cache's totals. The bytes served to readers are
+// counted by where they came from (Stats.Served, a Bytes): the memory tier, the disk
+// tier, a fetch another open had started and was still reading (joined), and the
+// store, for the read itself: a fetch into the cache it started, and every read that
+// went around the cache (not admitted, no room, the disk tier not writable, a range
+// of an object not cached). What the cache read from the store, fetches once each
+// however many readers they served, is Stats.StoreBytes. A reader that wants its own
+// figures (a loader's epoch, a trainer's session) puts a Tally in the context of its
+// opens with WithTally: the cache counts what it serves to their streams there too,
+// so that the Tallies of all the readers add up to Stats.Served.
+//
 // # Eviction by next use
 //
 // A loader knows its whole order before an epoch starts, so the cache need not guess

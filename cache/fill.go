@@ -37,10 +37,13 @@ type fill struct {
 	registered bool // in c.fills
 
 	// Guarded by c.mu.
-	readers  int        // open fillReaders
-	fileRefs int        // fillReaders + the fetch itself: fh closes at 0
-	diskEnt  *diskEntry // committed entry; readers release it on close
-	memEnt   *memEntry
+	// unclaimed: a fetch started in the background (fillBehind) no open has
+	// joined yet; the first to join reads it as its own (Bytes.Store).
+	unclaimed bool
+	readers   int        // open fillReaders
+	fileRefs  int        // fillReaders + the fetch itself: fh closes at 0
+	diskEnt   *diskEntry // committed entry; readers release it on close
+	memEnt    *memEntry
 
 	mu       sync.Mutex
 	state    int
@@ -50,6 +53,7 @@ type fill struct {
 	n        int64    // bytes written and readable
 	done     bool
 	err      error
+	adopted  bool          // fh is an entry another process committed: its bytes are the disk tier's
 	wake     chan struct{} // closed and replaced whenever the fields above change
 }
 
@@ -346,7 +350,7 @@ func (f *fill) adoptCommitted() bool {
 	f.unregister()
 	c.mu.Unlock()
 	c.n.diskHits.Add(1)
-	f.set(func() { f.state, f.fh, f.n = streaming, fh, e.meta.Size })
+	f.set(func() { f.state, f.fh, f.n, f.adopted = streaming, fh, e.meta.Size, true })
 	return true
 }
 
@@ -496,7 +500,9 @@ func (d *diskTier) writeFileSync(path string, b []byte) error {
 // room.
 type fillReader struct {
 	ctx    context.Context
+	t      *Tally // the open's, nil if none
 	f      *fill
+	own    bool // the open started the fetch (or claimed one started in the background)
 	off    int64
 	up     io.ReadCloser // bypass: the reader's own stream from the source
 	closed bool
@@ -513,7 +519,7 @@ func (r *fillReader) Read(p []byte) (int, error) {
 	f := r.f
 	for {
 		f.mu.Lock()
-		state, writeErr, n, done, err, wake, fh, buf := f.state, f.writeErr, f.n, f.done, f.err, f.wake, f.fh, f.buf
+		state, writeErr, n, done, err, wake, fh, buf, adopted := f.state, f.writeErr, f.n, f.done, f.err, f.wake, f.fh, f.buf, f.adopted
 		f.mu.Unlock()
 		switch {
 		case state == bypass && writeErr != nil && r.warm:
@@ -542,6 +548,7 @@ func (r *fillReader) Read(p []byte) (int, error) {
 				copy(p, buf[r.off:r.off+int64(k)])
 			}
 			r.off += int64(k)
+			r.f.c.served(r.t, r.from(adopted), int64(k))
 			return k, nil
 		case done && err != nil:
 			return 0, err
@@ -559,8 +566,21 @@ func (r *fillReader) Read(p []byte) (int, error) {
 // readUp reads the reader's own stream from the source.
 func (r *fillReader) readUp(p []byte) (int, error) {
 	n, err := r.up.Read(p)
-	r.f.c.n.bytesBypassed.Add(int64(n))
+	r.f.c.served(r.t, wBypass, int64(n))
 	return n, err
+}
+
+// from says where the bytes the reader gets from its fill come from: the disk
+// tier when another process had committed the object (adopted), else the store,
+// for the open that started the fetch, or that fetch, for those that joined it.
+func (r *fillReader) from(adopted bool) where {
+	switch {
+	case adopted:
+		return wDisk
+	case r.own:
+		return wOwnFetch
+	}
+	return wJoined
 }
 
 func (r *fillReader) Close() error {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync/atomic"
 
 	"github.com/shardload/shardload/source"
 )
@@ -58,7 +57,7 @@ func (c *Cache) OpenVersion(ctx context.Context, url, version string, off, lengt
 			if rr := c.rangeReader(url); rr != nil {
 				c.n.bypassed.Add(1)
 				c.fillBehind(url)
-				return c.bypassed(rr.OpenRange(ctx, url, off, length))
+				return c.bypassed(ctx)(rr.OpenRange(ctx, url, off, length))
 			}
 		}
 		r, _, err := c.openAt(ctx, url, 0, 0, info, chk)
@@ -80,7 +79,7 @@ func (c *Cache) openRange(ctx context.Context, url string, node int, off, length
 		if rr := c.rangeReader(url); rr != nil {
 			c.n.bypassed.Add(1)
 			c.fillBehind(url)
-			return c.bypassed(rr.OpenRange(ctx, url, off, length))
+			return c.bypassed(ctx)(rr.OpenRange(ctx, url, off, length))
 		}
 	}
 	r, _, err := c.open(ctx, url, node, 0)
@@ -137,7 +136,7 @@ func (c *Cache) fillBehind(url string) {
 			delete(c.behind, k)
 			c.mu.Unlock()
 		}()
-		r, _, err := c.open(c.ctx, url, 0, 0)
+		r, _, err := c.open(context.WithValue(c.ctx, behindKey{}, true), url, 0, 0)
 		if err != nil {
 			return
 		}
@@ -242,7 +241,7 @@ func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info 
 		me.refs++
 		c.mu.Unlock()
 		c.n.memHits.Add(1)
-		return &memReader{Reader: bytes.NewReader(me.data), c: c, e: me}, fromMemory, nil
+		return &memReader{Reader: bytes.NewReader(me.data), c: c, t: tallyOf(ctx), e: me}, fromMemory, nil
 	}
 	if c.disk != nil {
 		if de, ok := c.disk.get(k); ok && de.matches(info) {
@@ -266,15 +265,19 @@ func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info 
 	if !chk.ok {
 		// The source is unreachable and nothing matching is cached any more.
 		c.mu.Unlock()
-		r, err := c.bypassed(c.up.Open(ctx, url))
+		r, err := c.bypassed(ctx)(c.up.Open(ctx, url))
 		return r, fromSource, err
 	}
 	if f := c.fills[k]; f != nil && f.info.Version == info.Version && f.info.Size == info.Size {
 		f.readers++
 		f.fileRefs++
+		// The first open of a fetch started in the background reads it as its own:
+		// the store sends those bytes for it.
+		own := f.unclaimed
+		f.unclaimed = false
 		c.mu.Unlock()
 		c.n.joined.Add(1)
-		return &fillReader{ctx: ctx, f: f}, fromJoin, nil
+		return &fillReader{ctx: ctx, t: tallyOf(ctx), f: f, own: own}, fromJoin, nil
 	}
 	if chk.shared {
 		c.mu.Unlock()
@@ -284,11 +287,11 @@ func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info 
 		// No tier, or a size the source cannot tell: nothing to reserve.
 		c.mu.Unlock()
 		c.n.bypassed.Add(1)
-		r, err := c.bypassed(c.up.Open(ctx, url))
+		r, err := c.bypassed(ctx)(c.up.Open(ctx, url))
 		return r, fromSource, err
 	}
 	f := &fill{c: c, url: url, key: k, info: info, node: node, readers: 1, fileRefs: 2, wake: make(chan struct{}),
-		redirect: source.RedirectCheck(ctx), checkedAt: chk.at}
+		redirect: source.RedirectCheck(ctx), checkedAt: chk.at, unclaimed: ctx.Value(behindKey{}) != nil}
 	if _, busy := c.fills[k]; !busy {
 		c.fills[k] = f // an older fill of another version keeps running unregistered
 		f.registered = true
@@ -296,7 +299,7 @@ func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info 
 	c.wg.Add(1)
 	c.mu.Unlock()
 	go f.run()
-	return &fillReader{ctx: ctx, f: f}, fromFetch, nil
+	return &fillReader{ctx: ctx, t: tallyOf(ctx), f: f, own: true}, fromFetch, nil
 }
 
 // memLookup returns a memory entry of key k matching info, from node's tier or
@@ -358,23 +361,27 @@ func (c *Cache) sourceAt(ctx context.Context, url string, info source.Info, off 
 	return r, nil
 }
 
-// bypassed returns r, a stream read straight from the source, counting what it
-// reads in Stats.BytesBypassed.
-func (c *Cache) bypassed(r io.ReadCloser, err error) (io.ReadCloser, error) {
-	if err != nil || r == nil {
-		return r, err
+// bypassed returns a function that returns r, a stream read straight from the
+// source for an open made with ctx, counting what it reads in Stats.BytesBypassed
+// and the open's Tally.
+func (c *Cache) bypassed(ctx context.Context) func(r io.ReadCloser, err error) (io.ReadCloser, error) {
+	return func(r io.ReadCloser, err error) (io.ReadCloser, error) {
+		if err != nil || r == nil {
+			return r, err
+		}
+		return &bypassReader{ReadCloser: r, c: c, t: tallyOf(ctx)}, nil
 	}
-	return &countingReader{ReadCloser: r, n: &c.n.bytesBypassed}, nil
 }
 
-// countingReader counts the bytes read from a stream.
-type countingReader struct {
+// bypassReader counts the bytes read from a stream that bypassed the cache.
+type bypassReader struct {
 	io.ReadCloser
-	n *atomic.Int64
+	c *Cache
+	t *Tally
 }
 
-func (r *countingReader) Read(p []byte) (int, error) {
+func (r *bypassReader) Read(p []byte) (int, error) {
 	k, err := r.ReadCloser.Read(p)
-	r.n.Add(int64(k))
+	r.c.served(r.t, wBypass, int64(k))
 	return k, err
 }

@@ -184,6 +184,18 @@ func (s *countingSource) Open(ctx context.Context, url string) (io.ReadCloser, e
 
 var _ source.Source = (*countingSource)(nil)
 
+// countingReader counts the bytes read from a stream.
+type countingReader struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	k, err := r.ReadCloser.Read(p)
+	r.n.Add(int64(k))
+	return k, err
+}
+
 // fixedFetchTimes gives c's entries fetch times whose meta files all have the same
 // size for the same object: a second apart, nanoseconds with no trailing zero.
 func fixedFetchTimes(c *Cache) {

@@ -41,7 +41,7 @@ func (c *Cache) openDisk(ctx context.Context, url string, de *diskEntry, node in
 				me.refs++
 				c.mu.Unlock()
 				c.release(de)
-				return &memReader{Reader: bytes.NewReader(me.data), c: c, e: me}, nil
+				return &memReader{Reader: bytes.NewReader(me.data), c: c, t: tallyOf(ctx), e: me}, nil
 			}
 			c.mu.Unlock()
 		}
@@ -64,7 +64,7 @@ func (c *Cache) openDisk(ctx context.Context, url string, de *diskEntry, node in
 		return nil, &source.Error{Op: "open", URL: de.meta.URL, Err: fmt.Errorf("%w: %v", ErrCorrupt, err)}
 	}
 	c.disk.touch(de)
-	return &blockReader{c: c, e: de, fh: fh, path: path, at: -1, open: func(off int64) (io.ReadCloser, error) {
+	return &blockReader{c: c, t: tallyOf(ctx), e: de, fh: fh, path: path, at: -1, open: func(off int64) (io.ReadCloser, error) {
 		return c.reopen(ctx, url, de.meta, node, off)
 	}}, nil
 }
@@ -232,10 +232,12 @@ func (c *Cache) reap(victims []*diskEntry) {
 }
 
 // memReader streams a memory entry. The bytes it serves are counted in
-// Stats.BytesFromMemory (by Read, ReadAt, ReadByte and WriteTo).
+// Stats.BytesFromMemory and its open's Tally (by Read, ReadAt, ReadByte and
+// WriteTo).
 type memReader struct {
 	*bytes.Reader
 	c       *Cache
+	t       *Tally // the open's, nil if none
 	e       *memEntry
 	once    sync.Once
 	pending int64 // bytes ReadByte served, not counted yet
@@ -243,14 +245,14 @@ type memReader struct {
 
 func (r *memReader) Read(p []byte) (int, error) {
 	n, err := r.Reader.Read(p)
-	r.c.n.bytesMem.Add(int64(n) + r.pending)
+	r.c.served(r.t, wMemory, int64(n)+r.pending)
 	r.pending = 0
 	return n, err
 }
 
 func (r *memReader) ReadAt(p []byte, off int64) (int, error) {
 	n, err := r.Reader.ReadAt(p, off)
-	r.c.n.bytesMem.Add(int64(n))
+	r.c.served(r.t, wMemory, int64(n))
 	return n, err
 }
 
@@ -272,14 +274,14 @@ func (r *memReader) UnreadByte() error {
 
 func (r *memReader) WriteTo(w io.Writer) (int64, error) {
 	n, err := r.Reader.WriteTo(w)
-	r.c.n.bytesMem.Add(n + r.pending)
+	r.c.served(r.t, wMemory, n+r.pending)
 	r.pending = 0
 	return n, err
 }
 
 func (r *memReader) Close() error {
 	r.once.Do(func() {
-		r.c.n.bytesMem.Add(r.pending)
+		r.c.served(r.t, wMemory, r.pending)
 		r.pending = 0
 		r.c.mu.Lock()
 		r.e.unref()
