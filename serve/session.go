@@ -122,7 +122,7 @@ func (s *Server) handle(c *net.UnixConn) {
 // batches, rates and the share of the time it waited for its loader's batches.
 func sessionRates(st SessionStats, life time.Duration) string {
 	sec := max(life.Seconds(), 1e-9)
-	return fmt.Sprintf("%s%s", rates(st, sec), streamFigures(st.Streams))
+	return fmt.Sprintf("%s%s%s", rates(st, sec), streamFigures(st.Streams), cacheFigures(st.Cache))
 }
 
 // streamFigures says what a session read of each stream of a mix, "" for none.
@@ -201,6 +201,7 @@ func (ss *session) run() error {
 	s := ss.srv
 	ctx, cancel := context.WithCancelCause(s.ctx)
 	defer cancel(nil)
+	ctx = ss.tally.reads(ctx) // the cache counts what it serves the session
 
 	var (
 		ring *pinned.Ring
@@ -378,6 +379,7 @@ func (ss *session) run() error {
 			ss.tally.close(l)
 			l = nil
 		}
+		ss.logEpochCache(epoch)
 		if abandoned {
 			ss.releaseRun(run)
 		}

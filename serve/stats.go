@@ -1,10 +1,12 @@
 package serve
 
 import (
+	"context"
 	"sync"
 	"time"
 
 	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/cache"
 	"github.com/shardload/shardload/pinned"
 )
 
@@ -22,6 +24,10 @@ type SessionStats struct {
 	// RingSlabs is the session's slabs, and RingInUse those holding a batch that is
 	// being collated, is wire.Ready, or is with the trainer.
 	RingSlabs, RingInUse int
+	// Cache is what the node's cache served the session's reads, by where the
+	// bytes came from (the store, the memory tier, the disk tier); zero without a
+	// cache.
+	Cache cache.Bytes
 	shardload.Stats
 }
 
@@ -61,6 +67,45 @@ type sessionTally struct {
 	// said, so that the metric never goes back.
 	since time.Time
 	shown time.Duration
+	// cache counts the bytes the node's cache serves the session's reads (their
+	// context carries it: reads); epochFrom is its reading at the start of the
+	// epoch being read.
+	cache     cache.Tally
+	epochFrom cache.Bytes
+}
+
+// reads returns ctx for the session's reads: the cache counts what it serves them
+// in the session's tally.
+func (t *sessionTally) reads(ctx context.Context) context.Context {
+	return cache.WithTally(ctx, &t.cache)
+}
+
+// epochCache returns what the cache served the session since the last call (the
+// epoch that ended), and starts the next epoch's count.
+func (t *sessionTally) epochCache() cache.Bytes {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.cache.Bytes()
+	b := now.Sub(t.epochFrom)
+	t.epochFrom = now
+	return b
+}
+
+// logEpochCache logs what the node's cache served the session's reads in the
+// epoch that ended: bytes from the store and from each tier; nothing when no read
+// went through a cache.
+func (ss *session) logEpochCache(epoch int) {
+	if b := ss.tally.epochCache(); b.Total() > 0 {
+		ss.srv.opts.Logf("serve: session %d: epoch %d: cache: %s", ss.id, epoch, b)
+	}
+}
+
+// cacheFigures says what the cache served a session, "" for nothing.
+func cacheFigures(b cache.Bytes) string {
+	if b.Total() == 0 {
+		return ""
+	}
+	return "; cache: " + b.String()
 }
 
 // reportWait notes the trainer's own count of its waits so far.
@@ -149,7 +194,7 @@ func (t *sessionTally) snapshot(ss *session) SessionStats {
 	}
 	st.Stages["wait"] = t.wait(time.Now())
 	out := SessionStats{ID: ss.id, Rank: ss.cfg.Rank, World: ss.cfg.World, Epoch: t.epoch, Started: t.started,
-		MemoryBudget: ss.cfg.MemoryBudget(), Stats: st}
+		MemoryBudget: ss.cfg.MemoryBudget(), Cache: t.cache.Bytes(), Stats: st}
 	if ss.cfg.Tuner != nil {
 		out.Settings = ss.cfg.Tuner.Settings()
 	}
