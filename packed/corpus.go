@@ -131,22 +131,12 @@ func (c *corpus) addMegatron(ctx context.Context, src *source.Registry, idxURL s
 	if err != nil {
 		return err
 	}
-	// The .idx is read whole: its arrays are what planning needs (8 bytes a
-	// document as Megatron writes them), checked against its and the .bin's size
-	// before anything is allocated from its counts.
-	rc, err := src.Open(ctx, idxURL)
-	if err != nil {
-		return err
-	}
-	b, err := io.ReadAll(io.LimitReader(rc, st.Size+1))
-	rc.Close()
-	if err != nil {
-		return fmt.Errorf("packed: reading %s: %w", redact.URL(idxURL), err)
-	}
-	if int64(len(b)) != st.Size {
-		return fmt.Errorf("packed: %s: read %d bytes, its size is %d (it changed while read)", redact.URL(idxURL), len(b), st.Size)
-	}
-	meg, err := megatron.ParseBytes(b, bin.Size)
+	// The .idx is parsed as it is read, by ranges of idxChunk bytes: its arrays are
+	// what planning needs, checked against its and the .bin's size before anything
+	// is allocated from its counts, and kept flat (8 bytes a document as Megatron
+	// writes them), never the file itself.
+	r := &rangeReader{ctx: ctx, src: src, url: idxURL, version: st.Version, size: st.Size}
+	meg, err := megatron.Parse(r, st.Size, bin.Size)
 	if err != nil {
 		return fmt.Errorf("packed: %s: %w", redact.URL(idxURL), err)
 	}
