@@ -47,6 +47,7 @@ type corpus struct {
 	field string
 	parts []part
 	infos []shard.Info // the parts as the order sees them (URL, documents)
+	from  []int        // from[i]: the first part of Config.URLs[i] (or Shards[i]); one more at the end
 }
 
 // tokens returns the token count of document k of part p.
@@ -73,50 +74,89 @@ func (c *corpus) span(p, k int) (off, n int64) {
 	return off, end - off
 }
 
-// openCorpus finds the documents of urls: Megatron datasets (URLs ending in .idx)
-// or tar shards with member sizes (given as shards, or looked up in the index).
+// openCorpus finds the documents of cfg's URLs, in order: Megatron datasets (URLs
+// ending in .idx) and tar shards with member sizes (given as shards, or looked up
+// in the index). c.from[i] is the first part of URL (or shard) i.
 func openCorpus(ctx context.Context, cfg *Config) (*corpus, error) {
 	c := &corpus{field: cfg.Pack.Field}
-	if len(cfg.URLs) > 0 && strings.HasSuffix(cfg.URLs[0], ".idx") {
-		for _, u := range cfg.URLs {
-			if err := c.addMegatron(ctx, cfg.Sources, u); err != nil {
+	infos := cfg.Shards
+	var tarOf []int // per tar shard found from the URLs, its URL
+	if len(infos) == 0 {
+		var tarURLs []string
+		for i, u := range cfg.URLs {
+			if strings.HasSuffix(u, ".idx") {
+				continue
+			}
+			urls, err := shard.ExpandAll([]string{u})
+			if err == nil {
+				urls, err = cfg.Sources.Expand(ctx, urls)
+			}
+			if err != nil {
+				return nil, err
+			}
+			urls = index.Omit(urls)
+			tarURLs = append(tarURLs, urls...)
+			for range urls {
+				tarOf = append(tarOf, i)
+			}
+		}
+		if len(tarURLs) > 0 {
+			lk := index.Lookup{Sources: cfg.Sources, Index: cfg.Index, WantMembers: true, Logf: cfg.Logf}
+			var err error
+			if infos, err = lk.Resolve(ctx, tarURLs); err != nil {
+				return nil, err
+			}
+			if len(infos) != len(tarURLs) {
+				return nil, fmt.Errorf("packed: the index gave %d entries for %d shards", len(infos), len(tarURLs))
+			}
+		}
+	} else {
+		for i := range infos {
+			tarOf = append(tarOf, i)
+		}
+	}
+	n := len(cfg.URLs)
+	if len(cfg.Shards) > 0 {
+		n = len(cfg.Shards)
+	}
+	c.from = make([]int, n+1)
+	t := 0
+	for i := range n {
+		c.from[i] = len(c.parts)
+		if len(cfg.Shards) == 0 && strings.HasSuffix(cfg.URLs[i], ".idx") {
+			if err := c.addMegatron(ctx, cfg.Sources, cfg.URLs[i]); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		for ; t < len(infos) && tarOf[t] == i; t++ {
+			if err := c.addTar(infos[t]); err != nil {
 				return nil, err
 			}
 		}
-		return c, nil
 	}
-	infos := cfg.Shards
-	if len(infos) == 0 {
-		urls, err := shard.ExpandAll(cfg.URLs)
-		if err == nil {
-			urls, err = cfg.Sources.Expand(ctx, urls)
-		}
-		if err != nil {
-			return nil, err
-		}
-		lk := index.Lookup{Sources: cfg.Sources, Index: cfg.Index, WantMembers: true, Logf: cfg.Logf}
-		if infos, err = lk.Resolve(ctx, index.Omit(urls)); err != nil {
-			return nil, err
-		}
-	}
-	for _, in := range infos {
-		u := redact.URL(in.URL)
-		switch {
-		case in.Samples > 0 && len(in.Offsets) != in.Samples:
-			return nil, fmt.Errorf("%w: %s has no sample offsets in its index (a compressed shard, or an index without offsets): a packed field is read by ranges of uncompressed shards; write the shards uncompressed and index them (shardload index)", ErrNotPackable, u)
-		case in.Samples > 0 && in.Members == nil:
-			return nil, fmt.Errorf("%w: %s has no member sizes in its index: write one with this release (shardload index), which records each .npy member's dtype and length", ErrNotPackable, u)
-		}
-		dt := in.Members.DType(c.field)
-		if in.Samples > 0 {
-			if _, ok := npyItem(dt); !ok {
-				return nil, fmt.Errorf("%w: field %s of %s is not a 1-D integer .npy array in every sample (the index records dtype %q): a packed field holds one document of token ids per sample", ErrNotPackable, c.field, u, dt)
-			}
-		}
-		c.parts = append(c.parts, part{url: in.URL, info: in, dtype: dt})
-		c.infos = append(c.infos, shard.Info{URL: in.URL, Samples: in.Samples, Version: in.Version, Size: in.Size})
-	}
+	c.from[n] = len(c.parts)
 	return c, nil
+}
+
+// addTar adds the documents of the tar shard of in.
+func (c *corpus) addTar(in shard.Info) error {
+	u := redact.URL(in.URL)
+	switch {
+	case in.Samples > 0 && len(in.Offsets) != in.Samples:
+		return fmt.Errorf("%w: %s has no sample offsets in its index (a compressed shard, or an index without offsets): a packed field is read by ranges of uncompressed shards; write the shards uncompressed and index them (shardload index)", ErrNotPackable, u)
+	case in.Samples > 0 && in.Members == nil:
+		return fmt.Errorf("%w: %s has no member sizes in its index: write one with this release (shardload index), which records each .npy member's dtype and length", ErrNotPackable, u)
+	}
+	dt := in.Members.DType(c.field)
+	if in.Samples > 0 {
+		if _, ok := npyItem(dt); !ok {
+			return fmt.Errorf("%w: field %s of %s is not a 1-D integer .npy array in every sample (the index records dtype %q): a packed field holds one document of token ids per sample", ErrNotPackable, c.field, u, dt)
+		}
+	}
+	c.parts = append(c.parts, part{url: in.URL, info: in, dtype: dt})
+	c.infos = append(c.infos, shard.Info{URL: in.URL, Samples: in.Samples, Version: in.Version, Size: in.Size})
+	return nil
 }
 
 // addMegatron adds the documents of the Megatron dataset of idxURL (X.idx, with

@@ -21,6 +21,30 @@
 // order, into runs of DocsPerShard consecutive documents that play the part of
 // shards; its documents' tokens are read from the .bin by range.
 //
+// # Mixing streams by tokens
+//
+// Config.Streams mixes several datasets (runs of the URLs, tar shards or Megatron
+// datasets) into each epoch, as package plan's Mix does for samples, but counted in
+// tokens: a stream's Weight is its share of the epoch's tokens (eos included), and
+// EpochTokens the epoch's length in tokens (0: every weighted stream's tokens once,
+// and what Repeat and Choose give of the others). Each stream's share is turned into
+// a number of documents at the stream's mean document length, which its index (the
+// member sizes, the .idx) gives without reading a token, and plan.Mix draws that many
+// documents of the stream (plan.Stream.Choose): a stream drawn beyond its documents
+// repeats them, every document once before any twice; one drawn at fewer rotates
+// through them from epoch to epoch. The documents are then packed as one dataset's
+// are, so the layout, the deal to ranks, Len and the State work as without streams
+// (a resume on another world size included), and the fingerprint names the streams,
+// their settings and the draws made of them.
+//
+// The shares are exact in expectation: a stream drawn in whole cycles of its
+// documents gets exactly its tokens; of a partial cycle the documents drawn are a
+// shuffled subset, whose mean length differs from the stream's by their sampling
+// error (a few hundred documents drawn of a stream keep its share within a fraction
+// of a percent). Loader.StreamTokens says what each stream got. The order of a mixed
+// epoch is read forward from the plan's windows: a resume walks them from the
+// epoch's start once (about a microsecond a window).
+//
 // # Reading
 //
 // Each batch's documents are read with ranged requests: the runs of consecutive

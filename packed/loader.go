@@ -71,6 +71,18 @@ type Config struct {
 	// Memory bounds a document: one whose tokens take more than a quarter of it
 	// (at 8 bytes a token) is an error before the first batch (DefaultMemory).
 	Memory int64
+	// Streams, when set, mix several datasets into each epoch by tokens: stream i
+	// is the URLs URLs[First:First+Count] (Shards[First:First+Count] when Shards
+	// are given), and its Weight is its share of the epoch's tokens, relative to
+	// the other weights; Repeat (times its documents) or Choose (documents) set its
+	// draws instead, and a stream with none of them gives all its documents once.
+	// A stream drawn beyond its documents repeats them; one drawn at fewer rotates
+	// through them across epochs (plan.Mix). EpochTokens, when above 0, is the
+	// epoch's length in tokens (eos included); 0 is what the streams give: all of
+	// a weighted stream's tokens once, what Repeat and Choose give of the others.
+	// EpochTokens without Streams makes one stream of every URL.
+	Streams     []plan.Stream
+	EpochTokens int64
 	// Resume, when set, is the State the epoch continues from, on any world size.
 	Resume *State
 	// Sources reads the objects (source.Default when nil).
@@ -111,10 +123,12 @@ type Loader struct {
 	deal   pack.Deal
 	fp     string
 	taken  int64
-	out    chan chan result
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	err    error
+	// streamTok is each stream's tokens in the epoch, eos included (with Streams).
+	streamTok []int64
+	out       chan chan result
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	err       error
 }
 
 type result struct {
@@ -160,22 +174,52 @@ func Open(ctx context.Context, cfg Config) (*Loader, error) {
 	if oc.Shuffle {
 		oc.Lanes, oc.Window = cfg.OpenShards, max(1, cfg.ShuffleBuffer/2)
 	}
-	order, err := plan.NewOrder(c.infos, oc)
-	if err != nil {
-		return nil, err
+	var cur positions
+	var n int64
+	var partStream []int
+	if len(cfg.Streams) > 0 || cfg.EpochTokens != 0 {
+		m, ps, err := c.mixOf(&cfg)
+		if err != nil {
+			return nil, err
+		}
+		// One rank of one: the plan's windows are the whole epoch's, in order.
+		p, err := plan.New(c.infos, plan.Config{Seed: oc.Seed, Epoch: oc.Epoch, Shuffle: oc.Shuffle, Lanes: oc.Lanes, Window: oc.Window,
+			World: 1, BatchSize: 1, GapBytes: -1, Mix: m})
+		if err != nil {
+			return nil, err
+		}
+		cur, n, partStream = newMixCursor(&p), int64(p.Samples), ps
+		l.streamTok = make([]int64, len(m.Streams))
+		l.fp = fingerprint(c.infos, oc, cfg.Pack, mixKey(&cfg, m))
+	} else {
+		order, err := plan.NewOrder(c.infos, oc)
+		if err != nil {
+			return nil, err
+		}
+		cur, n = &cursor{o: order}, order.Len()
+		l.fp = fingerprint(c.infos, oc, cfg.Pack, "")
 	}
-	l.fp = fingerprint(c.infos, oc, cfg.Pack)
-	cur := &cursor{o: order}
 	var longest int64
-	n := order.Len()
 	if n > math.MaxInt {
 		return nil, fmt.Errorf("packed: %d documents", n)
 	}
+	var eos int64
+	if cfg.Pack.HasEOS {
+		eos = 1
+	}
+	planning := true
 	l.layout, err = pack.NewLayout(cfg.Pack, int(n), func(i int) int64 {
-		t := c.tokens(cur.at(int64(i)))
-		longest = max(longest, t)
+		p, k := cur.at(int64(i))
+		t := c.tokens(p, k)
+		if planning {
+			longest = max(longest, t)
+			if partStream != nil {
+				l.streamTok[partStream[p]] += t + eos
+			}
+		}
 		return t
 	})
+	planning = false
 	if err != nil {
 		return nil, err
 	}
@@ -214,6 +258,10 @@ func (l *Loader) Rows() int64 { return l.layout.Rows() }
 
 // Tokens returns the epoch's tokens, eos included.
 func (l *Loader) Tokens() int64 { return l.layout.Tokens() }
+
+// StreamTokens returns each stream's tokens in the epoch (eos included), in the
+// order of Config.Streams; nil without Streams or EpochTokens.
+func (l *Loader) StreamTokens() []int64 { return slices.Clone(l.streamTok) }
 
 // Fingerprint names the epoch's order and packing (State.Order): the dataset, the
 // seed, the shuffle settings and the spec; not the epoch or world.
@@ -277,7 +325,7 @@ type ref struct{ p, k int }
 
 // start starts the dispatcher (which plans each batch's pieces, in order) and the
 // readers (ReadAhead batches at once).
-func (l *Loader) start(filler *pack.Filler, cur *cursor) {
+func (l *Loader) start(filler *pack.Filler, cur positions) {
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
 	l.out = make(chan chan result, l.cfg.ReadAhead)
@@ -417,8 +465,9 @@ func (c *cursor) at(n int64) (p, k int) {
 	return c.o.Item(c.j, q)
 }
 
-// fingerprint names the order of infos under oc and the packing spec.
-func fingerprint(infos []shard.Info, oc plan.OrderConfig, spec pack.Spec) string {
+// fingerprint names the order of infos under oc and the packing spec, and the mix
+// of streams when there is one.
+func fingerprint(infos []shard.Info, oc plan.OrderConfig, spec pack.Spec, mix string) string {
 	d, n := plan.Dataset(infos)
 	h := sha256.New()
 	var b [8]byte
@@ -426,5 +475,8 @@ func fingerprint(infos []shard.Info, oc plan.OrderConfig, spec pack.Spec) string
 	h.Write([]byte(d))
 	h.Write(b[:])
 	fmt.Fprintf(h, "|%d|%v|%d|%d|%s", oc.Seed, oc.Shuffle, oc.Lanes, oc.Window, spec.String())
+	if mix != "" {
+		fmt.Fprintf(h, "|mix %s", mix)
+	}
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
