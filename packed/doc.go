@@ -54,6 +54,12 @@
 // sample's bytes are found by its offset; a document's tokens are its .npy member's
 // elements.
 //
+// Every object is read through Config.Sources. A registry wrapped by cache.Wrap (as
+// the command line's --cache-dir makes it, and the library's Config.Sources can be)
+// reads through the node cache: a range of a cached shard or .bin is served from the
+// cache, one not cached is read from the store while the cache fetches the object
+// behind it.
+//
 // # Bad input
 //
 // A field that is not a 1-D integer array, a token id that does not fit the output,
