@@ -51,7 +51,7 @@ func openPacked(ctx context.Context, cfg Config) (*Loader, error) {
 		return nil, fmt.Errorf("shardload: %w", err)
 	}
 	batches := int(pk.Len())
-	order := Order{Dataset: st.Order, Shards: len(cfg.URLs) + len(cfg.Shards), Samples: pk.Rows(), Seed: cfg.Seed, Epoch: pc.Epoch,
+	order := Order{Dataset: st.Order, Shards: len(pc.URLs) + len(pc.Shards), Samples: pk.Rows(), Seed: cfg.Seed, Epoch: pc.Epoch,
 		World: cfg.World, BatchSize: cfg.BatchSize, Shuffle: !cfg.NoShuffle, Mix: "pack " + pc.Pack.String()}
 	l := &Loader{cfg: cfg, plan: plan.Plan{Batches: batches, Samples: batches * cfg.BatchSize}, order: order,
 		fields: wire.PackedFields(pc.Pack.SeqLen, false), dev: dev, start: start, resume: resume,
@@ -74,14 +74,21 @@ func (cfg *Config) packedConfig() (packed.Config, error) {
 	if err != nil {
 		return packed.Config{}, fmt.Errorf("shardload: Pack: %w", err)
 	}
-	if len(cfg.Streams) > 0 || cfg.EpochTokens != 0 {
-		return packed.Config{}, fmt.Errorf("shardload: Pack with Streams or EpochTokens: mixing packed streams by tokens is not available yet")
-	}
 	pc := packed.Config{
 		URLs: cfg.URLs, Shards: cfg.Shards, Index: cfg.Index, Pack: spec, BatchSize: cfg.BatchSize,
 		Rank: cfg.Rank, World: cfg.World, Seed: cfg.Seed, Epoch: cfg.Epoch, NoShuffle: cfg.NoShuffle,
 		OpenShards: cfg.OpenShards, ShuffleBuffer: cfg.ShuffleBuffer, ReadAhead: cfg.Slabs,
 		Memory: cfg.Memory, Sources: cfg.Sources, Logf: cfg.Logf,
+	}
+	// A mix: the streams' URLs one after the other, each stream's weight its share
+	// of the epoch's tokens.
+	pc.EpochTokens = cfg.EpochTokens
+	for i, st := range cfg.Streams {
+		if len(st.Shards) > 0 {
+			return pc, fmt.Errorf("shardload: Pack: stream %d gives Shards: a packed mix names its streams by URLs", i)
+		}
+		pc.Streams = append(pc.Streams, plan.Stream{First: len(pc.URLs), Count: len(st.URLs), Weight: st.Weight, Repeat: st.Repeat, Choose: st.Choose})
+		pc.URLs = append(pc.URLs, st.URLs...)
 	}
 	if cfg.ReadGap > 0 {
 		pc.ReadGap = cfg.ReadGap

@@ -230,3 +230,61 @@ func TestPackedLoaderBadSpec(t *testing.T) {
 		}
 	}
 }
+
+// megatronStream writes n documents of minLen to maxLen tokens, all in [lo, lo+1000),
+// as a Megatron dataset named name in dir, and returns its .idx.
+func megatronStream(t *testing.T, dir, name string, n, minLen, maxLen int, lo int64) string {
+	t.Helper()
+	bin, _ := os.Create(filepath.Join(dir, name+".bin"))
+	idx, _ := os.Create(filepath.Join(dir, name+".idx"))
+	w, err := megatron.NewWriter(bin, idx, megatron.Int32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(uint64(lo), 1))
+	for range n {
+		doc := make([]int64, minLen+r.IntN(maxLen-minLen+1))
+		for j := range doc {
+			doc[j] = lo + r.Int64N(1000)
+		}
+		if err := w.AddDocument(doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bin.Close()
+	idx.Close()
+	return idx.Name()
+}
+
+// With Pack, a stream's weight is its share of the epoch's tokens: streams of short
+// and long documents at 0.7 and 0.3 of an epoch of EpochTokens tokens.
+func TestPackedLoaderMixesByTokens(t *testing.T) {
+	dir := t.TempDir()
+	short := megatronStream(t, dir, "short", 400, 2, 20, 1000)   // tokens in [1000, 2000)
+	long := megatronStream(t, dir, "long", 100, 200, 400, 10000) // tokens in [10000, 11000)
+	const epochTokens = 60000
+	cfg := shardload.Config{Streams: []shardload.Stream{{URLs: []string{short}, Weight: 0.7}, {URLs: []string{long}, Weight: 0.3}},
+		Pack: "tokens:64", EpochTokens: epochTokens, BatchSize: 4, Seed: 2, NoLock: true}
+	rows, _ := packedRows(t, openPacked(t, cfg), 64, -1)
+	var s, l int
+	for _, r := range rows {
+		for _, v := range r {
+			switch {
+			case v >= 1000 && v < 2000:
+				s++
+			case v >= 10000 && v < 11000:
+				l++
+			}
+		}
+	}
+	total := float64(s + l)
+	if total < 0.95*epochTokens || total > 1.05*epochTokens {
+		t.Fatalf("an epoch of %v tokens, want %d", total, epochTokens)
+	}
+	if share := float64(s) / total; share < 0.67 || share > 0.73 {
+		t.Fatalf("the short stream holds %.3f of the tokens, want 0.7", share)
+	}
+}
