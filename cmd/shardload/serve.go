@@ -42,6 +42,7 @@ on SIGTERM or SIGINT, removing its socket.`,
 		pprofAddr := fs.String("pprof-addr", "", "serve Go's profiles at /debug/pprof on this TCP address, loopback or not (no authentication: profiles can hold URLs and credentials)")
 		check := fs.Bool("check", true, "before listening, ask the store for the dataset's first shard (and its --index; with --allow alone, a listing of each s3:// or gs:// prefix) and exit with what to fix when it does not answer as it should: a missing bucket or object, refused credentials, an endpoint that does not answer")
 		packSpec := fs.String("pack", "", "pack the documents of a field into rows of tokens for every trainer that does not say otherwise (its pack=): FIELD:SEQ_LEN[:eos=ID][:pad=ID], over 1-D integer .npy members of indexed, uncompressed tar shards, or Megatron datasets (URLs ending in .idx, field tokens); batches hold input_ids, position_ids, cu_seqlens and max_seqlen (default: none, samples)")
+		epochTokens := fs.Int64("epoch-tokens", 0, "with --pack and a mix of streams (--stream, --streams): an epoch's length in tokens, each stream's weight its share of them (0: what the streams give)")
 		batchPolicy := fs.Bool("sched-batch", true, "run the loader's threads under SCHED_BATCH (Linux), so that they never delay a trainer that wakes on their CPU")
 		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if len(args) == 0 && len(*allow) == 0 && len(lf.streams) == 0 && lf.streamsFile == "" {
@@ -59,9 +60,9 @@ on SIGTERM or SIGINT, removing its socket.`,
 			if err != nil {
 				return err
 			}
-			if cfg.Pack = *packSpec; cfg.Pack != "" {
+			if cfg.Pack, cfg.EpochTokens = *packSpec, *epochTokens; cfg.Pack != "" || cfg.EpochTokens != 0 {
 				if err := cfg.Validate(); err != nil {
-					return fmt.Errorf("%w: --pack: %v", errUsage, err)
+					return fmt.Errorf("%w: --pack, --epoch-tokens: %v", errUsage, err)
 				}
 				cfg.Fields = nil
 			}
