@@ -1,15 +1,11 @@
 package packed
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"path"
 	"strings"
 
 	"github.com/shardload/shardload/index"
@@ -187,67 +183,6 @@ func (c *corpus) addMegatron(ctx context.Context, src *source.Registry, idxURL s
 		c.infos = append(c.infos, shard.Info{URL: fmt.Sprintf("%s#docs=%d-%d", binURL, first, first+n), Samples: n, Version: bin.Version, Size: bin.Size})
 	}
 	return nil
-}
-
-// decode appends the tokens of document k of part p, whose bytes (the sample's, or
-// the document's in a .bin) are b at byte offset off of the object, to dst.
-func (c *corpus) decode(dst []int64, p, k int, b []byte, off int64) ([]int64, error) {
-	pt := &c.parts[p]
-	want := c.tokens(p, k)
-	where := func() string {
-		if pt.meg != nil {
-			return fmt.Sprintf("%s document %d (byte %d)", redact.URL(pt.url), pt.first+k, off)
-		}
-		return fmt.Sprintf("%s sample %d (byte %d)", redact.URL(pt.url), k, off)
-	}
-	start := len(dst)
-	var err error
-	if pt.meg != nil {
-		dst, err = megatron.AppendTokens(dst, b, pt.meg.DType())
-	} else {
-		dst, err = c.tarTokens(dst, pt, b, want)
-	}
-	if err != nil {
-		return dst[:start], fmt.Errorf("%w: %s: field %s: %w", ErrTokens, where(), c.field, err)
-	}
-	if got := int64(len(dst) - start); got != want {
-		return dst[:start], fmt.Errorf("%w: %s: field %s holds %d tokens, its index says %d (the shard changed since it was indexed: rebuild the index)", ErrTokens, where(), c.field, got, want)
-	}
-	return dst, nil
-}
-
-// tarTokens appends the items elements of the packed field's .npy member of the
-// sample whose tar bytes are b.
-func (c *corpus) tarTokens(dst []int64, pt *part, b []byte, items int64) ([]int64, error) {
-	tr := tar.NewReader(bytes.NewReader(b))
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return dst, fmt.Errorf("no member %s in the sample", c.field)
-		}
-		if err != nil {
-			return dst, err
-		}
-		base := path.Base(h.Name)
-		i := strings.IndexByte(base, '.')
-		if i < 0 || base[i+1:] != c.field {
-			continue
-		}
-		data, err := io.ReadAll(io.LimitReader(tr, h.Size))
-		if err != nil {
-			return dst, err
-		}
-		size, _ := npyItem(pt.dtype)
-		// The elements are the member's last bytes: its header is what comes before.
-		if items*int64(size) > int64(len(data)) {
-			return dst, fmt.Errorf("a .npy member of %d bytes cannot hold the %d elements its index says", len(data), items)
-		}
-		head := int64(len(data)) - items*int64(size)
-		if h, ok := npyHeaderLen(data); !ok || h != head {
-			return dst, fmt.Errorf("its .npy member of %d bytes does not hold the %d elements of %s its index says (a header of %d bytes; the shard changed since it was indexed: rebuild the index)", len(data), items, pt.dtype, h)
-		}
-		return appendNPY(dst, data[head:], pt.dtype)
-	}
 }
 
 // npyHeaderLen returns the length of the .npy header at the start of b (magic,

@@ -17,7 +17,6 @@ import (
 
 	"github.com/shardload/shardload/pack"
 	"github.com/shardload/shardload/plan"
-	"github.com/shardload/shardload/redact"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 )
@@ -65,9 +64,10 @@ type Config struct {
 	Int32 bool
 	// ReadAhead is the batches read ahead of Next (DefaultReadAhead); ReadGap the
 	// bytes between two documents of an object read by one request rather than two
-	// (DefaultReadGap).
+	// (DefaultReadGap); Fetches the ranged reads in flight (DefaultFetches).
 	ReadAhead int
 	ReadGap   int64
+	Fetches   int
 	// Memory bounds a document: one whose tokens take more than a quarter of it
 	// (at 8 bytes a token) is an error before the first batch (DefaultMemory).
 	Memory int64
@@ -126,6 +126,8 @@ type Loader struct {
 	// streamTok is each stream's tokens in the epoch, eos included (with Streams).
 	streamTok []int64
 	out       chan chan result
+	pool      chan *Batch // released batches
+	memo      memo        // the planner's (see memo)
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	err       error
@@ -145,6 +147,7 @@ func Open(ctx context.Context, cfg Config) (*Loader, error) {
 	cfg.ShuffleBuffer = cmp.Or(cfg.ShuffleBuffer, DefaultShuffleBuffer)
 	cfg.ReadAhead = cmp.Or(cfg.ReadAhead, DefaultReadAhead)
 	cfg.ReadGap = cmp.Or(cfg.ReadGap, DefaultReadGap)
+	cfg.Fetches = cmp.Or(cfg.Fetches, DefaultFetches)
 	cfg.Memory = cmp.Or(cfg.Memory, DefaultMemory)
 	cfg.Sources = cmp.Or(cfg.Sources, source.Default)
 	if cfg.Logf == nil {
@@ -211,6 +214,7 @@ func Open(ctx context.Context, cfg Config) (*Loader, error) {
 	l.layout, err = pack.NewLayout(cfg.Pack, int(n), func(i int) int64 {
 		p, k := cur.at(int64(i))
 		t := c.tokens(p, k)
+		l.memo.add(i, ref{p, k})
 		if planning {
 			longest = max(longest, t)
 			if partStream != nil {
@@ -311,134 +315,8 @@ func (l *Loader) Close() error {
 	return nil
 }
 
-// job is one batch to read and fill.
-type job struct {
-	seq    int64
-	pad    int
-	pieces []pack.Piece
-	refs   map[int]ref // a piece's document (its position in the order) and where it lies
-	out    chan result
-}
-
 // ref is a document: its part and its index there.
 type ref struct{ p, k int }
-
-// start starts the dispatcher (which plans each batch's pieces, in order) and the
-// readers (ReadAhead batches at once).
-func (l *Loader) start(filler *pack.Filler, cur positions) {
-	ctx, cancel := context.WithCancel(context.Background())
-	l.cancel = cancel
-	l.out = make(chan chan result, l.cfg.ReadAhead)
-	jobs := make(chan job)
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
-		defer close(l.out)
-		defer close(jobs)
-		for b := range l.deal.BatchesPerRank() {
-			from, to, pad := l.deal.RowsOf(l.cfg.Rank, b)
-			j := job{seq: b, pad: pad, pieces: l.layout.Pieces(from, to, nil), refs: map[int]ref{}, out: make(chan result, 1)}
-			for _, p := range j.pieces {
-				if p.DocTokens() > 0 {
-					if _, ok := j.refs[p.Doc]; !ok {
-						pp, k := cur.at(int64(p.Doc))
-						j.refs[p.Doc] = ref{pp, k}
-					}
-				}
-			}
-			select {
-			case l.out <- j.out:
-			case <-ctx.Done():
-				return
-			}
-			select {
-			case jobs <- j:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	for range l.cfg.ReadAhead {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			f := *filler // each reader its own scratch
-			for j := range jobs {
-				b, err := l.read(ctx, &f, j)
-				j.out <- result{b, err}
-			}
-		}()
-	}
-}
-
-// read reads job j's documents and fills its batch.
-func (l *Loader) read(ctx context.Context, f *pack.Filler, j job) (*Batch, error) {
-	docs := make([]ref, 0, len(j.refs))
-	for _, r := range j.refs {
-		docs = append(docs, r)
-	}
-	slices.SortFunc(docs, func(a, b ref) int { return cmp.Or(cmp.Compare(a.p, b.p), cmp.Compare(a.k, b.k)) })
-	var arena []int64
-	starts := make(map[ref]int, len(docs))
-	for i := 0; i < len(docs); {
-		// A run: documents of one object whose bytes lie within ReadGap of each
-		// other, read with one request.
-		off0, n0 := l.c.span(docs[i].p, docs[i].k)
-		end := off0 + n0
-		e := i + 1
-		for ; e < len(docs); e++ {
-			o, n := l.c.span(docs[e].p, docs[e].k)
-			if l.c.parts[docs[e].p].url != l.c.parts[docs[i].p].url || o < end || o-end > l.cfg.ReadGap {
-				break
-			}
-			end = o + n
-		}
-		buf, err := l.fetch(ctx, l.c.parts[docs[i].p].url, off0, end-off0)
-		if err != nil {
-			return nil, err
-		}
-		for _, d := range docs[i:e] {
-			o, n := l.c.span(d.p, d.k)
-			starts[d] = len(arena)
-			if arena, err = l.c.decode(arena, d.p, d.k, buf[o-off0:o-off0+n], o); err != nil {
-				return nil, err
-			}
-		}
-		i = e
-	}
-	rows := l.cfg.BatchSize * l.cfg.Pack.SeqLen
-	b := &Batch{Seq: j.seq, Padded: j.pad}
-	b.PositionIDs = make([]int64, rows)
-	b.CuSeqlens = make([]int32, f.MaxCuSeqlens())
-	if l.cfg.Int32 {
-		b.InputIDs32 = make([]int32, rows)
-	} else {
-		b.InputIDs = make([]int64, rows)
-	}
-	err := f.Fill(&b.Batch, j.pieces, func(p pack.Piece, dst []int64) error {
-		s := starts[j.refs[p.Doc]]
-		copy(dst, arena[s+int(p.From):])
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
-// fetch reads n bytes at off of url.
-func (l *Loader) fetch(ctx context.Context, url string, off, n int64) ([]byte, error) {
-	rc, err := l.cfg.Sources.OpenRange(ctx, url, off, n)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(rc, buf); err != nil {
-		return nil, fmt.Errorf("packed: %s bytes %d to %d: %w", redact.URL(url), off, off+n, err)
-	}
-	return buf, nil
-}
 
 // cursor maps positions of an order to documents, keeping the last window's
 // permutation (positions are asked for mostly in order).

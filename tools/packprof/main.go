@@ -54,17 +54,19 @@ func run(prof string, bs int, args []string) error {
 		return err
 	}
 	defer l.Close()
+	t1 := time.Now()
 	n := 0
 	for {
-		_, err := l.Next(ctx)
+		b, err := l.Next(ctx)
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
 			return err
 		}
+		l.Release(b) // as a consumer that has copied the batch does
 		n++
 	}
-	fmt.Printf("%d batches in %.3fs\n", n, time.Since(t0).Seconds())
+	fmt.Printf("%d batches in %.3fs (open %.3fs, batches %.3fs)\n", n, time.Since(t0).Seconds(), t1.Sub(t0).Seconds(), time.Since(t1).Seconds())
 	return nil
 }
