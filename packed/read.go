@@ -432,59 +432,138 @@ func (c *corpus) where(p, k int, off int64) string {
 // tarData returns the elements of the packed field's .npy member of the sample whose
 // tar bytes are b, which its index says are items elements.
 func (c *corpus) tarData(pt *part, b []byte, items int64) ([]byte, error) {
+	at, size, ok := plainMember(b, c.field)
+	if !ok {
+		var err error
+		if at, size, err = c.tarMember(b); err != nil {
+			return nil, err
+		}
+	}
+	data := b[at : at+size]
+	isz, _ := npyItem(pt.dtype)
+	// The elements are the member's last bytes: its header is what comes before.
+	if items*int64(isz) > int64(len(data)) {
+		return nil, fmt.Errorf("a .npy member of %d bytes cannot hold the %d elements its index says", len(data), items)
+	}
+	head := int64(len(data)) - items*int64(isz)
+	if n, ok := npyHeaderLen(data); !ok || n != head {
+		return nil, fmt.Errorf("its .npy member of %d bytes does not hold the %d elements of %s its index says (a header of %d bytes; the shard changed since it was indexed: rebuild the index)", len(data), items, pt.dtype, n)
+	}
+	return data[head:], nil
+}
+
+// plainMember finds the member of extension field in a sample's tar bytes b whose
+// headers are plain ustar or v7 ones (regular files, names of up to 100 bytes with
+// a ustar prefix, octal sizes): its data's offset and size. ok is false for
+// anything else (PAX or GNU records, a bad checksum), which archive/tar then reads.
+func plainMember(b []byte, field string) (at, size int64, ok bool) {
+	for off := int64(0); off+512 <= int64(len(b)); {
+		h := b[off : off+512]
+		if h[0] == 0 {
+			return 0, 0, false
+		}
+		switch h[156] {
+		case '0', 0, '7':
+		default:
+			return 0, 0, false
+		}
+		n, ok := octal(h[124:136])
+		if !ok || !checksum(h) {
+			return 0, 0, false
+		}
+		// A ustar prefix holds directories only: the base name is in the name.
+		if fieldIs(cstr(h[0:100]), field) {
+			if n > int64(len(b))-off-512 {
+				return 0, 0, false
+			}
+			return off + 512, n, true
+		}
+		off += 512 + (n+511)/512*512
+	}
+	return 0, 0, false
+}
+
+// cstr returns b up to its first NUL.
+func cstr(b []byte) []byte {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return b[:i]
+	}
+	return b
+}
+
+// octal parses a tar header's octal number field.
+func octal(b []byte) (int64, bool) {
+	b = bytes.Trim(cstr(b), " ")
+	if len(b) == 0 || len(b) > 11 {
+		return 0, false
+	}
+	var v int64
+	for _, c := range b {
+		if c < '0' || c > '7' {
+			return 0, false
+		}
+		v = v<<3 | int64(c-'0')
+	}
+	return v, true
+}
+
+// checksum reports whether tar header h's checksum holds (unsigned sum, the
+// checksum field counted as spaces).
+func checksum(h []byte) bool {
+	want, ok := octal(h[148:156])
+	if !ok {
+		return false
+	}
+	var sum int64
+	for i, c := range h {
+		if i >= 148 && i < 156 {
+			c = ' '
+		}
+		sum += int64(c)
+	}
+	return sum == want
+}
+
+// tarMember finds the member of the packed field in a sample's tar bytes b with
+// archive/tar: its data's offset and size.
+func (c *corpus) tarMember(b []byte) (at, size int64, err error) {
 	br := bytes.NewReader(b)
 	tr := tar.NewReader(br)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return nil, fmt.Errorf("no member %s in the sample", c.field)
+			return 0, 0, fmt.Errorf("no member %s in the sample", c.field)
 		}
 		if err != nil {
-			return nil, err
+			return 0, 0, err
 		}
 		if !fieldIs(h.Name, c.field) {
 			continue
 		}
 		at := int64(len(b)) - int64(br.Len()) // the member's first byte
 		if h.Size > int64(len(b))-at {
-			return nil, fmt.Errorf("a member of %d bytes past the sample's end", h.Size)
+			return 0, 0, fmt.Errorf("a member of %d bytes past the sample's end", h.Size)
 		}
-		data := b[at : at+h.Size]
-		size, _ := npyItem(pt.dtype)
-		// The elements are the member's last bytes: its header is what comes before.
-		if items*int64(size) > int64(len(data)) {
-			return nil, fmt.Errorf("a .npy member of %d bytes cannot hold the %d elements its index says", len(data), items)
-		}
-		head := int64(len(data)) - items*int64(size)
-		if n, ok := npyHeaderLen(data); !ok || n != head {
-			return nil, fmt.Errorf("its .npy member of %d bytes does not hold the %d elements of %s its index says (a header of %d bytes; the shard changed since it was indexed: rebuild the index)", len(data), items, pt.dtype, n)
-		}
-		return data[head:], nil
+		return at, h.Size, nil
 	}
 }
 
 // fieldIs reports whether the member name's extension (after the first dot of its
 // base name) is field.
-func fieldIs(name, field string) bool {
+func fieldIs[S string | []byte](name S, field string) bool {
 	base := name
-	if i := lastSlash(name); i >= 0 {
-		base = name[i+1:]
+	for i := len(name) - 1; i >= 0; i-- {
+		if name[i] == '/' {
+			base = name[i+1:]
+			break
+		}
 	}
 	for i := 0; i < len(base); i++ {
 		if base[i] == '.' {
-			return base[i+1:] == field
+			return string(base[i+1:]) == field
 		}
 	}
 	return false
-}
-
-func lastSlash(s string) int {
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i] == '/' {
-			return i
-		}
-	}
-	return -1
 }
 
 // decodeInto writes len(dst) tokens of document k of part p, from token from on, of
