@@ -6,9 +6,12 @@
 #      against the unpacked path over the same shards (`bench --field tokens.npy`),
 #      both at --batch-size 32, both as the shards' stored bytes / the run's seconds
 #      (each report's "seconds"); beside it the packed side's tokens/s x 2 bytes;
+#      and tools/packprof over the same shards: the packed loader alone, each batch
+#      released for reuse as a consumer that has copied it does (bench --pack keeps
+#      none), as the shards' stored bytes / its seconds (Open and every batch);
 #   2. a Megatron dataset from S3: `bench --pack tokens:2048:eos=0` over X.idx
 #      against tools/leanget over the X.bin object (one GET, bytes discarded), both as
-#      the .bin's bytes / seconds;
+#      the .bin's bytes / seconds, and tools/packprof over X.idx likewise;
 #   3. the plan's time (plan_seconds: packed.Open, the epoch's order and rows) and
 #      the state's size (state_bytes, JSON) over a local Megatron dataset of
 #      PLAN_DOCS short documents.
@@ -36,6 +39,7 @@ bench_dirs
 go build -o "$work/bin/shardload" ./cmd/shardload
 go build -o "$work/bin/leanget" ./tools/leanget
 go build -o "$work/bin/packgen" ./tools/packgen
+go build -o "$work/bin/packprof" ./tools/packprof
 sl=$work/bin/shardload
 log "generating data"
 pattern=$("$work/bin/packgen" tar "$work/tok" "$nshards" 1600 200 4000)
@@ -62,7 +66,7 @@ j() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1
 m() { printf '%s\n' "$@" | median; }
 r() { python3 -c "print(f'{$1:.${2:-2}f}')"; }
 common=(--no-index-store --json --batch-size 32)
-plain=() packtar=() packtok=() packmeg=() lean=() plan=() state=() plaincpu=()
+plain=() packtar=() packtok=() packmeg=() lean=() plan=() state=() proftar=() profmeg=()
 for ((i = 0; i < runs; i++)); do
 	log "run $((i + 1))/$runs"
 	out=$($sl bench "${common[@]}" --field tokens.npy "$s3tok" 2> "$work/plain.log")
@@ -70,11 +74,15 @@ for ((i = 0; i < runs; i++)); do
 	out=$($sl bench "${common[@]}" --pack tokens.npy:2048:eos=0 "$s3tok" 2> "$work/packtar.log")
 	packtar+=("$(j "$tarbytes/1e6/seconds" <<< "$out")")
 	packtok+=("$(j "tokens_per_second*2/1e6" <<< "$out")")
+	out=$("$work/bin/packprof" -json -batch-size 32 tokens.npy:2048:eos=0 "$s3tok" 2> "$work/proftar.log")
+	proftar+=("$(j "$tarbytes/1e6/seconds" <<< "$out")")
 
 	out=$("$work/bin/leanget" -jobs 1 s3://pack/meg/corpus.bin)
 	lean+=("$(j "bytes_in/1e6/seconds" <<< "$out")")
 	out=$($sl bench "${common[@]}" --pack tokens:2048:eos=0 s3://pack/meg/corpus.idx 2> "$work/packmeg.log")
 	packmeg+=("$(j "$binbytes/1e6/seconds" <<< "$out")")
+	out=$("$work/bin/packprof" -json -batch-size 32 tokens:2048:eos=0 s3://pack/meg/corpus.idx 2> "$work/profmeg.log")
+	profmeg+=("$(j "$binbytes/1e6/seconds" <<< "$out")")
 
 	out=$($sl bench "${common[@]}" --batches 1 --pack tokens:2048:eos=0 "$work/plan.idx" 2> /dev/null)
 	plan+=("$(j plan_seconds <<< "$out")")
@@ -87,11 +95,15 @@ printf '%-66s %8s %8s\n' row figure target
 printf '%-66s %8s %8s\n' "tar from S3: packed / unpacked stored MB/s ($(r "$(m "${packtar[@]}")" 1) / $(r "$(m "${plain[@]}")" 1))" \
 	"$(r "$(m "${packtar[@]}")/$(m "${plain[@]}")")" ">= 0.95"
 printf '%-66s %8s %8s\n' "  packed tokens/s x 2 bytes, MB/s" "$(r "$(m "${packtok[@]}")" 1)" ""
+printf '%-66s %8s %8s\n' "tar from S3: packprof (released) / unpacked ($(r "$(m "${proftar[@]}")" 1) / $(r "$(m "${plain[@]}")" 1))" \
+	"$(r "$(m "${proftar[@]}")/$(m "${plain[@]}")")" ">= 0.95"
 printf '%-66s %8s %8s\n' "Megatron from S3: packed / leanget MB/s ($(r "$(m "${packmeg[@]}")" 1) / $(r "$(m "${lean[@]}")" 1))" \
 	"$(r "$(m "${packmeg[@]}")/$(m "${lean[@]}")")" ">= 0.9"
+printf '%-66s %8s %8s\n' "Megatron from S3: packprof (released) / leanget ($(r "$(m "${profmeg[@]}")" 1) / $(r "$(m "${lean[@]}")" 1))" \
+	"$(r "$(m "${profmeg[@]}")/$(m "${lean[@]}")")" ">= 0.9"
 printf '%-66s %8s %8s\n' "plan_seconds, $plandocs documents" "$(r "$(m "${plan[@]}")" 3)" ""
 printf '%-66s %8s %8s\n' "state_bytes (JSON)" "$(m "${state[@]}")" ""
-printf 'each run (plain packtar packtok lean packmeg plan state):\n'
+printf 'each run (plain packtar packtok proftar lean packmeg profmeg plan state):\n'
 for ((i = 0; i < runs; i++)); do
-	echo "${plain[i]} ${packtar[i]} ${packtok[i]} ${lean[i]} ${packmeg[i]} ${plan[i]} ${state[i]}"
+	echo "${plain[i]} ${packtar[i]} ${packtok[i]} ${proftar[i]} ${lean[i]} ${packmeg[i]} ${profmeg[i]} ${plan[i]} ${state[i]}"
 done

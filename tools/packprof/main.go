@@ -1,11 +1,16 @@
 // Command packprof reads one epoch of a packed token stream (package packed) and
 // writes a CPU profile of it, for scripts/bench-pack.sh's figures to be explained.
 //
-//	packprof -cpuprofile FILE [-batch-size N] FIELD:SEQ_LEN[:eos=ID][:pad=ID] URL...
+//	packprof [-cpuprofile FILE] [-json] [-batch-size N] FIELD:SEQ_LEN[:eos=ID][:pad=ID] URL...
+//
+// It releases each batch (packed.Loader.Release) as a consumer that has copied it
+// does. URLs may be s3:// ones (the AWS_* environment, as shardload's). -json prints
+// {"batches", "tokens", "open_seconds", "seconds"} (seconds: Open and every batch).
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,19 +21,21 @@ import (
 
 	"github.com/shardload/shardload/pack"
 	"github.com/shardload/shardload/packed"
+	_ "github.com/shardload/shardload/source/s3"
 )
 
 func main() {
 	prof := flag.String("cpuprofile", "", "write a CPU profile to this file")
 	bs := flag.Int("batch-size", 32, "rows a batch")
+	asJSON := flag.Bool("json", false, "print the figures as JSON")
 	flag.Parse()
-	if err := run(*prof, *bs, flag.Args()); err != nil {
+	if err := run(*prof, *bs, *asJSON, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "packprof:", err)
 		os.Exit(1)
 	}
 }
 
-func run(prof string, bs int, args []string) error {
+func run(prof string, bs int, asJSON bool, args []string) error {
 	if len(args) < 2 {
 		return errors.New("usage: packprof -cpuprofile FILE SPEC URL")
 	}
@@ -66,6 +73,10 @@ func run(prof string, bs int, args []string) error {
 		}
 		l.Release(b) // as a consumer that has copied the batch does
 		n++
+	}
+	if asJSON {
+		return json.NewEncoder(os.Stdout).Encode(map[string]any{"batches": n, "tokens": l.Tokens(),
+			"open_seconds": t1.Sub(t0).Seconds(), "seconds": time.Since(t0).Seconds()})
 	}
 	fmt.Printf("%d batches in %.3fs (open %.3fs, batches %.3fs)\n", n, time.Since(t0).Seconds(), t1.Sub(t0).Seconds(), time.Since(t1).Seconds())
 	return nil
