@@ -158,12 +158,9 @@ type Stats struct {
 	// sharing the directory committed while this one waited to fetch the object.
 	BytesFromDisk int64
 	// BytesJoined counts bytes served to readers from a fetch in flight that
-	// another open had started: the store sent them once, counted in BytesFetched.
+	// another reader had started: the store sent them once, for that reader
+	// (counted in BytesFetched). Readers of one Tally (WithTally) are one reader.
 	BytesJoined int64
-	// BytesFromFetch counts bytes served to the open that started a fetch (or was
-	// the first to read a fetch started in the background), from that fetch as it
-	// was read: part of BytesFetched.
-	BytesFromFetch int64
 	// BytesFetched counts bytes read from the source by the cache's fetches, once
 	// per fetch however many readers it served (committed or not: a fetch that
 	// failed or could not be written counts what it read). The readers of a fetch
@@ -196,17 +193,15 @@ type Stats struct {
 type counters struct {
 	memHits, diskHits, fetches, joined, bypassed, stale, corrupt, unvalidated, evicted, failed, writeErrs, checked, shared atomic.Int64
 	// The policy, the hints, and bytes by where they came from.
-	declined, memDeclined, hintsIgnored, hintReaders                              atomic.Int64
-	bytesMem, bytesDisk, bytesFetched, bytesBypassed, bytesJoined, bytesFromFetch atomic.Int64
+	declined, memDeclined, hintsIgnored, hintReaders              atomic.Int64
+	bytesMem, bytesDisk, bytesFetched, bytesBypassed, bytesJoined atomic.Int64
 }
 
-// Served returns the bytes served to readers, all of them together, by where
-// they came from: what the readers' Tallies (WithTally) add up to. Its Store is
-// BytesFromFetch + BytesBypassed, which is less than StoreBytes by what fetches
-// read that no open read from them as its own (a fetch in the background no open
-// joined, a reader that stopped early).
+// Served returns the bytes the readers read, all of them together, by where they
+// came from (see Bytes): what the readers' Tallies (WithTally) add up to, with
+// the reads made without one. Its Store is StoreBytes.
 func (s Stats) Served() Bytes {
-	return Bytes{Memory: s.BytesFromMemory, Disk: s.BytesFromDisk, Joined: s.BytesJoined, Store: s.BytesFromFetch + s.BytesBypassed}
+	return Bytes{Memory: s.BytesFromMemory, Disk: s.BytesFromDisk, Joined: s.BytesJoined, Store: s.StoreBytes()}
 }
 
 // StoreBytes is what the cache read from the store: BytesFetched + BytesBypassed.
@@ -330,7 +325,7 @@ func (c *Cache) Stats() Stats {
 		Failed: c.n.failed.Load(), WriteErrors: c.n.writeErrs.Load(), BlocksChecked: c.n.checked.Load(),
 		ValidationsShared: c.n.shared.Load(), Declined: c.n.declined.Load(), MemoryDeclined: c.n.memDeclined.Load(),
 		BytesFromMemory: c.n.bytesMem.Load(), BytesFromDisk: c.n.bytesDisk.Load(), BytesFetched: c.n.bytesFetched.Load(),
-		BytesBypassed: c.n.bytesBypassed.Load(), BytesJoined: c.n.bytesJoined.Load(), BytesFromFetch: c.n.bytesFromFetch.Load(),
+		BytesBypassed: c.n.bytesBypassed.Load(), BytesJoined: c.n.bytesJoined.Load(),
 		HintsIgnored: c.n.hintsIgnored.Load(), HintReaders: int(c.n.hintReaders.Load()),
 	}
 	c.mu.Lock()

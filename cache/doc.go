@@ -166,16 +166,18 @@
 //
 // # Counting bytes
 //
-// Stats counts opens and bytes, the cache's totals. The bytes served to readers are
+// Stats counts opens and bytes, the cache's totals. The bytes readers read are
 // counted by where they came from (Stats.Served, a Bytes): the memory tier, the disk
-// tier, a fetch another open had started and was still reading (joined), and the
-// store, for the read itself: a fetch into the cache it started, and every read that
-// went around the cache (not admitted, no room, the disk tier not writable, a range
-// of an object not cached). What the cache read from the store, fetches once each
-// however many readers they served, is Stats.StoreBytes. A reader that wants its own
+// tier, a fetch another reader had started and was still reading (joined), and the
+// store: each byte a fetch into the cache read (once, however many readers it
+// served), and every byte read around the cache (not admitted, no room, the disk
+// tier not writable, a range of an object not cached). A reader that wants its own
 // figures (a loader's epoch, a trainer's session) puts a Tally in the context of its
-// opens with WithTally: the cache counts what it serves to their streams there too,
-// so that the Tallies of all the readers add up to Stats.Served.
+// opens with WithTally: the cache counts there too what it serves their streams, and
+// the fetches they start (a fetch in the background after a range read counts for
+// that read), so that the Tallies of all the readers add up to Stats.Served, but for
+// the reads made without one. Opens with one Tally are one reader: a fetch one of
+// them started is not "joined" by another.
 //
 // # Eviction by next use
 //

@@ -34,16 +34,14 @@ type fill struct {
 	info       source.Info
 	checkedAt  int64 // when the Stat that found info was sent (wall-clock nanoseconds; 0: unknown): see validate.go
 	node       int
-	registered bool // in c.fills
+	registered bool   // in c.fills
+	tally      *Tally // of the open the fetch is for: the bytes fetched count in its Store
 
 	// Guarded by c.mu.
-	// unclaimed: a fetch started in the background (fillBehind) no open has
-	// joined yet; the first to join reads it as its own (Bytes.Store).
-	unclaimed bool
-	readers   int        // open fillReaders
-	fileRefs  int        // fillReaders + the fetch itself: fh closes at 0
-	diskEnt   *diskEntry // committed entry; readers release it on close
-	memEnt    *memEntry
+	readers  int        // open fillReaders
+	fileRefs int        // fillReaders + the fetch itself: fh closes at 0
+	diskEnt  *diskEntry // committed entry; readers release it on close
+	memEnt   *memEntry
 
 	mu       sync.Mutex
 	state    int
@@ -398,6 +396,9 @@ func (f *fill) copyFrom(h io.Writer) (int64, error) {
 			h.Write(p[:k])
 			c.n.bytesFetched.Add(int64(k))
 			n += int64(k)
+			if f.tally != nil {
+				f.tally.store.Add(int64(k))
+			}
 			f.set(func() { f.n = n })
 		}
 		if rerr == io.EOF {
@@ -408,6 +409,9 @@ func (f *fill) copyFrom(h io.Writer) (int64, error) {
 		}
 	}
 }
+
+// isFor reports whether the fetch counts in t, not nil.
+func (f *fill) isFor(t *Tally) bool { return t != nil && f.tally == t }
 
 // writeError is a failure to write a file of the disk tier.
 type writeError struct{ err error }
@@ -502,7 +506,7 @@ type fillReader struct {
 	ctx    context.Context
 	t      *Tally // the open's, nil if none
 	f      *fill
-	own    bool // the open started the fetch (or claimed one started in the background)
+	own    bool // the fetch is the reader's: its open started it, or one of the same Tally did
 	off    int64
 	up     io.ReadCloser // bypass: the reader's own stream from the source
 	closed bool
@@ -571,14 +575,14 @@ func (r *fillReader) readUp(p []byte) (int, error) {
 }
 
 // from says where the bytes the reader gets from its fill come from: the disk
-// tier when another process had committed the object (adopted), else the store,
-// for the open that started the fetch, or that fetch, for those that joined it.
+// tier when another process had committed the object (adopted); else its own
+// fetch (counted as fetched), or another reader's (joined).
 func (r *fillReader) from(adopted bool) where {
 	switch {
 	case adopted:
 		return wDisk
 	case r.own:
-		return wOwnFetch
+		return wOwn
 	}
 	return wJoined
 }

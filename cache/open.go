@@ -56,7 +56,7 @@ func (c *Cache) OpenVersion(ctx context.Context, url, version string, off, lengt
 		if _, ok := c.cachedVersion(url); !ok && (off > 0 || length >= 0) {
 			if rr := c.rangeReader(url); rr != nil {
 				c.n.bypassed.Add(1)
-				c.fillBehind(url)
+				c.fillBehind(ctx, url)
 				return c.bypassed(ctx)(rr.OpenRange(ctx, url, off, length))
 			}
 		}
@@ -78,7 +78,7 @@ func (c *Cache) openRange(ctx context.Context, url string, node int, off, length
 	if _, ok := c.cachedVersion(url); !ok && (off > 0 || length >= 0) {
 		if rr := c.rangeReader(url); rr != nil {
 			c.n.bypassed.Add(1)
-			c.fillBehind(url)
+			c.fillBehind(ctx, url)
 			return c.bypassed(ctx)(rr.OpenRange(ctx, url, off, length))
 		}
 	}
@@ -115,8 +115,9 @@ const maxBehind = 2
 
 // fillBehind starts fetching url into the cache in the background, unless a fetch of
 // it is in flight, the cache is closing, or maxBehind are running. The fetch is an
-// open with no reader: the fill it starts runs to its end whether read or not.
-func (c *Cache) fillBehind(url string) {
+// open with no reader: the fill it starts runs to its end whether read or not. It
+// counts in the Tally of ctx, the context of the read that wanted it.
+func (c *Cache) fillBehind(ctx context.Context, url string) {
 	if c.disk == nil && c.mem == nil {
 		return
 	}
@@ -136,7 +137,7 @@ func (c *Cache) fillBehind(url string) {
 			delete(c.behind, k)
 			c.mu.Unlock()
 		}()
-		r, _, err := c.open(context.WithValue(c.ctx, behindKey{}, true), url, 0, 0)
+		r, _, err := c.open(WithTally(c.ctx, tallyOf(ctx)), url, 0, 0)
 		if err != nil {
 			return
 		}
@@ -271,13 +272,10 @@ func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info 
 	if f := c.fills[k]; f != nil && f.info.Version == info.Version && f.info.Size == info.Size {
 		f.readers++
 		f.fileRefs++
-		// The first open of a fetch started in the background reads it as its own:
-		// the store sends those bytes for it.
-		own := f.unclaimed
-		f.unclaimed = false
 		c.mu.Unlock()
 		c.n.joined.Add(1)
-		return &fillReader{ctx: ctx, t: tallyOf(ctx), f: f, own: own}, fromJoin, nil
+		t := tallyOf(ctx)
+		return &fillReader{ctx: ctx, t: t, f: f, own: f.isFor(t)}, fromJoin, nil
 	}
 	if chk.shared {
 		c.mu.Unlock()
@@ -291,7 +289,7 @@ func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info 
 		return r, fromSource, err
 	}
 	f := &fill{c: c, url: url, key: k, info: info, node: node, readers: 1, fileRefs: 2, wake: make(chan struct{}),
-		redirect: source.RedirectCheck(ctx), checkedAt: chk.at, unclaimed: ctx.Value(behindKey{}) != nil}
+		redirect: source.RedirectCheck(ctx), checkedAt: chk.at, tally: tallyOf(ctx)}
 	if _, busy := c.fills[k]; !busy {
 		c.fills[k] = f // an older fill of another version keeps running unregistered
 		f.registered = true

@@ -9,34 +9,36 @@ import (
 	"sync/atomic"
 )
 
-// Bytes are bytes the cache served to reads, by where they came from. A reader's
-// Tally counts its own; Stats.Served the cache's, all readers together.
+// Bytes are what reads through the cache cost the store and what the cache spared
+// it, by where the bytes came from. A reader's Tally counts its own; Stats.Served
+// the cache's, all readers together.
 type Bytes struct {
 	// Memory: served from the memory tier.
 	Memory int64 `json:"memory_bytes"`
 	// Disk: served from the disk tier (an entry this process committed, or one
 	// another process sharing the directory committed).
 	Disk int64 `json:"disk_bytes"`
-	// Joined: served from a fetch another open had started and was still
-	// reading: the store sent them once, for that open.
+	// Joined: served from a fetch another reader had started and was still
+	// reading: the store sent them once, for that reader.
 	Joined int64 `json:"joined_bytes"`
-	// Store: read from the store for this read: a fetch into the cache it
-	// started (or a fetch in the background it was the first to read), and the
-	// reads that went around the cache (not admitted by the policy, no room,
-	// the disk tier not writable, a range of an object not cached, the source
-	// unreachable to validate).
+	// Store: sent by the store for these reads: the fetches into the cache they
+	// started (each byte once, however many of the reads read it; a fetch started
+	// in the background after a range read counts for that read), and the reads
+	// that went around the cache (not admitted by the policy, no room, the disk
+	// tier not writable, a range of an object not cached, the source unreachable
+	// to validate).
 	Store int64 `json:"store_bytes"`
 }
 
-// Total is every byte served.
+// Total is Store + Cached: the bytes read, a fetch's counted once.
 func (b Bytes) Total() int64 { return b.Memory + b.Disk + b.Joined + b.Store }
 
-// Cached is the bytes served without the store sending them for this read:
+// Cached is the bytes served without the store sending them for these reads:
 // Memory, Disk and Joined.
 func (b Bytes) Cached() int64 { return b.Memory + b.Disk + b.Joined }
 
-// HitRate is the share of the bytes served that the store did not send for them,
-// Cached / Total; 0 when nothing was served.
+// HitRate is the share of the bytes read that the store did not send for them,
+// Cached / Total; 0 when nothing was read.
 func (b Bytes) HitRate() float64 {
 	if t := b.Total(); t > 0 {
 		return float64(b.Cached()) / float64(t)
@@ -101,9 +103,6 @@ func tallyOf(ctx context.Context) *Tally {
 	return t
 }
 
-// behindKey marks the context of a fetch started in the background (fillBehind).
-type behindKey struct{}
-
 // where says which of a cache's and a tally's counters bytes go to.
 type where int
 
@@ -111,13 +110,13 @@ const (
 	wMemory where = iota
 	wDisk
 	wJoined
-	wOwnFetch // served by a fetch the read started: counted in BytesFetched by the fetch
-	wBypass   // read around the cache: counted in BytesBypassed
+	wOwn    // read from a fetch of the reader's own: counted when fetched (fill.fetched)
+	wBypass // read around the cache: counted in BytesBypassed
 )
 
 // served counts n bytes served from w, in the cache's counters and t (if not nil).
 func (c *Cache) served(t *Tally, w where, n int64) {
-	if n == 0 {
+	if n == 0 || w == wOwn {
 		return
 	}
 	switch w {
@@ -127,8 +126,6 @@ func (c *Cache) served(t *Tally, w where, n int64) {
 		c.n.bytesDisk.Add(n)
 	case wJoined:
 		c.n.bytesJoined.Add(n)
-	case wOwnFetch:
-		c.n.bytesFromFetch.Add(n)
 	case wBypass:
 		c.n.bytesBypassed.Add(n)
 	}
@@ -142,7 +139,7 @@ func (c *Cache) served(t *Tally, w where, n int64) {
 		t.disk.Add(n)
 	case wJoined:
 		t.joined.Add(n)
-	default:
+	case wBypass:
 		t.store.Add(n)
 	}
 }

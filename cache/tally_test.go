@@ -62,8 +62,8 @@ func TestTallyByTier(t *testing.T) {
 	if st.Served() != want {
 		t.Errorf("Stats.Served %+v, want the reads' sum %+v", st.Served(), want)
 	}
-	if st.BytesFetched != size || st.BytesFromFetch != size || st.StoreBytes() != size {
-		t.Errorf("Stats: fetched %d, served from the fetch %d, from the store %d; want %d each", st.BytesFetched, st.BytesFromFetch, st.StoreBytes(), size)
+	if st.BytesFetched != size || st.StoreBytes() != size {
+		t.Errorf("Stats: fetched %d, from the store %d; want %d each", st.BytesFetched, st.StoreBytes(), size)
 	}
 	if want := 2.0 / 3; st.Served().HitRate() != want {
 		t.Errorf("hit rate of all the reads %v, want %v", st.Served().HitRate(), want)
@@ -175,13 +175,51 @@ func TestTallyJoinedFetch(t *testing.T) {
 				t.Errorf("the read that joined it: %+v, want all joined", got)
 			}
 			st := c.Stats()
-			if st.BytesFetched != size || st.BytesJoined != size || st.BytesFromFetch != size {
-				t.Errorf("Stats: fetched %d, joined %d, served from the fetch %d; want %d each", st.BytesFetched, st.BytesJoined, st.BytesFromFetch, size)
+			if st.BytesFetched != size || st.BytesJoined != size {
+				t.Errorf("Stats: fetched %d, joined %d; want %d each", st.BytesFetched, st.BytesJoined, size)
 			}
 			if got := st.Served(); got != first.Bytes().Add(second.Bytes()) {
 				t.Errorf("Stats.Served %+v, want the reads' sum", got)
 			}
 		})
+	}
+}
+
+// Two reads of one Tally meet one fetch (a loader reading a shard's first sample
+// for its fields, then the whole shard): the store's bytes count once, and
+// nothing is joined.
+func TestTallyOneReaderTwoOpens(t *testing.T) {
+	up := newFake()
+	const url = "s3://b/a.tar"
+	data := randBytes(26, 1<<20+3)
+	size := int64(len(data))
+	up.put(url, data, "v1")
+	up.gate = make(chan struct{})
+	c := newCache(t, Options{Dir: t.TempDir(), DiskBytes: 1 << 22}, up)
+	var tl Tally
+	ctx := WithTally(t.Context(), &tl)
+	var rs []io.ReadCloser
+	for range 2 {
+		r, err := c.Open(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		rs = append(rs, r)
+	}
+	close(up.gate)
+	if _, err := io.ReadFull(rs[0], make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	rs[0].Close()
+	if got, err := io.ReadAll(rs[1]); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("%d bytes, %v", len(got), err)
+	}
+	if got := tl.Bytes(); got != (Bytes{Store: size}) {
+		t.Errorf("%v, want the object's %d bytes from the store, once", got, size)
+	}
+	if st := c.Stats(); st.Served() != tl.Bytes() || st.Joined != 1 {
+		t.Errorf("Stats.Served %v, %d opens joined; want %v, 1", st.Served(), st.Joined, tl.Bytes())
 	}
 }
 
@@ -199,49 +237,58 @@ func (s *openSignal) Open(ctx context.Context, url string) (io.ReadCloser, error
 }
 
 // A range of an object not cached is read from the store (a range read) while the
-// whole object is fetched in the background; the read that opens the whole object
-// while that fetch is in flight takes it as its own: both are the store's bytes,
-// and the next read is the disk tier's.
-func TestTallyClaimsFetchBehind(t *testing.T) {
-	fake := newFake()
-	const url = "s3://b/a.tar"
-	data := randBytes(25, 500_000)
-	size := int64(len(data))
-	fake.put(url, data, "v1")
-	fake.gate = make(chan struct{})
-	up := &openSignal{rangeFake: &rangeFake{fakeSource: fake}, opened: make(chan struct{}, 1)}
-	c := newCache(t, Options{Dir: t.TempDir(), DiskBytes: 1 << 22}, up)
-	var tl Tally
-	ctx := WithTally(t.Context(), &tl)
-	r, err := c.OpenRange(ctx, url, 1000, 500)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := io.ReadAll(r); err != nil || !bytes.Equal(got, data[1000:1500]) {
-		t.Fatalf("range: %d bytes, %v", len(got), err)
-	}
-	r.Close()
-	<-up.opened // the fetch behind is in flight, held at the gate
-	w, err := c.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	close(fake.gate)
-	if got, err := io.ReadAll(w); err != nil || !bytes.Equal(got, data) {
-		t.Fatalf("whole: %d bytes, %v", len(got), err)
-	}
-	w.Close()
-	if got := tl.Bytes(); got != (Bytes{Store: 500 + size}) {
-		t.Errorf("the range and the whole object: %+v, want %d bytes from the store", got, 500+size)
-	}
-	c.behindWG.Wait()
-	var next Tally
-	readTallied(t, c, url, &next)
-	if got := next.Bytes(); got != (Bytes{Disk: size}) {
-		t.Errorf("the next read: %+v, want all from disk", got)
-	}
-	if st := c.Stats(); st.StoreBytes() != 500+size || st.BytesJoined != 0 {
-		t.Errorf("Stats: %d bytes from the store, %d joined; want %d and 0", st.StoreBytes(), st.BytesJoined, 500+size)
+// whole object is fetched in the background: that fetch counts for the range
+// read's Tally, and a read of that Tally that opens the whole object while the
+// fetch is in flight reads its own fetch; a read of another Tally joins it. The
+// next read is the disk tier's.
+func TestTallyFetchBehind(t *testing.T) {
+	for _, same := range []bool{true, false} {
+		fake := newFake()
+		const url = "s3://b/a.tar"
+		data := randBytes(25, 500_000)
+		size := int64(len(data))
+		fake.put(url, data, "v1")
+		fake.gate = make(chan struct{})
+		up := &openSignal{rangeFake: &rangeFake{fakeSource: fake}, opened: make(chan struct{}, 1)}
+		c := newCache(t, Options{Dir: t.TempDir(), DiskBytes: 1 << 22}, up)
+		var ranged, other Tally
+		r, err := c.OpenRange(WithTally(t.Context(), &ranged), url, 1000, 500)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := io.ReadAll(r); err != nil || !bytes.Equal(got, data[1000:1500]) {
+			t.Fatalf("range: %d bytes, %v", len(got), err)
+		}
+		r.Close()
+		<-up.opened // the fetch behind is in flight, held at the gate
+		whole := &ranged
+		if !same {
+			whole = &other
+		}
+		w, err := c.Open(WithTally(t.Context(), whole), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		close(fake.gate)
+		if got, err := io.ReadAll(w); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("whole: %d bytes, %v", len(got), err)
+		}
+		w.Close()
+		c.behindWG.Wait()
+		if got := ranged.Bytes(); got != (Bytes{Store: 500 + size}) {
+			t.Errorf("same Tally %v: the range read's %v, want %d bytes from the store", same, got, 500+size)
+		}
+		if want := (Bytes{Joined: size}); !same && other.Bytes() != want {
+			t.Errorf("the other read's %v, want %v", other.Bytes(), want)
+		}
+		var next Tally
+		readTallied(t, c, url, &next)
+		if got := next.Bytes(); got != (Bytes{Disk: size}) {
+			t.Errorf("the next read: %v, want all from disk", got)
+		}
+		if st := c.Stats(); st.Served() != ranged.Bytes().Add(other.Bytes()).Add(next.Bytes()) {
+			t.Errorf("Stats.Served %v, want the reads' sum", st.Served())
+		}
 	}
 }
 
