@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/cache"
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
 	"github.com/shardload/shardload/numa"
@@ -199,7 +200,10 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 	start := time.Now()
 	cpu0 := cpuTime()
 	read0 := readBytes()
-	infos, err := shardload.Shards(ctx, cfg)
+	// What the cache serves each epoch's reads, by tier (nothing without a cache);
+	// the first epoch's counts the reads that find the counts and the state too.
+	tally := new(cache.Tally)
+	infos, err := shardload.Shards(cache.WithTally(ctx, tally), cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -216,11 +220,11 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 	if resumeAt > 0 {
 		// The state a trainer restarted at that point would have saved: computed
 		// from the plan, as the checkpoint holds it.
-		plan, err := shardload.PlanOf(ctx, cfg)
+		plan, err := shardload.PlanOf(cache.WithTally(ctx, tally), cfg)
 		if err != nil {
 			return nil, err
 		}
-		st, err := shardload.StateAt(ctx, cfg, int(resumeAt*float64(plan.Batches)))
+		st, err := shardload.StateAt(cache.WithTally(ctx, tally), cfg, int(resumeAt*float64(plan.Batches)))
 		if err != nil {
 			return nil, err
 		}
@@ -242,11 +246,14 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 		if e == 0 {
 			ecfg.Resume = resume
 		}
-		l, err := shardload.Open(ctx, ecfg)
+		if e > 0 {
+			tally = new(cache.Tally)
+		}
+		l, err := shardload.Open(cache.WithTally(ctx, tally), ecfg)
 		if err != nil {
 			return nil, err
 		}
-		mon.open(l, ecfg.Epoch)
+		mon.open(l, ecfg.Epoch, tally)
 		hints.Open(l, ecfg.Sources)
 		taken := 0 // this epoch's batches
 		res.Epochs++
@@ -312,6 +319,7 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 		res.EpochSeconds = append(res.EpochSeconds, time.Since(epochStart).Seconds())
 		epochStart = time.Now()
 		res.add(l.Stats())
+		res.addCache(ecfg.Epoch, tally.Bytes())
 		res.Device.add(l)
 		if maxBatches > 0 && consumed >= int64(maxBatches) {
 			break

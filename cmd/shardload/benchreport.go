@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/cache"
 	"github.com/shardload/shardload/device"
 )
 
@@ -54,10 +55,32 @@ type benchResult struct {
 	Device          deviceResult        `json:"device"`
 	// Streams are each stream's figures in a mix of streams (--stream), in order.
 	Streams []streamResult `json:"streams,omitempty"`
+	// Cache is, per epoch, what the node's cache (--cache-dir, --cache-memory) served
+	// the loader's reads: bytes from the store, from each tier; none when no read
+	// went through a cache.
+	Cache []cacheEpoch `json:"cache_epochs,omitempty"`
 	// RateLimit is, per endpoint the store throttled, what the process's request rate
 	// limiter did (none when no store throttled).
 	RateLimit      []rateLimitResult `json:"rate_limit,omitempty"`
 	trainerSeconds float64
+}
+
+// cacheEpoch is what the cache served one epoch's reads (cache.Bytes): store_bytes
+// read from the store for them (fetches into the cache, reads around it),
+// memory_bytes and disk_bytes from the tiers, joined_bytes from fetches other reads
+// had started; hit_rate is the share of the bytes the store did not send for them.
+type cacheEpoch struct {
+	Epoch int `json:"epoch"`
+	cache.Bytes
+	HitRate float64 `json:"hit_rate"`
+}
+
+// addCache adds an epoch's cache figures, unless nothing was read through a cache.
+func (r *benchResult) addCache(epoch int, b cache.Bytes) {
+	if b.Total() == 0 && len(r.Cache) == 0 {
+		return
+	}
+	r.Cache = append(r.Cache, cacheEpoch{Epoch: epoch, Bytes: b, HitRate: b.HitRate()})
 }
 
 // streamResult is one stream's part of the report of a mix.
@@ -216,6 +239,9 @@ func (r *benchResult) report(w io.Writer) error {
 	}
 	if d.Placement != "" {
 		fmt.Fprintf(bw, "  placement: %s\n", d.Placement)
+	}
+	for _, e := range r.Cache {
+		fmt.Fprintf(bw, "  cache, epoch %d: %s\n", e.Epoch, e.Bytes)
 	}
 	for _, e := range r.RateLimit {
 		fmt.Fprintf(bw, "  %s\n", e)

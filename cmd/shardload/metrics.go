@@ -42,6 +42,7 @@ type serverMetrics struct {
 	totalSamples, totalBatches, totalBytesRead, totalStage *prometheus.Desc
 	cacheHits, cacheFetches, cacheEvictions, cacheBytes    *prometheus.Desc
 	cacheEntries, cacheFailures                            *prometheus.Desc
+	cacheServed, cacheStore, sessionCache                  *prometheus.Desc
 	retries, resumes, budget, ringSlabs, ringInUse         *prometheus.Desc
 	memory, knob, tunerChanges, queued                     *prometheus.Desc
 	streamSamples, streamBytes, streamSkipped              *prometheus.Desc
@@ -81,6 +82,9 @@ func newServerMetrics(stats statsFunc, c *cache.Cache) *serverMetrics {
 		cacheFailures:  d("cache_failures_total", "Cache fetches that failed, disk writes that failed, and cached entries found corrupt (a block's checksum did not match; fetched again).", "what"),
 		cacheBytes:     d("cache_bytes", "Bytes a cache tier holds or has reserved.", "tier"),
 		cacheEntries:   d("cache_entries", "Entries in a cache tier.", "tier"),
+		cacheServed:    d("cache_served_bytes_total", "Bytes the cache served to the loaders' reads, by where they came from: memory and disk (its tiers), joined (a fetch into the cache another read had started), store (read from the store for the read itself: a fetch into the cache it started, or a read around the cache: admission declined, no room, a range of an object not cached, the disk not writable).", "from"),
+		cacheStore:     d("cache_store_bytes_total", "Bytes the cache read from the store: fetch (objects fetched into the cache, once each however many reads they served), bypass (reads that went around the cache).", "how"),
+		sessionCache:   d("session_cache_bytes_total", "Bytes the cache served to a session's reads, by where they came from: store, memory, disk, joined (as shardload_cache_served_bytes_total).", "session", "rank", "from"),
 		retries:        d("fetch_retries_total", "Requests to a source tried again after a retryable failure."),
 		resumes:        d("fetch_resumes_total", "Retried reads that went on at the byte offset they had reached."),
 		outages:        d("fetch_outages_total", "Outages of a store's endpoint: stretches during which its requests failed in a way a retry may cure (throttling aside), from the first failure to the next success."),
@@ -155,6 +159,11 @@ func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
 			g(m.ringSlabs, float64(s.RingSlabs), id, rank)
 			g(m.ringInUse, float64(s.RingInUse), id, rank)
 		}
+		if m.cache != nil {
+			for _, f := range bytesFrom(s.Cache) {
+				c(m.sessionCache, float64(f.n), id, rank, f.from)
+			}
+		}
 		total.Add(s.Stats)
 	}
 	c(m.totalSamples, float64(total.Samples))
@@ -191,6 +200,22 @@ func (m *serverMetrics) Collect(ch chan<- prometheus.Metric) {
 	g(m.cacheBytes, float64(cs.DiskBytes), "disk")
 	g(m.cacheEntries, float64(cs.MemoryEntries), "memory")
 	g(m.cacheEntries, float64(cs.DiskEntries), "disk")
+	for _, f := range bytesFrom(cs.Served()) {
+		c(m.cacheServed, float64(f.n), f.from)
+	}
+	c(m.cacheStore, float64(cs.BytesFetched), "fetch")
+	c(m.cacheStore, float64(cs.BytesBypassed), "bypass")
+}
+
+// byteCount is a count of bytes and the value of its label "from".
+type byteCount struct {
+	from string
+	n    int64
+}
+
+// bytesFrom returns b's counts with their labels, in the order the metrics list them.
+func bytesFrom(b cache.Bytes) []byteCount {
+	return []byteCount{{"store", b.Store}, {"memory", b.Memory}, {"disk", b.Disk}, {"joined", b.Joined}}
 }
 
 // rateLimitResult is bench's report of the process's request rate limiter for one
@@ -302,23 +327,28 @@ func serveHTTP(ln net.Listener, mux *http.ServeMux, what string, stderr io.Write
 // benchStats is bench's loader as one session (id 0) for the metrics: the counters of
 // its finished epochs and of the one running.
 type benchStats struct {
-	mu     sync.Mutex
-	rank   int
-	world  int
-	done   shardload.Stats
-	cur    *shardload.Loader
-	epoch  int
-	start  time.Time
-	budget int64
-	tuner  *shardload.Tuner
+	mu    sync.Mutex
+	rank  int
+	world int
+	done  shardload.Stats
+	cur   *shardload.Loader
+	// What the cache served the finished epochs, and the tally of the one running.
+	cacheDone cache.Bytes
+	tally     *cache.Tally
+	epoch     int
+	start     time.Time
+	budget    int64
+	tuner     *shardload.Tuner
 }
 
-func (b *benchStats) open(l *shardload.Loader, epoch int) {
+func (b *benchStats) open(l *shardload.Loader, epoch int, tally *cache.Tally) {
 	if b == nil {
 		return
 	}
 	b.mu.Lock()
 	b.cur, b.epoch = l, epoch
+	b.cacheDone = b.cacheDone.Add(b.tally.Bytes())
+	b.tally = tally
 	b.mu.Unlock()
 }
 
@@ -342,7 +372,8 @@ func (b *benchStats) stats() ([]serve.SessionStats, shardload.Stats) {
 	if b.cur != nil {
 		st.Add(b.cur.Stats())
 	}
-	out := serve.SessionStats{Rank: b.rank, World: b.world, Epoch: b.epoch, Started: b.start, MemoryBudget: b.budget, Stats: st}
+	out := serve.SessionStats{Rank: b.rank, World: b.world, Epoch: b.epoch, Started: b.start, MemoryBudget: b.budget, Stats: st,
+		Cache: b.cacheDone.Add(b.tally.Bytes())}
 	if b.tuner != nil {
 		out.Settings = b.tuner.Settings()
 	}

@@ -28,8 +28,10 @@ share of the interval its trainer waited for batches that were not ready (starve
 the loader is behind, the figure that matters), the share its loader waited for slabs
 the trainer held (backpressure: the loader is ahead), what limits the rate (the
 trainer, when the loader is ahead; else the loader's busiest stage), the workers
-(and shards read ahead) its tuner has it at, and the memory its settings take
-against its --memory budget, then the server's totals. ADDR is
+(and shards read ahead) its tuner has it at, the memory its settings take
+against its --memory budget, and, with a cache, its hit rate (the share of the bytes
+the cache served that the store did not send for them) and the MB/s the store sent,
+then the server's totals. ADDR is
 the --metrics address (host:port) or the metrics URL. Every --every it prints anew;
 --once prints one view and exits.`,
 	setup: func(fs *pflag.FlagSet) func(context.Context, []string, io.Writer, io.Writer) error {
@@ -106,6 +108,29 @@ type topRow struct {
 	settings      shardload.Settings // in effect (zero: not reported)
 	memory        float64            // bytes the settings in effect may hold, and the budget
 	budget        float64
+	// The cache over the interval: the share of the bytes it served that the store
+	// did not send for them (hit), and the MB/s it read from the store for them;
+	// cached is false when nothing went through a cache.
+	hit, storeMBPerSec float64
+	cached             bool
+}
+
+// cacheRates sets r's cache figures from the deltas of family name (its label
+// "from": store, memory, disk, joined) over sec seconds, labels selecting the
+// series.
+func (r *topRow) cacheRates(delta func(string, ...string) float64, sec float64, name string, labels ...string) {
+	var store, total float64
+	for _, from := range []string{"store", "memory", "disk", "joined"} {
+		d := delta(name, append(labels, "from", from)...)
+		total += d
+		if from == "store" {
+			store = d
+		}
+	}
+	if total <= 0 {
+		return
+	}
+	r.cached, r.hit, r.storeMBPerSec = true, 1-store/total, store/1e6/sec
 }
 
 // topView returns the sessions' rates between two scrapes dt apart (sessions in cur;
@@ -130,6 +155,7 @@ func topView(prev, cur map[string]*dto.MetricFamily, dt time.Duration) (rows []t
 		r.settings.ReadAhead = int(counter(cur, "shardload_session_setting", "session", id, "setting", "read_ahead"))
 		r.memory = counter(cur, "shardload_session_memory_bytes", "session", id)
 		r.budget = counter(cur, "shardload_session_memory_budget_bytes", "session", id)
+		r.cacheRates(delta, sec, "shardload_session_cache_bytes_total", "session", id)
 		rows = append(rows, r)
 	}
 	sort.Slice(rows, func(i, j int) bool {
@@ -141,6 +167,11 @@ func topView(prev, cur map[string]*dto.MetricFamily, dt time.Duration) (rows []t
 	total = topRow{session: "all", rank: "-", busiest: "-",
 		samplesPerSec: delta("shardload_samples_total") / sec,
 		mbPerSec:      delta("shardload_read_bytes_total") / 1e6 / sec}
+	total.cacheRates(delta, sec, "shardload_cache_served_bytes_total")
+	if total.cached {
+		// What the node's cache read from the store, background fetches included.
+		total.storeMBPerSec = (delta("shardload_cache_store_bytes_total", "how", "fetch") + delta("shardload_cache_store_bytes_total", "how", "bypass")) / 1e6 / sec
+	}
 	return rows, total
 }
 
@@ -170,9 +201,13 @@ func busiest(cur map[string]*dto.MetricFamily, delta func(string, ...string) flo
 
 func writeTop(w io.Writer, rows []topRow, total topRow) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "session\trank\tsamples/s\tMB/s\tstarved\tbackpressure\tlimit\tworkers\tmemory MB\t\n")
+	fmt.Fprintf(tw, "session\trank\tsamples/s\tMB/s\tstarved\tbackpressure\tlimit\tworkers\tmemory MB\tcache hit\tstore MB/s\t\n")
 	for _, r := range append(rows, total) {
 		wait, bp, workers, memory := fmt.Sprintf("%.1f%%", 100*r.wait), fmt.Sprintf("%.1f%%", 100*r.backpressure), "-", "-"
+		hit, store := "-", "-"
+		if r.cached {
+			hit, store = fmt.Sprintf("%.1f%%", 100*r.hit), fmt.Sprintf("%.1f", r.storeMBPerSec)
+		}
 		if r.session == "all" {
 			wait, bp = "-", "-"
 		}
@@ -185,7 +220,7 @@ func writeTop(w io.Writer, rows []topRow, total topRow) {
 		if r.budget > 0 {
 			memory = fmt.Sprintf("%.0f/%.0f", r.memory/1e6, r.budget/1e6)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t\n", r.session, r.rank, r.samplesPerSec, r.mbPerSec, wait, bp, r.busiest, workers, memory)
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.session, r.rank, r.samplesPerSec, r.mbPerSec, wait, bp, r.busiest, workers, memory, hit, store)
 	}
 	tw.Flush()
 }
