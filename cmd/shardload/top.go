@@ -20,7 +20,7 @@ import (
 
 var topCommand = command{
 	name:  "top",
-	short: "live view of a running serve: per session samples/s, MB/s, wait, busiest stage, tuned workers, memory",
+	short: "live view of a running serve: per session samples/s, MB/s, wait, busiest stage, tuned workers, memory, cache hit rate",
 	args:  "ADDR",
 	summary: `Show what a running "shardload serve --metrics ADDR" is doing, from its metrics: one
 line per trainer session (its rank) with samples/s, MB/s read from the sources, the
