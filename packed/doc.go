@@ -47,9 +47,29 @@
 //
 // # Reading
 //
-// Each batch's documents are read with ranged requests: the runs of consecutive
-// samples (documents) of a shard (.bin) it needs, merged across gaps of at most
-// ReadGap bytes, ReadAhead batches ahead of the consumer. A tar shard must be
+// A planner cuts the rank's batches into groups (the first of 512 KiB of documents
+// to read, each next twice the last's, up to 64 MiB or a sixth of the read budget)
+// and reads each group's documents with ranged requests: the documents of one
+// object (a shard, a .bin), in offset order, merged across gaps of at most ReadGap
+// bytes into chunks of up to 8 MiB (a larger document is a chunk of its own). A
+// chunk is read once and shared by every batch that needs it, the next group's
+// included: the order's lanes read their shards forward, so that with one rank a
+// lane's run of documents is one request however the windows permute them. Fetches
+// readers read the chunks, in the order the batches need them, ahead of the
+// consumer as far as the read budget (half of Memory) allows; fillers (ReadAhead,
+// at most one a CPU) decode each piece's tokens from its chunk straight into the
+// batch, and Next hands the batches over in order, ReadAhead of them ready at most.
+// Loader.Release gives a batch's buffers back for later batches.
+//
+// Memory is bounded by Memory: the chunks read and not yet packed take half of it
+// (the planner waits for room only while batches in flight will free some, so
+// past it by at most the chunks of two groups, a third of it and two batches'
+// documents: a batch whose documents take more than the budget still makes
+// progress), the batches ReadAhead plus the fillers' times BatchSize x
+// SEQ_LEN x 16 bytes (input_ids and position_ids) and cu_seqlens. Besides them the
+// loader holds what planning needs: the index (the shards' entries; a Megatron
+// .idx's arrays, about 8 bytes a document), the order (12 bytes a shard) and the
+// layout (8 bytes every 1024 documents). A tar shard must be
 // uncompressed and indexed with its member sizes (shardload index), so that a
 // sample's bytes are found by its offset; a document's tokens are its .npy member's
 // elements.

@@ -128,6 +128,7 @@ type Loader struct {
 	out       chan chan result
 	pool      chan *Batch // released batches
 	memo      memo        // the planner's (see memo)
+	rd        *reader
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	err       error

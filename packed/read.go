@@ -82,6 +82,7 @@ type reader struct {
 func (l *Loader) start(filler *pack.Filler, cur positions) {
 	ctx, cancel := context.WithCancel(context.Background())
 	rd := &reader{l: l, budget: newBudget(max(l.cfg.Memory/2, 1)), fetchq: make(chan *chunk, 1024)}
+	l.rd = rd
 	l.cancel = func() {
 		cancel()
 		rd.budget.cancel()
@@ -633,7 +634,9 @@ type budget struct {
 	cond   *sync.Cond
 	used   int64
 	max    int64
-	jobs   int // batches handed to the fillers and not yet filled
+	jobs   int   // batches handed to the fillers and not yet filled
+	peak   int64 // the most used
+	over   int64 // the most taken past max (when no batch was in flight)
 	closed bool
 }
 
@@ -658,6 +661,8 @@ func (b *budget) acquire(n int64) error {
 		return context.Canceled
 	}
 	b.used += n
+	b.peak = max(b.peak, b.used)
+	b.over = max(b.over, b.used-b.max)
 	return nil
 }
 
