@@ -16,8 +16,11 @@ import (
 )
 
 // Rows yields packed batches: a *packed.Loader, which the pipeline does not close.
+// A batch written into its slab is given back with Release, for its buffers to be
+// reused.
 type Rows interface {
 	Next(ctx context.Context) (*packed.Batch, error)
+	Release(b *packed.Batch)
 }
 
 // pack writes the batches of pl.p.Packed into slabs until the epoch's end.
@@ -55,17 +58,19 @@ func (pl *Pipeline) pack(ctx context.Context) error {
 			}
 		}
 		add(&pl.C.Collate, time.Since(t0))
+		seq, padded := pb.Seq, pb.Padded
+		p.Packed.Release(pb)
 		if err != nil {
 			pl.ring.Release(slab)
-			return fmt.Errorf("shardload: batch %d: %w", pb.Seq, err)
+			return fmt.Errorf("shardload: batch %d: %w", seq, err)
 		}
-		out := &Batch{Layout: db, Seq: int(pb.Seq), Padded: pb.Padded, Slab: slab, ring: pl.ring}
+		out := &Batch{Layout: db, Seq: int(seq), Padded: padded, Slab: slab, ring: pl.ring}
 		if err := pl.toDevice(ctx, out); err != nil {
 			out.Release()
 			return err
 		}
-		pl.C.Samples.Add(int64(p.BatchSize - pb.Padded))
-		pl.C.Padded.Add(int64(pb.Padded))
+		pl.C.Samples.Add(int64(p.BatchSize - padded))
+		pl.C.Padded.Add(int64(padded))
 		pl.C.Batches.Add(1)
 		pl.C.BytesOut.Add(db.Used)
 		tb = mono()
