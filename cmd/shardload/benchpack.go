@@ -65,6 +65,7 @@ func runPackedBench(ctx context.Context, cfg shardload.Config, spec string, epoc
 			rep.Batches++
 			rep.Rows += int64(cfg.BatchSize)
 			rep.PadRows += int64(b.Padded)
+			l.Release(b) // its buffers fill a later batch, as a consumer that is done with it would
 			if batches > 0 && rep.Batches >= int64(batches) {
 				break
 			}
