@@ -21,4 +21,12 @@
 // nothing to read: fewer samples than ranks, or, with DropLast, fewer than one batch
 // per rank. The order and the plan, like EpochRand's random sources, are pure
 // functions of their inputs.
+//
+// With Config.RanksPerNode, the ranks sit on nodes, and a shuffled epoch of more than
+// one node is the order of each node's group of samples, one after the other: the
+// groups a fixed arrangement of the shards cut where the rank split's nodes start, so
+// that a node reads the same samples of the same shards every epoch (what its cache
+// holds), shuffled anew within the node each epoch (nodes.go). The order then depends
+// on the layout of the epoch's first run too, which the runs of a state record
+// (Run.RanksPerNode): a resume on another world size or layout stays exact.
 package plan

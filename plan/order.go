@@ -102,8 +102,16 @@ func NewOrder(shards []shard.Info, cfg OrderConfig) (*Order, error) {
 	if err != nil {
 		return nil, err
 	}
+	o := newOrder(len(shards), func(i int) int64 { return int64(shards[i].Samples) }, total, cfg)
+	o.shards = shards
+	return o, nil
+}
+
+// newOrder returns the order of n shards of count(i) samples each, total in all, under
+// cfg (with defaults applied).
+func newOrder(n int, count func(i int) int64, total int64, cfg OrderConfig) *Order {
 	// 12 bytes a shard: a shard index and a start.
-	o := &Order{cfg: cfg, shards: shards, perm: make([]int32, len(shards)), starts: make([]int64, len(shards)+1)}
+	o := &Order{cfg: cfg, perm: make([]int32, n), starts: make([]int64, n+1)}
 	o.cuts = newCuts(total, cfg.Window)
 	for i := range o.perm {
 		o.perm[i] = int32(i)
@@ -112,7 +120,7 @@ func NewOrder(shards []shard.Info, cfg OrderConfig) (*Order, error) {
 		EpochRand(cfg.Seed, cfg.Epoch, 0).Shuffle(len(o.perm), func(i, j int) { o.perm[i], o.perm[j] = o.perm[j], o.perm[i] })
 	}
 	for i, s := range o.perm {
-		o.starts[i+1] = o.starts[i] + int64(shards[s].Samples)
+		o.starts[i+1] = o.starts[i] + count(int(s))
 	}
 	// Lane l starts at the shard boundary nearest l/Lanes of the samples.
 	bounds := make([]int64, cfg.Lanes+1)
@@ -128,7 +136,7 @@ func NewOrder(shards []shard.Info, cfg OrderConfig) (*Order, error) {
 	for l := range cfg.Lanes {
 		o.lanes = append(o.lanes, lane{start: bounds[l], n: bounds[l+1] - bounds[l]})
 	}
-	return o, nil
+	return o
 }
 
 // countSamples returns the samples of shards, refusing negative counts and counts
@@ -296,6 +304,10 @@ type Range struct{ Start, End int64 }
 type Run struct {
 	World    int
 	Consumed int64
+	// RanksPerNode, in an epoch's first run, is the ranks per node by which its
+	// order keeps shards on nodes (Plan.RanksPerNode; 0: none): the epoch's order
+	// is that layout's in every run of the epoch. Later runs have none.
+	RanksPerNode int
 }
 
 // Remaining returns the positions of an order of total samples that the runs left

@@ -47,6 +47,14 @@ type Config struct {
 	// Mix, when set, makes the epoch of several streams of the shards (see Mix)
 	// instead of the shards' Order; Lanes and Window are then the mix's.
 	Mix *Mix
+	// RanksPerNode, when above zero, says the ranks sit on nodes of RanksPerNode
+	// consecutive ranks (rank r on node r/RanksPerNode, as torchrun numbers them):
+	// a shuffled epoch of more than one node then keeps each node on the same
+	// samples of the same shards from epoch to epoch, shuffled anew within the node
+	// (see nodes.go), so that a node's cache holds what it reads next epoch. The
+	// layout of a resumed epoch is its first run's (Run.RanksPerNode), whatever this
+	// says. 0: the order of Order, the same for any layout.
+	RanksPerNode int
 }
 
 // DefaultGapBytes is Config.GapBytes's default.
@@ -95,6 +103,10 @@ type Plan struct {
 	// Lanes is the number of lanes the order reads side by side: Config.Lanes, or a
 	// mix's (at least one per stream).
 	Lanes int
+	// RanksPerNode is the ranks per node by which the epoch's order keeps shards on
+	// nodes (Config.RanksPerNode, or a resumed epoch's first run's), 0 when it does
+	// not: what a state records in the epoch's first run (Advance).
+	RanksPerNode int
 
 	order *Order
 	seq   sequence
@@ -131,6 +143,9 @@ type piece struct {
 	o    *Order
 	base int
 	s, n int64
+	// ents, when set, are what o's shard indices name: runs of the plan's shards'
+	// samples (a node's group, see nodeOrder), instead of shards from base on.
+	ents []entry
 }
 
 // ErrNoSamples means there are fewer samples than ranks (or than one batch, with
@@ -171,6 +186,7 @@ func New(shards []shard.Info, cfg Config) (Plan, error) {
 	var o sequence
 	var order *Order
 	var mix *mixOrder
+	nodesBy := 0
 	align := int64(1)
 	var err error
 	if cfg.Mix != nil {
@@ -183,6 +199,9 @@ func New(shards []shard.Info, cfg Config) (Plan, error) {
 			return Plan{}, err
 		}
 		o = order
+		if w, r := nodeLayout(shards, cfg); r > 0 {
+			o, order, nodesBy = newNodeOrder(shards, order.Len(), order.Config(), w, r), nil, r
+		}
 	}
 	// A shuffled mix whose batches are cut from the order as it comes is split by
 	// items too; stratified and per-stream batches keep their shares only when
@@ -197,7 +216,7 @@ func New(shards []shard.Info, cfg Config) (Plan, error) {
 	if per > math.MaxInt32*int64(cfg.BatchSize) {
 		return Plan{}, fmt.Errorf("shard: %d samples per rank is too many", per)
 	}
-	p := Plan{Samples: int(per), Dropped: int(total - per*int64(world)), order: order, seq: o, Lanes: o.laneCount()}
+	p := Plan{Samples: int(per), Dropped: int(total - per*int64(world)), order: order, seq: o, Lanes: o.laneCount(), RanksPerNode: nodesBy}
 	for _, s := range shards {
 		p.Estimated = p.Estimated || s.Estimated
 	}
@@ -403,8 +422,11 @@ func (b *planBuilder) addRun(w *Window, pc piece, s, e int64) {
 	o, l := pc.o, pc.lane
 	for s < e {
 		i := sort.Search(len(o.perm), func(i int) bool { return o.starts[i+1] > s })
-		si := pc.base + int(o.perm[i])
-		skip := int(s - o.starts[i])
+		si, skip := pc.base+int(o.perm[i]), int(s-o.starts[i])
+		if pc.ents != nil {
+			e := pc.ents[o.perm[i]]
+			si, skip = e.shard, e.skip+skip
+		}
 		take := int(min(e, o.starts[i+1]) - s)
 		b.addPiece(w, l, si, skip, take)
 		s += int64(take)
@@ -482,6 +504,9 @@ func EpochRand(seed uint64, epoch int, stream uint64) *rand.Rand {
 // New is the caller's.
 func (p *Plan) Bytes() int64 {
 	n := int64(cap(p.Spans))*int64(unsafe.Sizeof(Span{})) + int64(cap(p.gaps)) + int64(cap(p.part))*int64(unsafe.Sizeof(seg{}))
+	if no, ok := p.seq.(*nodeOrder); ok {
+		return n + no.bytes()
+	}
 	return n + int64(len(p.shards))*12 // an order's permutation and starts a shard
 }
 

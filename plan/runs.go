@@ -16,13 +16,18 @@ func FormatRuns(runs []Run) string {
 		if i > 0 {
 			b.WriteByte(',')
 		}
+		if r.RanksPerNode > 0 {
+			fmt.Fprintf(&b, "%d/%dx%d", r.World, r.RanksPerNode, r.Consumed)
+			continue
+		}
 		fmt.Fprintf(&b, "%dx%d", r.World, r.Consumed)
 	}
 	return b.String()
 }
 
 // ParseRuns parses a resume state's runs (shardload.State.Runs): WORLDxCONSUMED,
-// comma-separated. The error wraps ErrBadRuns.
+// comma-separated; the first may be WORLD/RANKSPERNODExCONSUMED (an epoch whose
+// order keeps shards on nodes, Run.RanksPerNode). The error wraps ErrBadRuns.
 func ParseRuns(s string) ([]Run, error) {
 	if s == "" {
 		return nil, nil
@@ -30,12 +35,18 @@ func ParseRuns(s string) ([]Run, error) {
 	var runs []Run
 	for part := range strings.SplitSeq(s, ",") {
 		w, c, ok := strings.Cut(part, "x")
+		w, r, nodes := strings.Cut(w, "/")
 		world, err1 := strconv.Atoi(w)
 		consumed, err2 := strconv.ParseInt(c, 10, 64)
-		if !ok || err1 != nil || err2 != nil || world < 1 || world > MaxWorld || consumed < 0 {
-			return nil, fmt.Errorf("%w: runs %q: %q is not WORLDxCONSUMED (a world of 1 to %d)", ErrBadRuns, s, part, MaxWorld)
+		perNode, err3 := 0, error(nil)
+		if nodes {
+			perNode, err3 = strconv.Atoi(r)
 		}
-		runs = append(runs, Run{World: world, Consumed: consumed})
+		if !ok || err1 != nil || err2 != nil || err3 != nil || world < 1 || world > MaxWorld || consumed < 0 ||
+			nodes && (len(runs) > 0 || perNode < 1 || perNode >= world) {
+			return nil, fmt.Errorf("%w: runs %q: %q is not WORLDxCONSUMED (a world of 1 to %d; the first may be WORLD/RANKSPERNODExCONSUMED, fewer ranks per node than the world)", ErrBadRuns, s, part, MaxWorld)
+		}
+		runs = append(runs, Run{World: world, Consumed: consumed, RanksPerNode: perNode})
 	}
 	return runs, nil
 }
@@ -63,9 +74,20 @@ func Replayable(runs []Run, batches, world, batchSize int) (n int, ok bool) {
 
 // Advance returns runs after a job of world ranks consumed consumed more samples.
 func Advance(runs []Run, world int, consumed int64) []Run {
-	if n := len(runs); n > 0 && runs[n-1].World == world {
-		runs[n-1].Consumed += consumed
+	return AdvanceRun(runs, Run{World: world, Consumed: consumed})
+}
+
+// AdvanceRun returns runs after a job of run.World ranks consumed run.Consumed more
+// samples: run added to the last run when that has the same world size, else
+// appended. Its RanksPerNode (Plan.RanksPerNode) is kept for an epoch's first run
+// only.
+func AdvanceRun(runs []Run, run Run) []Run {
+	if n := len(runs); n > 0 && runs[n-1].World == run.World {
+		runs[n-1].Consumed += run.Consumed
 		return runs
 	}
-	return append(runs, Run{World: world, Consumed: consumed})
+	if len(runs) > 0 {
+		run.RanksPerNode = 0
+	}
+	return append(runs, run)
 }
