@@ -128,6 +128,14 @@ type Config struct {
 	// Rank in [0, World) and World, the number of ranks of a distributed job. Every
 	// rank gets the same number of batches (see plan.New). Default 0 of 1.
 	Rank, World int
+	// RanksPerNode says the ranks sit on nodes of RanksPerNode consecutive ranks
+	// (torchrun's LOCAL_WORLD_SIZE). A shuffled epoch of more than one node then
+	// keeps each node on the same shards from epoch to epoch, shuffled anew within
+	// the node, so that the nodes' caches add up (plan.Config.RanksPerNode); a state
+	// records the layout and resumes exactly on any other. 0 (the default): one order
+	// for any layout. NoNodeAffinity keeps that order whatever RanksPerNode says.
+	RanksPerNode   int
+	NoNodeAffinity bool
 	// Resume, when set, continues an epoch from a State that Loader.State returned,
 	// in a job of this World (the same or another): the loader reads none of what
 	// was consumed before. Its Epoch is the epoch read (Config.Epoch must be 0 or the
@@ -381,7 +389,7 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.Pack != "" {
 		if _, err := pack.ParseSpec(cfg.Pack); err != nil {
-			errs = append(errs, fmt.Errorf("Pack: %w", err))
+			bad("Pack: %v", err)
 		}
 	} else if cfg.EpochTokens != 0 {
 		bad("EpochTokens %d without Pack", cfg.EpochTokens)

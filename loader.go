@@ -247,7 +247,7 @@ func newPlan(infos []shard.Info, cfg Config, order Order, runs []plan.Run, mix *
 		Seed: cfg.Seed, Epoch: order.Epoch, Rank: cfg.Rank, World: cfg.World,
 		Shuffle: !cfg.NoShuffle, Lanes: order.Lanes, Window: order.Window, Runs: runs,
 		BatchSize: cfg.BatchSize, DropLast: cfg.DropLast, GapBytes: cfg.ReadGap,
-		MaxWindows: cfg.Memory / planWindowBytes, Mix: mix,
+		MaxWindows: cfg.Memory / planWindowBytes, Mix: mix, RanksPerNode: ranksPerNode(cfg),
 	})
 	if errors.Is(err, plan.ErrBadRuns) {
 		err = fmt.Errorf("%w: %w", ErrResume, err)
@@ -390,7 +390,7 @@ func (l *Loader) State() State {
 	} else if k > 0 {
 		consumed := min(int64(k)*int64(l.cfg.BatchSize), int64(l.plan.Samples))
 		runs, _ := plan.ParseRuns(s.Runs) // checked by Open
-		s.Runs = plan.FormatRuns(plan.Advance(runs, max(l.cfg.World, 1), consumed))
+		s.Runs = plan.FormatRuns(plan.AdvanceRun(runs, plan.Run{World: max(l.cfg.World, 1), Consumed: consumed, RanksPerNode: l.plan.RanksPerNode}))
 	}
 	s.Batches += k
 	return s

@@ -51,6 +51,11 @@ type Order struct {
 	// shards, weights, draws, the epoch's length and the batching); Samples is then
 	// the mixed epoch's length.
 	Mix string `json:"mix,omitempty"`
+	// RanksPerNode is the ranks per node by which a shuffled epoch keeps shards on
+	// nodes (Config.RanksPerNode, unless NoNodeAffinity; 0 for one node). A resumed
+	// epoch keeps its first run's layout (in Runs), and one planned from estimated
+	// counts the plain order (plan.Plan.RanksPerNode says what a plan does).
+	RanksPerNode int `json:"ranks_per_node,omitempty"`
 }
 
 // orderOf returns the Order of cfg (with defaults applied) over shards, mixed by mix
@@ -71,7 +76,19 @@ func orderOf(cfg Config, shards []shard.Info, mix *plan.Mix) Order {
 	if o.Shuffle && (mix == nil || mix.Batching == "" || mix.Batching == plan.Random) {
 		o.Split = "items"
 	}
+	if o.Shuffle && mix == nil && cfg.Pack == "" {
+		o.RanksPerNode = ranksPerNode(cfg)
+	}
 	return o
+}
+
+// ranksPerNode returns the ranks per node by which cfg's epochs keep shards on nodes,
+// 0 when they do not (plan.Config.RanksPerNode).
+func ranksPerNode(cfg Config) int {
+	if cfg.NoNodeAffinity || cfg.RanksPerNode >= max(cfg.World, 1) {
+		return 0
+	}
+	return cfg.RanksPerNode
 }
 
 // resumeKey is State.Order: Fingerprint.
@@ -83,7 +100,7 @@ func (o Order) resumeKey() string { return o.Fingerprint() }
 // and the Python client's order["fingerprint"] and state_dict()["order"]: one value
 // for one order.
 func (o Order) Fingerprint() string {
-	o.Epoch, o.World, o.BatchSize, o.DropLast, o.Runs = 0, 0, 0, false, ""
+	o.Epoch, o.World, o.BatchSize, o.DropLast, o.Runs, o.RanksPerNode = 0, 0, 0, false, "", 0
 	return o.JobFingerprint()
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardload/shardload/knob"
 	"github.com/shardload/shardload/mem"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 	"github.com/shardload/shardload/wire"
@@ -30,6 +31,10 @@ var Knobs = []Knob{
 	{Name: "epoch", Field: "Epoch", PerRank: true, Help: "first epoch (seeds the order with --seed)"},
 	{Name: "rank", Field: "Rank", PerRank: true, Help: "this rank, in [0, --world)"},
 	{Name: "world", Field: "World", Default: 1, Min: 1, PerRank: true, Help: "number of ranks; each gets the same number of batches"},
+	{Name: "ranks-per-node", Field: "RanksPerNode", Auto: "$LOCAL_WORLD_SIZE (torchrun's), else 0", Max: plan.MaxWorld, PerRank: true, Hello: "ranks_per_node",
+		Help: "ranks on each node (rank r on node r/N): a shuffled epoch keeps each node on the same shards every epoch, reshuffled within the node, so that the nodes' caches add up (0: one order for any layout)"},
+	{Name: "node-affinity", Field: "NoNodeAffinity", Default: 1, Invert: true, Hello: "node_affinity",
+		Help: "with --ranks-per-node, keep each node on its shards from epoch to epoch (--node-affinity=false: every epoch reshuffles the shards across all nodes)"},
 	{Name: "no-shuffle", Field: "NoShuffle", Hello: "shuffle", HelloNot: true, Help: "read shards and samples in order (--shuffle-bytes then goes to the open shards' queues, to decode the next shards ahead)"},
 	{Name: "shuffle-buffer", Field: "ShuffleBuffer", Default: DefaultShuffleBuffer, Min: 1, Max: 1 << 24, Hello: "shuffle_buffer",
 		Help: "samples the shuffle holds: the order permutes windows of half as many, from --open-shards regions of the shuffled shards, and the loader holds two"},

@@ -338,6 +338,8 @@ type OrderSettings struct {
 	Runs      string `json:"runs"`
 	Split     string `json:"split,omitempty"`
 	Mix       string `json:"mix,omitempty"`
+	// RanksPerNode: a shuffled epoch keeps each node's shards (ranks_per_node).
+	RanksPerNode int `json:"ranks_per_node,omitempty"`
 }
 
 // Columns returns the columns of a batch message for a layout.
