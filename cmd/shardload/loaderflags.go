@@ -162,6 +162,9 @@ func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config
 	cfg.URLs, cfg.Index, cfg.IndexDir, cfg.NoIndexStore = urls, lf.index, lf.rf.indexDir, lf.rf.noIndex || lf.rf.indexDir == ""
 	cfg.Fields, cfg.ImageDecoder, cfg.MaxMemberSize = fields, imageDecoder, int64(lf.rf.maxMember)
 	cfg.OnError, cfg.Logf, cfg.Sources = policy, logs.Printf(logger), lf.rf.sources()
+	if err := localWorldSize(&cfg, lf.fs); err != nil {
+		return shardload.Config{}, err
+	}
 	cfg.StartTimeout = lf.startTimeout
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = -1 // none
@@ -180,6 +183,24 @@ func (lf *loaderFlags) config(urls []string, stderr io.Writer) (shardload.Config
 		return shardload.Config{}, fmt.Errorf("%w: --epoch-samples and --batching are settings of a mix of streams (--stream, --streams)", errUsage)
 	}
 	return cfg, nil
+}
+
+// localWorldSize sets cfg.RanksPerNode from torchrun's LOCAL_WORLD_SIZE when the
+// command has a --ranks-per-node flag and it was not given (nor SHARDLOAD_RANKS_PER_NODE).
+func localWorldSize(cfg *shardload.Config, fs *pflag.FlagSet) error {
+	if fs == nil || fs.Lookup("ranks-per-node") == nil || fs.Changed("ranks-per-node") {
+		return nil
+	}
+	v, ok := os.LookupEnv("LOCAL_WORLD_SIZE")
+	if !ok || v == "" {
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > plan.MaxWorld {
+		return fmt.Errorf("%w: LOCAL_WORLD_SIZE=%q (the default of --ranks-per-node): want a number of ranks", errUsage, v)
+	}
+	cfg.RanksPerNode = n
+	return nil
 }
 
 // mix returns the streams of --stream or --streams, none without them.
