@@ -184,7 +184,6 @@ func (rd *reader) plan(ctx context.Context, cur positions, jobs chan<- *job) {
 		slices.SortStableFunc(want, func(x, y *loc) int {
 			return cmp.Or(cmp.Compare(c.parts[x.p].url, c.parts[y.p].url), cmp.Compare(x.off, y.off))
 		})
-		var made []*chunk
 		for i := 0; i < len(want); {
 			url := c.parts[want[i].p].url
 			ch := &chunk{url: url, off: want[i].off, n: want[i].n, done: make(chan struct{})}
@@ -202,7 +201,6 @@ func (rd *reader) plan(ctx context.Context, cur positions, jobs chan<- *job) {
 				ch.n = w.off + w.n - ch.off
 				w.c = ch
 			}
-			made = append(made, ch)
 			i = e
 		}
 		// References: one per batch that reads a chunk, and the planner's on this
