@@ -8,6 +8,7 @@
 //
 //	go run ./tools/shufflestat [-preset all|images|tokens|large]
 //	go run ./tools/shufflestat -shards N -samples N -bytes N
+//	go run ./tools/shufflestat -world 8 -ranks-per-node 2 -epochs 3
 //
 // Presets: images (32 shards x 300 samples of 110 KB, the image dataset of the
 // pipeline benchmark), tokens (64 x 4000 of 8 KB) and large (16 x 10000 of 20 KB).
@@ -50,6 +51,26 @@
 //     the 95th percentile of their positions / from the first to the last, mean over
 //     shards.
 //
+// With -world above 1 it also prints the job table: a job of -world ranks,
+// -ranks-per-node to a node, each rank's part of -epochs epochs as plan.New gives it
+// (the rank split, batches of -batch with DropLast), under the global reshuffle
+// (one order for any layout) and with shards kept on nodes
+// (plan.Config.RanksPerNode). Its columns:
+//
+//   - shards/rank batch: distinct shards in a rank's batch, mean;
+//   - shards/global batch: distinct shards in one step's batches of all ranks;
+//   - same shard: adjacent samples of a rank from one shard;
+//   - same rank / same node next epoch: the samples read by the same rank, or on
+//     the same node, in the next epoch;
+//   - step corr.: the correlation of a sample's step in one epoch with its step in
+//     the next (a shard is read from its start to its end, so its samples come at
+//     about the same place of a rank's part each epoch, under either order);
+//   - batch pairs again: of the pairs of samples in one rank's batch, those that
+//     were in one rank's batch the epoch before;
+//   - shards a node reads: the fraction of the dataset's shards a node reads any
+//     sample of in an epoch, mean over nodes; of those, the fraction it read the
+//     epoch before too (what a node cache of its share holds).
+//
 // It lives under tools/ because it is a measuring tool for this repository's
 // benchmarks, not part of the shardload command line.
 package main
@@ -90,6 +111,9 @@ type params struct {
 	shuffleBytes int64 // ShuffleBytes
 	batch        int
 	block        int
+	world        int // the job table's ranks (-world above 1)
+	perNode      int // and ranks per node
+	epochs       int // and epochs
 }
 
 // sample is one sample of the dataset.
@@ -117,8 +141,11 @@ func main() {
 	flag.Int64Var(&p.shuffleBytes, "shuffle-bytes", 64<<20, "shuffle buffer bytes (ShuffleBytes)")
 	flag.IntVar(&p.batch, "batch", 32, "batch size, for the distinct shards per batch")
 	flag.IntVar(&p.block, "block", 1000, "outputs per block, for the distinct shards per block")
+	flag.IntVar(&p.world, "world", 1, "ranks of a job: above 1, also the job table (the global reshuffle against shards kept on nodes)")
+	flag.IntVar(&p.perNode, "ranks-per-node", 2, "the job table's ranks per node")
+	flag.IntVar(&p.epochs, "epochs", 3, "the job table's epochs, from -epoch")
 	flag.Parse()
-	if flag.NArg() != 0 || p.open < 1 || p.lanes < 1 || p.buffer < 1 || p.batch < 1 || p.block < 1 {
+	if flag.NArg() != 0 || p.open < 1 || p.lanes < 1 || p.buffer < 1 || p.batch < 1 || p.block < 1 || p.world < 1 || p.perNode < 1 || p.epochs < 2 {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -143,6 +170,12 @@ func main() {
 	if err := run(os.Stdout, sets, p); err != nil {
 		fmt.Fprintln(os.Stderr, "shufflestat:", err)
 		os.Exit(1)
+	}
+	if p.world > 1 {
+		if err := runJobs(os.Stdout, sets, p); err != nil {
+			fmt.Fprintln(os.Stderr, "shufflestat:", err)
+			os.Exit(1)
+		}
 	}
 }
 
