@@ -105,6 +105,11 @@ class Client:
     With ``streams``, a stream's weight is its share of the epoch's tokens, and
     ``epoch_tokens`` an epoch's length in tokens.
 
+    ``ranks_per_node`` (default: torchrun's $LOCAL_WORLD_SIZE) says which ranks share a
+    node: a shuffled epoch then keeps each node on the same shards every epoch,
+    reshuffled within the node, so that the node's cache holds what it reads again;
+    ``node_affinity=False`` reshuffles the shards across all nodes every epoch.
+
     Settings that define the trainer's epochs (each None: the server's): ``slab_bytes``
     and ``slabs`` (default: slabs sized from the batch by the server, and grown, with
     one ShardloadWarning, when a batch turns out larger), ``shuffle`` (False: shards
@@ -148,9 +153,14 @@ class Client:
                  slab_bytes: Optional[int] = None, slabs: Optional[int] = None, shuffle: Optional[bool] = None,
                  shuffle_buffer: Optional[int] = None, shuffle_bytes: Optional[int] = None,
                  open_shards: Optional[int] = None, read_gap: Optional[int] = None,
+                 ranks_per_node: Optional[int] = None, node_affinity: Optional[bool] = None,
                  image_layout: Optional[str] = None, streams: Optional[Iterable[Mapping[str, Any]]] = None,
                  epoch_samples: Optional[float] = None, batching: Optional[str] = None,
                  pack: Optional[str] = None, epoch_tokens: Optional[int] = None) -> None:
+        # torchrun's ranks per node: the server keeps each node on its shards epoch
+        # after epoch (its node cache then holds what the node reads).
+        if ranks_per_node is None and os.environ.get("LOCAL_WORLD_SIZE", "").isdigit():
+            ranks_per_node = int(os.environ["LOCAL_WORLD_SIZE"])
         # The settings a hello carries as they are (hello.SETTINGS): passed on by name.
         settings = {name: value for name, value in locals().items() if name in SETTINGS}
         self.socket_path = socket_path or default_socket()

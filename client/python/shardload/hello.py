@@ -14,7 +14,8 @@ from .messages import CLIENT_NAME, PROTOCOL_VERSION, HelloMessage, Message, Stat
 # same ones (each Knob's Hello), as the integration test
 # TestPythonSettingsAreTheKnobs checks (client/python/tests/settings_check.py).
 SETTINGS: Tuple[str, ...] = ("allow_estimate", "count_first", "slab_bytes", "slabs", "shuffle",
-                             "shuffle_buffer", "shuffle_bytes", "open_shards", "read_gap")
+                             "shuffle_buffer", "shuffle_bytes", "open_shards", "read_gap",
+                             "ranks_per_node", "node_affinity")
 
 # The settings sent only when true (False: the server's default).
 _FLAGS = ("allow_estimate", "count_first")
@@ -29,7 +30,8 @@ def hello_message(*, rank: int, world: int, local_rank: int, seed: int, epoch: i
                   count_first: bool = False, slab_bytes: Optional[int] = None, slabs: Optional[int] = None,
                   shuffle: Optional[bool] = None, shuffle_buffer: Optional[int] = None,
                   shuffle_bytes: Optional[int] = None, open_shards: Optional[int] = None,
-                  read_gap: Optional[int] = None, streams: Optional[Iterable[Mapping[str, Any]]] = None,
+                  read_gap: Optional[int] = None, ranks_per_node: Optional[int] = None,
+                  node_affinity: Optional[bool] = None, streams: Optional[Iterable[Mapping[str, Any]]] = None,
                   epoch_samples: Optional[int] = None, batching: Optional[str] = None,
                   pack: Optional[str] = None, epoch_tokens: Optional[int] = None) -> HelloMessage:
     """The hello for the Client's settings (a pure function: Client passes its
@@ -56,7 +58,7 @@ def hello_message(*, rank: int, world: int, local_rank: int, seed: int, epoch: i
         value = given[name]
         if value is None or value is False and name in _FLAGS:
             continue
-        if name != "shuffle" and not isinstance(value, bool) and (not isinstance(value, int) or value < 0):
+        if name not in ("shuffle", "node_affinity") and not isinstance(value, bool) and (not isinstance(value, int) or value < 0):
             raise ValueError(f"{name}={value!r}: want a non-negative int")
         hello[name] = value
     if urls and streams:

@@ -79,6 +79,8 @@ class HelloMessage(TypedDict):
     shuffle_bytes: NotRequired[int]
     open_shards: NotRequired[int]
     read_gap: NotRequired[int]
+    ranks_per_node: NotRequired[int]
+    node_affinity: NotRequired[bool]
     streams: NotRequired[List["StreamSpec"]]
     epoch_samples: NotRequired[int]
     batching: NotRequired[str]
