@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/cache"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
@@ -71,6 +72,8 @@ type planOptions struct {
 	epochs          int
 	stepTime        time.Duration
 	cacheBytes      byteSize
+	cachePolicy     string
+	noNodeAffinity  bool
 	seed            uint64
 	noShuffle       bool
 	dropLast        bool
@@ -109,6 +112,8 @@ func (o *planOptions) register(fs *pflag.FlagSet) {
 	fs.IntVar(&o.epochs, "epochs", 1, "epochs, for the cache's hit rate across them")
 	fs.DurationVar(&o.stepTime, "step-time", 100*time.Millisecond, "the trainer's step: an epoch lasts batches per rank times this (the mean GET rate)")
 	fs.Var(&o.cacheBytes, "cache-bytes", "the node cache's disk budget (0: no cache)")
+	fs.StringVar(&o.cachePolicy, "cache-policy", cache.DefaultPolicy.String(), "the cache policy of cache_hit_rate and store_bytes_per_node: order or lru (cache_policies has both)")
+	fs.BoolVar(&o.noNodeAffinity, "no-node-affinity", false, "plan the global reshuffle (the loader's --node-affinity=false): every epoch deals the shards to nodes afresh, instead of keeping each node on its shards")
 	fs.Uint64Var(&o.seed, "seed", 0, "the order's seed")
 	fs.BoolVar(&o.noShuffle, "no-shuffle", false, "plan without shuffling")
 	fs.BoolVar(&o.dropLast, "drop-last", false, "drop each rank's last partial batch")
@@ -164,6 +169,9 @@ func (o planOptions) check() error {
 	}
 	if o.partSize <= 0 || o.shuffleBytes <= 0 || o.nodeBandwidth <= 0 || o.cacheBytes < 0 || o.readGap < 0 || o.stepTime < 0 || o.firstByte < 0 || !(o.prefixLimit > 0) {
 		bad = append(bad, "sizes, times and limits must not be negative (--fetch-part-size, --shuffle-bytes, --node-bandwidth and --prefix-get-limit more than 0)")
+	}
+	if _, err := cache.ParsePolicy(o.cachePolicy); err != nil {
+		bad = append(bad, fmt.Sprintf("--cache-policy %q: want order or lru", o.cachePolicy))
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("%w: %s", errUsage, strings.Join(bad, "; "))
@@ -280,7 +288,7 @@ func runPlan(ctx context.Context, o planOptions) (*planReport, error) {
 	// counts read here: the settings Open takes, with its defaults.
 	cfg := shardload.Config{Seed: o.seed, World: rep.World, NoShuffle: o.noShuffle, BatchSize: o.batchSize, DropLast: o.dropLast,
 		ReadGap: int64(o.readGap), OpenShards: o.openShards, ShuffleBuffer: o.shuffleBuffer, ShuffleBytes: int64(o.shuffleBytes),
-		Memory: int64(o.memory), Sources: reg, Logf: func(string, ...any) {}}
+		Memory: int64(o.memory), Sources: reg, Logf: func(string, ...any) {}, RanksPerNode: o.ranksPerNode, NoNodeAffinity: o.noNodeAffinity}
 	if mix != nil {
 		cfg.Streams, cfg.EpochSamples, cfg.Batching = streams, o.epochSamples, mix.Batching
 	} else {
@@ -459,34 +467,28 @@ feed:
 	rep.OverPrefixLimit = rep.PeakGetRatePerPrefix > o.prefixLimit || rep.MeanGetRatePerPrefix > o.prefixLimit
 	rep.PrefixesNeeded = int(math.Ceil(max(rep.PeakGetRateOnePrefix, rep.MeanGetRateOnePrefix, 1) / o.prefixLimit))
 
-	// The cache: each epoch reshuffles which shards a node reads; the node reads a
-	// fraction f of the shards, and its LRU holds the last cache/(f x dataset)
-	// epochs' worth of them: a shard is a hit when one of those epochs read it on
-	// this node, with a chance of at most the cache's share of the dataset.
+	// The cache: each planned node's reads over the epochs through a simulated disk
+	// tier, under each policy (plancache.go).
 	rep.CacheBytes = int64(o.cacheBytes)
-	f := float64(rep.ShardsPerNode) / float64(max(rep.Shards, 1))
-	nodeShardBytes := f * float64(rep.DatasetBytes)
-	held := 0.0 // epochs of the node's reads the cache holds
-	if nodeShardBytes > 0 {
-		held = float64(o.cacheBytes) / nodeShardBytes
-	}
-	var sum float64
-	for e := range o.epochs {
-		hit := 0.0
-		if o.cacheBytes > 0 && e > 0 {
-			// The shards read in the epochs the cache holds, and never more than
-			// the cache's share of the dataset.
-			hit = min(float64(o.cacheBytes)/float64(max(rep.DatasetBytes, 1)), 1-math.Pow(1-f, min(float64(e), held)))
+	rep.CachePolicy = o.cachePolicy
+	rep.NodeAffinity = !o.noNodeAffinity && o.nodes > 1 && !o.noShuffle && mix == nil
+	if o.cacheBytes > 0 {
+		figs, err := modelCache(ctx, cfg, infos, nodes, locals, o.ranksPerNode, o.epochs, int64(o.cacheBytes))
+		if err != nil {
+			return nil, err
 		}
-		rep.CacheHitRate = append(rep.CacheHitRate, hit)
-		sum += hit
-		if o.cacheBytes > 0 {
-			rep.StoreBytesPerNode = append(rep.StoreBytesPerNode, int64(nodeShardBytes*(1-hit)))
-		} else {
+		rep.CachePolicies = map[string]cacheFigures{}
+		for p, f := range figs {
+			rep.CachePolicies[p.String()] = f
+		}
+		f := rep.CachePolicies[o.cachePolicy]
+		rep.CacheHitRate, rep.CacheHitRateMean, rep.StoreBytesPerNode = f.HitRate, f.HitRateMean, f.StoreBytesPerNode
+	} else {
+		for range o.epochs {
+			rep.CacheHitRate = append(rep.CacheHitRate, 0)
 			rep.StoreBytesPerNode = append(rep.StoreBytesPerNode, rep.BytesPerNode)
 		}
 	}
-	rep.CacheHitRateMean = sum / float64(o.epochs)
 
 	// Time to the first batch: the index read, the plan, then the first windows'
 	// spans read at the rank's share of the node's bandwidth, after a first byte;
@@ -506,7 +508,7 @@ feed:
 		fmt.Sprintf("prefixes: a shard's key prefix is its URL's directory (a synthetic dataset's: shard.HashPrefix of its name over --prefixes, as gen --prefixes writes it); requests fall on a prefix in proportion to its shards, the busiest of the %d holding %.2f%% of them; a store serves %.0f GET/s per prefix (--prefix-get-limit)", rep.Prefixes, 100*rep.PrefixBusiestShare, o.prefixLimit),
 		fmt.Sprintf("steady state: the epoch's requests spread over batches per rank x --step-time %s", o.stepTime),
 		"index: an addressable index (shardload index) is read lazily: every process holds every shard's entry without its offsets (shard.Info, URL, version, its ordinal) and the offsets (8 bytes a sample) of the shards its plan reads in part (none for a shard read whole), after reading the index's counts and the blocks of those shards' offsets; an index of an earlier format is held whole (index_bytes_per_process_whole). With the node's index store or cache (the default) a node GETs the index object once, whole, and its ranks read it there",
-		"cache: whole shards, LRU per node; an epoch's shards fall on nodes independently of the epoch before (the order is reshuffled per epoch); a hit rate of at most --cache-bytes over the dataset",
+		"cache: the disk tier of each planned node simulated over the epochs (its ranks' plans of each epoch, as the loader plans them: with more than one node, each node keeps its shards from epoch to epoch unless --no-node-affinity): each rank's shards in its plan's order, spaced evenly over the epoch and merged by that time; a miss fetches the whole shard (its data and about 512 bytes of meta file count against --cache-bytes); order evicts by the next read this epoch (what the ranks announce as the epoch opens) and reads through a shard needed after everything held, lru evicts the least recently used; the hit rate is the share of the shards' bytes read served by the cache",
 		fmt.Sprintf("first batch: the index object fetched by each node (a HEAD and a GET a node, all on its one key, served at the prefix's limit, then the object at --node-bandwidth; none for a local index) + index load + a rank's plan (median, measured here) + --first-byte %s + the first batch's windows' bytes at the rank's share of --node-bandwidth %s/s (+ the time a prefix over its limit takes to drain the epoch's first requests)", o.firstByte, formatBytes(int64(o.nodeBandwidth))),
 	}
 	rep.ComputeSeconds = time.Since(start).Seconds()

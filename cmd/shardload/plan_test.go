@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -99,7 +100,7 @@ func TestPlanMatchesBench(t *testing.T) {
 		var lf loaderFlags
 		fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
 		lf.register(fs, true)
-		args := append([]string{"--index", idx, "--world", strconv.Itoa(nodes * perNode), "--rank", strconv.Itoa(rank), "--no-index-store", "--autotune=false"}, job...)
+		args := append([]string{"--index", idx, "--world", strconv.Itoa(nodes * perNode), "--rank", strconv.Itoa(rank), "--ranks-per-node", strconv.Itoa(perNode), "--no-index-store", "--autotune=false"}, job...)
 		if err := fs.Parse(append(args, pattern)); err != nil {
 			t.Fatal(err)
 		}
@@ -205,10 +206,19 @@ func TestPlanSynthetic(t *testing.T) {
 	if rep.IndexBytesWhole < int64(shards)*samples*8 || rep.IndexBytesPerProcess >= rep.IndexBytesWhole {
 		t.Errorf("index bytes per process %d, whole %d: want the whole index's more than the offsets alone, and more than the lazy read's", rep.IndexBytesPerProcess, rep.IndexBytesWhole)
 	}
-	// The cache is cold in the first epoch, and (1 GB, more than the dataset) holds
-	// every shard a node read since in the later ones.
-	if len(rep.CacheHitRate) != 3 || rep.CacheHitRate[0] != 0 || !(rep.CacheHitRate[1] > 0) || !(rep.CacheHitRate[2] > rep.CacheHitRate[1]) {
-		t.Errorf("cache hit rate by epoch %v", rep.CacheHitRate)
+	// The cache is cold in the first epoch (but for the shards two ranks of a node
+	// read parts of), and (1 GB, more than the dataset) holds every shard a node read
+	// since in the later ones: each node reads its own shards every epoch.
+	if !rep.NodeAffinity || rep.CachePolicy != "order" || len(rep.CachePolicies) != 2 {
+		t.Errorf("node affinity %v, cache policy %q, figures of %d policies", rep.NodeAffinity, rep.CachePolicy, len(rep.CachePolicies))
+	}
+	for name, f := range rep.CachePolicies {
+		if len(f.HitRate) != 3 || f.HitRate[0] > 0.1 || f.HitRate[1] != 1 || f.HitRate[2] != 1 || f.StoreBytesPerNode[1] != 0 {
+			t.Errorf("%s: cache hit rate by epoch %v, store bytes %v", name, f.HitRate, f.StoreBytesPerNode)
+		}
+	}
+	if !slices.Equal(rep.CacheHitRate, rep.CachePolicies["order"].HitRate) {
+		t.Errorf("cache_hit_rate %v, the order policy's %v", rep.CacheHitRate, rep.CachePolicies["order"].HitRate)
 	}
 	if !(rep.FirstBatchSeconds > 0) || rep.FirstBatchBytes <= 0 {
 		t.Errorf("first batch: %.3fs, %d bytes", rep.FirstBatchSeconds, rep.FirstBatchBytes)
@@ -363,7 +373,7 @@ func TestPlanIndexReads(t *testing.T) {
 	}
 
 	// Each planned rank as a loader reads the index, with plan's settings.
-	cfg := plan.Config{Seed: 5, World: world, Shuffle: true, BatchSize: 8, GapBytes: source.RemoteRequestCost,
+	cfg := plan.Config{Seed: 5, World: world, RanksPerNode: 1, Shuffle: true, BatchSize: 8, GapBytes: source.RemoteRequestCost,
 		Lanes: shardload.DefaultOpenShards, Window: plan.WindowSize(shardload.DefaultShuffleBuffer, shardload.DefaultShuffleBytes, infos)}
 	urls := make([]string, shards)
 	for i, in := range infos {

@@ -85,18 +85,25 @@ type planReport struct {
 	IndexLoad          string  `json:"index_load_method"`
 	PlanSecondsPerRank float64 `json:"plan_seconds_per_rank"`
 
-	CacheBytes          int64     `json:"cache_bytes"`
-	CacheHitRate        []float64 `json:"cache_hit_rate"` // per epoch, across epochs
-	CacheHitRateMean    float64   `json:"cache_hit_rate_mean"`
-	StoreBytesPerNode   []int64   `json:"store_bytes_per_node"` // per epoch, with the cache
-	FirstBatchSeconds   float64   `json:"first_batch_seconds"`
-	FirstBatchBytes     int64     `json:"first_batch_bytes_per_rank"`
-	FirstBatchRequests  int64     `json:"first_batch_requests_per_rank"`
-	Method              string    `json:"method"`
-	PlannedNodes        []int     `json:"planned_nodes"`
-	Assumptions         []string  `json:"assumptions"`
-	ComputeSeconds      float64   `json:"compute_seconds"`
-	ComputePeakHeapByte int64     `json:"compute_heap_bytes"`
+	CacheBytes        int64     `json:"cache_bytes"`
+	CacheHitRate      []float64 `json:"cache_hit_rate"` // per epoch, across epochs
+	CacheHitRateMean  float64   `json:"cache_hit_rate_mean"`
+	StoreBytesPerNode []int64   `json:"store_bytes_per_node"` // per epoch, with the cache
+	// CachePolicy is the policy of the figures above (--cache-policy); CachePolicies
+	// has each policy's, by name (order, lru), with a cache.
+	CachePolicy   string                  `json:"cache_policy"`
+	CachePolicies map[string]cacheFigures `json:"cache_policies,omitempty"`
+	// NodeAffinity: each node keeps its shards from epoch to epoch (more than one
+	// node, shuffled, not a mix, without --no-node-affinity).
+	NodeAffinity        bool     `json:"node_affinity"`
+	FirstBatchSeconds   float64  `json:"first_batch_seconds"`
+	FirstBatchBytes     int64    `json:"first_batch_bytes_per_rank"`
+	FirstBatchRequests  int64    `json:"first_batch_requests_per_rank"`
+	Method              string   `json:"method"`
+	PlannedNodes        []int    `json:"planned_nodes"`
+	Assumptions         []string `json:"assumptions"`
+	ComputeSeconds      float64  `json:"compute_seconds"`
+	ComputePeakHeapByte int64    `json:"compute_heap_bytes"`
 }
 
 // planBytes formats n bytes in decimal units with three significant digits.
@@ -151,11 +158,21 @@ func (r *planReport) write(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "  a rank's plan: %.3fs (median, measured here)\n", r.PlanSecondsPerRank)
 	if r.CacheBytes > 0 {
-		fmt.Fprintf(&b, "  node cache of %s: hit rate by epoch", gb(r.CacheBytes))
-		for i, h := range r.CacheHitRate {
-			fmt.Fprintf(&b, " %.2f%% (%s from the store)", 100*h, gb(r.StoreBytesPerNode[i]))
+		affinity := "each node keeps its shards from epoch to epoch"
+		if !r.NodeAffinity {
+			affinity = "shards dealt to nodes afresh each epoch"
 		}
-		fmt.Fprintf(&b, "; mean %.2f%%\n", 100*r.CacheHitRateMean)
+		for _, name := range []string{"order", "lru"} {
+			f, ok := r.CachePolicies[name]
+			if !ok {
+				continue
+			}
+			fmt.Fprintf(&b, "  node cache of %s, policy %s (%s): hit rate by epoch", gb(r.CacheBytes), name, affinity)
+			for i, h := range f.HitRate {
+				fmt.Fprintf(&b, " %.2f%% (%s from the store)", 100*h, gb(f.StoreBytesPerNode[i]))
+			}
+			fmt.Fprintf(&b, "; mean %.2f%%\n", 100*f.HitRateMean)
+		}
 	} else {
 		fmt.Fprintf(&b, "  node cache: none (--cache-bytes)\n")
 	}
