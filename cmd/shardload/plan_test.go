@@ -206,14 +206,16 @@ func TestPlanSynthetic(t *testing.T) {
 	if rep.IndexBytesWhole < int64(shards)*samples*8 || rep.IndexBytesPerProcess >= rep.IndexBytesWhole {
 		t.Errorf("index bytes per process %d, whole %d: want the whole index's more than the offsets alone, and more than the lazy read's", rep.IndexBytesPerProcess, rep.IndexBytesWhole)
 	}
-	// The cache is cold in the first epoch (but for the shards two ranks of a node
-	// read parts of), and (1 GB, more than the dataset) holds every shard a node read
-	// since in the later ones: each node reads its own shards every epoch.
+	// The cache is cold in the first epoch, and (1 GB, more than the dataset) holds
+	// the shards a node read since in the later ones: each node reads its own shards
+	// every epoch.
 	if !rep.NodeAffinity || rep.CachePolicy != "order" || len(rep.CachePolicies) != 2 {
 		t.Errorf("node affinity %v, cache policy %q, figures of %d policies", rep.NodeAffinity, rep.CachePolicy, len(rep.CachePolicies))
 	}
+	// (The shards two ranks of a node each read a part of are read around the cache
+	// while not cached: a few percent.)
 	for name, f := range rep.CachePolicies {
-		if len(f.HitRate) != 3 || f.HitRate[0] > 0.1 || f.HitRate[1] != 1 || f.HitRate[2] != 1 || f.StoreBytesPerNode[1] != 0 {
+		if len(f.HitRate) != 3 || f.HitRate[0] > 0.1 || f.HitRate[1] < 0.95 || f.HitRate[2] < f.HitRate[1] || f.StoreBytesPerNode[1] > f.StoreBytesPerNode[0]/10 {
 			t.Errorf("%s: cache hit rate by epoch %v, store bytes %v", name, f.HitRate, f.StoreBytesPerNode)
 		}
 	}

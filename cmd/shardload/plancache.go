@@ -27,28 +27,39 @@ type cacheFigures struct {
 // its data (the cache counts both).
 const entryMetaBytes = 512
 
+// nodeRead is one read of a shard by a rank in an epoch: part is the share of the
+// shard's samples the rank's spans read (1: the whole shard).
+type nodeRead struct {
+	shard int
+	part  float64
+}
+
 // nodeEpochReads returns the reads a node's ranks make of the cache in one epoch, in
 // the order the cache sees them: each rank's distinct shards in the order of its plan's
 // spans, spaced evenly over the epoch (as a rank announces them, serve.EpochHints),
 // the ranks' merged by that time.
-func nodeEpochReads(plans []plan.Plan) []int {
+func nodeEpochReads(plans []plan.Plan, infos []shard.Info) []nodeRead {
 	type read struct {
-		at    float64
-		rank  int
-		shard int
+		at   float64
+		rank int
+		nodeRead
 	}
 	var all []read
 	for r, p := range plans {
-		seen := map[int]bool{}
+		took := map[int]int{}
 		var shards []int
 		for _, sp := range p.Spans {
-			if !seen[sp.Shard] {
-				seen[sp.Shard] = true
+			if _, ok := took[sp.Shard]; !ok {
 				shards = append(shards, sp.Shard)
 			}
+			took[sp.Shard] += sp.Take
 		}
 		for i, s := range shards {
-			all = append(all, read{float64(i) / float64(len(shards)), r, s})
+			rd := nodeRead{shard: s, part: 1}
+			if n := infos[s].Samples; n > 0 && took[s] < n {
+				rd.part = float64(took[s]) / float64(n)
+			}
+			all = append(all, read{float64(i) / float64(len(shards)), r, rd})
 		}
 	}
 	sort.SliceStable(all, func(a, b int) bool {
@@ -57,16 +68,17 @@ func nodeEpochReads(plans []plan.Plan) []int {
 		}
 		return all[a].rank < all[b].rank
 	})
-	out := make([]int, len(all))
+	out := make([]nodeRead, len(all))
 	for i, r := range all {
-		out[i] = r.shard
+		out[i] = r.nodeRead
 	}
 	return out
 }
 
 // simulateNodeCache runs a node's reads, epoch by epoch, through a disk tier of
-// budget bytes under policy, every miss fetching the whole shard (its Size); a
-// shard larger than the budget is read around it. Under cache.PolicyOrder the
+// budget bytes under policy, every miss of a whole shard fetching it (its Size); a
+// shard larger than the budget, and a miss of part of a shard (its share of the
+// Size), are read around it. Under cache.PolicyOrder the
 // next use of a shard is its next read in the same epoch (the readers announce each
 // epoch as it opens): on a miss that needs room, the shards held and the one read go
 // in the order of eviction (those not read again this epoch first, least recently
@@ -75,7 +87,7 @@ func nodeEpochReads(plans []plan.Plan) []int {
 // evicted (cache/policy_test.go's reference, Belady's rule with the cache's
 // admission). Under cache.PolicyLRU the least recently used go until it fits. It
 // returns per epoch the bytes read (each read a whole shard) and those fetched.
-func simulateNodeCache(epochs [][]int, infos []shard.Info, budget int64, policy cache.Policy) (read, fetched []int64) {
+func simulateNodeCache(epochs [][]nodeRead, infos []shard.Info, budget int64, policy cache.Policy) (read, fetched []int64) {
 	type entry struct {
 		cost int64
 		last int // the read that used it last
@@ -126,10 +138,10 @@ func simulateNodeCache(epochs [][]int, infos []shard.Info, budget int64, policy 
 		after := map[int]int{}
 		for k := len(reads) - 1; k >= 0; k-- {
 			next[k] = -1
-			if n, ok := after[reads[k]]; ok {
+			if n, ok := after[reads[k].shard]; ok {
 				next[k] = i + n
 			}
-			after[reads[k]] = k
+			after[reads[k].shard] = k
 		}
 		// A new epoch's announcement: every held shard's next use is its first
 		// read of this epoch.
@@ -140,18 +152,19 @@ func simulateNodeCache(epochs [][]int, infos []shard.Info, budget int64, policy 
 			}
 			push(s, e)
 		}
-		for k, s := range reads {
-			size := infos[s].Size
-			r += size
+		for k, rd := range reads {
+			s, size := rd.shard, infos[rd.shard].Size
+			part := int64(rd.part * float64(size))
+			r += part
 			if e := held[s]; e != nil {
 				e.last, e.next = i, next[k]
 				push(s, e)
 				i++
 				continue
 			}
-			f += size
+			f += part
 			c := size + entryMetaBytes
-			if c > budget {
+			if c > budget || rd.part < 1 {
 				i++
 				continue
 			}
@@ -225,7 +238,7 @@ func modelCache(ctx context.Context, cfg shardload.Config, infos []shard.Info, n
 	out := map[cache.Policy]cacheFigures{}
 	sum := map[cache.Policy][2][]int64{}
 	for _, n := range nodes {
-		var reads [][]int
+		var reads [][]nodeRead
 		for e := range epochs {
 			var plans []plan.Plan
 			for _, r := range locals {
@@ -237,7 +250,7 @@ func modelCache(ctx context.Context, cfg shardload.Config, infos []shard.Info, n
 				}
 				plans = append(plans, p)
 			}
-			reads = append(reads, nodeEpochReads(plans))
+			reads = append(reads, nodeEpochReads(plans, infos))
 		}
 		for _, policy := range []cache.Policy{cache.PolicyLRU, cache.PolicyOrder} {
 			r, f := simulateNodeCache(reads, infos, budget, policy)

@@ -1,10 +1,19 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
+
+	"github.com/spf13/pflag"
 
 	"github.com/shardload/shardload/cache"
 	"github.com/shardload/shardload/shard"
@@ -14,7 +23,7 @@ import (
 // written for epochs of reads: a disk tier of budget bytes read through by the
 // reads in turn, the next use of a shard being its next read in the same epoch. It
 // returns the bytes fetched per epoch.
-func referenceCache(epochs [][]int, infos []shard.Info, budget int64, lru bool) []int64 {
+func referenceCache(epochs [][]nodeRead, infos []shard.Info, budget int64, lru bool) []int64 {
 	type entry struct {
 		cost int64
 		last int
@@ -25,15 +34,16 @@ func referenceCache(epochs [][]int, infos []shard.Info, budget int64, lru bool) 
 	i := 0
 	for _, reads := range epochs {
 		var fetched int64
-		for k, s := range reads {
+		for k, rd := range reads {
+			s := rd.shard
 			if e, ok := held[s]; ok {
 				e.last = i
 				i++
 				continue
 			}
-			fetched += infos[s].Size
+			fetched += int64(rd.part * float64(infos[s].Size))
 			c := infos[s].Size + entryMetaBytes
-			if c > budget {
+			if c > budget || rd.part < 1 {
 				i++
 				continue
 			}
@@ -55,7 +65,7 @@ func referenceCache(epochs [][]int, infos []shard.Info, budget int64, lru bool) 
 			}
 			next := func(u int) (int, bool) {
 				for j := k + 1; j < len(reads); j++ {
-					if reads[j] == u {
+					if reads[j].shard == u {
 						return j, true
 					}
 				}
@@ -126,11 +136,15 @@ func TestSimulateNodeCacheFollowsTheReference(t *testing.T) {
 			infos[i].Size = int64(1 + rng.IntN(5000))
 			total += infos[i].Size
 		}
-		var epochs [][]int
+		var epochs [][]nodeRead
 		for range 1 + rng.IntN(4) {
-			var reads []int
+			var reads []nodeRead
 			for range rng.IntN(3 * n) {
-				reads = append(reads, rng.IntN(n))
+				part := 1.0
+				if rng.IntN(4) == 0 {
+					part = rng.Float64()
+				}
+				reads = append(reads, nodeRead{rng.IntN(n), part})
 			}
 			epochs = append(epochs, reads)
 		}
@@ -160,4 +174,90 @@ func TestModelCacheHalfTheDataset(t *testing.T) {
 			t.Errorf("epoch %d: order fetches %.3f of the dataset (want about 0.5), lru %.3f (want most of it)", e, o, l)
 		}
 	}
+}
+
+// plan's store bytes per node agree within 15% with bench runs of every node of a
+// job (4 nodes of 1 rank, 4 epochs, 96 shards on a store served over HTTP, a disk
+// cache of a tenth of the dataset on each node), under each policy, with shards kept
+// on nodes and with the global reshuffle: the bytes the cache read from the store
+// each epoch (bench's cache figures), the nodes' mean. The fields are given: a
+// loader that infers them reads the first shard's first sample at each epoch's
+// open, through the cache, which plan does not model (a shard's worth more from
+// the store per node and epoch where the first shard is not the node's).
+func TestPlanCacheMatchesBench(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 32 epochs of bench")
+	}
+	const shards, nodes, epochs = 96, 4, 4
+	dir, size := policyShards(t, shards)
+	var served atomic.Int64
+	files := http.FileServer(http.Dir(dir))
+	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		files.ServeHTTP(servedCounter{w, &served}, r)
+	}))
+	defer store.Close()
+	pattern := fmt.Sprintf("%s/shard-{000..%03d}.tar", store.URL, shards-1)
+	idx := filepath.Join(t.TempDir(), "ds.index")
+	if code, _, stderr := runCLI(t, "index", "--no-index-store", "--output", idx, pattern); code != 0 {
+		t.Fatalf("index: exit %d: %s", code, stderr)
+	}
+	dataset := int64(shards) * size
+	budget := dataset / 10
+	job := []string{"--batch-size", "16", "--seed", "7"}
+	for _, affinity := range []bool{true, false} {
+		extra := []string{}
+		if !affinity {
+			extra = []string{"--no-node-affinity"}
+		}
+		rep := planJSON(t, append(append([]string{"--index", idx, "--nodes", strconv.Itoa(nodes), "--ranks-per-node", "1", "--epochs", strconv.Itoa(epochs),
+			"--cache-bytes", strconv.FormatInt(budget, 10)}, extra...), job...)...)
+		if rep.NodeAffinity != affinity {
+			t.Fatalf("plan: node affinity %v, want %v", rep.NodeAffinity, affinity)
+		}
+		for _, policy := range []string{"order", "lru"} {
+			measured := make([]int64, epochs)
+			for node := range nodes {
+				var lf loaderFlags
+				fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
+				lf.register(fs, true)
+				args := append([]string{"--index", idx, "--world", strconv.Itoa(nodes), "--rank", strconv.Itoa(node), "--ranks-per-node", "1",
+					"--node-affinity=" + strconv.FormatBool(affinity), "--no-index-store", "--autotune=false",
+					"--cache-dir", t.TempDir(), "--cache-disk", strconv.FormatInt(budget, 10), "--cache-policy", policy, "--field", "bin"}, job...)
+				if err := fs.Parse(append(args, pattern)); err != nil {
+					t.Fatal(err)
+				}
+				cfg, err := lf.config(fs.Args(), io.Discard)
+				if err != nil {
+					t.Fatal(err)
+				}
+				res, err := bench(context.Background(), cfg, epochs, 0, 0, false, 0, nil)
+				lf.rf.closeCache()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(res.Cache) != epochs {
+					t.Fatalf("bench: cache figures of %d epochs", len(res.Cache))
+				}
+				for e, c := range res.Cache {
+					measured[e] += c.Store / nodes
+				}
+			}
+			model := rep.CachePolicies[policy].StoreBytesPerNode
+			t.Logf("affinity %v, %s: store bytes per node by epoch (fractions of the dataset): measured %.3f, plan %.3f",
+				affinity, policy, fractions(measured, dataset), fractions(model, dataset))
+			for e := range epochs {
+				if !within(float64(model[e]), float64(measured[e]), 0.15) {
+					t.Errorf("affinity %v, %s, epoch %d: plan %d store bytes per node, bench %d (more than 15%% apart)", affinity, policy, e, model[e], measured[e])
+				}
+			}
+		}
+	}
+}
+
+func fractions(b []int64, of int64) []float64 {
+	out := make([]float64, len(b))
+	for i, n := range b {
+		out[i] = float64(n) / float64(of)
+	}
+	return out
 }
