@@ -159,7 +159,10 @@ func (r *planReport) write(w io.Writer) error {
 	fmt.Fprintf(&b, "  a rank's plan: %.3fs (median, measured here)\n", r.PlanSecondsPerRank)
 	if r.CacheBytes > 0 {
 		affinity := "each node keeps its shards from epoch to epoch"
-		if !r.NodeAffinity {
+		switch {
+		case r.Nodes == 1:
+			affinity = "one node"
+		case !r.NodeAffinity:
 			affinity = "shards dealt to nodes afresh each epoch"
 		}
 		for _, name := range []string{"order", "lru"} {
