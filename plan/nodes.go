@@ -25,7 +25,10 @@ import (
 //  3. Each group is ordered as an Order of its own (its shards shuffled per Seed,
 //     Epoch and group, cut into Lanes lanes, windows of Window samples permuted,
 //     warm-up windows first), and the epoch's order is the groups' orders, one after
-//     the other.
+//     the other. A group of fewer than two shards a lane, on a node of several
+//     ranks, has each shard cut in two at a point drawn per epoch first
+//     (splitEntries), so that its ranks do not read the same parts of the same
+//     shards every epoch.
 //
 // So a node's ranks read, every epoch, the samples of their node's group, shuffled
 // anew within the node each epoch: across its lanes and windows, and across its ranks
@@ -108,12 +111,39 @@ func newNodeOrder(shards []shard.Info, total int64, ocfg OrderConfig, world, per
 		}
 		cfg := ocfg
 		cfg.Seed = groupSeed(ocfg.Seed, k)
+		if perNode > 1 && len(ents) < 2*cfg.Lanes {
+			ents = splitEntries(ents, EpochRand(cfg.Seed, cfg.Epoch, nodeSplitRand))
+		}
 		sub := newOrder(len(ents), func(e int) int64 { return int64(ents[e].n) }, no.at[k+1]-no.at[k], cfg)
 		no.subs = append(no.subs, sub)
 		no.ents = append(no.ents, ents)
 		no.win[k+1] = no.win[k] + sub.Windows()
 	}
 	return no
+}
+
+// nodeSplitRand offsets the random stream of a group's split points (splitEntries)
+// from the other streams of an epoch (EpochRand).
+const nodeSplitRand = nodeRand + 1
+
+// splitEntries cuts each of a group's runs of two samples or more in two at a point
+// drawn per epoch: a group of fewer than two shards a lane would otherwise be read
+// with each lane one shard, which a node of several ranks splits at the same places
+// every epoch (a rank reading the same part of the same shards each epoch); cut
+// anew, the parts fall in other lanes and places, for two requests a shard instead
+// of one (each a range, which a node cache not holding the shard serves from the
+// store while it fetches the shard behind it).
+func splitEntries(ents []entry, rng interface{ IntN(int) int }) []entry {
+	out := make([]entry, 0, 2*len(ents))
+	for _, e := range ents {
+		if e.n < 2 {
+			out = append(out, e)
+			continue
+		}
+		u := 1 + rng.IntN(e.n-1)
+		out = append(out, entry{shard: e.shard, skip: e.skip, n: u}, entry{shard: e.shard, skip: e.skip + u, n: e.n - u})
+	}
+	return out
 }
 
 // groupSeed derives the seed of a node's group's order from the job's.

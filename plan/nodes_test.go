@@ -321,3 +321,35 @@ func TestRunsWithNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestNodesSmallGroupsReshuffleRanks: a node of two ranks whose group has one shard
+// a lane (8 shards, 8 lanes) still gives its ranks other samples each epoch: its
+// shards are cut at points drawn per epoch, where each lane would otherwise be one
+// shard that the ranks split at the same places every epoch.
+func TestNodesSmallGroupsReshuffleRanks(t *testing.T) {
+	shards := testShards(slices.Repeat([]int{300}, 32)...)
+	cfg := Config{Seed: 1, Shuffle: true, Lanes: 8, Window: 500, BatchSize: 32, World: 8, RanksPerNode: 2}
+	var kept, all int
+	for epoch := range 4 {
+		cfg.Epoch = epoch
+		a, err := New(shards, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Epoch = epoch + 1
+		b, _ := New(shards, cfg)
+		was := map[sampleID]bool{}
+		for _, id := range readPlan(t, a) {
+			was[id] = true
+		}
+		for _, id := range readPlan(t, b) {
+			all++
+			if was[id] {
+				kept++
+			}
+		}
+	}
+	if f := float64(kept) / float64(all); f > 0.75 {
+		t.Fatalf("rank 0 reads %.3f of its samples again the next epoch, want about half", f)
+	}
+}

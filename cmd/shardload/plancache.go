@@ -28,10 +28,12 @@ type cacheFigures struct {
 const entryMetaBytes = 512
 
 // nodeRead is one read of a shard by a rank in an epoch: part is the share of the
-// shard's samples the rank's spans read (1: the whole shard).
+// shard's samples the rank's spans read (1: the whole shard); node, that the node's
+// ranks read all of the shard's samples that epoch.
 type nodeRead struct {
 	shard int
 	part  float64
+	node  bool
 }
 
 // nodeEpochReads returns the reads a node's ranks make of the cache in one epoch, in
@@ -39,6 +41,12 @@ type nodeRead struct {
 // spans, spaced evenly over the epoch (as a rank announces them, serve.EpochHints),
 // the ranks' merged by that time.
 func nodeEpochReads(plans []plan.Plan, infos []shard.Info) []nodeRead {
+	nodeTook := map[int]int{}
+	for _, p := range plans {
+		for _, sp := range p.Spans {
+			nodeTook[sp.Shard] += sp.Take
+		}
+	}
 	type read struct {
 		at   float64
 		rank int
@@ -55,9 +63,9 @@ func nodeEpochReads(plans []plan.Plan, infos []shard.Info) []nodeRead {
 			took[sp.Shard] += sp.Take
 		}
 		for i, s := range shards {
-			rd := nodeRead{shard: s, part: 1}
+			rd := nodeRead{shard: s, part: 1, node: true}
 			if n := infos[s].Samples; n > 0 && took[s] < n {
-				rd.part = float64(took[s]) / float64(n)
+				rd.part, rd.node = float64(took[s])/float64(n), nodeTook[s] >= n
 			}
 			all = append(all, read{float64(i) / float64(len(shards)), r, rd})
 		}
@@ -76,9 +84,10 @@ func nodeEpochReads(plans []plan.Plan, infos []shard.Info) []nodeRead {
 }
 
 // simulateNodeCache runs a node's reads, epoch by epoch, through a disk tier of
-// budget bytes under policy, every miss of a whole shard fetching it (its Size); a
-// shard larger than the budget, and a miss of part of a shard (its share of the
-// Size), are read around it. Under cache.PolicyOrder the
+// budget bytes under policy, every miss of a shard the node reads all of that epoch
+// fetching it (its Size: the cache fetches a shard whole behind a read of a part of
+// it, for the node's other reads); a shard larger than the budget, and a miss of part
+// of a shard the node reads only part of (its share of the Size), are read around it. Under cache.PolicyOrder the
 // next use of a shard is its next read in the same epoch (the readers announce each
 // epoch as it opens): on a miss that needs room, the shards held and the one read go
 // in the order of eviction (those not read again this epoch first, least recently
@@ -162,9 +171,14 @@ func simulateNodeCache(epochs [][]nodeRead, infos []shard.Info, budget int64, po
 				i++
 				continue
 			}
-			f += part
+			if !rd.node {
+				f += part
+				i++
+				continue
+			}
+			f += size
 			c := size + entryMetaBytes
-			if c > budget || rd.part < 1 {
+			if c > budget {
 				i++
 				continue
 			}

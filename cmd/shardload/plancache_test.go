@@ -41,9 +41,14 @@ func referenceCache(epochs [][]nodeRead, infos []shard.Info, budget int64, lru b
 				i++
 				continue
 			}
-			fetched += int64(rd.part * float64(infos[s].Size))
+			if !rd.node {
+				fetched += int64(rd.part * float64(infos[s].Size))
+				i++
+				continue
+			}
+			fetched += infos[s].Size
 			c := infos[s].Size + entryMetaBytes
-			if c > budget || rd.part < 1 {
+			if c > budget {
 				i++
 				continue
 			}
@@ -144,7 +149,7 @@ func TestSimulateNodeCacheFollowsTheReference(t *testing.T) {
 				if rng.IntN(4) == 0 {
 					part = rng.Float64()
 				}
-				reads = append(reads, nodeRead{rng.IntN(n), part})
+				reads = append(reads, nodeRead{rng.IntN(n), part, part == 1 || rng.IntN(2) == 0})
 			}
 			epochs = append(epochs, reads)
 		}
