@@ -10,7 +10,7 @@ import (
 // to a string that parses to the same runs; Remaining takes any of them over an
 // epoch without panicking, and what it leaves is never more than the epoch.
 func FuzzParseRuns(f *testing.F) {
-	for _, s := range []string{"", "4x1600", "4x1600,3x800", "1x0", "2y3", "x", "0x1", "3x-1", "1x99999999999999999999", "1048576x0,1048576x0"} {
+	for _, s := range []string{"", "4x1600", "4x1600,3x800", "1x0", "2y3", "x", "0x1", "3x-1", "1x99999999999999999999", "1048576x0,1048576x0", "4/2x1600,3x800", "4/4x1", "3x1,4/2x1"} {
 		f.Add(s, int64(1000))
 	}
 	f.Fuzz(func(t *testing.T, s string, total int64) {
