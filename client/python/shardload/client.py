@@ -84,31 +84,15 @@ class Client:
     starts epoch n on the same slabs, at any time (an epoch left early is abandoned).
 
     A mix of datasets: ``streams=[{"urls": PATTERN, "weight": 0.7}, {"urls": [...],
-    "weight": 0.3}]`` instead of ``urls`` (each stream a pattern or a list of them, and
-    one of ``weight``, its share of each epoch, ``repeat``, times its samples per
-    epoch, or ``choose``, samples per epoch; none: its samples once), ``epoch_samples``
-    (default: what the streams give; ``math.inf``: epochs that follow one another
-    without an end when iterating the client, each the streams' default length, with
-    ``state_dict()`` exact throughout) and ``batching``: "random" (default),
-    "stratified" (every batch holds each stream's share) or "per_stream" (every batch
-    is one stream's). ``last_epoch["streams"]`` has each stream's samples, bytes and
-    skips.
+    "weight": 0.3}]`` instead of ``urls`` (or ``repeat``/``choose`` instead of a
+    weight), ``epoch_samples`` (``math.inf``: endless epochs, ``state_dict()`` exact
+    throughout) and ``batching``: "random", "stratified" or "per_stream" (README:
+    "Mixing datasets"). ``last_epoch["streams"]`` has each stream's samples, bytes.
 
-    Packed token rows (language models): ``pack="FIELD:SEQ_LEN[:eos=ID][:pad=ID]"``
-    packs each sample's document (FIELD, a 1-D integer array: a tar shard's .npy
-    member, or a Megatron dataset's tokens, URLs ending in .idx) into rows of SEQ_LEN
-    tokens, eos after each document; a batch then holds ``input_ids`` and
-    ``position_ids`` [batch_size, SEQ_LEN] (int64), ``cu_seqlens`` (int32, the
-    segments' starts over the flattened batch, then its length) and ``max_seqlen``
-    (int32, shape [1]), as flash-attention's varlen kernels take them; its last
-    ``padded`` rows are all pad. ``state_dict()`` then resumes on any world size.
-    With ``streams``, a stream's weight is its share of the epoch's tokens, and
-    ``epoch_tokens`` an epoch's length in tokens.
-
-    ``ranks_per_node`` (default: torchrun's $LOCAL_WORLD_SIZE) says which ranks share a
-    node: a shuffled epoch then keeps each node on the same shards every epoch,
-    reshuffled within the node, so that the node's cache holds what it reads again;
-    ``node_affinity=False`` reshuffles the shards across all nodes every epoch.
+    ``pack="FIELD:SEQ_LEN[:eos=ID][:pad=ID]"`` packs documents into rows of tokens
+    (``input_ids``, ``position_ids``, ``cu_seqlens``, ``max_seqlen``; README:
+    "Language models"); with ``streams`` weights are shares of ``epoch_tokens``.
+    ``ranks_per_node`` ($LOCAL_WORLD_SIZE) keeps each node on its shards every epoch.
 
     Settings that define the trainer's epochs (each None: the server's): ``slab_bytes``
     and ``slabs`` (default: slabs sized from the batch by the server, and grown, with
@@ -157,9 +141,7 @@ class Client:
                  image_layout: Optional[str] = None, streams: Optional[Iterable[Mapping[str, Any]]] = None,
                  epoch_samples: Optional[float] = None, batching: Optional[str] = None,
                  pack: Optional[str] = None, epoch_tokens: Optional[int] = None) -> None:
-        # torchrun's ranks per node: the server keeps each node on its shards epoch
-        # after epoch (its node cache then holds what the node reads).
-        if ranks_per_node is None and os.environ.get("LOCAL_WORLD_SIZE", "").isdigit():
+        if ranks_per_node is None and os.environ.get("LOCAL_WORLD_SIZE", "").isdigit():  # torchrun's
             ranks_per_node = int(os.environ["LOCAL_WORLD_SIZE"])
         # The settings a hello carries as they are (hello.SETTINGS): passed on by name.
         settings = {name: value for name, value in locals().items() if name in SETTINGS}

@@ -76,9 +76,6 @@ def hello_message(*, rank: int, world: int, local_rank: int, seed: int, epoch: i
     if pack is not None:
         if not isinstance(pack, str) or pack.count(":") < 1 or not pack.split(":")[0]:
             raise ValueError(f"pack={pack!r}: want 'FIELD:SEQ_LEN[:eos=ID][:pad=ID]', e.g. 'tokens:2048:eos=0'")
-        if fields:
-            raise ValueError("fields and pack: a packed batch's columns are input_ids, position_ids, cu_seqlens "
-                             "and max_seqlen")
         hello["pack"] = pack
     if epoch_tokens is not None:
         if isinstance(epoch_tokens, bool) or not isinstance(epoch_tokens, int) or epoch_tokens < 0:

@@ -140,6 +140,7 @@ def check_messages(d):
     kw.update({k: want[k] for k in protocol.SETTINGS})
     kw["count_first"] = True  # a false one is left out (the server reads it as false)
     kw["epoch_samples"], kw["batching"] = want["epoch_samples"], want["batching"]
+    kw["pack"], kw["epoch_tokens"] = want["pack"], want["epoch_tokens"]
     got = protocol.hello_message(**kw)
     check_message(got, protocol.HelloMessage, "hello_message")
     # The fixture sets urls and streams; a client sends one or the other.
