@@ -73,7 +73,7 @@ type planOptions struct {
 	stepTime        time.Duration
 	cacheBytes      byteSize
 	cachePolicy     string
-	noNodeAffinity  bool
+	nodeAffinity    bool
 	seed            uint64
 	noShuffle       bool
 	dropLast        bool
@@ -113,7 +113,7 @@ func (o *planOptions) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.stepTime, "step-time", 100*time.Millisecond, "the trainer's step: an epoch lasts batches per rank times this (the mean GET rate)")
 	fs.Var(&o.cacheBytes, "cache-bytes", "the node cache's disk budget (0: no cache)")
 	fs.StringVar(&o.cachePolicy, "cache-policy", cache.DefaultPolicy.String(), "the cache policy of cache_hit_rate and store_bytes_per_node: order or lru (cache_policies has both)")
-	fs.BoolVar(&o.noNodeAffinity, "no-node-affinity", false, "plan the global reshuffle (the loader's --node-affinity=false): every epoch deals the shards to nodes afresh, instead of keeping each node on its shards")
+	fs.BoolVar(&o.nodeAffinity, "node-affinity", true, "with more than one node, plan each node keeping its shards from epoch to epoch, as the loader does (--node-affinity=false: the global reshuffle, every epoch dealing the shards to nodes afresh)")
 	fs.Uint64Var(&o.seed, "seed", 0, "the order's seed")
 	fs.BoolVar(&o.noShuffle, "no-shuffle", false, "plan without shuffling")
 	fs.BoolVar(&o.dropLast, "drop-last", false, "drop each rank's last partial batch")
@@ -288,7 +288,7 @@ func runPlan(ctx context.Context, o planOptions) (*planReport, error) {
 	// counts read here: the settings Open takes, with its defaults.
 	cfg := shardload.Config{Seed: o.seed, World: rep.World, NoShuffle: o.noShuffle, BatchSize: o.batchSize, DropLast: o.dropLast,
 		ReadGap: int64(o.readGap), OpenShards: o.openShards, ShuffleBuffer: o.shuffleBuffer, ShuffleBytes: int64(o.shuffleBytes),
-		Memory: int64(o.memory), Sources: reg, Logf: func(string, ...any) {}, RanksPerNode: o.ranksPerNode, NoNodeAffinity: o.noNodeAffinity}
+		Memory: int64(o.memory), Sources: reg, Logf: func(string, ...any) {}, RanksPerNode: o.ranksPerNode, NoNodeAffinity: !o.nodeAffinity}
 	if mix != nil {
 		cfg.Streams, cfg.EpochSamples, cfg.Batching = streams, o.epochSamples, mix.Batching
 	} else {
@@ -471,7 +471,7 @@ feed:
 	// tier, under each policy (plancache.go).
 	rep.CacheBytes = int64(o.cacheBytes)
 	rep.CachePolicy = o.cachePolicy
-	rep.NodeAffinity = !o.noNodeAffinity && o.nodes > 1 && !o.noShuffle && mix == nil
+	rep.NodeAffinity = o.nodeAffinity && o.nodes > 1 && !o.noShuffle && mix == nil
 	if o.cacheBytes > 0 {
 		figs, err := modelCache(ctx, cfg, infos, nodes, locals, o.ranksPerNode, o.epochs, int64(o.cacheBytes))
 		if err != nil {
@@ -508,7 +508,7 @@ feed:
 		fmt.Sprintf("prefixes: a shard's key prefix is its URL's directory (a synthetic dataset's: shard.HashPrefix of its name over --prefixes, as gen --prefixes writes it); requests fall on a prefix in proportion to its shards, the busiest of the %d holding %.2f%% of them; a store serves %.0f GET/s per prefix (--prefix-get-limit)", rep.Prefixes, 100*rep.PrefixBusiestShare, o.prefixLimit),
 		fmt.Sprintf("steady state: the epoch's requests spread over batches per rank x --step-time %s", o.stepTime),
 		"index: an addressable index (shardload index) is read lazily: every process holds every shard's entry without its offsets (shard.Info, URL, version, its ordinal) and the offsets (8 bytes a sample) of the shards its plan reads in part (none for a shard read whole), after reading the index's counts and the blocks of those shards' offsets; an index of an earlier format is held whole (index_bytes_per_process_whole). With the node's index store or cache (the default) a node GETs the index object once, whole, and its ranks read it there",
-		"cache: the disk tier of each planned node simulated over the epochs (its ranks' plans of each epoch, as the loader plans them: with more than one node, each node keeps its shards from epoch to epoch unless --no-node-affinity): each rank's shards in its plan's order, spaced evenly over the epoch and merged by that time; a miss of a shard a rank reads whole fetches it (its data and about 512 bytes of meta file count against --cache-bytes), one of a part reads that part around the cache (the whole-shard fetch the cache may start behind such a read is not modelled); order evicts by the next read this epoch (what the ranks announce as the epoch opens) and reads through a shard needed after everything held, lru evicts the least recently used; the hit rate is the share of the shards' bytes read served by the cache",
+		"cache: the disk tier of each planned node simulated over the epochs (its ranks' plans of each epoch, as the loader plans them: with more than one node, each node keeps its shards from epoch to epoch unless --node-affinity=false): each rank's shards in its plan's order, spaced evenly over the epoch and merged by that time; a miss of a shard a rank reads whole fetches it (its data and about 512 bytes of meta file count against --cache-bytes), one of a part of a shard the node reads whole that epoch fetches it too (the cache fetches the shard behind the range read, for the node's other reads), one of a part the node alone reads reads that part around the cache; order evicts by the next read this epoch (what the ranks announce as the epoch opens) and reads through a shard needed after everything held, lru evicts the least recently used; the hit rate is the share of the shards' bytes read served by the cache",
 		fmt.Sprintf("first batch: the index object fetched by each node (a HEAD and a GET a node, all on its one key, served at the prefix's limit, then the object at --node-bandwidth; none for a local index) + index load + a rank's plan (median, measured here) + --first-byte %s + the first batch's windows' bytes at the rank's share of --node-bandwidth %s/s (+ the time a prefix over its limit takes to drain the epoch's first requests)", o.firstByte, formatBytes(int64(o.nodeBandwidth))),
 	}
 	rep.ComputeSeconds = time.Since(start).Seconds()

@@ -212,7 +212,7 @@ func TestPlanCacheMatchesBench(t *testing.T) {
 	for _, affinity := range []bool{true, false} {
 		extra := []string{}
 		if !affinity {
-			extra = []string{"--no-node-affinity"}
+			extra = []string{"--node-affinity=false"}
 		}
 		rep := planJSON(t, append(append([]string{"--index", idx, "--nodes", strconv.Itoa(nodes), "--ranks-per-node", "1", "--epochs", strconv.Itoa(epochs),
 			"--cache-bytes", strconv.FormatInt(budget, 10)}, extra...), job...)...)

@@ -94,7 +94,7 @@ type planReport struct {
 	CachePolicy   string                  `json:"cache_policy"`
 	CachePolicies map[string]cacheFigures `json:"cache_policies,omitempty"`
 	// NodeAffinity: each node keeps its shards from epoch to epoch (more than one
-	// node, shuffled, not a mix, without --no-node-affinity).
+	// node, shuffled, not a mix, without --node-affinity=false).
 	NodeAffinity        bool     `json:"node_affinity"`
 	FirstBatchSeconds   float64  `json:"first_batch_seconds"`
 	FirstBatchBytes     int64    `json:"first_batch_bytes_per_rank"`
