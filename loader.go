@@ -350,11 +350,7 @@ func (l *Loader) All(ctx context.Context) iter.Seq2[*Batch, error] {
 func (l *Loader) Close() error {
 	l.close.Do(func() { close(l.done) })
 	<-l.tuned
-	err := l.p.Close()
-	if l.pk != nil {
-		l.pk.Close()
-	}
-	return err
+	return l.p.Close() // and the packed loader's, before the slabs it writes in
 }
 
 // Settings returns the loader's current settings of those its tuner may change

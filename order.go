@@ -27,6 +27,9 @@ type Order struct {
 	// Shards and Samples are the dataset's shards and samples (all ranks together).
 	Shards  int   `json:"shards"`
 	Samples int64 `json:"samples"`
+	// Tokens are a packed epoch's tokens (Config.Pack), eos included, pad not; its
+	// Samples are its rows.
+	Tokens int64 `json:"tokens,omitempty"`
 
 	Seed      uint64 `json:"seed"`
 	Epoch     int    `json:"epoch"`

@@ -29,6 +29,8 @@ func openPacked(ctx context.Context, cfg Config) (*Loader, error) {
 	if err != nil {
 		return nil, err
 	}
+	bufs := pipeline.NewSlabBuffers() // the batches are written in the slabs
+	pc.Buffers = bufs
 	pk, err := packed.Open(ctx, pc)
 	if errors.Is(err, packed.ErrResume) {
 		return nil, fmt.Errorf("%w: %w", ErrResume, err)
@@ -51,7 +53,7 @@ func openPacked(ctx context.Context, cfg Config) (*Loader, error) {
 		return nil, fmt.Errorf("shardload: %w", err)
 	}
 	batches := int(pk.Len())
-	order := Order{Dataset: st.Order, Shards: len(pc.URLs) + len(pc.Shards), Samples: pk.Rows(), Seed: cfg.Seed, Epoch: pc.Epoch,
+	order := Order{Dataset: st.Order, Shards: len(pc.URLs) + len(pc.Shards), Samples: pk.Rows(), Tokens: pk.Tokens(), Seed: cfg.Seed, Epoch: pc.Epoch,
 		World: cfg.World, BatchSize: cfg.BatchSize, Shuffle: !cfg.NoShuffle, Mix: "pack " + pc.Pack.String()}
 	l := &Loader{cfg: cfg, plan: plan.Plan{Batches: batches, Samples: batches * cfg.BatchSize}, order: order,
 		fields: wire.PackedFields(pc.Pack.SeqLen, false), dev: dev, start: start, resume: resume,
@@ -59,7 +61,7 @@ func openPacked(ctx context.Context, cfg Config) (*Loader, error) {
 	close(l.tuned)
 	logKey, logf := cfg.logKey, cfg.Logf
 	l.p = pipeline.Start(ctx, pipeline.Params{
-		Packed: pk, SeqLen: pc.Pack.SeqLen, BatchSize: cfg.BatchSize, Rank: cfg.Rank,
+		Packed: pk, Buffers: bufs, SeqLen: pc.Pack.SeqLen, BatchSize: cfg.BatchSize, Rank: cfg.Rank,
 		Ring: cfg.Ring,
 		RingOptions: pinned.Options{Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, NoLock: cfg.NoLock, Bind: cfg.BindSlabs,
 			Warn: func(msg string) { logs.Once(logKey, "lock", func() { logf("shardload: warning: %s", msg) }) }},

@@ -16,6 +16,7 @@ import (
 	"github.com/shardload/shardload/megatron"
 	"github.com/shardload/shardload/pack"
 	"github.com/shardload/shardload/packed"
+	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/wire"
 )
 
@@ -152,6 +153,52 @@ func TestPackedLoaderIsPackedRows(t *testing.T) {
 	}
 	if int64(len(want)) != pl.Rows() || !slices.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("the loader yielded %d rows, package packed %d (epoch of %d): they differ", len(got), len(want), pl.Rows())
+	}
+}
+
+// A packed loader closed early, over a ring of the caller's, gives back every slab
+// it holds (those its fillers were writing in, those queued for Next) but the one
+// the caller still holds: a serve session that ends does not shrink the ring.
+func TestPackedLoaderCloseGivesSlabsBack(t *testing.T) {
+	idx := megatronCorpus(t, 300)
+	const seq, bs = 16, 4
+	ring, err := pinned.NewRing(pinned.Options{Slabs: 4, SlabBytes: wire.PackedBytes(bs, seq, false), NoLock: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ring.Close()
+	for take := range 4 {
+		l, err := shardload.Open(context.Background(), shardload.Config{URLs: []string{idx}, Pack: "tokens:16:eos=0", BatchSize: bs, Seed: 3, Ring: ring})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var held *shardload.Batch
+		for range take {
+			b, err := l.Next(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if held != nil {
+				held.Release()
+			}
+			held = b
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		if held != nil {
+			want = 1
+		}
+		if n := ring.InUse(); n != want {
+			t.Fatalf("after %d batches and Close: %d slabs in use, want %d (the one held)", take, n, want)
+		}
+		if held != nil {
+			held.Release()
+		}
+		if n := ring.InUse(); n != 0 {
+			t.Fatalf("%d slabs in use after the last was released", n)
+		}
 	}
 }
 

@@ -215,25 +215,18 @@ func npyItem(descr string) (int, bool) {
 	return 0, false
 }
 
+// npyTokens maps the .npy integer descrs that a Megatron dtype also holds to it.
+var npyTokens = map[string]megatron.DType{
+	"|u1": megatron.Uint8, "|i1": megatron.Int8, "<u2": megatron.Uint16, "<i2": megatron.Int16,
+	"<i4": megatron.Int32, "<i8": megatron.Int64,
+}
+
 // appendNPY appends the little-endian integers of b, of descr, to dst.
 func appendNPY(dst []int64, b []byte, descr string) ([]int64, error) {
+	if dt, ok := npyTokens[descr]; ok {
+		return megatron.AppendTokens(dst, b, dt)
+	}
 	switch descr {
-	case "|u1":
-		for _, v := range b {
-			dst = append(dst, int64(v))
-		}
-	case "|i1":
-		for _, v := range b {
-			dst = append(dst, int64(int8(v)))
-		}
-	case "<u2":
-		for i := 0; i+2 <= len(b); i += 2 {
-			dst = append(dst, int64(binary.LittleEndian.Uint16(b[i:])))
-		}
-	case "<i2":
-		for i := 0; i+2 <= len(b); i += 2 {
-			dst = append(dst, int64(int16(binary.LittleEndian.Uint16(b[i:]))))
-		}
 	case "<u4":
 		for i := 0; i+4 <= len(b); i += 4 {
 			dst = append(dst, int64(binary.LittleEndian.Uint32(b[i:])))

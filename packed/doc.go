@@ -56,12 +56,13 @@
 // included: the order's lanes read their shards forward, so that with one rank a
 // lane's run of documents is one request however the windows permute them. Fetches
 // readers read the chunks, in the order the batches need them, ahead of the
-// consumer as far as the read budget (half of Memory) allows; fillers (ReadAhead,
+// consumer as far as the read budget (half of Memory, at most 64 MiB) allows; fillers (ReadAhead,
 // at most one a CPU) decode each piece's tokens from its chunk straight into the
 // batch, and Next hands the batches over in order, ReadAhead of them ready at most.
 // Loader.Release gives a batch's buffers back for later batches.
 //
-// Memory is bounded by Memory: the chunks read and not yet packed take half of it
+// Memory is bounded by Memory: the chunks read and not yet packed take the read
+// budget
 // (the planner waits for room only while batches in flight will free some, so
 // past it by at most the chunks of two groups, a third of it and two batches'
 // documents: a batch whose documents take more than the budget still makes

@@ -35,6 +35,9 @@ const (
 // seed, shuffle or packing, or another epoch.
 var ErrResume = errors.New("packed: cannot resume")
 
+// ErrClosed is what Next returns after Close.
+var ErrClosed = errors.New("packed: loader closed")
+
 // Config configures a Loader.
 type Config struct {
 	// URLs are tar shards (patterns as shardload's, listed prefixes), or Megatron
@@ -85,6 +88,9 @@ type Config struct {
 	EpochTokens int64
 	// Resume, when set, is the State the epoch continues from, on any world size.
 	Resume *State
+	// Buffers, when set, supplies the batches' buffers (slabs a consumer hands on
+	// as they are, say) instead of the loader's own; Release gives them back to it.
+	Buffers Buffers
 	// Sources reads the objects (source.Default when nil).
 	Sources *source.Registry
 	// Logf receives log lines (log.Printf when nil).
@@ -112,6 +118,21 @@ type Batch struct {
 	// Padded counts the rows of pad only: past the epoch's end, so that every rank
 	// yields the same number of batches.
 	Padded int
+	// Buf is Config.Buffers's own value for the batch (its slab, say), which the
+	// loader leaves as it is.
+	Buf any
+}
+
+// Buffers supplies the buffers packed batches are written into. Get is called once
+// a batch, in the batches' order, before the batch is filled, and may wait (for a
+// slab of a ring the consumer releases, say); it returns a Batch whose InputIDs (or
+// InputIDs32 with Config.Int32) and PositionIDs hold BatchSize*SEQ_LEN tokens and
+// whose CuSeqlens has room for BatchSize*SEQ_LEN+1, and may set Buf. Put takes back
+// a batch that Next will not return (an error, Close) or that Release is given.
+// Both may be called from the loader's goroutines, Put concurrently with Get.
+type Buffers interface {
+	Get(ctx context.Context) (*Batch, error)
+	Put(b *Batch)
 }
 
 // Loader yields one rank's packed batches of one epoch. Next is not for concurrent
@@ -126,6 +147,10 @@ type Loader struct {
 	// streamTok is each stream's tokens in the epoch, eos included (with Streams).
 	streamTok []int64
 	out       chan chan result
+	closed    chan struct{} // closed by Close
+	closeOnce sync.Once
+	mu        sync.Mutex
+	waiting   chan result // the batch Next waits for (mu)
 	pool      chan *Batch // released batches
 	memo      memo        // the planner's (see memo)
 	rd        *reader
@@ -278,24 +303,43 @@ func (l *Loader) State() State {
 	return State{Epoch: l.cfg.Epoch, Order: l.fp, Rows: l.deal.Position(l.taken)}
 }
 
-// Next returns the next batch, or io.EOF after the last. Errors are sticky.
+// Next returns the next batch, or io.EOF after the last. Errors are sticky; a
+// ctx done while Next waits is not: the next call waits for the same batch. After
+// Close, Next returns ErrClosed.
 func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	if l.err != nil {
 		return nil, l.err
 	}
-	var ch chan result
 	select {
-	case c, ok := <-l.out:
-		if !ok {
-			l.err = io.EOF
-			return nil, io.EOF
+	case <-l.closed:
+		return nil, ErrClosed
+	default:
+	}
+	l.mu.Lock()
+	ch := l.waiting
+	l.mu.Unlock()
+	if ch == nil {
+		select {
+		case c, ok := <-l.out:
+			if !ok {
+				l.err = io.EOF
+				return nil, io.EOF
+			}
+			ch = c
+			l.mu.Lock()
+			l.waiting = c
+			l.mu.Unlock()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-l.closed:
+			return nil, ErrClosed
 		}
-		ch = c
-	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
 	select {
 	case r := <-ch:
+		l.mu.Lock()
+		l.waiting = nil
+		l.mu.Unlock()
 		if r.err != nil {
 			l.err = r.err
 			return nil, r.err
@@ -304,15 +348,35 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 		return r.b, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-l.closed:
+		return nil, ErrClosed
 	}
 }
 
-// Close stops reading and waits for the loader's goroutines.
+// Close stops reading and waits for the loader's goroutines; the batches filled
+// and not returned by Next go back to Config.Buffers. Batches Next returned stay
+// the caller's.
 func (l *Loader) Close() error {
-	l.cancel()
-	for range l.out {
-	}
-	l.wg.Wait()
+	l.closeOnce.Do(func() {
+		close(l.closed)
+		l.cancel()
+		var left []chan result
+		for ch := range l.out {
+			left = append(left, ch)
+		}
+		l.wg.Wait()
+		l.mu.Lock()
+		left = append(left, l.waiting)
+		l.waiting = nil
+		l.mu.Unlock()
+		for _, ch := range left {
+			select {
+			case r := <-ch:
+				l.Release(r.b)
+			default:
+			}
+		}
+	})
 	return nil
 }
 

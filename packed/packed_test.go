@@ -319,3 +319,49 @@ func TestPackedBadInput(t *testing.T) {
 		t.Errorf("a cut .idx: %v", err)
 	}
 }
+
+// A Next whose ctx ends while it waits skips nothing: the next call returns the
+// batch it waited for. After Close, Next says so.
+func TestNextAfterCanceledWait(t *testing.T) {
+	docs := corpusDocs(400, 32, 5)
+	idx := writeMegatron(t, t.TempDir(), docs, megatron.Uint16)
+	cfg := packed.Config{URLs: []string{idx}, Pack: pack.Spec{Field: "tokens", SeqLen: 32, HasEOS: true}, BatchSize: 2, Seed: 4}
+	want, _, _, _ := epoch(t, cfg)
+	l, err := packed.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	var got [][]int64
+	for i := 0; ; i++ {
+		ctx := context.Background()
+		if i%2 == 0 {
+			ctx = done // a wait cut short (unless a batch is ready)
+		}
+		b, err := l.Next(ctx)
+		if err == context.Canceled {
+			continue
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, slices.Clone(b.InputIDs))
+		l.Release(b)
+	}
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("%d batches with canceled waits between them, %d without: they differ", len(got), len(want))
+	}
+	l.Close()
+	l2, err := packed.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2.Close()
+	if _, err := l2.Next(context.Background()); !errors.Is(err, packed.ErrClosed) {
+		t.Fatalf("Next after Close: %v, want ErrClosed", err)
+	}
+}

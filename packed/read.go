@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"math/bits"
@@ -35,6 +36,11 @@ const (
 	maxGroup   = 64 << 20
 	// DefaultFetches is Config.Fetches's default.
 	DefaultFetches = 8
+	// maxAhead bounds the read budget, the chunks read and not yet packed, below
+	// half of Memory: enough to keep the fetchers busy on a store's latency, few
+	// enough that their buffers are reused (a chunk's fresh buffer costs a page
+	// fault every 4 KiB, more CPU than the read that fills it).
+	maxAhead = 64 << 20
 )
 
 // chunk is one ranged read: bytes [off, off+len(buf)) of an object, which the
@@ -63,6 +69,7 @@ type loc struct {
 type job struct {
 	seq    int64
 	pad    int
+	b      *Batch // the buffers it is filled in
 	pieces []pack.Piece
 	locs   []loc    // per piece; zero for pieces without document tokens
 	chunks []*chunk // the distinct chunks the batch reads
@@ -74,20 +81,23 @@ type reader struct {
 	l      *Loader
 	budget *budget
 	free   sync.Mutex
-	bufs   [64][][]byte // chunk buffers to reuse, by size class
-	fetchq chan *chunk
+	bufs   [64][][]byte // chunk buffers to reuse, by size class (free)
+	// freeBytes is the capacity of bufs, at most the budget's (free).
+	freeBytes int64
+	fetchq    chan *chunk
 }
 
 // start starts the planner, the fetchers and the fillers.
 func (l *Loader) start(filler *pack.Filler, cur positions) {
 	ctx, cancel := context.WithCancel(context.Background())
-	rd := &reader{l: l, budget: newBudget(max(l.cfg.Memory/2, 1)), fetchq: make(chan *chunk, 1024)}
+	rd := &reader{l: l, budget: newBudget(max(min(l.cfg.Memory/2, maxAhead), 1)), fetchq: make(chan *chunk, 1024)}
 	l.rd = rd
 	l.cancel = func() {
 		cancel()
 		rd.budget.cancel()
 	}
 	l.out = make(chan chan result, l.cfg.ReadAhead)
+	l.closed = make(chan struct{})
 	l.pool = make(chan *Batch, l.cfg.ReadAhead+2)
 	jobs := make(chan *job)
 	planned := make(chan *job, 1<<14)
@@ -110,9 +120,18 @@ func (l *Loader) start(filler *pack.Filler, cur positions) {
 			case <-ctx.Done():
 				return
 			}
+			// The buffers are taken here, in the batches' order, so that a consumer's
+			// ring of them is never all held by batches behind one that waits.
+			b, err := l.buffers().Get(ctx)
+			if err != nil {
+				j.out <- result{err: err}
+				return
+			}
+			j.b = b
 			select {
 			case jobs <- j:
 			case <-ctx.Done():
+				l.Release(b)
 				return
 			}
 		}
@@ -324,6 +343,7 @@ func (rd *reader) buffer(n int64) []byte {
 	if k := len(rd.bufs[class]); k > 0 {
 		b := rd.bufs[class][k-1]
 		rd.bufs[class] = rd.bufs[class][:k-1]
+		rd.freeBytes -= int64(cap(b))
 		rd.free.Unlock()
 		return b[:n]
 	}
@@ -338,8 +358,9 @@ func (rd *reader) recycle(b []byte) {
 		return
 	}
 	rd.free.Lock()
-	if len(rd.bufs[class]) < 16 {
+	if rd.freeBytes+int64(cap(b)) <= rd.budget.max {
 		rd.bufs[class] = append(rd.bufs[class], b)
+		rd.freeBytes += int64(cap(b))
 	}
 	rd.free.Unlock()
 }
@@ -357,11 +378,15 @@ func (rd *reader) unref(c *chunk) {
 	}
 }
 
-// fill waits for job j's chunks and fills its batch.
-func (rd *reader) fill(ctx context.Context, f *pack.Filler, j *job) (*Batch, error) {
+// fill waits for job j's chunks and fills its batch. On an error the batch's
+// buffers go back (Release).
+func (rd *reader) fill(ctx context.Context, f *pack.Filler, j *job) (_ *Batch, err error) {
 	defer func() {
 		for _, c := range j.chunks {
 			rd.unref(c)
+		}
+		if err != nil {
+			rd.l.Release(j.b)
 		}
 	}()
 	for _, c := range j.chunks {
@@ -375,12 +400,12 @@ func (rd *reader) fill(ctx context.Context, f *pack.Filler, j *job) (*Batch, err
 			return nil, c.err
 		}
 	}
-	b := rd.l.batch()
+	b := j.b
 	b.Seq, b.Padded = j.seq, j.pad
 	i := 0 // the piece Fill asks for: it asks in order
 	var last int = -1
 	var data []byte // the document's token bytes
-	err := f.Fill(&b.Batch, j.pieces, func(p pack.Piece, dst []int64) error {
+	err = f.Fill(&b.Batch, j.pieces, func(p pack.Piece, dst []int64) error {
 		for j.pieces[i] != p {
 			i++
 		}
@@ -395,7 +420,6 @@ func (rd *reader) fill(ctx context.Context, f *pack.Filler, j *job) (*Batch, err
 		return rd.l.c.decodeInto(dst, lc.p, lc.k, data, p.From, lc.off)
 	})
 	if err != nil {
-		rd.l.Release(b)
 		return nil, err
 	}
 	return b, nil
@@ -513,14 +537,30 @@ func checksum(h []byte) bool {
 	if !ok {
 		return false
 	}
-	var sum int64
-	for i, c := range h {
-		if i >= 148 && i < 156 {
-			c = ' '
+	return headerSum(h) == want
+}
+
+// headerSum is a tar header's unsigned checksum: the sum of its 512 bytes, the
+// checksum field's 8 counted as spaces. It adds eight bytes at a time, in 16-bit
+// lanes (64 words of 2 bytes at most 255 each stay below 2^16).
+func headerSum(h []byte) int64 {
+	h = h[:512]
+	const lo = 0x00ff00ff00ff00ff
+	var lanes uint64
+	for i := 0; i < 512; i += 8 {
+		w := binary.LittleEndian.Uint64(h[i:])
+		if i == 144 { // bytes 148 to 151 of the checksum field
+			w = w&0x00000000ffffffff | 0x2020202000000000
+		} else if i == 152 { // bytes 152 to 155
+			w = w&0xffffffff00000000 | 0x0000000020202020
 		}
-		sum += int64(c)
+		lanes += w&lo + w>>8&lo
 	}
-	return sum == want
+	var sum int64
+	for ; lanes != 0; lanes >>= 16 {
+		sum += int64(lanes & 0xffff)
+	}
+	return sum
 }
 
 // tarMember finds the member of the packed field in a sample's tar bytes b with
@@ -592,13 +632,25 @@ func (c *corpus) decodeInto(dst []int64, p, k int, data []byte, from, off int64)
 	return nil
 }
 
-// batch returns a batch's buffers, released ones first.
-func (l *Loader) batch() *Batch {
+// buffers returns Config.Buffers, or the loader's own.
+func (l *Loader) buffers() Buffers {
+	if l.cfg.Buffers != nil {
+		return l.cfg.Buffers
+	}
+	return (*ownBuffers)(l)
+}
+
+// ownBuffers are the loader's own buffers: released batches, else new ones.
+type ownBuffers Loader
+
+// Get returns a released batch's buffers, or new ones.
+func (o *ownBuffers) Get(context.Context) (*Batch, error) {
+	l := (*Loader)(o)
 	select {
 	case b := <-l.pool:
 		b.Padded, b.MaxSeqlen = 0, 0
 		b.CuSeqlens = b.CuSeqlens[:cap(b.CuSeqlens)]
-		return b
+		return b, nil
 	default:
 	}
 	rows := l.cfg.BatchSize * l.cfg.Pack.SeqLen
@@ -610,19 +662,23 @@ func (l *Loader) batch() *Batch {
 	} else {
 		b.InputIDs = make([]int64, rows)
 	}
-	return b
+	return b, nil
 }
 
-// Release gives a batch's buffers back to the loader, which fills later batches in
-// them: the caller must not use b after. A batch not released is left to the
-// garbage collector, as any value.
-func (l *Loader) Release(b *Batch) {
-	if b == nil {
-		return
-	}
+// Put keeps b for a later batch, or leaves it to the garbage collector.
+func (o *ownBuffers) Put(b *Batch) {
 	select {
-	case l.pool <- b:
+	case o.pool <- b:
 	default:
+	}
+}
+
+// Release gives a batch's buffers back to Config.Buffers, or to the loader, which
+// fills later batches in them: the caller must not use b after. A batch of the
+// loader's own not released is left to the garbage collector, as any value.
+func (l *Loader) Release(b *Batch) {
+	if b != nil {
+		l.buffers().Put(b)
 	}
 }
 

@@ -3,6 +3,7 @@ package packed
 import (
 	"archive/tar"
 	"bytes"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -46,6 +47,34 @@ func TestPlainMember(t *testing.T) {
 		b[at-512+3] ^= 1 // the member's header's checksum fails
 		if _, _, ok := plainMember(b, c.field); ok && tc.plain {
 			t.Errorf("%s: a header whose checksum fails was read", tc.name)
+		}
+	}
+}
+
+// headerSum, eight bytes at a time, is the byte-by-byte checksum of a tar header,
+// on random headers and on one of 0xff bytes (the largest sums its lanes take).
+func TestHeaderSum(t *testing.T) {
+	naive := func(h []byte) int64 {
+		var sum int64
+		for i, c := range h[:512] {
+			if i >= 148 && i < 156 {
+				c = ' '
+			}
+			sum += int64(c)
+		}
+		return sum
+	}
+	r := rand.New(rand.NewPCG(7, 7))
+	h := make([]byte, 512)
+	for k := range 200 {
+		for i := range h {
+			h[i] = byte(r.Uint32())
+			if k == 0 {
+				h[i] = 0xff
+			}
+		}
+		if got, want := headerSum(h), naive(h); got != want {
+			t.Fatalf("header %d: sum %d, want %d", k, got, want)
 		}
 	}
 }

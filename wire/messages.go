@@ -327,6 +327,7 @@ type OrderSettings struct {
 	Dataset   string `json:"dataset"`
 	Shards    int    `json:"shards"`
 	Samples   int64  `json:"samples"`
+	Tokens    int64  `json:"tokens,omitempty"` // a packed epoch's (rows: Samples)
 	Seed      uint64 `json:"seed"`
 	Epoch     int    `json:"epoch"`
 	World     int    `json:"world"`

@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"fmt"
+	"unsafe"
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/pack"
@@ -76,24 +77,26 @@ func PackedLayout(slab []byte, b *pack.Batch, rows, seqLen int) (Layout, error) 
 	}
 	le := binary.LittleEndian
 	at := func(c int) []byte { return slab[cols[c].Offset : cols[c].Offset+cols[c].Length] }
-	if ids == decode.Int64 {
-		d := at(0)
+	// A column PackedViews put in place is there already.
+	switch d := at(0); {
+	case ids == decode.Int64 && !inPlace(d, b.InputIDs):
 		for i, v := range b.InputIDs {
 			le.PutUint64(d[8*i:], uint64(v))
 		}
-	} else {
-		d := at(0)
+	case ids == decode.Int32 && !inPlace(d, b.InputIDs32):
 		for i, v := range b.InputIDs32 {
 			le.PutUint32(d[4*i:], uint32(v))
 		}
 	}
-	d := at(1)
-	for i, v := range b.PositionIDs {
-		le.PutUint64(d[8*i:], uint64(v))
+	if d := at(1); !inPlace(d, b.PositionIDs) {
+		for i, v := range b.PositionIDs {
+			le.PutUint64(d[8*i:], uint64(v))
+		}
 	}
-	d = at(2)
-	for i, v := range b.CuSeqlens {
-		le.PutUint32(d[4*i:], uint32(v))
+	if d := at(2); !inPlace(d, b.CuSeqlens) {
+		for i, v := range b.CuSeqlens {
+			le.PutUint32(d[4*i:], uint32(v))
+		}
 	}
 	le.PutUint32(at(3), uint32(b.MaxSeqlen))
 	// The padding between columns is zeroed, as Collate's is.
@@ -103,4 +106,51 @@ func PackedLayout(slab []byte, b *pack.Batch, rows, seqLen int) (Layout, error) 
 		end = cols[i].Offset + cols[i].Length
 	}
 	return Layout{Rows: rows, Columns: cols, Used: used}, nil
+}
+
+// littleEndian reports whether the host stores integers little-endian, as the
+// slabs hold them.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// PackedViews points b's InputIDs (InputIDs32 with int32IDs), PositionIDs and
+// CuSeqlens (with room for rows*seqLen+1) at the bytes of slab where PackedLayout
+// puts those columns, so that a pack.Filler writes a batch in place and
+// PackedLayout, given the filled batch, writes no more than max_seqlen and the
+// padding: each token's bytes are written once. It returns false, leaving b as it
+// is, where the slab's bytes cannot be viewed as integers (a big-endian host, a
+// slab not 8-byte aligned), and fails with ErrSlabTooSmall when slab is shorter
+// than PackedBytes.
+func PackedViews(slab []byte, b *pack.Batch, rows, seqLen int, int32IDs bool) (bool, error) {
+	if need := PackedBytes(rows, seqLen, int32IDs); need > int64(len(slab)) {
+		return false, fmt.Errorf("%w: a packed batch of %d rows of %d tokens needs up to %d bytes, the slab has %d", ErrSlabTooSmall, rows, seqLen, need, len(slab))
+	}
+	if !littleEndian || uintptr(unsafe.Pointer(unsafe.SliceData(slab)))%8 != 0 {
+		return false, nil
+	}
+	n := int64(rows) * int64(seqLen)
+	size := int64(8)
+	if int32IDs {
+		size = 4
+	}
+	pos := alignUp(n * size)
+	cu := alignUp(pos + 8*n)
+	if int32IDs {
+		b.InputIDs, b.InputIDs32 = nil, view[int32](slab, 0, n)
+	} else {
+		b.InputIDs, b.InputIDs32 = view[int64](slab, 0, n), nil
+	}
+	b.PositionIDs = view[int64](slab, pos, n)
+	b.CuSeqlens = view[int32](slab, cu, n+1)
+	return true, nil
+}
+
+// view is the n elements of type T at byte off of b, which the caller has checked
+// hold them, aligned.
+func view[T int32 | int64](b []byte, off, n int64) []T {
+	return unsafe.Slice((*T)(unsafe.Pointer(&b[off])), n)
+}
+
+// inPlace reports whether s's elements are the bytes d, where PackedViews put them.
+func inPlace[T int32 | int64](d []byte, s []T) bool {
+	return len(s) > 0 && len(d) > 0 && unsafe.Pointer(unsafe.SliceData(s)) == unsafe.Pointer(unsafe.SliceData(d))
 }

@@ -67,9 +67,6 @@ would wait for data: the share of its time spent waiting after its first batch
 			if err != nil {
 				return err
 			}
-			if *packSpec != "" {
-				return runPackedBench(ctx, cfg, *packSpec, *epochs, *batches, *asJSON, stdout)
-			}
 			if err := df.apply(&cfg); err != nil {
 				return err
 			}
@@ -85,6 +82,9 @@ would wait for data: the share of its time spent waiting after its first batch
 					return err
 				}
 				defer pprof.StopCPUProfile()
+			}
+			if *packSpec != "" {
+				return runPackedBench(ctx, cfg, *packSpec, *epochs, *batches, *asJSON, stdout)
 			}
 			var mon *benchStats
 			if *metrics != "" {

@@ -29,26 +29,29 @@ type packReport struct {
 }
 
 // runPackedBench runs epochs (or batches) of the packed stream spec over cfg's
-// shards or Megatron datasets and reports tokens per second.
+// shards or Megatron datasets through the loader (Config.Pack: the rows written in
+// its slabs, each batch released as a trainer that is done with it does) and
+// reports tokens per second.
 func runPackedBench(ctx context.Context, cfg shardload.Config, spec string, epochs, batches int, asJSON bool, stdout io.Writer) error {
 	s, err := pack.ParseSpec(spec)
 	if err != nil {
 		return fmt.Errorf("%w: --pack: %v", errUsage, err)
 	}
 	rep := packReport{Pack: s.String(), Epochs: epochs}
+	cfg.Pack = spec
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, packed.DefaultBatchSize)
+	first := cfg.Epoch
 	start := time.Now()
 	for e := range epochs {
 		t0 := time.Now()
-		l, err := packed.Open(ctx, packed.Config{URLs: cfg.URLs, Shards: cfg.Shards, Index: cfg.Index, Pack: s, BatchSize: cfg.BatchSize,
-			Rank: cfg.Rank, World: cfg.World, Seed: cfg.Seed, Epoch: cfg.Epoch + e, NoShuffle: cfg.NoShuffle,
-			OpenShards: cfg.OpenShards, ShuffleBuffer: cfg.ShuffleBuffer, Memory: cfg.Memory, Sources: cfg.Sources, Logf: cfg.Logf})
+		cfg.Epoch = first + e
+		l, err := shardload.Open(ctx, cfg)
 		if err != nil {
 			return err
 		}
 		if e == 0 {
 			rep.PlanSeconds = time.Since(t0).Seconds()
-			rep.EpochTokens = l.Tokens()
+			rep.EpochTokens = l.Order().Tokens
 		}
 		for {
 			b, err := l.Next(ctx)
@@ -63,9 +66,9 @@ func runPackedBench(ctx context.Context, cfg shardload.Config, spec string, epoc
 				rep.FirstBatchSeconds = time.Since(start).Seconds()
 			}
 			rep.Batches++
-			rep.Rows += int64(cfg.BatchSize)
+			rep.Rows += int64(b.Rows)
 			rep.PadRows += int64(b.Padded)
-			l.Release(b) // its buffers fill a later batch, as a consumer that is done with it would
+			b.Release()
 			if batches > 0 && rep.Batches >= int64(batches) {
 				break
 			}

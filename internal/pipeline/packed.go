@@ -1,39 +1,96 @@
 package pipeline
 
-// The packed engine: batches of rows of tokens that a packed.Loader packs, each
-// written into a slab of the ring and handed to the device stage like a collated
-// batch.
+// The packed engine: batches of rows of tokens that a packed.Loader packs straight
+// into slabs of the ring (SlabBuffers), each handed to the device stage like a
+// collated batch.
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/shardload/shardload/packed"
+	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/wire"
 )
 
-// Rows yields packed batches: a *packed.Loader, which the pipeline does not close.
-// A batch written into its slab is given back with Release, for its buffers to be
-// reused.
+// Rows yields packed batches: a *packed.Loader whose Config.Buffers are the
+// pipeline's SlabBuffers. The pipeline closes it, before the ring its batches are
+// written in.
 type Rows interface {
 	Next(ctx context.Context) (*packed.Batch, error)
-	Release(b *packed.Batch)
+	Close() error
 }
 
-// pack writes the batches of pl.p.Packed into slabs until the epoch's end.
-func (pl *Pipeline) pack(ctx context.Context) error {
+// SlabBuffers are the packed loader's buffers (packed.Config.Buffers): each batch
+// is written in a slab of the pipeline's ring, where its columns lie (wire.PackedViews),
+// so that its tokens are written once. Make it before the loader and give it to
+// Start (Params.Buffers), which sets the ring it takes the slabs from.
+type SlabBuffers struct {
+	set chan struct{} // closed once pl is set
+	pl  *Pipeline
+}
+
+// NewSlabBuffers returns SlabBuffers for Params.Buffers.
+func NewSlabBuffers() *SlabBuffers { return &SlabBuffers{set: make(chan struct{})} }
+
+// Get acquires a slab (the wait is back-pressure), grown to hold a packed batch when
+// it is smaller, and returns a batch whose buffers are views of it (heap buffers
+// copied into it later where the slab cannot be viewed as integers).
+func (s *SlabBuffers) Get(ctx context.Context) (*packed.Batch, error) {
+	select {
+	case <-s.set:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	pl := s.pl
 	p := &pl.p
 	select {
 	case <-pl.ringReady:
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 	if pl.ringErr != nil {
-		return pl.ringErr
+		return nil, pl.ringErr
 	}
+	tb := mono()
+	slab, err := pl.ring.Acquire(ctx)
+	add(&pl.C.Backpressure, mono()-tb)
+	if err != nil {
+		return nil, err
+	}
+	need := wire.PackedBytes(p.BatchSize, p.SeqLen, false)
+	if slab.Size() < need && p.Slabs != nil {
+		if err := pl.grow(slab, need, int(pl.C.Batches.Load())); err != nil {
+			pl.ring.Release(slab)
+			return nil, err
+		}
+	}
+	b := &packed.Batch{Buf: slab}
+	ok, err := wire.PackedViews(slab.Bytes(), &b.Batch, p.BatchSize, p.SeqLen, false)
+	if err != nil {
+		pl.ring.Release(slab)
+		return nil, err
+	}
+	if !ok {
+		n := p.BatchSize * p.SeqLen
+		b.InputIDs, b.PositionIDs, b.CuSeqlens = make([]int64, n), make([]int64, n), make([]int32, n+1)
+	}
+	return b, nil
+}
+
+// Put gives a batch's slab back to the ring.
+func (s *SlabBuffers) Put(b *packed.Batch) {
+	if slab, ok := b.Buf.(*pinned.Slab); ok {
+		s.pl.ring.Release(slab)
+	}
+}
+
+// pack hands the batches of pl.p.Packed, filled in their slabs, on until the
+// epoch's end.
+func (pl *Pipeline) pack(ctx context.Context) error {
+	p := &pl.p
 	for {
 		t0 := time.Now()
 		pb, err := p.Packed.Next(ctx)
@@ -44,36 +101,29 @@ func (pl *Pipeline) pack(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		tb := mono()
-		slab, err := pl.ring.Acquire(ctx)
-		add(&pl.C.Backpressure, mono()-tb)
-		if err != nil {
-			return err
+		slab, ok := pb.Buf.(*pinned.Slab)
+		if !ok {
+			return fmt.Errorf("shardload: batch %d: a packed batch not in a slab (packed.Config.Buffers is not the pipeline's)", pb.Seq)
 		}
+		// The columns are in place: this writes max_seqlen and the padding only (and
+		// copies the batch where the slab could not be viewed as integers).
 		t0 = time.Now()
 		db, err := wire.PackedLayout(slab.Bytes(), &pb.Batch, p.BatchSize, p.SeqLen)
-		if errors.Is(err, wire.ErrSlabTooSmall) && p.Slabs != nil {
-			if err = pl.grow(slab, wire.PackedBytes(p.BatchSize, p.SeqLen, pb.InputIDs == nil), int(pb.Seq)); err == nil {
-				db, err = wire.PackedLayout(slab.Bytes(), &pb.Batch, p.BatchSize, p.SeqLen)
-			}
-		}
 		add(&pl.C.Collate, time.Since(t0))
-		seq, padded := pb.Seq, pb.Padded
-		p.Packed.Release(pb)
 		if err != nil {
 			pl.ring.Release(slab)
-			return fmt.Errorf("shardload: batch %d: %w", seq, err)
+			return fmt.Errorf("shardload: batch %d: %w", pb.Seq, err)
 		}
-		out := &Batch{Layout: db, Seq: int(seq), Padded: padded, Slab: slab, ring: pl.ring}
+		out := &Batch{Layout: db, Seq: int(pb.Seq), Padded: pb.Padded, Slab: slab, ring: pl.ring}
 		if err := pl.toDevice(ctx, out); err != nil {
 			out.Release()
 			return err
 		}
-		pl.C.Samples.Add(int64(p.BatchSize - padded))
-		pl.C.Padded.Add(int64(padded))
+		pl.C.Samples.Add(int64(p.BatchSize - pb.Padded))
+		pl.C.Padded.Add(int64(pb.Padded))
 		pl.C.Batches.Add(1)
 		pl.C.BytesOut.Add(db.Used)
-		tb = mono()
+		tb := mono()
 		select {
 		case pl.out <- msg{b: out}:
 			add(&pl.C.Backpressure, mono()-tb)

@@ -110,9 +110,11 @@ type Params struct {
 
 	// Packed, when set, is where the batches come from instead of the plan's shards:
 	// rows of SeqLen tokens packed by a packed.Loader, BatchSize of them a batch,
-	// written into the ring's slabs (the fields, plan and shards are then unused).
-	Packed Rows
-	SeqLen int
+	// written into the ring's slabs by Buffers, its packed.Config.Buffers (the
+	// fields, plan and shards are then unused).
+	Packed  Rows
+	Buffers *SlabBuffers
+	SeqLen  int
 }
 
 // Budget is what the Skip policy may leave out before the pipeline fails.
@@ -262,6 +264,10 @@ func Start(ctx context.Context, p Params) *Pipeline {
 		pl.pool.MaxArena = min(pl.pool.MaxArena, p.SampleBytes)
 		pl.pool.MaxFree = min(pl.pool.MaxFree, p.SampleBytes)
 	}
+	if p.Buffers != nil {
+		p.Buffers.pl = pl
+		close(p.Buffers.set)
+	}
 	if p.Ring != nil {
 		pl.ring = p.Ring
 		close(pl.ringReady)
@@ -330,6 +336,9 @@ func (pl *Pipeline) Close() error {
 		}()
 		pl.wg.Wait()
 		pl.pool.Release() // every goroutine that held a sample buffer is done
+		if pl.p.Packed != nil {
+			pl.p.Packed.Close() // its fillers write into the ring's slabs
+		}
 		var devErr error
 		if pl.p.Device != nil {
 			devErr = pl.p.Device.Close()

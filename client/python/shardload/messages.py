@@ -124,6 +124,7 @@ class OrderSettings(TypedDict):
     dataset: str
     shards: int
     samples: int
+    tokens: NotRequired[int]
     seed: int
     epoch: int
     world: int
