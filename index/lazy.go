@@ -168,12 +168,12 @@ func PlanLoaded(ctx context.Context, infos []shard.Info, planFn func([]shard.Inf
 	if err != nil {
 		return nil, p, err
 	}
-	loaded := make(shard.Loaded, len(part))
+	read := make(shard.Loaded, len(part))
 	for k, i := range pos {
-		loaded[i] = part[k]
+		read[i] = part[k]
 	}
-	p, err = planFn(infos, loaded)
-	return loaded, p, err
+	p, err = planFn(infos, read)
+	return read, p, err
 }
 
 // partOffsets returns, by position in infos, the ordinals in d's index of the shards
