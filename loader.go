@@ -238,8 +238,9 @@ func (r *resolved) params(slabs *budget.Slabs, tuned *tune.Shared, dev *device.S
 	}
 }
 
-// newPlan returns cfg's rank's plan under order, after runs.
-func newPlan(infos []shard.Info, cfg Config, order Order, runs []plan.Run, mix *plan.Mix) (plan.Plan, error) {
+// newPlan returns cfg's rank's plan under order, after runs, with the entries of
+// loaded (plan.Config.Loaded).
+func newPlan(infos []shard.Info, loaded shard.Loaded, cfg Config, order Order, runs []plan.Run, mix *plan.Mix) (plan.Plan, error) {
 	if cfg.ReadGap == 0 && len(infos) > 0 {
 		cfg.ReadGap = source.RequestCostOf(cfg.Sources, infos[0].URL)
 	}
@@ -247,7 +248,7 @@ func newPlan(infos []shard.Info, cfg Config, order Order, runs []plan.Run, mix *
 		Seed: cfg.Seed, Epoch: order.Epoch, Rank: cfg.Rank, World: cfg.World,
 		Shuffle: !cfg.NoShuffle, Lanes: order.Lanes, Window: order.Window, Runs: runs,
 		BatchSize: cfg.BatchSize, DropLast: cfg.DropLast, GapBytes: cfg.ReadGap,
-		MaxWindows: cfg.Memory / planWindowBytes, Mix: mix, RanksPerNode: ranksPerNode(cfg),
+		MaxWindows: cfg.Memory / planWindowBytes, Mix: mix, RanksPerNode: ranksPerNode(cfg), Loaded: loaded,
 	})
 	if errors.Is(err, plan.ErrBadRuns) {
 		err = fmt.Errorf("%w: %w", ErrResume, err)

@@ -102,11 +102,10 @@ func planOf(ctx context.Context, cfg Config) (p planned, err error) {
 	if st := p.cfg.Streams; len(st) == 1 && st[0].Repeat == 0 && st[0].Choose == 0 && p.cfg.EpochSamples == 0 && p.cfg.Batching == plan.Random {
 		p.cfg.URLs, p.cfg.Shards, p.cfg.Streams = st[0].URLs, st[0].Shards, nil // a plain job
 	}
-	planFrom := index.Plan // copies shards others may hold (cfg.Shards: a server's sessions share a dataset's)
 	if len(p.cfg.Streams) > 0 {
 		p.infos, p.mix, err = mixOf(ctx, p.cfg)
-	} else if p.infos, err = Shards(ctx, p.cfg); len(p.cfg.Shards) == 0 {
-		planFrom = index.PlanInPlace // shards looked up for this plan alone: no copy of them
+	} else {
+		p.infos, err = Shards(ctx, p.cfg)
 	}
 	if err != nil {
 		return p, err
@@ -144,9 +143,11 @@ func planOf(ctx context.Context, cfg Config) (p planned, err error) {
 		runs = nil
 	}
 	// Planned from the counts, then again with the offsets of the shards it reads
-	// (an addressable index's are read for those alone: index.Plan).
-	p.infos, p.plan, err = planFrom(ctx, p.infos, func(infos []shard.Info) (plan.Plan, error) {
-		return newPlan(infos, p.cfg, p.order, runs, p.mix)
+	// (an addressable index's are read for those alone); shards others may hold
+	// (cfg.Shards: a server's sessions share a dataset's) are not copied for them.
+	shared := len(p.cfg.Shards)+len(p.cfg.Streams) > 0
+	p.infos, p.plan, err = index.PlanShards(ctx, p.infos, shared, func(infos []shard.Info, loaded shard.Loaded) (plan.Plan, error) {
+		return newPlan(infos, loaded, p.cfg, p.order, runs, p.mix)
 	})
 	return p, err
 }

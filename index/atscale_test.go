@@ -3,7 +3,6 @@ package index_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/shardload/shardload/index"
+	"github.com/shardload/shardload/internal/shardgen"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
@@ -275,67 +275,14 @@ func heapPeak() func() uint64 {
 
 // atScaleURL is shard i's URL: in an object store, whose objects are not checked
 // against their entries beyond Lookup.CheckUpTo (the stub source answers no Stat).
-func atScaleURL(i int) string { return fmt.Sprintf("s3://bucket/train/shard-%07d.tar", i) }
+func atScaleURL(i int) string { return shardgen.IndexURL(i) }
 
 // atScaleIndex returns the path of the synthetic index of n shards in dir (written
-// by WriteAddressable when addressable, else Write), writing it if it is not there.
-// Samples are 100-120 KB (a tar header and the data in 512-byte blocks), from a
-// generator seeded by the shard's number; with members, the index holds them too: a
-// jpg and a cls of one byte, in the same bytes of tar (the same counts).
+// by WriteAddressable when addressable, else Write), writing it if it is not there
+// (shardgen.Index).
 func atScaleIndex(b testing.TB, dir string, n, samples int, addressable, members bool) string {
 	b.Helper()
-	name := "whole.idx"
-	if addressable {
-		name = "addressable-2.idx" // its counts in a 1 MiB window (addressable.idx: 8 MiB)
-	}
-	if members {
-		name = strings.TrimSuffix(name, ".idx") + "-members.idx"
-	}
-	path := filepath.Join(dir, name)
-	if _, err := os.Stat(path); err == nil {
-		return path
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	infos := make([]shard.Info, n)
-	for i := range infos {
-		r := rand.New(rand.NewPCG(uint64(i), 7))
-		offs := make([]int64, samples)
-		off := int64(0)
-		var mb shard.MembersBuilder
-		for j := range offs {
-			offs[j] = off
-			size := 100_000 + r.Int64N(20_000)
-			off += 512 + (size+511)/512*512
-			if members { // the same tar bytes: the jpg 1024 bytes less, and the cls
-				mb.Sample()
-				mb.Member("jpg", size-1024)
-				mb.Member("cls", 1)
-			}
-		}
-		u := atScaleURL(i)
-		infos[i] = shard.Info{URL: u, Samples: samples, Version: fmt.Sprintf("%d-%x", off+1024, i), Size: off + 1024, Offsets: offs}
-		if members {
-			infos[i].Members = mb.Members()
-		}
-	}
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if addressable {
-		err = index.WriteAddressable(f, infos)
-	} else {
-		err = index.Write(f, infos, true)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
+	path, err := shardgen.Index(dir, n, samples, addressable, members)
 	if err != nil {
 		b.Fatal(err)
 	}

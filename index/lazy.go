@@ -116,6 +116,82 @@ func PlanInPlace(ctx context.Context, infos []shard.Info, planFn func([]shard.In
 	return planWith(ctx, infos, planFn, true)
 }
 
+// PlanShards plans infos with planFn as a loader does, and returns the shards it
+// planned from: with shared (shards that others may hold: the sessions of a loader
+// process plan from one list of a dataset's shards), as PlanLoaded, infos as they
+// are; else as PlanInPlace, planFn given no shard.Loaded.
+func PlanShards(ctx context.Context, infos []shard.Info, shared bool, planFn func([]shard.Info, shard.Loaded) (plan.Plan, error)) ([]shard.Info, plan.Plan, error) {
+	if shared {
+		_, p, err := PlanLoaded(ctx, infos, planFn)
+		return infos, p, err
+	}
+	return PlanInPlace(ctx, infos, func(infos []shard.Info) (plan.Plan, error) { return planFn(infos, nil) })
+}
+
+// PlanLoaded is Plan for shards that other holders share read-only (the sessions of
+// a loader process, planning from one list of a dataset's shards): it reads the same
+// offsets (and members) of the same shards, but copies no shard and writes none of
+// infos. The entries of the shards it read them for come back in a shard.Loaded, by
+// their positions in infos, which planFn is given with infos to plan from (nil for
+// the plan from the counts alone): a plan holds them (plan.Config.Loaded), and its
+// readers take a shard's entry from there when it holds one. What it holds is a few
+// dozen entries where Plan's copy of infos is 88 bytes a shard. The Loaded is nil
+// when it read none (shards from anywhere else than a lazily read index, or that the
+// plan reads whole).
+func PlanLoaded(ctx context.Context, infos []shard.Info, planFn func([]shard.Info, shard.Loaded) (plan.Plan, error)) (shard.Loaded, plan.Plan, error) {
+	p, err := planFn(infos, nil)
+	d := deferredOf(infos)
+	if err != nil || d == nil {
+		return nil, p, err
+	}
+	want := partOffsets(infos, p, d)
+	if len(want) == 0 {
+		return nil, p, nil
+	}
+	// The shards whose offsets are read, copied alone; ords by their place there.
+	part := make([]shard.Info, 0, len(want))
+	pos := make([]int, 0, len(want))
+	ords := make(map[int]int, len(want))
+	for i, ord := range want {
+		ords[len(part)] = ord
+		pos = append(pos, i)
+		part = append(part, infos[i])
+	}
+	err = d.table.offsetsOf(ctx, d.src, d.url, part, ords, 16, loadOffsets|loadMembers)
+	for k := range part {
+		if err == nil {
+			if err = part[k].Check(-1, -1); err != nil {
+				err = fmt.Errorf("shardload: index %s: %w; rebuild it (shardload index)", redact.URL(d.url), err)
+			}
+		}
+	}
+	if err != nil {
+		return nil, p, err
+	}
+	read := make(shard.Loaded, len(part))
+	for k, i := range pos {
+		read[i] = part[k]
+	}
+	p, err = planFn(infos, read)
+	return read, p, err
+}
+
+// partOffsets returns, by position in infos, the ordinals in d's index of the shards
+// whose offsets plan p needs and d left unread: those it reads in part (entered or
+// left at a sample, or with samples dropped between runs). A shard read whole needs
+// none (the rank holds 8 bytes a sample otherwise: 1 GB for a part of 125 million
+// samples), and the offsets change nothing in how it is read, so a plan made again
+// with the offsets reads it whole too.
+func partOffsets(infos []shard.Info, p plan.Plan, d *deferred) map[int]int {
+	want := map[int]int{}
+	for i, part := range p.InPart(infos) {
+		if part && d.pos[i] >= 0 && infos[i].Offsets == nil {
+			want[i] = int(d.pos[i])
+		}
+	}
+	return want
+}
+
 // planWith is Plan, or with inPlace PlanInPlace.
 func planWith(ctx context.Context, infos []shard.Info, planFn func([]shard.Info) (plan.Plan, error), inPlace bool) ([]shard.Info, plan.Plan, error) {
 	p, err := planFn(infos)
@@ -128,17 +204,8 @@ func planWith(ctx context.Context, infos []shard.Info, planFn func([]shard.Info)
 	if err != nil || d == nil {
 		return infos, p, err
 	}
-	// The offsets of the shards the plan reads in part: those it enters or leaves
-	// at a sample, or reads with samples dropped between runs. A shard read whole
-	// needs none (the rank holds 8 bytes a sample otherwise: 1 GB for a part of 125
-	// million samples), and the offsets change nothing in how it is read, so the
-	// second plan reads it whole too.
-	want := map[int]int{}
-	for i, part := range p.InPart(infos) {
-		if part && d.pos[i] >= 0 && infos[i].Offsets == nil {
-			want[i] = int(d.pos[i])
-		}
-	}
+	// The offsets of the shards the plan reads in part (partOffsets).
+	want := partOffsets(infos, p, d)
 	if len(want) == 0 {
 		return infos, p, nil
 	}

@@ -63,6 +63,20 @@ func nodeLayout(shards []shard.Info, cfg Config) (world, perNode int) {
 	return world, perNode
 }
 
+// nodeOrderOf returns the node order of shards under order, for a job of world ranks
+// with perNode to a node (newNodeOrder): the one another plan of these shards holds,
+// when one does (shared.go).
+func nodeOrderOf(shards []shard.Info, order *Order, world, perNode int) (*nodeOrder, error) {
+	build := func() (*nodeOrder, error) {
+		return newNodeOrder(shards, order.Len(), order.Config(), world, perNode), nil
+	}
+	k, ok := keyOf(shards, order.Config(), world, perNode)
+	if !ok {
+		return build()
+	}
+	return nodeOrders.get(k, func(no *nodeOrder) bool { return no.of(shards) }, build)
+}
+
 // entry is a group's run of a shard's samples: samples [skip, skip+n) of shard.
 type entry struct {
 	shard, skip, n int

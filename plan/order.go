@@ -86,7 +86,9 @@ type lane struct{ start, n int64 }
 // warmFirst is the size of an epoch's first window; each next warm-up window doubles.
 const warmFirst = 64
 
-// NewOrder returns the order of shards' samples under cfg.
+// NewOrder returns the order of shards' samples under cfg. It is read-only, and may
+// be the one it returned before for the same shards (a list of them with the same
+// counts) and settings, while that is held.
 func NewOrder(shards []shard.Info, cfg OrderConfig) (*Order, error) {
 	if len(shards) > math.MaxInt32 {
 		return nil, fmt.Errorf("shard: %d shards, more than an order holds (%d)", len(shards), math.MaxInt32)
@@ -102,9 +104,16 @@ func NewOrder(shards []shard.Info, cfg OrderConfig) (*Order, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := newOrder(len(shards), func(i int) int64 { return int64(shards[i].Samples) }, total, cfg)
-	o.shards = shards
-	return o, nil
+	build := func() (*Order, error) {
+		o := newOrder(len(shards), func(i int) int64 { return int64(shards[i].Samples) }, total, cfg)
+		o.shards = shards
+		return o, nil
+	}
+	if k, ok := keyOf(shards, cfg, 0, 0); ok {
+		// The order another plan of these shards holds (shared.go).
+		return orders.get(k, func(o *Order) bool { return o.of(shards) }, build)
+	}
+	return build()
 }
 
 // newOrder returns the order of n shards of count(i) samples each, total in all, under

@@ -55,6 +55,10 @@ type Config struct {
 	// layout of a resumed epoch is its first run's (Run.RanksPerNode), whatever this
 	// says. 0: the order of Order, the same for any layout.
 	RanksPerNode int
+	// Loaded, when set, holds the entries of some of the shards with more known than
+	// the shards' own (their sample offsets, read for this plan alone: index.PlanLoaded):
+	// the plan reads them there. The counts must be the shards' own.
+	Loaded shard.Loaded
 }
 
 // DefaultGapBytes is Config.GapBytes's default.
@@ -115,6 +119,7 @@ type Plan struct {
 	part    []seg
 	byItems bool
 	shards  []shard.Info
+	loaded  shard.Loaded
 	gap     int64
 	gaps    []bool // per span: some of its samples are read to be dropped
 }
@@ -200,7 +205,10 @@ func New(shards []shard.Info, cfg Config) (Plan, error) {
 		}
 		o = order
 		if w, r := nodeLayout(shards, cfg); r > 0 {
-			o, order, nodesBy = newNodeOrder(shards, order.Len(), order.Config(), w, r), nil, r
+			if o, err = nodeOrderOf(shards, order, w, r); err != nil {
+				return Plan{}, err
+			}
+			order, nodesBy = nil, r
 		}
 	}
 	// A shuffled mix whose batches are cut from the order as it comes is split by
@@ -248,7 +256,7 @@ func New(shards []shard.Info, cfg Config) (Plan, error) {
 				ErrPlanTooLarge, cfg.Rank, take, windows, cfg.MaxWindows, o.Len(), len(shards))
 		}
 	}
-	p.part, p.byItems, p.shards, p.gap = part, sp.byItems, shards, cfg.GapBytes
+	p.part, p.byItems, p.shards, p.loaded, p.gap = part, sp.byItems, shards, cfg.Loaded, cfg.GapBytes
 	// One walk of the windows finds the spans, how many feeds each has and which
 	// read samples to drop; the windows themselves are made again by Cursor.
 	b := p.builder()
@@ -258,6 +266,10 @@ func New(shards []shard.Info, cfg Config) (Plan, error) {
 			break
 		}
 		p.WindowCount++
+	}
+	if cap(p.Spans) > len(p.Spans)+len(p.Spans)/8 {
+		// Held as long as the plan: without the room that appending left.
+		p.Spans, p.gaps = slices.Clone(p.Spans), slices.Clone(p.gaps)
 	}
 	if mix != nil {
 		p.Streams = mix.partStreams(sp, part)
@@ -340,7 +352,7 @@ func (c *Cursor) Next() (*Window, bool) {
 // builder returns a builder of p's windows from the first.
 func (p *Plan) builder() planBuilder {
 	lanes := p.seq.laneCount()
-	b := planBuilder{o: p.seq, sp: &splitter{o: p.seq, byItems: p.byItems}, shards: p.shards, gap: p.gap,
+	b := planBuilder{o: p.seq, sp: &splitter{o: p.seq, byItems: p.byItems}, shards: p.shards, loaded: p.loaded, gap: p.gap,
 		part: slices.Clone(p.part), last: make([]int, lanes), cur: make([]Span, lanes), partial: make([]bool, lanes)}
 	for i := range b.last {
 		b.last[i] = -1
@@ -354,6 +366,7 @@ type planBuilder struct {
 	o      sequence
 	sp     *splitter
 	shards []shard.Info
+	loaded shard.Loaded
 	pcs    []piece // scratch
 	in     []seg   // scratch
 	gap    int64
@@ -480,7 +493,7 @@ func (b *planBuilder) feed(w *Window, f Feed) {
 // less than a new read: they take at most the gap bytes, or the shard cannot be
 // entered at a sample (its offsets are unknown) anyway.
 func (b *planBuilder) cheapGap(si, from, to int) bool {
-	offs := b.shards[si].Offsets
+	offs := b.loaded.At(b.shards, si).Offsets
 	if len(offs) <= to {
 		return true
 	}
@@ -509,6 +522,11 @@ func (p *Plan) Bytes() int64 {
 	}
 	return n + int64(len(p.shards))*12 // an order's permutation and starts a shard
 }
+
+// Loaded returns the entries of shards that p was planned with beyond the shards'
+// own (Config.Loaded): a reader of p's spans takes a shard's entry from there when
+// it holds one (shard.Loaded.At).
+func (p *Plan) Loaded() shard.Loaded { return p.loaded }
 
 // Whole reports, for each of p's spans, whether it reads its shard whole: every
 // sample, from the shard's start to its end, none of them dropped. Such a span needs

@@ -35,27 +35,39 @@ type refuted struct {
 // a shard from.
 func (b refuted) of(in shard.Info) bool { return in.Version == b.version && in.Samples == b.samples }
 
-// watched is a session's shards and how to stop it.
+// watched is a session's shards and how to stop it. The shards are the list the
+// session planned from, which the sessions of a dataset share (Server.count): held,
+// not copied, and looked up by URL only once a count is refuted.
 type watched struct {
-	shards map[string]shard.Info
+	shards []shard.Info
 	stop   context.CancelCauseFunc
+}
+
+// find returns the position of the shard of URL url in w's shards, trying at
+// first; -1 when it has none.
+func (w watched) find(url string, at int) int {
+	if at >= 0 && at < len(w.shards) && w.shards[at].URL == url {
+		return at
+	}
+	for i := range w.shards {
+		if w.shards[i].URL == url {
+			return i
+		}
+	}
+	return -1
 }
 
 // watch registers ss, planned from infos, to be stopped by stop when a count of
 // its shards is refuted; it returns the refutation that concerns it already, if
-// any. unwatch ends it.
+// any. unwatch ends it. infos are not written while it watches them.
 func (r *refutations) watch(ss *session, infos []shard.Info, stop context.CancelCauseFunc) error {
-	m := make(map[string]shard.Info, len(infos))
-	for _, in := range infos {
-		m[in.URL] = in
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.watching == nil {
 		r.watching = map[*session]watched{}
 	}
-	r.watching[ss] = watched{shards: m, stop: stop}
-	return r.concerns(m)
+	r.watching[ss] = watched{shards: infos, stop: stop}
+	return r.concerns(infos)
 }
 
 // check returns the refutation that concerns ss's shards, if any.
@@ -69,10 +81,14 @@ func (r *refutations) check(ss *session) error {
 	return r.concerns(w.shards)
 }
 
-// concerns returns the refutation of a count in shards, if any; r.mu held.
-func (r *refutations) concerns(shards map[string]shard.Info) error {
-	for url, b := range r.bad {
-		if in, ok := shards[url]; ok && b.of(in) {
+// concerns returns the refutation of a count in shards, if any; r.mu held. It
+// looks at every shard once some count is refuted, none before.
+func (r *refutations) concerns(shards []shard.Info) error {
+	if len(r.bad) == 0 {
+		return nil
+	}
+	for _, in := range shards {
+		if b, ok := r.bad[in.URL]; ok && b.of(in) {
 			return b.err
 		}
 	}
@@ -98,10 +114,11 @@ func (r *refutations) refute(by *session, err error) bool {
 	if !ok {
 		return false
 	}
-	in, ok := w.shards[ce.URL]
-	if !ok {
+	at := w.find(ce.URL, -1)
+	if at < 0 {
 		return false
 	}
+	in := w.shards[at]
 	if r.bad == nil {
 		r.bad = map[string]refuted{}
 	}
@@ -112,7 +129,8 @@ func (r *refutations) refute(by *session, err error) bool {
 		if ss == by {
 			continue
 		}
-		if o, ok := w.shards[ce.URL]; ok && b.of(o) {
+		// Sessions of one dataset share its list: the shard is at the same place.
+		if i := w.find(ce.URL, at); i >= 0 && b.of(w.shards[i]) {
 			w.stop(b.err)
 		}
 	}

@@ -50,7 +50,7 @@ func dataset(t *testing.T) string {
 	return filepath.Join(dir, spec.Pattern())
 }
 
-func fields(t *testing.T, specs ...string) []decode.Field {
+func fields(t testing.TB, specs ...string) []decode.Field {
 	t.Helper()
 	fs, err := decode.ParseFields(specs...)
 	if err != nil {
@@ -60,7 +60,7 @@ func fields(t *testing.T, specs ...string) []decode.Field {
 }
 
 // start runs a server on a new socket until the test ends.
-func start(t *testing.T, opts Options) *Server {
+func start(t testing.TB, opts Options) *Server {
 	t.Helper()
 	if opts.Socket == "" {
 		opts.Socket = filepath.Join(t.TempDir(), "run", "s.sock")
@@ -88,7 +88,7 @@ func start(t *testing.T, opts Options) *Server {
 
 // client is a minimal trainer speaking the protocol, for tests.
 type client struct {
-	t     *testing.T
+	t     testing.TB
 	c     *net.UnixConn
 	ready wire.Ready
 	raw   map[string]any // the ready as sent
@@ -98,7 +98,7 @@ type client struct {
 
 // dial connects, says hello and reads the answer: a client with its slabs mapped, or
 // the server's error message.
-func dial(t *testing.T, socket string, h wire.Hello) (*client, map[string]any) {
+func dial(t testing.TB, socket string, h wire.Hello) (*client, map[string]any) {
 	t.Helper()
 	cl := dialRaw(t, socket, h)
 	if m := cl.awaitReady(); m != nil {
@@ -108,7 +108,7 @@ func dial(t *testing.T, socket string, h wire.Hello) (*client, map[string]any) {
 }
 
 // dialRaw connects and says hello without waiting for the answer.
-func dialRaw(t *testing.T, socket string, h wire.Hello) *client {
+func dialRaw(t testing.TB, socket string, h wire.Hello) *client {
 	t.Helper()
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: socket, Net: "unixpacket"})
 	if err != nil {

@@ -208,3 +208,19 @@ func Estimated(infos []Info) int {
 	}
 	return n
 }
+
+// Loaded holds what one holder of a list of shards knows of some of them beyond the
+// list's own entries, by the shard's position in the list: their entries with the
+// sample offsets (and members) it read for itself, where the list, shared read-only
+// with other holders (the sessions of a loader process planning from one index),
+// leaves them out. A nil Loaded holds none.
+type Loaded map[int]Info
+
+// At returns the entry of shard i of shards as the holder of l knows it: l's when l
+// holds one, else shards[i].
+func (l Loaded) At(shards []Info, i int) Info {
+	if in, ok := l[i]; ok {
+		return in
+	}
+	return shards[i]
+}

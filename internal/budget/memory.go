@@ -236,13 +236,16 @@ func (b Budget) StartFrom(s *tune.Shared, k tune.Knobs, openShards int) (tune.Kn
 }
 
 // Held is what a loader holds of its shards' index entries (each a shard.Info, its
-// URL, version, and the sample offsets and member sizes it keeps) and of its plan:
-// it grows with the dataset, not with the knobs, and is counted in the memory
-// budget.
+// URL, version, and the sample offsets and member sizes it keeps, in the entries or
+// read for its plan alone: plan.Plan.Loaded) and of its plan: it grows with the
+// dataset, not with the knobs, and is counted in the memory budget.
 func Held(infos []shard.Info, p *plan.Plan) int64 {
 	n := int64(len(infos)) * int64(unsafe.Sizeof(shard.Info{}))
 	for i := range infos {
 		n += int64(len(infos[i].URL)+len(infos[i].Version)+8*len(infos[i].Offsets)) + infos[i].Members.Bytes()
+	}
+	for _, in := range p.Loaded() { // read for the plan alone (index.PlanLoaded)
+		n += 8*int64(len(in.Offsets)) + in.Members.Bytes()
 	}
 	return n + p.Bytes()
 }

@@ -157,7 +157,7 @@ func (p *producer) run() {
 	// A span that starts inside a shard whose sample offsets are known starts
 	// reading at its first sample (a ranged read, a seek), not at the shard's start.
 	first := 0
-	info := pl.p.Shards[span.Shard]
+	info := pl.p.Plan.Loaded().At(pl.p.Shards, span.Shard) // with the offsets read for this plan
 	length := int64(-1)
 	if offs := info.Offsets; span.Skip > 0 && span.Skip < len(offs) {
 		first, opts.StartOffset = span.Skip, offs[span.Skip]
@@ -291,7 +291,7 @@ func (p *producer) run() {
 	case info.Estimated:
 	case end == info.Samples:
 		p.checkEnd(r, end)
-	case !pl.endRead[span.Shard]:
+	case !pl.readsEnd(span.Shard):
 		p.checkCount(r, info, end)
 	}
 }
