@@ -51,6 +51,16 @@ type HintOptions struct {
 	// object's next use is the one after that read. Default 30 s (DefaultHintSlack),
 	// at most 24 h.
 	Slack time.Duration
+	// WriteEvery is the least time between two writes of the reader's file for the
+	// directory's other processes: a publish sooner after the last write counts in
+	// this process at once and is written when WriteEvery has passed since that
+	// write, by the Hints' own goroutine, only the last of several such publishes
+	// (Close writes nothing more). It bounds what a reader that publishes often
+	// costs the node (a file created and renamed into place, a few hundred
+	// microseconds of system time, more on a busy disk) at the price of the other
+	// processes seeing its hints up to WriteEvery late. 0: every publish is written
+	// at once. At most 24 h.
+	WriteEvery time.Duration
 }
 
 func (o HintOptions) withDefaults() HintOptions {
@@ -60,6 +70,7 @@ func (o HintOptions) withDefaults() HintOptions {
 	if o.Slack <= 0 {
 		o.Slack = DefaultHintSlack
 	}
+	o.WriteEvery = min(max(o.WriteEvery, 0), maxHintDuration)
 	o.Lifetime = min(o.Lifetime, maxHintDuration)
 	o.Slack = min(o.Slack, maxHintDuration)
 	return o
@@ -75,13 +86,39 @@ type Hints struct {
 	opts   HintOptions
 	id     string // the name of its files: 16 hex digits, random
 
-	mu     sync.Mutex // serializes Publish, the heartbeat and Close
-	lock   *os.File   // id.lock, held exclusively while open; nil: not created (yet)
+	mu     sync.Mutex // serializes Publish and Close
+	wmu    sync.Mutex // serializes the files' writes, the heartbeat and their removal; taken after mu, never before
+	lock   *os.File   // id.lock, held exclusively while open; nil: not created (yet); guarded by wmu
 	closed bool
 	stop   chan struct{}
 	done   chan struct{}
 
 	list *hintList // the last published; guarded by the book's mu
+	st   HintStats // guarded by mu
+
+	// With WriteEvery: when the file was last written, the publish still to write
+	// and the timer that writes it. Guarded by mu.
+	written time.Time
+	pending *hintList
+	flush   *time.Timer
+	closedW bool // Close has begun: nothing more is written; guarded by wmu
+}
+
+// HintStats is what a Hints published (Hints.Stats).
+type HintStats struct {
+	Publishes int64 // publishes that counted
+	Entries   int64 // the entries they held
+	// FileBytes is the bytes of the hint files written for the directory's other
+	// processes (none with no disk tier, nor for a publish whose file could not be
+	// written).
+	FileBytes int64
+}
+
+// Add adds o to s.
+func (s *HintStats) Add(o HintStats) {
+	s.Publishes += o.Publishes
+	s.Entries += o.Entries
+	s.FileBytes += o.FileBytes
 }
 
 // Hint returns a new Hints of the reader named reader (a name for log lines: a job,
@@ -103,9 +140,9 @@ func (c *Cache) Hint(reader string, opts HintOptions) (*Hints, error) {
 		close(h.done)
 		return h, nil
 	}
-	h.mu.Lock()
+	h.wmu.Lock()
 	h.lockFile() // an error is Publish's to report
-	h.mu.Unlock()
+	h.wmu.Unlock()
 	go h.beat()
 	return h, nil
 }
@@ -138,15 +175,67 @@ func (h *Hints) Publish(next []HintEntry) error {
 		return ErrClosed
 	}
 	h.c.hints.publish(h, l)
+	h.st.Publishes++
+	h.st.Entries += int64(len(next))
 	if h.c.hints.dir == "" {
 		return nil
 	}
-	if err := h.write(l); err != nil {
+	if w := h.opts.WriteEvery; w > 0 {
+		// Written by the timer's goroutine, never by the publisher's.
+		h.pending = l
+		if h.flush == nil {
+			h.flush = time.AfterFunc(max(w-time.Since(h.written), 0), h.writePending)
+		}
+		return nil
+	}
+	h.wmu.Lock()
+	defer h.wmu.Unlock()
+	h.written = time.Now()
+	n, err := h.write(l)
+	h.st.FileBytes += int64(n)
+	return h.writeFailed(err)
+}
+
+// writePending writes the last publish WriteEvery held back, outside h.mu: a
+// Publish meanwhile only waits for the list to be taken.
+func (h *Hints) writePending() {
+	h.mu.Lock()
+	l := h.pending
+	h.pending, h.flush = nil, nil
+	h.written = time.Now()
+	h.mu.Unlock()
+	if l == nil {
+		return
+	}
+	h.wmu.Lock()
+	if h.closedW {
+		h.wmu.Unlock()
+		return
+	}
+	n, err := h.write(l)
+	h.wmu.Unlock()
+	h.mu.Lock()
+	h.st.FileBytes += int64(n)
+	h.writeFailed(err) // logged once per cause
+	h.mu.Unlock()
+}
+
+// writeFailed logs a write's error once per cause and returns it for Publish.
+// Called with h.mu held.
+func (h *Hints) writeFailed(err error) error {
+	if err != nil {
 		h.c.logOnce("hints: "+writeCause(err), "cache: cannot write the hints of reader %q: %v; they count in this process only, the directory's other processes evict without them (logged once per cause)",
 			h.reader, err)
 		return fmt.Errorf("%w: hints of %q: %w", ErrUnwritable, h.reader, err)
 	}
 	return nil
+}
+
+// Stats returns what the reader published so far.
+func (h *Hints) Stats() HintStats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.st
 }
 
 // Close withdraws the reader's hints, here and from the directory. It is
@@ -158,9 +247,16 @@ func (h *Hints) Close() error {
 		return nil
 	}
 	h.closed = true
+	h.pending = nil
+	if h.flush != nil {
+		h.flush.Stop()
+		h.flush = nil
+	}
 	close(h.stop)
 	h.c.hints.remove(h)
 	var err error
+	h.wmu.Lock()
+	h.closedW = true
 	if h.lock != nil {
 		dir := h.c.hints.dir
 		if rerr := os.Remove(filepath.Join(dir, h.id+hintExt)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
@@ -170,6 +266,7 @@ func (h *Hints) Close() error {
 		h.lock.Close()
 		h.lock = nil
 	}
+	h.wmu.Unlock()
 	h.mu.Unlock()
 	<-h.done
 	return err
@@ -187,20 +284,20 @@ func (h *Hints) beat() {
 			return
 		case <-t.C:
 		}
-		h.mu.Lock()
-		if !h.closed && h.lock != nil {
+		h.wmu.Lock()
+		if !h.closedW && h.lock != nil {
 			now := time.Now()
 			if err := os.Chtimes(h.lock.Name(), now, now); err != nil {
 				h.c.logOnce("hints heartbeat: "+writeCause(err), "cache: heartbeat of the hints of reader %q: %v (logged once per cause)", h.reader, err)
 			}
 		}
-		h.mu.Unlock()
+		h.wmu.Unlock()
 	}
 }
 
 // lockFile creates and locks the reader's lock file, if it is not held yet: its
 // lock tells the other processes that the reader lives, its modification time when
-// it last beat. Called with h.mu held.
+// it last beat. Called with h.wmu held.
 func (h *Hints) lockFile() error {
 	if h.lock != nil {
 		return nil
@@ -229,10 +326,10 @@ func (h *Hints) lockFile() error {
 
 // write writes l to the reader's file: a temporary file renamed into place, so that
 // a process reading the directory finds the last whole file or the one before.
-// Called with h.mu held.
-func (h *Hints) write(l *hintList) error {
+// It returns the bytes of the file, 0 when it was not written. Called with h.wmu held.
+func (h *Hints) write(l *hintList) (int, error) {
 	if err := h.lockFile(); err != nil {
-		return err
+		return 0, err
 	}
 	d := h.c.disk
 	dir := h.c.hints.dir
@@ -240,11 +337,11 @@ func (h *Hints) write(l *hintList) error {
 	b := encodeHints(l, h.c.now().UnixNano(), int64(h.opts.Lifetime))
 	tmp := filepath.Join(dir, "tmp-"+h.id+"-"+newHintID()+hintExt)
 	if err := d.inject("create", tmp); err != nil {
-		return err
+		return 0, err
 	}
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if err = d.inject("write", tmp); err == nil {
 		_, err = f.Write(b)
@@ -257,10 +354,10 @@ func (h *Hints) write(l *hintList) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return err
+		return 0, err
 	}
 	os.Chtimes(h.lock.Name(), now, now) // a publish is a heartbeat
-	return nil
+	return len(b), nil
 }
 
 // Schedule returns the hints of reading urls in their order, the first at start and

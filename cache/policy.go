@@ -166,6 +166,9 @@ func sortVictims[E any](cands []victim[E]) {
 	})
 }
 
+// Policy returns the cache's eviction policy (Options.Policy).
+func (c *Cache) Policy() Policy { return c.opts.Policy }
+
 // ranker returns the policy's ranker of room made for the object of key k, from
 // the hints of the node's live readers now; nil under PolicyLRU. It reads the hints
 // directory: call it outside Cache.mu.

@@ -25,14 +25,15 @@ const DefaultBatchGuess = time.Second
 const republishes = 32
 
 // EpochHints announces one reader's epochs (a serve session, a rank of bench) to the
-// node's cache: at each epoch's open, the distinct URLs of its plan's spans in plan
-// order, spaced evenly over the epoch's expected duration; then again every 1/32 of
-// the epoch's batches, the reads done left out and the times estimated again from
-// the rate measured. The expected duration is the epoch's batches times the time per
-// batch: measured in this epoch once some batches are done, else that of the epoch
-// before, else DefaultBatchGuess. It does nothing when the loader's shards are not
-// read through a cache. Its methods are safe for concurrent use; a nil *EpochHints
-// does nothing.
+// node's cache, when that cache evicts by next use (cache.PolicyOrder; under
+// PolicyLRU nothing is announced): at each epoch's open, the distinct URLs of its
+// plan's spans in plan order, spaced evenly over the epoch's expected duration; then
+// again every 1/32 of the epoch's batches, the reads done left out and the times
+// estimated again from the rate measured. The expected duration is the epoch's
+// batches times the time per batch: measured in this epoch once some batches are
+// done, else that of the epoch before, else DefaultBatchGuess. It does nothing when
+// the loader's shards are not read through a cache. Its methods are safe for
+// concurrent use; a nil *EpochHints does nothing.
 type EpochHints struct {
 	reader string
 	logf   func(format string, args ...any)
@@ -48,6 +49,19 @@ type EpochHints struct {
 	done    int           // the batches taken so far
 	doneAt  time.Time     // when the last of them was taken
 	failed  bool          // a publish failed: logged once
+	st      HintStats     // what was published, but by e.h
+}
+
+// HintStats is what an EpochHints published: its cache.HintStats, the epochs'
+// shards announced and the time its publishes took.
+type HintStats struct {
+	cache.HintStats
+	// ShardEpochs is the distinct shards announced at the epochs' opens, summed over
+	// the epochs: FileBytes / ShardEpochs is the bytes written per shard and epoch.
+	ShardEpochs int64
+	// Time is the time spent publishing (building the schedule, Hints.Publish: the
+	// hint keys, the file written and renamed), on the reader's goroutine.
+	Time time.Duration
 }
 
 // NewEpochHints returns the hints of the reader named reader (a name for the cache's
@@ -84,7 +98,7 @@ func (e *EpochHints) Open(l *shardload.Loader, reg *source.Registry) {
 			continue
 		}
 		seen[s.URL] = true
-		if sc := cacheOf(reg, s.URL); sc != nil {
+		if sc := cacheOf(reg, s.URL); sc != nil && sc.Policy() == cache.PolicyOrder {
 			c = sc
 			urls = append(urls, s.URL)
 		}
@@ -104,6 +118,7 @@ func (e *EpochHints) Open(l *shardload.Loader, reg *source.Registry) {
 		return
 	}
 	if e.h != nil && e.c != c {
+		e.st.HintStats.Add(e.h.Stats())
 		e.h.Close()
 		e.h = nil
 	}
@@ -114,6 +129,7 @@ func (e *EpochHints) Open(l *shardload.Loader, reg *source.Registry) {
 		}
 		e.h, e.c = h, c
 	}
+	e.st.ShardEpochs += int64(len(urls))
 	e.publish(0, now)
 }
 
@@ -138,13 +154,19 @@ func (e *EpochHints) Batch(done int) {
 	e.publish(done, now)
 }
 
+// first returns the first URL a publish after batch done announces.
+func (e *EpochHints) first(done int) int {
+	from := min(len(e.urls)*done/e.batches, len(e.urls))
+	return max(from-1, 0)
+}
+
 // publish announces the reads still to come after batch done, from now at the
 // expected rate. The URL at the position the batches have reached is kept (the
 // loader reads ahead of its batches, and a span can feed several).
 func (e *EpochHints) publish(done int, now time.Time) {
+	defer func(t0 time.Time) { e.st.Time += time.Since(t0) }(time.Now())
 	e.next = done
-	from := min(len(e.urls)*done/e.batches, len(e.urls))
-	from = max(from-1, 0)
+	from := e.first(done)
 	rest := e.urls[from:]
 	left := time.Duration(e.batches-done) * e.perB
 	every := time.Duration(0)
@@ -157,6 +179,20 @@ func (e *EpochHints) publish(done int, now time.Time) {
 	}
 }
 
+// Stats returns what was published so far.
+func (e *EpochHints) Stats() HintStats {
+	if e == nil {
+		return HintStats{}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st := e.st
+	if e.h != nil {
+		st.HintStats.Add(e.h.Stats())
+	}
+	return st
+}
+
 // Close withdraws the hints.
 func (e *EpochHints) Close() {
 	if e == nil {
@@ -165,6 +201,7 @@ func (e *EpochHints) Close() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.h != nil {
+		e.st.HintStats.Add(e.h.Stats())
 		e.h.Close()
 		e.h = nil
 	}

@@ -356,6 +356,7 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 		st := cfg.Tuner.Settings()
 		res.Tuned = &st
 	}
+	res.addHints(hints.Stats())
 	res.Bottleneck = res.bottleneck()
 	res.RateLimit = throttledEndpoints()
 	return res, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/cache"
 	"github.com/shardload/shardload/device"
+	"github.com/shardload/shardload/serve"
 )
 
 // benchResult is what bench reports; its JSON form is stable for scripts.
@@ -59,6 +60,9 @@ type benchResult struct {
 	// the loader's reads: bytes from the store, from each tier; none when no read
 	// went through a cache.
 	Cache []cacheEpoch `json:"cache_epochs,omitempty"`
+	// Hints is what the rank announced to the cache of the node (--cache-policy
+	// order): none when no read went through a cache.
+	Hints *hintReport `json:"hints,omitempty"`
 	// RateLimit is, per endpoint the store throttled, what the process's request rate
 	// limiter did (none when no store throttled).
 	RateLimit      []rateLimitResult `json:"rate_limit,omitempty"`
@@ -81,6 +85,37 @@ func (r *benchResult) addCache(epoch int, b cache.Bytes) {
 		return
 	}
 	r.Cache = append(r.Cache, cacheEpoch{Epoch: epoch, Bytes: b, HitRate: b.HitRate()})
+}
+
+// hintReport is what the rank's hints to the node's cache cost: publishes, their
+// entries, the bytes of the hint files written, the distinct shards announced over
+// the epochs, and the wall time spent publishing on the trainer's goroutine (CPU,
+// and waits for the hint file's write and rename); per shard and epoch, the bytes,
+// and that wall time over the process's CPU time (cpu_share: an upper bound of the
+// publishing's share of the CPU where it did not wait on the disk).
+type hintReport struct {
+	Publishes          int64   `json:"publishes"`
+	Entries            int64   `json:"entries"`
+	FileBytes          int64   `json:"file_bytes"`
+	ShardEpochs        int64   `json:"shard_epochs"`
+	Seconds            float64 `json:"seconds"`
+	BytesPerShardEpoch float64 `json:"bytes_per_shard_epoch"`
+	CPUShare           float64 `json:"cpu_share"`
+}
+
+// addHints records st, unless nothing was announced.
+func (r *benchResult) addHints(st serve.HintStats) {
+	if st.Publishes == 0 {
+		return
+	}
+	h := &hintReport{Publishes: st.Publishes, Entries: st.Entries, FileBytes: st.FileBytes, ShardEpochs: st.ShardEpochs, Seconds: st.Time.Seconds()}
+	if st.ShardEpochs > 0 {
+		h.BytesPerShardEpoch = float64(st.FileBytes) / float64(st.ShardEpochs)
+	}
+	if r.CPUSeconds > 0 {
+		h.CPUShare = h.Seconds / r.CPUSeconds
+	}
+	r.Hints = h
 }
 
 // streamResult is one stream's part of the report of a mix.
@@ -242,6 +277,10 @@ func (r *benchResult) report(w io.Writer) error {
 	}
 	for _, e := range r.Cache {
 		fmt.Fprintf(bw, "  cache, epoch %d: %s\n", e.Epoch, e.Bytes)
+	}
+	if h := r.Hints; h != nil {
+		fmt.Fprintf(bw, "  cache hints: %d publishes, %d entries, %d bytes written (%.0f a shard an epoch), %.4fs publishing (%.3f%% of the process's CPU time)\n",
+			h.Publishes, h.Entries, h.FileBytes, h.BytesPerShardEpoch, h.Seconds, 100*h.CPUShare)
 	}
 	for _, e := range r.RateLimit {
 		fmt.Fprintf(bw, "  %s\n", e)

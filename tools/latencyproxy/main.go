@@ -22,12 +22,19 @@
 // --log-requests writes a line per request to stderr (method, path, Range, status,
 // seconds from arrival to the response headers), to count the requests a run makes.
 //
+// --dir DIR serves the files under DIR (GET and HEAD, with ranges) instead of
+// forwarding: a store over HTTP with no server to build. --count counts the
+// requests and the response body bytes sent (what a store sent a loader); GET
+// /.latencyproxy/count answers the totals so far as JSON ({"requests", "gets",
+// "heads", "bytes"}), for a script to take differences around a run.
+//
 // It lives under tools/ because it is a measuring tool for this repository's
 // benchmarks, not part of the shardload command line.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -39,6 +46,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -64,25 +72,36 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	target := fs.String("target", "", "base URL to forward to, e.g. http://127.0.0.1:9000 (required)")
 	delay := fs.Duration("delay", 50*time.Millisecond, "time every request waits before it is forwarded")
 	logRequests := fs.Bool("log-requests", false, "log every request on stderr")
+	dir := fs.String("dir", "", "serve the files under this directory (GET, HEAD, Range) instead of forwarding to --target")
+	count := fs.Bool("count", false, "count the requests and the response body bytes sent; GET "+countPath+" answers the totals as JSON")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: latencyproxy --target URL [--listen ADDR] [--delay D] [--log-requests]\n\n"+
-			"Forwards every request to URL after waiting D, keeping its Host header, and\n"+
-			"prints its own URL as the first line on stdout.\n\n")
+		fmt.Fprintf(fs.Output(), "usage: latencyproxy (--target URL | --dir DIR) [--listen ADDR] [--delay D] [--log-requests] [--count]\n\n"+
+			"Forwards every request to URL (or serves it from DIR) after waiting D, keeping\n"+
+			"its Host header, and prints its own URL as the first line on stdout.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() != 0 || *target == "" {
+	if fs.NArg() != 0 || (*target == "") == (*dir == "") {
 		fs.Usage()
-		return errors.New("--target URL is required, and no arguments")
+		return errors.New("one of --target URL and --dir DIR is required, and no arguments")
 	}
 	if *delay < 0 {
 		return errors.New("--delay must not be negative")
 	}
-	u, err := parseTarget(*target)
-	if err != nil {
-		return err
+	var next http.Handler
+	if *dir != "" {
+		if fi, err := os.Stat(*dir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("--dir %q: not a directory", *dir)
+		}
+		next = http.FileServer(http.Dir(*dir))
+	} else {
+		u, err := parseTarget(*target)
+		if err != nil {
+			return err
+		}
+		next = forwarder(u)
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -90,9 +109,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	log.SetPrefix("latencyproxy: ")
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
-	h := newProxy(u, *delay)
+	h := delayed(next, *delay)
 	if *logRequests {
 		h = logged(h)
+	}
+	if *count {
+		h = counted(h)
 	}
 	srv := &http.Server{
 		Handler:           h,
@@ -140,6 +162,12 @@ func parseTarget(s string) (*url.URL, error) {
 // away), then goes to target's scheme and host with its path, query, headers (Host
 // included) and body unchanged.
 func newProxy(target *url.URL, delay time.Duration) http.Handler {
+	return delayed(forwarder(target), delay)
+}
+
+// forwarder returns the handler that sends each request to target's scheme and host
+// with its path, query, headers (Host included) and body unchanged.
+func forwarder(target *url.URL) http.Handler {
 	// The default transport keeps two idle connections per host; a loader has tens
 	// of requests in flight. No proxy from the environment (the target is the store
 	// on this machine), and no transparent gzip: responses pass through as sent.
@@ -165,6 +193,12 @@ func newProxy(target *url.URL, delay time.Duration) http.Handler {
 			w.WriteHeader(http.StatusBadGateway)
 		},
 	}
+	return rp
+}
+
+// delayed returns next, each request held delay first (or until its client goes
+// away).
+func delayed(next http.Handler, delay time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if delay > 0 {
 			t := time.NewTimer(delay)
@@ -175,9 +209,73 @@ func newProxy(target *url.URL, delay time.Duration) http.Handler {
 				return
 			}
 		}
-		rp.ServeHTTP(w, r)
+		next.ServeHTTP(w, r)
 	})
 }
+
+// countPath is where --count answers its totals: a path no S3 request names (a
+// bucket's name cannot start with a dot).
+const countPath = "/.latencyproxy/count"
+
+// counts is what counted has seen: requests by method and the response body bytes
+// sent for them.
+type counts struct {
+	Requests int64 `json:"requests"`
+	Gets     int64 `json:"gets"`
+	Heads    int64 `json:"heads"`
+	Bytes    int64 `json:"bytes"` // response bodies, as written to the clients
+}
+
+// counted wraps h to count its requests and the bytes of its responses' bodies;
+// GET countPath answers the totals so far as JSON, itself not counted.
+func counted(h http.Handler) http.Handler {
+	var mu sync.Mutex
+	var c counts
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == countPath {
+			mu.Lock()
+			b, _ := json.Marshal(c)
+			mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(append(b, '\n'))
+			return
+		}
+		cw := &countWriter{ResponseWriter: w}
+		h.ServeHTTP(cw, r)
+		mu.Lock()
+		c.Requests++
+		switch r.Method {
+		case http.MethodGet:
+			c.Gets++
+		case http.MethodHead:
+			c.Heads++
+		}
+		c.Bytes += cw.n
+		mu.Unlock()
+	})
+}
+
+// countWriter counts the body bytes written through it.
+type countWriter struct {
+	http.ResponseWriter
+	n int64
+}
+
+func (w *countWriter) Write(p []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(p)
+	w.n += int64(n)
+	return n, err
+}
+
+// Flush passes on to the writer below, so that the proxy's flushes still stream.
+func (w *countWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the writer below.
+func (w *countWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // logged wraps h to log each request when its response headers are written (or
 // when it ends without any).

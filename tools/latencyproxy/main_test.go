@@ -5,11 +5,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -194,6 +197,68 @@ func TestRun(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("run did not return after its context ended")
+	}
+}
+
+// TestRunDirCount: --dir serves files with ranges, --count counts the requests and
+// the body bytes sent, and answers them at countPath.
+func TestRunDirCount(t *testing.T) {
+	dir := t.TempDir()
+	data := bytes.Repeat([]byte("0123456789"), 1000)
+	if err := os.WriteFile(filepath.Join(dir, "a.tar"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--dir", dir, "--delay", "0", "--count"}, pw)
+		pw.Close()
+	}()
+	first, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.TrimSpace(first)
+	get := func(path, rng string) []byte {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, addr+path, nil)
+		if rng != "" {
+			req.Header.Set("Range", rng)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if b := get("/a.tar", ""); !bytes.Equal(b, data) {
+		t.Fatalf("whole file: %d bytes", len(b))
+	}
+	if b := get("/a.tar", "bytes=100-199"); !bytes.Equal(b, data[100:200]) {
+		t.Fatalf("range: %q", b)
+	}
+	resp, err := http.Head(addr + "/a.tar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var c counts
+	if err := json.Unmarshal(get(countPath, ""), &c); err != nil {
+		t.Fatal(err)
+	}
+	if want := (counts{Requests: 3, Gets: 2, Heads: 1, Bytes: int64(len(data)) + 100}); c != want {
+		t.Fatalf("counts %+v, want %+v", c, want)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 
