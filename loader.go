@@ -400,6 +400,12 @@ func (l *Loader) Stats() Stats {
 	if l.slabs != nil {
 		s.SlabBytes = l.slabs.Bytes()
 	}
+	if l.pk != nil { // finding the documents: the index, an .idx
+		if s.Stages == nil {
+			s.Stages = map[string]time.Duration{}
+		}
+		s.Stages["find"] = l.pk.FindTime()
+	}
 	return s
 }
 

@@ -94,12 +94,14 @@ func (l *Layout) Rows() int64 { return l.rows }
 // Tokens(), in the last row's pad or beyond, it gives doc -1 and within =
 // token-Tokens(). It calls length up to BlockDocs times. token must not be negative.
 func (l *Layout) Locate(token int64) (doc int, within int64) {
-	doc, within, _ = l.locate(token)
+	doc, within, _ = l.locate(token, nil)
 	return doc, within
 }
 
-// locate is Locate that also gives the document's token count, eos included.
-func (l *Layout) locate(token int64) (doc int, within, n int64) {
+// locate is Locate that also gives the document's token count, eos included. With
+// a Walk that lies at or before token and no further back than token's checkpoint,
+// it walks on from the Walk's document instead of from the checkpoint.
+func (l *Layout) locate(token int64, w *Walk) (doc int, within, n int64) {
 	if token < 0 {
 		panic(fmt.Sprintf("pack: Locate of token %d", token))
 	}
@@ -109,16 +111,30 @@ func (l *Layout) locate(token int64) (doc int, within, n int64) {
 	// The last checkpoint at or before token; its block holds the token, since the
 	// next checkpoint is past it.
 	j := sort.Search(len(l.cum), func(j int) bool { return l.cum[j] > token }) - 1
-	t := l.cum[j]
-	end := min((j+1)*l.k, l.docs)
-	for doc = j * l.k; doc < end; doc++ {
+	doc, t := j*l.k, l.cum[j]
+	if w != nil && w.ok && w.start <= token && w.doc >= doc {
+		doc, t = w.doc, w.start
+	}
+	first := doc
+	for ; doc < l.docs; doc++ {
 		n = l.docLen(doc)
 		if token < t+n {
 			return doc, token - t, n
 		}
 		t += n
 	}
-	panic(fmt.Sprintf("pack: the length function gives other lengths than it gave NewLayout (documents %d to %d)", j*l.k, end-1))
+	panic(fmt.Sprintf("pack: the length function gives other lengths than it gave NewLayout (documents %d to %d)", first, l.docs-1))
+}
+
+// Walk is where the last Pieces call made with it ended, so that the next one, when
+// it starts at or after that point, walks on from there instead of from its block's
+// checkpoint: a rank's batches, asked for in order, then cost about one length call
+// a document instead of up to BlockDocs a batch. The zero Walk is ready for use; a
+// Walk belongs to one Layout.
+type Walk struct {
+	doc   int   // a document
+	start int64 // the tokens before it
+	ok    bool
 }
 
 // docLen is the number of tokens document i adds to the stream, eos included.
@@ -169,6 +185,12 @@ func (p Piece) DocTokens() int {
 // BlockDocs times to find the first piece and once per document after it, and
 // allocates only when dst is too short.
 func (l *Layout) Pieces(rowFrom, rowTo int64, dst []Piece) []Piece {
+	return l.WalkPieces(nil, rowFrom, rowTo, dst)
+}
+
+// WalkPieces is Pieces that starts walking from w when it can, and leaves w where it
+// ended (w nil: Pieces).
+func (l *Layout) WalkPieces(w *Walk, rowFrom, rowTo int64, dst []Piece) []Piece {
 	rowFrom = max(rowFrom, 0)
 	rowTo = min(rowTo, l.rows)
 	if rowFrom >= rowTo {
@@ -178,7 +200,7 @@ func (l *Layout) Pieces(rowFrom, rowTo int64, dst []Piece) []Piece {
 	t, end := rowFrom*s, rowTo*s
 	stream := min(end, l.Tokens())
 	if t < stream {
-		doc, within, n := l.locate(t)
+		doc, within, n := l.locate(t, w)
 		for {
 			take := min(n-within, s-t%s, stream-t)
 			dst = append(dst, Piece{
@@ -197,6 +219,9 @@ func (l *Layout) Pieces(rowFrom, rowTo int64, dst []Piece) []Piece {
 				}
 				within, n = 0, l.docLen(doc)
 			}
+		}
+		if w != nil {
+			*w = Walk{doc: doc, start: t - within, ok: true}
 		}
 	}
 	if t < end {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -176,6 +177,54 @@ func TestPieces(t *testing.T) {
 	}
 	if n := []int{got[0].DocTokens(), want[1].DocTokens(), want[2].DocTokens(), want[5].DocTokens()}; n[0] != 4 || n[1] != 1 || n[2] != 0 || n[3] != 0 {
 		t.Errorf("DocTokens %v", n)
+	}
+}
+
+// TestWalkPieces checks that WalkPieces gives what Pieces gives for the row ranges
+// a rank asks for in order (batches dealt round the world, pad rows past the end),
+// and for ranges that go back, where the walk must not be used.
+func TestWalkPieces(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, s := range coverageSpecs {
+		spec, _ := ParseSpec(s)
+		for _, k := range []int{1, 3, BlockDocs} {
+			c := randomCorpus(r, 300, spec.SeqLen)
+			calls := 0
+			l, err := newLayout(spec, len(c.lens), func(i int) int64 { calls++; return c.length(i) }, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, world := range []int64{1, 2, 5} {
+				for _, batch := range []int64{1, 3} {
+					var w Walk
+					for rank := range world {
+						for from := rank * batch; from < l.Rows()+batch; from += world * batch {
+							got := l.WalkPieces(&w, from, from+batch, nil)
+							if want := l.Pieces(from, from+batch, nil); !slices.Equal(got, want) {
+								t.Fatalf("%s k=%d world %d: rows %d+%d: %v, want %v", s, k, world, from, batch, got, want)
+							}
+						}
+					}
+				}
+			}
+			// Ranges in random order, the walk kept: each as Pieces gives it.
+			var w Walk
+			for range 200 {
+				from := r.Int64N(l.Rows() + 2)
+				to := from + r.Int64N(4)
+				if got, want := l.WalkPieces(&w, from, to, nil), l.Pieces(from, to, nil); !slices.Equal(got, want) {
+					t.Fatalf("%s k=%d: rows %d to %d: %v, want %v", s, k, from, to, got, want)
+				}
+			}
+			// A rank of one walks each document about once.
+			w, calls = Walk{}, 0
+			for from := int64(0); from < l.Rows(); from += 2 {
+				l.WalkPieces(&w, from, from+2, nil)
+			}
+			if limit := 2*len(c.lens) + int(l.Rows()); calls > limit {
+				t.Errorf("%s k=%d: %d length calls for one walk over %d documents, %d rows", s, k, calls, len(c.lens), l.Rows())
+			}
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -118,4 +119,74 @@ func TestPackedThroughCache(t *testing.T) {
 			}
 		})
 	}
+}
+
+// versioned is remote with pinned reads (source.VersionReader), counting the Stats
+// and the reads of each object.
+type versioned struct {
+	remote
+	stats atomic.Int64
+	reads sync.Map // URL -> *atomic.Int64
+}
+
+func (v *versioned) Stat(ctx context.Context, url string) (source.Info, error) {
+	v.stats.Add(1)
+	return v.remote.Stat(ctx, url)
+}
+
+func (v *versioned) OpenVersion(ctx context.Context, url, version string, off, n int64) (io.ReadCloser, error) {
+	c, _ := v.reads.LoadOrStore(url, new(atomic.Int64))
+	c.(*atomic.Int64).Add(1)
+	rc, err := v.file.OpenVersion(ctx, v.path(url), version, off, n)
+	if err != nil {
+		return nil, err
+	}
+	return counted{rc, &v.bytes}, nil
+}
+
+func (v *versioned) OpenRange(ctx context.Context, url string, off, n int64) (io.ReadCloser, error) {
+	c, _ := v.reads.LoadOrStore(url, new(atomic.Int64))
+	c.(*atomic.Int64).Add(1)
+	return v.remote.OpenRange(ctx, url, off, n)
+}
+
+// A packed epoch of a Megatron dataset from a store reads the .bin in few
+// requests, each pinned to the version found at Open and none after a Stat of its
+// own: a chunk reads ahead towards its part's end, so that a part of 4,096
+// documents is not one request per group of batches; no byte is read twice.
+func TestPackedRequests(t *testing.T) {
+	const seqLen = 400
+	docs := corpusDocs(3*packed.DocsPerShard, seqLen, 8)
+	dir := t.TempDir()
+	writeMegatron(t, dir, docs, megatron.Uint16)
+	up := &versioned{remote: remote{dir: dir}}
+	reg := &source.Registry{}
+	reg.Register("mem", source.NewFetcher(up, source.FetchOptions{}))
+	spec := pack.Spec{Field: "tokens", SeqLen: seqLen, HasEOS: true, EOS: 65535, Pad: 65535}
+	cfg := packed.Config{Pack: spec, BatchSize: 4, Seed: 5, URLs: []string{filepath.Join(dir, "corpus.idx")}, Logf: t.Logf}
+	want, _, _, _ := epoch(t, cfg)
+	cfg.URLs, cfg.Sources = []string{"mem://b/corpus.idx"}, reg
+	got, _, _, _ := epoch(t, cfg)
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("the batches read from the store differ from the files'")
+	}
+	bin := filepath.Join(dir, "corpus.bin")
+	info, err := (&source.File{}).Stat(context.Background(), bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := up.reads.Load("mem://b/corpus.bin")
+	reads := c.(*atomic.Int64).Load()
+	// Three parts: a request or two each, where a request per group and lane was
+	// about 20.
+	if reads > 8 {
+		t.Errorf("%d requests for a .bin of %d bytes in 3 parts", reads, info.Size)
+	}
+	if s := up.stats.Load(); s > 2 {
+		t.Errorf("%d Stats for one .idx and one .bin", s)
+	}
+	if b := up.bytes.Load(); b > info.Size+info.Size/20+(1<<20) {
+		t.Errorf("%d bytes read of a .idx and a .bin of %d", b, info.Size)
+	}
+	t.Logf("%d requests, %d Stats, %d bytes for a .bin of %d", reads, up.stats.Load(), up.bytes.Load(), info.Size)
 }

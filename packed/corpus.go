@@ -32,6 +32,7 @@ var ErrTokens = errors.New("packed: bad tokens")
 // Megatron .bin.
 type part struct {
 	url   string // the object read: a tar shard or a .bin
+	obj   int    // the object's number: the parts of one .bin share it
 	info  shard.Info
 	first int // a Megatron part's first document in its index
 	meg   *megatron.Index
@@ -68,6 +69,15 @@ func (c *corpus) span(p, k int) (off, n int64) {
 		end = pt.info.Offsets[k+1]
 	}
 	return off, end - off
+}
+
+// end returns the end of part p's bytes in its object.
+func (c *corpus) end(p int) int64 {
+	if n := c.infos[p].Samples; c.parts[p].meg != nil && n > 0 {
+		off, size := c.span(p, n-1)
+		return off + size
+	}
+	return c.parts[p].info.Size
 }
 
 // openCorpus finds the documents of cfg's URLs, in order: Megatron datasets (URLs
@@ -150,7 +160,7 @@ func (c *corpus) addTar(in shard.Info) error {
 			return fmt.Errorf("%w: field %s of %s is not a 1-D integer .npy array in every sample (the index records dtype %q): a packed field holds one document of token ids per sample", ErrNotPackable, c.field, u, dt)
 		}
 	}
-	c.parts = append(c.parts, part{url: in.URL, info: in, dtype: dt})
+	c.parts = append(c.parts, part{url: in.URL, obj: len(c.parts), info: in, dtype: dt})
 	c.infos = append(c.infos, shard.Info{URL: in.URL, Samples: in.Samples, Version: in.Version, Size: in.Size})
 	return nil
 }
@@ -176,9 +186,10 @@ func (c *corpus) addMegatron(ctx context.Context, src *source.Registry, idxURL s
 	if err != nil {
 		return fmt.Errorf("packed: %s: %w", redact.URL(idxURL), err)
 	}
+	obj := len(c.parts)
 	for first := 0; first < meg.Docs(); first += DocsPerShard {
 		n := min(DocsPerShard, meg.Docs()-first)
-		c.parts = append(c.parts, part{url: binURL, info: shard.Info{URL: binURL, Size: bin.Size, Version: bin.Version}, first: first, meg: meg})
+		c.parts = append(c.parts, part{url: binURL, obj: obj, info: shard.Info{URL: binURL, Size: bin.Size, Version: bin.Version}, first: first, meg: meg})
 		// The parts' names tell the order's dataset digest which documents they hold.
 		c.infos = append(c.infos, shard.Info{URL: fmt.Sprintf("%s#docs=%d-%d", binURL, first, first+n), Samples: n, Version: bin.Version, Size: bin.Size})
 	}

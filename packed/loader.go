@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/shardload/shardload/pack"
 	"github.com/shardload/shardload/plan"
@@ -150,9 +151,10 @@ type Loader struct {
 	closed    chan struct{} // closed by Close
 	closeOnce sync.Once
 	mu        sync.Mutex
-	waiting   chan result // the batch Next waits for (mu)
-	pool      chan *Batch // released batches
-	memo      memo        // the planner's (see memo)
+	waiting   chan result   // the batch Next waits for (mu)
+	pool      chan *Batch   // released batches
+	memo      memo          // the planner's (see memo)
+	found     time.Duration // Open's time finding the documents (FindTime)
 	rd        *reader
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -194,11 +196,12 @@ func Open(ctx context.Context, cfg Config) (*Loader, error) {
 	if err := cfg.Pack.Check(maxID); err != nil {
 		return nil, err
 	}
+	t0 := time.Now()
 	c, err := openCorpus(ctx, &cfg)
 	if err != nil {
 		return nil, err
 	}
-	l := &Loader{cfg: cfg, c: c}
+	l := &Loader{cfg: cfg, c: c, found: time.Since(t0)}
 	oc := plan.OrderConfig{Seed: cfg.Seed, Epoch: cfg.Epoch, Shuffle: !cfg.NoShuffle}
 	if oc.Shuffle {
 		oc.Lanes, oc.Window = cfg.OpenShards, max(1, cfg.ShuffleBuffer/2)
@@ -293,6 +296,11 @@ func (l *Loader) Tokens() int64 { return l.layout.Tokens() }
 // order of Config.Streams; nil without Streams or EpochTokens.
 func (l *Loader) StreamTokens() []int64 { return slices.Clone(l.streamTok) }
 
+// FindTime is the time Open took to find the documents and their lengths (the
+// index, a Megatron .idx), before it planned the epoch: what an unpacked loader
+// spends counting its shards.
+func (l *Loader) FindTime() time.Duration { return l.found }
+
 // Fingerprint names the epoch's order and packing (State.Order): the dataset, the
 // seed, the shuffle settings and the spec; not the epoch or world.
 func (l *Loader) Fingerprint() string { return l.fp }
@@ -384,28 +392,36 @@ func (l *Loader) Close() error {
 type ref struct{ p, k int }
 
 // cursor maps positions of an order to documents, keeping the last window's
-// permutation (positions are asked for mostly in order).
+// permutation and items (positions are asked for mostly in order).
 type cursor struct {
 	o          *plan.Order
 	j          int64
 	start, end int64
 	perm       []int32
+	items      []plan.ShardSample
 	ok         bool
 }
 
 // at returns the part and document at position n of the order.
 func (c *cursor) at(n int64) (p, k int) {
 	if !c.ok || n < c.start || n >= c.end {
-		nw := c.o.Windows()
-		c.j = int64(sort.Search(int(nw), func(k int) bool { return c.o.WindowStart(int64(k)+1) > n }))
+		if c.ok && n == c.end {
+			for c.j++; c.o.WindowStart(c.j+1) <= n; c.j++ {
+			}
+		} else {
+			nw := c.o.Windows()
+			c.j = int64(sort.Search(int(nw), func(k int) bool { return c.o.WindowStart(int64(k)+1) > n }))
+		}
 		c.start, c.end = c.o.WindowStart(c.j), c.o.WindowStart(c.j+1)
 		c.perm, c.ok = c.o.Perm(c.j, int(c.end-c.start)), true
+		c.items = c.o.WindowItems(c.j, c.items[:0])
 	}
 	q := int(n - c.start)
 	if c.perm != nil {
 		q = int(c.perm[q])
 	}
-	return c.o.Item(c.j, q)
+	it := c.items[q]
+	return it.Shard, it.Sample
 }
 
 // fingerprint names the order of infos under oc and the packing spec, and the mix

@@ -47,7 +47,7 @@ func (r *rangeReader) ReadAt(p []byte, off int64) (int, error) {
 // fill reads the chunk at off.
 func (r *rangeReader) fill(off int64) error {
 	n := min(int64(idxChunk), r.size-off)
-	rc, err := r.src.OpenVersion(r.ctx, r.url, r.version, off, n)
+	rc, err := r.src.OpenInfoRange(r.ctx, source.Info{URL: r.url, Size: r.size, Version: r.version}, off, n)
 	if err != nil {
 		return err
 	}

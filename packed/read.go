@@ -22,6 +22,7 @@ import (
 	"github.com/shardload/shardload/megatron"
 	"github.com/shardload/shardload/pack"
 	"github.com/shardload/shardload/redact"
+	"github.com/shardload/shardload/source"
 )
 
 // Sizes of the read path.
@@ -46,7 +47,11 @@ const (
 // chunk is one ranged read: bytes [off, off+len(buf)) of an object, which the
 // batches that hold a reference to it decode their documents from.
 type chunk struct {
-	url  string
+	url string
+	pt  *part // the object's part (its size and version)
+	// docs is the bytes from off that its documents take; n is more when the chunk
+	// reads ahead (see plan).
+	docs int64
 	off  int64
 	n    int64
 	buf  []byte
@@ -168,6 +173,8 @@ func (rd *reader) plan(ctx context.Context, cur positions, jobs chan<- *job) {
 	var recent []*chunk // the last group's chunks, which the next may read from too
 	var group []*job
 	var want []*loc
+	var walk pack.Walk
+	ahead := min(rd.budget.max/int64(2*max(l.cfg.OpenShards, 1)), maxChunk)
 	nb := l.deal.BatchesPerRank()
 	for b := int64(0); b < nb; {
 		// A group: batches whose documents not in a recent chunk take target bytes.
@@ -176,7 +183,7 @@ func (rd *reader) plan(ctx context.Context, cur positions, jobs chan<- *job) {
 		for b < nb && (len(group) == 0 || need < target) {
 			from, to, pad := l.deal.RowsOf(l.cfg.Rank, b)
 			l.memo.start()
-			j := &job{seq: b, pad: pad, pieces: l.layout.Pieces(from, to, nil), out: make(chan result, 1)}
+			j := &job{seq: b, pad: pad, pieces: l.layout.WalkPieces(&walk, from, to, nil), out: make(chan result, 1)}
 			j.locs = make([]loc, len(j.pieces))
 			refs := l.memo.take(j.pieces)
 			for i, p := range j.pieces {
@@ -201,13 +208,13 @@ func (rd *reader) plan(ctx context.Context, cur positions, jobs chan<- *job) {
 		// The documents not yet read, merged into chunks: runs of one object whose
 		// gaps are at most ReadGap bytes, up to maxChunk bytes a chunk.
 		slices.SortStableFunc(want, func(x, y *loc) int {
-			return cmp.Or(cmp.Compare(c.parts[x.p].url, c.parts[y.p].url), cmp.Compare(x.off, y.off))
+			return cmp.Or(cmp.Compare(c.parts[x.p].obj, c.parts[y.p].obj), cmp.Compare(x.off, y.off))
 		})
 		for i := 0; i < len(want); {
-			url := c.parts[want[i].p].url
-			ch := &chunk{url: url, off: want[i].off, n: want[i].n, done: make(chan struct{})}
+			pt := &c.parts[want[i].p]
+			ch := &chunk{url: pt.url, pt: pt, off: want[i].off, n: want[i].n, done: make(chan struct{})}
 			e := i
-			for ; e < len(want) && c.parts[want[e].p].url == url; e++ {
+			for ; e < len(want) && c.parts[want[e].p].obj == pt.obj; e++ {
 				w := want[e]
 				end := ch.off + ch.n
 				if w.off+w.n <= end {
@@ -220,6 +227,13 @@ func (rd *reader) plan(ctx context.Context, cur positions, jobs chan<- *job) {
 				ch.n = w.off + w.n - ch.off
 				w.c = ch
 			}
+			// Read ahead, past the group's documents towards the part's end: a lane
+			// reads its part in order, so the next group finds its documents in this
+			// chunk (covering) and a part is a few requests, not one a group. Ahead
+			// are at most the lane's share of half the budget, and nothing when the
+			// budget is spent (see acquireAhead).
+			ch.docs = ch.n
+			ch.n = max(ch.n, min(c.end(want[e-1].p)-ch.off, ch.n+ahead, maxChunk))
 			i = e
 		}
 		// References: one per batch that reads a chunk, and the planner's on this
@@ -251,9 +265,11 @@ func (rd *reader) plan(ctx context.Context, cur positions, jobs chan<- *job) {
 					continue
 				}
 				ch.queued = true
-				if err := rd.budget.acquire(ch.n); err != nil {
+				n, err := rd.budget.acquireAhead(ch.docs, ch.n)
+				if err != nil {
 					return
 				}
+				ch.n = n
 				select {
 				case rd.fetchq <- ch:
 				case <-ctx.Done():
@@ -324,7 +340,9 @@ func covering(chunks []*chunk, url string, off, n int64) *chunk {
 func (rd *reader) fetch(ctx context.Context, c *chunk) {
 	defer close(c.done)
 	c.buf = rd.buffer(c.n)
-	rc, err := rd.l.cfg.Sources.OpenRange(ctx, c.url, c.off, c.n)
+	// One request, pinned to the version the index (or the .bin's Stat) recorded.
+	info := source.Info{URL: c.url, Size: c.pt.info.Size, Version: c.pt.info.Version}
+	rc, err := rd.l.cfg.Sources.OpenInfoRange(ctx, info, c.off, c.n)
 	if err != nil {
 		c.err = err
 		return
@@ -700,24 +718,29 @@ func newBudget(n int64) *budget {
 	return b
 }
 
-// acquire waits until n bytes fit (n is clamped to the budget) and takes them. It
-// waits only while batches handed to the fillers may release some: with none, it
-// takes them anyway (one batch's chunks over the budget at most), so that a batch
-// whose documents take more than the budget still makes progress.
-func (b *budget) acquire(n int64) error {
-	n = min(n, b.max)
+// acquireAhead waits until want bytes fit (clamped to the budget) and takes them,
+// where the first need of them are the documents' and the rest read ahead. It waits
+// only while batches handed to the fillers may release some: with none, it takes
+// them anyway (one batch's chunks over the budget at most), so that a batch whose
+// documents take more than the budget still makes progress, but then need alone:
+// nothing is read ahead past the budget. It returns the bytes taken, want or need.
+func (b *budget) acquireAhead(need, want int64) (int64, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for b.used+n > b.max && b.jobs > 0 && !b.closed {
+	for b.used+min(want, b.max) > b.max && b.jobs > 0 && !b.closed {
 		b.cond.Wait()
 	}
 	if b.closed {
-		return context.Canceled
+		return 0, context.Canceled
 	}
-	b.used += n
+	n := want
+	if b.used+min(want, b.max) > b.max {
+		n = need
+	}
+	b.used += min(n, b.max)
 	b.peak = max(b.peak, b.used)
 	b.over = max(b.over, b.used-b.max)
-	return nil
+	return n, nil
 }
 
 // release returns n bytes.

@@ -288,6 +288,31 @@ func (o *Order) Item(j int64, q int) (shardIdx, sample int) {
 	panic(fmt.Sprintf("shard: item %d outside window %d", q, j))
 }
 
+// ShardSample is a sample named by its shard (an index in the shard list given to
+// NewOrder) and its index in the shard.
+type ShardSample struct{ Shard, Sample int }
+
+// WindowItems appends window j's items to dst in item order, so that the q-th
+// appended is Item(j, q), and returns it: one search a lane, then a walk.
+func (o *Order) WindowItems(j int64, dst []ShardSample) []ShardSample {
+	x0, x1 := o.cut(j), o.cut(j+1)
+	for l := range o.lanes {
+		p0, p1 := o.progress(l, x0), o.progress(l, x1)
+		if p1 <= p0 {
+			continue
+		}
+		s, end := o.lanes[l].start+p0, o.lanes[l].start+p1
+		i := sort.Search(len(o.perm), func(i int) bool { return o.starts[i+1] > s })
+		for ; s < end; s++ {
+			for s >= o.starts[i+1] {
+				i++
+			}
+			dst = append(dst, ShardSample{int(o.perm[i]), int(s - o.starts[i])})
+		}
+	}
+	return dst
+}
+
 // sampleAt returns the shard and sample at position s of S.
 func (o *Order) sampleAt(s int64) (shardIdx, sample int) {
 	i := sort.Search(len(o.perm), func(i int) bool { return o.starts[i+1] > s })

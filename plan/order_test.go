@@ -121,6 +121,18 @@ func TestOrderIsAPermutation(t *testing.T) {
 			}
 			seen[id] = true
 		}
+		var items []ShardSample
+		for j := range o.Windows() {
+			items = o.WindowItems(j, items[:0])
+			if size := o.WindowStart(j+1) - o.WindowStart(j); int64(len(items)) != size {
+				t.Fatalf("trial %d: window %d has %d items, want %d", trial, j, len(items), size)
+			}
+			for q, it := range items {
+				if s, i := o.Item(j, q); it != (ShardSample{s, i}) {
+					t.Fatalf("trial %d: window %d item %d is %v, Item gives %d/%d", trial, j, q, it, s, i)
+				}
+			}
+		}
 		if o.WindowStart(o.Windows()) != o.Len() || o.WindowStart(0) != 0 {
 			t.Fatalf("trial %d: windows cover [%d, %d) of %d", trial, o.WindowStart(0), o.WindowStart(o.Windows()), o.Len())
 		}

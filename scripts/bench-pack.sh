@@ -5,7 +5,8 @@
 #   1. tar shards of token documents from S3: `bench --pack tokens.npy:2048:eos=0`
 #      against the unpacked path over the same shards (`bench --field tokens.npy`),
 #      both at --batch-size 32, both as the shards' stored bytes / the run's seconds
-#      (each report's "seconds"); beside it the packed side's tokens/s x 2 bytes;
+#      (each report's "seconds", which leaves out its count_seconds: reading the
+#      index, the same on both sides); beside it the packed side's tokens/s x 2 bytes;
 #      and tools/packprof over the same shards: the packed loader alone, each batch
 #      released for reuse as a consumer that has copied it does (bench --pack keeps
 #      none), as the shards' stored bytes / its seconds (Open and every batch);

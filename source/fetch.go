@@ -34,6 +34,13 @@ type InfoOpener interface {
 	OpenInfo(ctx context.Context, info Info) (io.ReadCloser, error)
 }
 
+// InfoRangeOpener is a Source that reads a range of an object at the size and
+// version an index or an earlier Stat recorded, without asking the store for them
+// again: one request a range instead of two (see Fetcher.OpenInfoRange).
+type InfoRangeOpener interface {
+	OpenInfoRange(ctx context.Context, info Info, off, length int64) (io.ReadCloser, error)
+}
+
 // FetchOptions configure a Fetcher. The zero value gives the defaults.
 type FetchOptions struct {
 	// PartSize is the size of each ranged part. Default 8 MiB (DefaultPartSize).
@@ -423,6 +430,26 @@ func (f *Fetcher) OpenInfo(ctx context.Context, info Info) (io.ReadCloser, error
 		return f.Open(ctx, info.URL)
 	}
 	return f.openKnown(ctx, rr, info, 0, -1)
+}
+
+// OpenInfoRange is OpenVersion(info.URL, info.Version, off, length) for an object
+// whose size and version are known (from an index, or a Stat): the read is pinned to
+// the version by the backend (S3 and HTTP If-Match, the GCS generation, the file's
+// size and time), so it is one request, not a Stat and a request. Without a size or
+// a version, or on a source that cannot pin a version, it is OpenVersion.
+func (f *Fetcher) OpenInfoRange(ctx context.Context, info Info, off, length int64) (io.ReadCloser, error) {
+	if off < 0 {
+		return nil, &Error{Op: "open", URL: info.URL, Err: fmt.Errorf("source: negative offset %d", off)}
+	}
+	if info.Version == "" {
+		return f.open(ctx, info.URL, nil, off, length)
+	}
+	rr, ranged := f.src.(RangeReader)
+	_, pinned := f.src.(VersionReader)
+	if !ranged || !pinned || info.Size < 0 {
+		return f.open(ctx, info.URL, &info.Version, off, length)
+	}
+	return f.openKnown(ctx, rr, info, off, length)
 }
 
 // openKnown reads [off, off+length) of the object info describes, at info's size

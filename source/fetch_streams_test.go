@@ -119,3 +119,62 @@ func TestFetcherOpenInfoAsksNothing(t *testing.T) {
 		t.Errorf("OpenInfo of an object written since its Stat: %v; want ErrChanged", err)
 	}
 }
+
+// OpenInfoRange reads a range at the Info given (an index's size and version), with
+// no Stat of its own, through a Registry as well; pinned like OpenInfo: an object
+// written since fails with ErrChanged. Without a version it asks first.
+func TestFetcherOpenInfoRangeAsksNothing(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "obj")
+	data := make([]byte, 300<<10)
+	for i := range data {
+		data[i] = byte(i * 11)
+	}
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	src := &statCounter{}
+	f := NewFetcher(src, FetchOptions{PartSize: 64 << 10, Parallel: 4, SingleRate: -1})
+	reg := &Registry{}
+	reg.Register("file", f)
+	info, err := f.Stat(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info.URL = "file://" + p
+	for _, r := range [][2]int64{{0, 100}, {1000, 200 << 10}, {250 << 10, 50 << 10}} {
+		rc, err := reg.OpenInfoRange(ctx, info, r[0], r[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || !bytes.Equal(got, data[r[0]:r[0]+r[1]]) {
+			t.Fatalf("range %v: %d bytes, %v", r, len(got), err)
+		}
+	}
+	if src.stats != 1 {
+		t.Errorf("%d Stats for a Stat and three OpenInfoRange; want 1", src.stats)
+	}
+	unversioned := info
+	unversioned.Version = ""
+	rc, err := reg.OpenInfoRange(ctx, unversioned, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Close()
+	if src.stats != 2 {
+		t.Errorf("OpenInfoRange without a version made %d Stats; want 1", src.stats-1)
+	}
+	if err := os.WriteFile(p, data[:200<<10], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rc, err = reg.OpenInfoRange(ctx, info, 0, 1000)
+	if err == nil {
+		_, err = io.ReadAll(rc)
+		rc.Close()
+	}
+	if !errors.Is(err, ErrChanged) {
+		t.Errorf("OpenInfoRange of an object written since its Stat: %v; want ErrChanged", err)
+	}
+}

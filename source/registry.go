@@ -175,6 +175,20 @@ func (r *Registry) OpenRange(ctx context.Context, url string, off, length int64)
 	}{io.LimitReader(body, length), body}, nil
 }
 
+// OpenInfoRange looks up info.URL's Source and reads length bytes from off of the
+// object at info.Version, whose size is info.Size: through the Source's
+// InfoRangeOpener (a Fetcher) in one request, else as OpenVersion.
+func (r *Registry) OpenInfoRange(ctx context.Context, info Info, off, length int64) (io.ReadCloser, error) {
+	src, err := r.Lookup(info.URL)
+	if err != nil {
+		return nil, err
+	}
+	if o, ok := src.(InfoRangeOpener); ok {
+		return o.OpenInfoRange(ctx, info, off, length)
+	}
+	return r.OpenVersion(ctx, info.URL, info.Version, off, length)
+}
+
 // OpenVersion looks up url's Source and reads length bytes from off of the object at
 // version (an earlier Info.Version), failing with an error wrapping ErrChanged when the
 // object is no longer at it: through the Source's VersionReader when it has one (every

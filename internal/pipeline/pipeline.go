@@ -28,6 +28,7 @@ import (
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/redact"
 	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/source"
 	"github.com/shardload/shardload/wire"
 )
 
@@ -37,6 +38,7 @@ type Opener interface {
 	Open(ctx context.Context, url string) (io.ReadCloser, error)
 	OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error)
 	OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error)
+	OpenInfoRange(ctx context.Context, info source.Info, off, length int64) (io.ReadCloser, error)
 }
 
 // Params are what the stages need, with every default applied by the caller.
@@ -391,7 +393,14 @@ func Compressed(ctx context.Context, src Opener, infos []shard.Info, url string)
 	if url == "" {
 		return true
 	}
-	body, err := src.OpenRange(ctx, url, 0, 8)
+	var body io.ReadCloser
+	var err error
+	if i := slices.IndexFunc(infos, func(in shard.Info) bool { return in.URL == url }); i >= 0 && infos[i].Size > 0 && infos[i].Version != "" {
+		in := infos[i]
+		body, err = src.OpenInfoRange(ctx, source.Info{URL: url, Size: in.Size, Version: in.Version}, 0, 8)
+	} else {
+		body, err = src.OpenRange(ctx, url, 0, 8)
+	}
 	if err != nil {
 		return true
 	}

@@ -178,7 +178,7 @@ func (p *producer) run() {
 	t0 := mono()
 	switch {
 	case info.Version != "" && !info.Estimated:
-		body, err = pl.p.Sources.OpenVersion(octx, span.URL, info.Version, opts.StartOffset, length)
+		body, err = pl.openShard(octx, span.URL, info, opts.StartOffset, length)
 		if errors.Is(err, source.ErrChanged) {
 			// Under either policy: every rank planned from the stale count.
 			p.send(slotMsg{err: &CountError{URL: span.URL, Err: fmt.Errorf("%w: %s changed since its sample count was taken (version %s): every rank's plan is wrong; rebuild the index (shardload index): %w", ErrCountMismatch, span.URL, info.Version, err)}})
@@ -322,7 +322,7 @@ func (p *producer) checkCount(r *shard.Reader, info shard.Info, end int) {
 		var err error
 		octx := pl.fetchContext(p.ctx)
 		if info.Version != "" {
-			body, err = pl.p.Sources.OpenVersion(octx, url, info.Version, last, -1)
+			body, err = pl.openShard(octx, url, info, last, -1)
 		} else {
 			body, err = pl.p.Sources.OpenRange(octx, url, last, -1)
 		}
@@ -594,4 +594,13 @@ func (pl *Pipeline) put(it *item) {
 	clear(it.values)
 	*it = item{values: it.values[:0]}
 	pl.items.Put(it)
+}
+
+// openShard reads [off, off+length) of url at info's version: in one request when
+// info knows the object's size too (an index entry, a listing), else a Stat first.
+func (pl *Pipeline) openShard(ctx context.Context, url string, info shard.Info, off, length int64) (io.ReadCloser, error) {
+	if info.Size > 0 {
+		return pl.p.Sources.OpenInfoRange(ctx, source.Info{URL: url, Size: info.Size, Version: info.Version}, off, length)
+	}
+	return pl.p.Sources.OpenVersion(ctx, url, info.Version, off, length)
 }
