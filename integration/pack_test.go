@@ -149,6 +149,11 @@ func TestPackedThroughServe(t *testing.T) {
 	for rank := range 3 {
 		r := packRead(t, py, "read", srv.socket, map[string]any{"pack": spec, "batch": 4, "seed": 9, "rank": rank, "world": 3, "state": a0.State})
 		parts = append(parts, r.Rows)
+		// len() is a whole epoch's batches at the new world, not the old world's
+		// batches added to the new one's.
+		if want := (len(one.Rows) + 11) / 12; r.Length != want {
+			t.Errorf("rank %d of 3, resumed from two ranks' state: len() %d, a whole epoch of %d rows in batches of 3x4 is %d", rank, r.Length, len(one.Rows), want)
+		}
 	}
 	count("two ranks resumed on three", parts...)
 

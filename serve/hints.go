@@ -123,7 +123,7 @@ func (e *EpochHints) Open(l *shardload.Loader, reg *source.Registry) {
 		e.h = nil
 	}
 	if e.h == nil {
-		h, err := c.Hint(e.reader, cache.HintOptions{})
+		h, err := c.Hint(e.reader, cache.HintOptions{WriteEvery: time.Second})
 		if err != nil {
 			return
 		}

@@ -312,6 +312,11 @@ func (ss *session) run() error {
 		if st := cfg.Resume; st != nil && sameWorld(st.Runs, cfg.World) {
 			rd.EpochBatches += st.Batches
 		}
+		if step := int64(max(order.World, 1)) * int64(order.BatchSize); cfg.Pack != "" && step > 0 {
+			// Packed rows are dealt World*BatchSize at a time from the epoch's first,
+			// whatever world a resumed state was taken at.
+			rd.EpochBatches = int((order.Samples + step - 1) / step)
+		}
 	}
 	if ss.states {
 		st := wire.State(l.State())

@@ -95,15 +95,24 @@ func TestBenchCacheBytesByTier(t *testing.T) {
 			t.Errorf("cache_epochs[%d] is epoch %d", i, e.Epoch)
 		}
 	}
-	// The first epoch reads the first shard again after counting it: from disk.
-	if e := res.Cache[0]; e.Store != sent || e.HitRate > 0.2 || sent < cb.dataset {
-		t.Errorf("epoch 0: %v, want the %d bytes the store sent (at least the dataset's %d), and little else", e.Bytes, sent, cb.dataset)
+	// The first epoch reads the dataset from the store; the later ones from disk,
+	// then memory. A whole-object fetch that a range read started in the background
+	// may still be reading when the next epoch begins: that epoch then joins it
+	// (Joined), and the first bytes of a shard sniffed before its fetch committed
+	// (8 bytes, to see whether shards are compressed) come from the store: sniffs
+	// are what a later epoch may take from the store, nothing more.
+	const sniffs = 64
+	if e := res.Cache[0]; e.Store < cb.dataset || e.HitRate > 0.3 { // the shards the open reads first (fields, counts), read again
+		t.Errorf("epoch 0: %v, want the dataset's %d bytes from the store, and little else", e.Bytes, cb.dataset)
 	}
-	if e := res.Cache[1]; e.Store != 0 || e.Disk == 0 || e.HitRate != 1 {
-		t.Errorf("epoch 1: %v, want bytes from disk, none from the store", e.Bytes)
+	if e := res.Cache[1]; e.Store > sniffs || e.Disk == 0 || e.HitRate < 0.999 {
+		t.Errorf("epoch 1: %v (%d from the store), want bytes from disk, none from the store", e.Bytes, e.Store)
 	}
-	if e := res.Cache[2]; e.Store != 0 || e.Memory == 0 || e.HitRate != 1 {
-		t.Errorf("epoch 2: %v, want bytes from memory, none from the store", e.Bytes)
+	if e := res.Cache[2]; e.Store > sniffs || e.Memory == 0 || e.HitRate < 0.999 {
+		t.Errorf("epoch 2: %v (%d from the store), want bytes from memory, none from the store", e.Bytes, e.Store)
+	}
+	if sum.Store != sent {
+		t.Errorf("the epochs count %d bytes from the store, which sent %d", sum.Store, sent)
 	}
 	st := c.Stats()
 	if st.BytesFetched != cb.dataset || st.StoreBytes() != sent {
