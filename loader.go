@@ -267,7 +267,7 @@ const planWindowBytes = 64
 // resumeFrom returns the state the loader starts from (cfg.Resume's, or the
 // epoch's start) and its runs, checking that it fits the order.
 func resumeFrom(cfg Config, order Order) (State, []plan.Run, error) {
-	start := State{Epoch: order.Epoch, Order: order.resumeKey(), Samples: order.Samples}
+	start := State{Epoch: order.Epoch, Order: order.Fingerprint(), Samples: order.Samples}
 	r := cfg.Resume
 	if r == nil {
 		return start, nil, nil

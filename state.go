@@ -8,50 +8,13 @@ import (
 	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/wire"
 )
 
 // State is a rank's position in an epoch: what Loader.State returns after any batch,
-// and what Config.Resume starts a loader from. It is a few dozen bytes of ints and
-// strings (JSON below), the same on every rank of a job at the same step, so a job
-// may keep any rank's.
-//
-// The epoch's order does not depend on the world size (see plan.Order), so a state
-// restores in a job of any size: the ranks of the new job split what the old one
-// left unread between them, and across the new ranks every sample the old job had
-// not consumed is read exactly once (but for fewer than World samples left to no
-// rank, as in any epoch). With the same world size, each rank yields exactly the
-// batches it would have yielded had the job not stopped.
-type State struct {
-	// Epoch is the epoch the state is in.
-	Epoch int `json:"epoch"`
-	// Order is a fingerprint of what the order of the dataset's epochs depends on
-	// besides the epoch: the dataset (its shards and their counts), the seed and the
-	// shuffle settings. Resuming under another order is an error. A state with no
-	// Order and no Runs is the start of its Epoch, under any order.
-	Order string `json:"order"`
-	// Samples is the number of samples of the epoch.
-	Samples int64 `json:"samples"`
-	// Runs are the runs of the epoch so far, as "WORLDxCONSUMED" separated by
-	// commas: the world size of each run and the samples each of its ranks consumed
-	// (plan.Run). Empty at the start of an epoch.
-	Runs string `json:"runs"`
-	// Batches is the number of batches each rank has taken in the epoch so far: the
-	// Seq of the next batch.
-	//
-	// The state after an epoch's last batch resumes to an epoch with no batches left;
-	// the next epoch starts from State{Epoch: Epoch + 1, Order: Order, Samples: Samples}
-	// (NextEpoch).
-	Batches int `json:"batches"`
-	// Rows is a packed epoch's position (Config.Pack): the rows of the epoch's
-	// packed layout that every rank together has yielded, which resumes on any
-	// world size. Zero otherwise.
-	Rows int64 `json:"rows,omitempty"`
-}
-
-// NextEpoch returns the state at the start of the epoch after s's.
-func (s State) NextEpoch() State {
-	return State{Epoch: s.Epoch + 1, Order: s.Order, Samples: s.Samples}
-}
+// and what Config.Resume starts a loader from; see wire.State, its one definition,
+// shared with the protocol's messages.
+type State = wire.State
 
 // StateAt returns the state of rank cfg.Rank after it has taken batches batches of
 // epoch cfg.Epoch (or of cfg.Resume's remainder) without reading any data: for a
@@ -117,7 +80,7 @@ func planOf(ctx context.Context, cfg Config) (p planned, err error) {
 		// A state saved while the counts were estimated, resumed once they are known
 		// (an index written since, or the node's store filled by the epoch): the
 		// rest of that epoch is planned from the same estimates again.
-		if est, eerr := estimatedShards(ctx, p.cfg); eerr == nil && shard.Estimated(est) > 0 && orderOf(p.cfg, est, nil).resumeKey() == p.cfg.Resume.Order {
+		if est, eerr := estimatedShards(ctx, p.cfg); eerr == nil && shard.Estimated(est) > 0 && orderOf(p.cfg, est, nil).Fingerprint() == p.cfg.Resume.Order {
 			p.infos, p.order = est, orderOf(p.cfg, est, nil)
 			p.resume, runs, err = resumeFrom(p.cfg, p.order)
 		}

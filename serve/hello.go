@@ -134,7 +134,7 @@ func (s *Server) sessionConfig(h *wire.Hello) (shardload.Config, error) {
 		cfg.Tuner = shardload.NewTuner() // the session's epochs go on from the last one's settings
 	}
 	if h.State != nil {
-		st := shardload.State(*h.State)
+		st := *h.State
 		epoch, err := checkState("hello", h.Epoch, &st)
 		if err != nil {
 			return cfg, reject(CodeBadRequest, "%v", err)

@@ -13,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/redact"
 	"github.com/shardload/shardload/wire"
 )
@@ -70,7 +69,7 @@ func (ss *session) readLoop(ctx context.Context, cancel context.CancelCauseFunc)
 			}
 			req := epochReq{epoch: e.Epoch}
 			if ss.states && e.State != nil {
-				st := shardload.State(*e.State)
+				st := *e.State
 				epoch, err := checkState("epoch", e.Epoch, &st)
 				if err != nil {
 					ss.protocolError(cancel, "%v", err)

@@ -303,7 +303,7 @@ func (ss *session) run() error {
 	rd := wire.Ready{
 		Type: wire.TypeReady, Version: ss.version, Session: ss.id, Slabs: len(ring.Slabs()), SlabBytes: ring.SlabBytes(),
 		Fields: wire.Fields(l.Fields()), Epoch: cfg.Epoch, Batches: plan.Batches, Samples: int64(plan.Samples), Estimated: plan.Estimated, Shards: len(infos),
-		Order:     wire.OrderInfo{Fingerprint: order.JobFingerprint(), Settings: wire.OrderSettings(order)},
+		Order:     wire.OrderInfo{Fingerprint: order.JobFingerprint(), Settings: order},
 		Placement: ss.place.msg,
 	}
 	if ss.version >= 4 {
@@ -319,7 +319,7 @@ func (ss *session) run() error {
 		}
 	}
 	if ss.states {
-		st := wire.State(l.State())
+		st := l.State()
 		rd.State = &st
 	}
 	fds := make([]int, len(ring.Slabs()))
@@ -376,7 +376,7 @@ func (ss *session) run() error {
 				}
 			}
 			if ss.states {
-				st := wire.State(l.State())
+				st := l.State()
 				e.State = &st
 			}
 			// Stops the pipeline; the batches the trainer holds stay in the ring.
@@ -465,7 +465,7 @@ func (ss *session) stream(ctx context.Context, l *shardload.Loader, epoch int, r
 			Used: b.Used, Columns: wire.Columns(&b.Layout),
 		}
 		if ss.states {
-			st := wire.State(l.State())
+			st := l.State()
 			m.State = &st
 		}
 		if ss.version >= 4 {

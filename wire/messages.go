@@ -308,38 +308,98 @@ type Envelope struct {
 	Type string `json:"type"`
 }
 
-// State is a rank's position in an epoch as messages carry it: the JSON form of the Go
-// library's shardload.State, which converts to and from it (the fields are the same,
-// in the same order).
+// State is a rank's position in an epoch: what the Go library's Loader.State
+// (shardload.State) returns after any batch, what Config.Resume starts a loader from,
+// and what the messages carry. It is a few dozen bytes of ints and
+// strings (JSON below), the same on every rank of a job at the same step, so a job
+// may keep any rank's.
+//
+// The epoch's order does not depend on the world size (see plan.Order), so a state
+// restores in a job of any size: the ranks of the new job split what the old one
+// left unread between them, and across the new ranks every sample the old job had
+// not consumed is read exactly once (but for fewer than World samples left to no
+// rank, as in any epoch). With the same world size, each rank yields exactly the
+// batches it would have yielded had the job not stopped.
 type State struct {
-	Epoch   int    `json:"epoch"`
-	Order   string `json:"order"`
-	Samples int64  `json:"samples"`
-	Runs    string `json:"runs"`
-	Batches int    `json:"batches"`
-	Rows    int64  `json:"rows,omitempty"`
+	// Epoch is the epoch the state is in.
+	Epoch int `json:"epoch"`
+	// Order is a fingerprint of what the order of the dataset's epochs depends on
+	// besides the epoch: the dataset (its shards and their counts), the seed and the
+	// shuffle settings. Resuming under another order is an error. A state with no
+	// Order and no Runs is the start of its Epoch, under any order.
+	Order string `json:"order"`
+	// Samples is the number of samples of the epoch.
+	Samples int64 `json:"samples"`
+	// Runs are the runs of the epoch so far, as "WORLDxCONSUMED" separated by
+	// commas: the world size of each run and the samples each of its ranks consumed
+	// (plan.Run). Empty at the start of an epoch.
+	Runs string `json:"runs"`
+	// Batches is the number of batches each rank has taken in the epoch so far: the
+	// Seq of the next batch.
+	//
+	// The state after an epoch's last batch resumes to an epoch with no batches left;
+	// the next epoch starts from State{Epoch: Epoch + 1, Order: Order, Samples: Samples}
+	// (NextEpoch).
+	Batches int `json:"batches"`
+	// Rows is a packed epoch's position (Config.Pack): the rows of the epoch's
+	// packed layout that every rank together has yielded, which resumes on any
+	// world size. Zero otherwise.
+	Rows int64 `json:"rows,omitempty"`
 }
 
-// OrderSettings is the settings that decide an epoch's order and rank split, as the
-// ready message carries them: the JSON form of the Go library's shardload.Order,
-// which converts to it.
+// NextEpoch returns the state at the start of the epoch after s's.
+func (s State) NextEpoch() State {
+	return State{Epoch: s.Epoch + 1, Order: s.Order, Samples: s.Samples}
+}
+
+// OrderSettings (the Go library's shardload.Order, and the settings the ready
+// message carries) holds every setting that decides which samples each rank of a job
+// reads in an epoch, and in which order: the dataset (its shards and their sample counts), the
+// seed, the epoch, the world size, the batching and the shuffle settings. Every rank
+// of a job must have the same Order; a rank whose Order differs reads an overlapping
+// or incomplete part of the epoch without any error. Compare JobFingerprints across
+// ranks, and name the differing settings with Diff. Fingerprint names the order of
+// the dataset's samples alone (what a State's Order is).
+//
+// Settings that do not change the order under the loader's configuration are zero:
+// the lanes and the window when NoShuffle is set.
 type OrderSettings struct {
-	Dataset   string `json:"dataset"`
-	Shards    int    `json:"shards"`
-	Samples   int64  `json:"samples"`
-	Tokens    int64  `json:"tokens,omitempty"` // a packed epoch's (rows: Samples)
+	// Dataset is a digest of the shards' URLs and sample counts, in the order given.
+	Dataset string `json:"dataset"`
+	// Shards and Samples are the dataset's shards and samples (all ranks together).
+	Shards  int   `json:"shards"`
+	Samples int64 `json:"samples"`
+	// Tokens are a packed epoch's tokens (Config.Pack), eos included, pad not; its
+	// Samples are its rows.
+	Tokens int64 `json:"tokens,omitempty"`
+
 	Seed      uint64 `json:"seed"`
 	Epoch     int    `json:"epoch"`
 	World     int    `json:"world"`
 	BatchSize int    `json:"batch_size"`
 	DropLast  bool   `json:"drop_last"`
-	Shuffle   bool   `json:"shuffle"`
-	Lanes     int    `json:"lanes"`
-	Window    int    `json:"window"`
-	Runs      string `json:"runs"`
-	Split     string `json:"split,omitempty"`
-	Mix       string `json:"mix,omitempty"`
-	// RanksPerNode: a shuffled epoch keeps each node's shards (ranks_per_node).
+
+	Shuffle bool `json:"shuffle"`
+	// Lanes and Window are the order's (plan.OrderConfig): OpenShards, and
+	// ShuffleBuffer or fewer samples, as ShuffleBytes holds at the dataset's mean
+	// sample size (see Config.ShuffleBytes).
+	Lanes  int `json:"lanes"`
+	Window int `json:"window"`
+	// Runs are the earlier runs of the epoch when the loader resumes it (State.Runs).
+	Runs string `json:"runs"`
+	// Split names how the ranks split a shuffled epoch: "items", by the samples'
+	// places in the data within the windows ranks share (see plan.New); empty for
+	// an unshuffled epoch or a mix of stratified or per-stream batches, which ranks
+	// split by positions. A State saved under another split does not resume.
+	Split string `json:"split,omitempty"`
+	// Mix is a digest of the mix of a job of several streams (Config.Streams: their
+	// shards, weights, draws, the epoch's length and the batching); Samples is then
+	// the mixed epoch's length.
+	Mix string `json:"mix,omitempty"`
+	// RanksPerNode is the ranks per node by which a shuffled epoch keeps shards on
+	// nodes (Config.RanksPerNode, unless NoNodeAffinity; 0 for one node). A resumed
+	// epoch keeps its first run's layout (in Runs), and one planned from estimated
+	// counts the plain order (plan.Plan.RanksPerNode says what a plan does).
 	RanksPerNode int `json:"ranks_per_node,omitempty"`
 }
 
