@@ -268,6 +268,38 @@ func TestPackedLoaderResumesOnAnotherWorld(t *testing.T) {
 	}
 }
 
+// StateAt and PlanOf plan a packed epoch as Open does, without reading a token: the
+// state after k batches is the loader's after its k-th, also in a job resumed on
+// another world, and the batches are the loader's.
+func TestPackedStateAtAndPlanOf(t *testing.T) {
+	idx := megatronCorpus(t, 300)
+	base := shardload.Config{URLs: []string{idx}, Pack: "tokens:16:eos=0", BatchSize: 3, Seed: 4, Epoch: 1, Rank: 1, World: 2, NoLock: true}
+	ctx := context.Background()
+	check := func(what string, cfg shardload.Config) []shardload.State {
+		t.Helper()
+		l := openPacked(t, cfg)
+		_, states := packedRows(t, l, 16, -1)
+		p, err := shardload.PlanOf(ctx, cfg)
+		if err != nil || p.Batches != l.Plan().Batches || p.Batches != len(states) {
+			t.Fatalf("%s: PlanOf %d batches (%v), the loader plans %d and yields %d", what, p.Batches, err, l.Plan().Batches, len(states))
+		}
+		for k, want := range states {
+			got, err := shardload.StateAt(ctx, cfg, k+1)
+			if err != nil || got != want {
+				t.Fatalf("%s: StateAt(%d) = %+v (%v), the loader's state then %+v", what, k+1, got, err, want)
+			}
+		}
+		if _, err := shardload.StateAt(ctx, cfg, len(states)+1); err == nil {
+			t.Errorf("%s: StateAt past the rank's %d batches gave no error", what, len(states))
+		}
+		return states
+	}
+	states := check("two ranks", base)
+	resumed := base
+	resumed.Epoch, resumed.Rank, resumed.World, resumed.Resume = 0, 2, 3, &states[1]
+	check("resumed on three ranks", resumed)
+}
+
 // A bad spec is a clear error of the configuration.
 func TestPackedLoaderBadSpec(t *testing.T) {
 	for _, spec := range []string{"tokens", "tokens:0", "tokens:8:eos=-1", ":8"} {

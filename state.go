@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/shardload/shardload/index"
+	"github.com/shardload/shardload/packed"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/wire"
@@ -20,8 +21,24 @@ type State = wire.State
 // epoch cfg.Epoch (or of cfg.Resume's remainder) without reading any data: for a
 // trainer whose checkpoint has a step count but no loader state, and for measuring
 // restores. It plans from the shards' counts as Open does (cfg.Shards, else an index
-// or estimates, see Shards).
+// or estimates, see Shards); a packed epoch (Config.Pack) from its documents' lengths
+// (the index, a Megatron .idx), as Open does.
 func StateAt(ctx context.Context, cfg Config, batches int) (State, error) {
+	if cfg.Pack != "" {
+		p, c, err := packedPlan(ctx, cfg)
+		if err != nil {
+			return State{}, err
+		}
+		if batches < 0 || int64(batches) > p.Len() {
+			return State{}, fmt.Errorf("shardload: StateAt: %d batches, the rank's epoch has %d", batches, p.Len())
+		}
+		st := p.StateAfter(int64(batches))
+		out := State{Epoch: st.Epoch, Order: st.Order, Samples: p.Rows(), Rows: st.Rows, Batches: batches}
+		if r := c.Resume; r != nil {
+			out.Batches += r.Batches
+		}
+		return out, nil
+	}
 	pl, err := planOf(ctx, cfg)
 	if err != nil {
 		return State{}, err
@@ -35,8 +52,17 @@ func StateAt(ctx context.Context, cfg Config, batches int) (State, error) {
 }
 
 // PlanOf returns what Open would plan for cfg's rank (Loader.Plan), reading no
-// shard: it finds the counts as Open does (see Shards).
+// shard: it finds the counts as Open does (see Shards); for a packed epoch
+// (Config.Pack), its batches of rows.
 func PlanOf(ctx context.Context, cfg Config) (plan.Plan, error) {
+	if cfg.Pack != "" { // batches of packed rows: no spans of samples
+		p, c, err := packedPlan(ctx, cfg)
+		if err != nil {
+			return plan.Plan{}, err
+		}
+		n := int(p.Len())
+		return plan.Plan{Batches: n, Samples: n * c.BatchSize}, nil
+	}
 	pl, err := planOf(ctx, cfg)
 	return pl.rest(), err
 }
@@ -134,4 +160,24 @@ func estimatedShards(ctx context.Context, cfg Config) ([]shard.Info, error) {
 		return nil, err
 	}
 	return lookup(cfg).Estimate(ctx, urls, nil) // from the objects alone: no store, no index
+}
+
+// packedPlan plans cfg's packed epoch (Config.Pack) as Open does, reading no token;
+// it returns cfg with its defaults.
+func packedPlan(ctx context.Context, cfg Config) (packed.Planned, Config, error) {
+	if err := cfg.Validate(); err != nil {
+		return packed.Planned{}, cfg, err
+	}
+	cfg = cfg.withDefaults()
+	pc, err := cfg.packedConfig()
+	if err != nil {
+		return packed.Planned{}, cfg, err
+	}
+	p, err := packed.Plan(ctx, pc)
+	if errors.Is(err, packed.ErrResume) {
+		err = fmt.Errorf("%w: %w", ErrResume, err)
+	} else if err != nil {
+		err = fmt.Errorf("shardload: %w", err)
+	}
+	return p, cfg, err
 }

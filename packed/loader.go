@@ -169,6 +169,38 @@ type result struct {
 // Open plans the epoch (the corpus's documents and their lengths, the order, the
 // rows and this rank's deal) and starts reading ahead. ctx bounds Open's own work.
 func Open(ctx context.Context, cfg Config) (*Loader, error) {
+	l, filler, cur, err := open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	l.start(filler, cur)
+	return l, nil
+}
+
+// Planned is an epoch planned as Open plans it, from the documents' lengths alone,
+// without a token read: for a trainer whose checkpoint has a step count but no
+// loader state.
+type Planned struct{ l *Loader }
+
+// Plan plans the epoch of cfg as Open does, reading nothing but what finds the
+// documents (the index, a Megatron .idx).
+func Plan(ctx context.Context, cfg Config) (Planned, error) {
+	l, _, _, err := open(ctx, cfg)
+	return Planned{l}, err
+}
+
+// Len is Loader.Len: the batches the rank yields (from the resumed position).
+func (p Planned) Len() int64 { return p.l.Len() }
+
+// Rows is Loader.Rows: the epoch's rows.
+func (p Planned) Rows() int64 { return p.l.Rows() }
+
+// StateAfter is Loader.StateAfter: the position after the rank has taken batches
+// batches (from the resumed position).
+func (p Planned) StateAfter(batches int64) State { return p.l.StateAfter(batches) }
+
+// open is Open without the reading: the loader planned, its filler and its cursor.
+func open(ctx context.Context, cfg Config) (*Loader, *pack.Filler, positions, error) {
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	cfg.World = cmp.Or(cfg.World, 1)
 	cfg.OpenShards = cmp.Or(cfg.OpenShards, DefaultOpenShards)
@@ -187,19 +219,19 @@ func Open(ctx context.Context, cfg Config) (*Loader, error) {
 	}
 	switch {
 	case cfg.Pack.Field == "":
-		return nil, fmt.Errorf("packed: no packed field (Config.Pack: FIELD:SEQ_LEN[:eos=ID][:pad=ID])")
+		return nil, nil, nil, fmt.Errorf("packed: no packed field (Config.Pack: FIELD:SEQ_LEN[:eos=ID][:pad=ID])")
 	case cfg.Rank < 0 || cfg.Rank >= cfg.World:
-		return nil, fmt.Errorf("packed: rank %d outside [0, world %d)", cfg.Rank, cfg.World)
+		return nil, nil, nil, fmt.Errorf("packed: rank %d outside [0, world %d)", cfg.Rank, cfg.World)
 	case len(cfg.URLs)+len(cfg.Shards) == 0:
-		return nil, fmt.Errorf("packed: no URLs")
+		return nil, nil, nil, fmt.Errorf("packed: no URLs")
 	}
 	if err := cfg.Pack.Check(maxID); err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	t0 := time.Now()
 	c, err := openCorpus(ctx, &cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	l := &Loader{cfg: cfg, c: c, found: time.Since(t0)}
 	oc := plan.OrderConfig{Seed: cfg.Seed, Epoch: cfg.Epoch, Shuffle: !cfg.NoShuffle}
@@ -212,13 +244,13 @@ func Open(ctx context.Context, cfg Config) (*Loader, error) {
 	if len(cfg.Streams) > 0 || cfg.EpochTokens != 0 {
 		m, ps, err := c.mixOf(&cfg)
 		if err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 		// One rank of one: the plan's windows are the whole epoch's, in order.
 		p, err := plan.New(c.infos, plan.Config{Seed: oc.Seed, Epoch: oc.Epoch, Shuffle: oc.Shuffle, Lanes: oc.Lanes, Window: oc.Window,
 			World: 1, BatchSize: 1, GapBytes: -1, Mix: m})
 		if err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 		cur, n, partStream = newMixCursor(&p), int64(p.Samples), ps
 		l.streamTok = make([]int64, len(m.Streams))
@@ -226,14 +258,14 @@ func Open(ctx context.Context, cfg Config) (*Loader, error) {
 	} else {
 		order, err := plan.NewOrder(c.infos, oc)
 		if err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 		cur, n = &cursor{o: order}, order.Len()
 		l.fp = fingerprint(c.infos, oc, cfg.Pack, "")
 	}
 	var longest int64
 	if n > math.MaxInt {
-		return nil, fmt.Errorf("packed: %d documents", n)
+		return nil, nil, nil, fmt.Errorf("packed: %d documents", n)
 	}
 	var eos int64
 	if cfg.Pack.HasEOS {
@@ -254,32 +286,31 @@ func Open(ctx context.Context, cfg Config) (*Loader, error) {
 	})
 	planning = false
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	if 8*longest > cfg.Memory/4 {
-		return nil, fmt.Errorf("packed: a document of %d tokens (field %s) takes more than a quarter of the memory budget of %d bytes; raise --memory", longest, cfg.Pack.Field, cfg.Memory)
+		return nil, nil, nil, fmt.Errorf("packed: a document of %d tokens (field %s) takes more than a quarter of the memory budget of %d bytes; raise --memory", longest, cfg.Pack.Field, cfg.Memory)
 	}
 	l.deal = pack.Deal{World: cfg.World, BatchSize: cfg.BatchSize, Rows: l.layout.Rows()}
 	if r := cfg.Resume; r != nil {
 		switch {
 		case r.Order != l.fp:
-			return nil, fmt.Errorf("%w: the state's order %s is not this loader's %s (the dataset, seed, shuffle settings or packing differ)", ErrResume, r.Order, l.fp)
+			return nil, nil, nil, fmt.Errorf("%w: the state's order %s is not this loader's %s (the dataset, seed, shuffle settings or packing differ)", ErrResume, r.Order, l.fp)
 		case r.Epoch != cfg.Epoch:
-			return nil, fmt.Errorf("%w: the state is in epoch %d, the loader was asked for epoch %d", ErrResume, r.Epoch, cfg.Epoch)
+			return nil, nil, nil, fmt.Errorf("%w: the state is in epoch %d, the loader was asked for epoch %d", ErrResume, r.Epoch, cfg.Epoch)
 		case r.Rows < 0 || r.Rows > l.deal.Rows:
-			return nil, fmt.Errorf("%w: row %d of an epoch of %d rows", ErrResume, r.Rows, l.deal.Rows)
+			return nil, nil, nil, fmt.Errorf("%w: row %d of an epoch of %d rows", ErrResume, r.Rows, l.deal.Rows)
 		}
 		l.deal.Start = r.Rows
 	}
 	if err := l.deal.Check(); err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	filler, err := pack.NewFiller(cfg.Pack, cfg.BatchSize)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	l.start(filler, cur)
-	return l, nil
+	return l, filler, cur, nil
 }
 
 // Len returns the batches the rank yields this epoch (from the resumed position):
