@@ -56,12 +56,12 @@ func openPacked(ctx context.Context, cfg Config) (*Loader, error) {
 	order := Order{Dataset: st.Order, Shards: len(pc.URLs) + len(pc.Shards), Samples: pk.Rows(), Tokens: pk.Tokens(), Seed: cfg.Seed, Epoch: pc.Epoch,
 		World: cfg.World, BatchSize: cfg.BatchSize, Shuffle: !cfg.NoShuffle, Mix: "pack " + pc.Pack.String()}
 	l := &Loader{cfg: cfg, plan: plan.Plan{Batches: batches, Samples: batches * cfg.BatchSize}, order: order,
-		fields: wire.PackedFields(pc.Pack.SeqLen, false), dev: dev, start: start, resume: resume,
+		fields: wire.PackedFields(pc.Pack.SeqLen, pc.Pack.Int32), dev: dev, start: start, resume: resume,
 		tuner: NewTuner(), pk: pk, done: make(chan struct{}), tuned: make(chan struct{})}
 	close(l.tuned)
 	logKey, logf := cfg.logKey, cfg.Logf
 	l.p = pipeline.Start(ctx, pipeline.Params{
-		Packed: pk, Buffers: bufs, SeqLen: pc.Pack.SeqLen, BatchSize: cfg.BatchSize, Rank: cfg.Rank,
+		Packed: pk, Buffers: bufs, SeqLen: pc.Pack.SeqLen, Int32IDs: pc.Pack.Int32, BatchSize: cfg.BatchSize, Rank: cfg.Rank,
 		Ring: cfg.Ring,
 		RingOptions: pinned.Options{Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, NoLock: cfg.NoLock, Bind: cfg.BindSlabs,
 			Warn: func(msg string) { logs.Once(logKey, "lock", func() { logf("shardload: warning: %s", msg) }) }},

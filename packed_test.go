@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/shardload/shardload"
+	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/megatron"
 	"github.com/shardload/shardload/pack"
 	"github.com/shardload/shardload/packed"
@@ -298,6 +299,51 @@ func TestPackedStateAtAndPlanOf(t *testing.T) {
 	resumed := base
 	resumed.Epoch, resumed.Rank, resumed.World, resumed.Resume = 0, 2, 3, &states[1]
 	check("resumed on three ranks", resumed)
+}
+
+// ids=int32 gives the same rows as int64 input_ids, in an int32 column of a slab a
+// quarter smaller a token, and the states of either resume the other.
+func TestPackedLoaderInt32IDs(t *testing.T) {
+	idx := megatronCorpus(t, 300)
+	base := shardload.Config{URLs: []string{idx}, Pack: "tokens:16:eos=0", BatchSize: 3, Seed: 6, NoLock: true}
+	want, states := packedRows(t, openPacked(t, base), 16, -1)
+	cfg := base
+	cfg.Pack = "tokens:16:eos=0:ids=int32"
+	read := func(cfg shardload.Config) (rows [][]int64, last shardload.State) {
+		l := openPacked(t, cfg)
+		for b, err := range l.All(context.Background()) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, ok := b.Column(wire.InputIDsColumn)
+			if !ok || c.DType != decode.Int32 || c.Length != int64(4*b.Rows*16) {
+				t.Fatalf("batch %d: input_ids %+v, want int32 [%d, 16]", b.Seq, c, b.Rows)
+			}
+			data := b.Data()[c.Offset : c.Offset+c.Length]
+			for r := range b.Rows - b.Padded {
+				row := make([]int64, 16)
+				for i := range row {
+					row[i] = int64(int32(binary.LittleEndian.Uint32(data[4*(r*16+i):])))
+				}
+				rows = append(rows, row)
+			}
+			b.Release()
+			last = l.State()
+		}
+		return rows, last
+	}
+	got, last := read(cfg)
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("ids=int32 gives %d rows that differ from int64's %d", len(got), len(want))
+	}
+	if last != states[len(states)-1] {
+		t.Errorf("the int32 loader's last state %+v, the int64 loader's %+v", last, states[len(states)-1])
+	}
+	resumed := cfg
+	resumed.Resume = &states[4]
+	if rest, _ := read(resumed); !slices.EqualFunc(rest, want[5*3:], slices.Equal) {
+		t.Errorf("an int64 loader's state after 5 batches resumed in int32 gives %d rows, want the %d after them", len(rest), len(want[5*3:]))
+	}
 }
 
 // A bad spec is a clear error of the configuration.

@@ -20,7 +20,7 @@ const DefaultMaxSlabBytes = 1 << 30
 func Fields(ctx context.Context, cfg Config, infos []shard.Info) ([]decode.Field, error) {
 	if cfg.Pack != "" {
 		spec, err := pack.ParseSpec(cfg.Pack)
-		return wire.PackedFields(spec.SeqLen, false), err
+		return wire.PackedFields(spec.SeqLen, spec.Int32), err
 	}
 	if len(cfg.Fields) > 0 {
 		return cfg.Fields, nil
@@ -40,7 +40,7 @@ func SlabSize(cfg Config, infos []shard.Info, fields []decode.Field) int64 {
 		return cfg.SlabBytes
 	}
 	if spec, err := pack.ParseSpec(cfg.Pack); err == nil {
-		return budget.RoundSlab(wire.PackedBytes(cfg.withDefaults().BatchSize, spec.SeqLen, false))
+		return budget.RoundSlab(wire.PackedBytes(cfg.withDefaults().BatchSize, spec.SeqLen, spec.Int32))
 	}
 	return budget.SlabSize(cfg.withDefaults().BatchSize, fields, infos)
 }

@@ -131,6 +131,12 @@ func TestPackedThroughServe(t *testing.T) {
 		}
 	}
 
+	// input_ids as int32 (checked in Python: an int32 tensor): the same rows.
+	i32 := packRead(t, py, "read", srv.socket, with("pack", spec+":ids=int32"))
+	if fmt.Sprint(i32.Rows) != fmt.Sprint(one.Rows) || i32.Batches != one.Batches {
+		t.Errorf("ids=int32: %d rows in %d batches that differ from int64's %d in %d", len(i32.Rows), i32.Batches, len(one.Rows), one.Batches)
+	}
+
 	// Two ranks: the one-rank epoch's rows once, as many batches each.
 	r0 := packRead(t, py, "read", srv.socket, with("rank", 0, "world", 2))
 	r1 := packRead(t, py, "read", srv.socket, with("rank", 1, "world", 2))

@@ -31,11 +31,16 @@ type Spec struct {
 	// rows a rank reads past the epoch's end. ParseSpec sets it to EOS when the
 	// spec gives eos and no pad, and to 0 when it gives neither.
 	Pad int64
+	// Int32 writes input_ids as int32 instead of int64 (the option ids=int32):
+	// every token id, eos and pad must then fit. It changes the batches' dtype, not
+	// the layout: a state of either resumes the other.
+	Int32 bool
 }
 
-// ParseSpec parses FIELD:SEQ_LEN[:eos=ID][:pad=ID]. SEQ_LEN and the ids are decimal
-// numbers (digits only); pad defaults to eos when eos is given, else to 0. It fails
-// with ErrField, ErrSeqLen, ErrUnknownOption, ErrDuplicateOption or ErrBadID.
+// ParseSpec parses FIELD:SEQ_LEN[:eos=ID][:pad=ID][:ids=int32]. SEQ_LEN and the ids
+// are decimal numbers (digits only); pad defaults to eos when eos is given, else to
+// 0; ids=int32 (or ids=int64, the default) is input_ids' dtype. It fails with
+// ErrField, ErrSeqLen, ErrUnknownOption, ErrDuplicateOption or ErrBadID.
 func ParseSpec(s string) (Spec, error) {
 	parts := strings.Split(s, ":")
 	if parts[0] == "" {
@@ -49,7 +54,7 @@ func ParseSpec(s string) (Spec, error) {
 		return Spec{}, fmt.Errorf("%w %q in spec %q (want a number in [1, %d])", ErrSeqLen, parts[1], s, MaxSeqLen)
 	}
 	sp := Spec{Field: parts[0], SeqLen: int(n)}
-	var seenEOS, seenPad bool
+	var seenEOS, seenPad, seenIDs bool
 	for _, opt := range parts[2:] {
 		key, val, _ := strings.Cut(opt, "=")
 		var seen *bool
@@ -58,13 +63,19 @@ func ParseSpec(s string) (Spec, error) {
 			seen = &seenEOS
 		case key == "pad" && strings.Contains(opt, "="):
 			seen = &seenPad
+		case opt == "ids=int32" || opt == "ids=int64":
+			seen = &seenIDs
 		default:
-			return Spec{}, fmt.Errorf("%w %q in spec %q (want eos=ID or pad=ID)", ErrUnknownOption, opt, s)
+			return Spec{}, fmt.Errorf("%w %q in spec %q (want eos=ID, pad=ID or ids=int32)", ErrUnknownOption, opt, s)
 		}
 		if *seen {
 			return Spec{}, fmt.Errorf("%w %q in spec %q", ErrDuplicateOption, key, s)
 		}
 		*seen = true
+		if key == "ids" {
+			sp.Int32 = val == "int32"
+			continue
+		}
 		id, err := parseID(val)
 		if err != nil {
 			return Spec{}, fmt.Errorf("%w: %s=%q in spec %q (%s)", ErrBadID, key, val, s, err)
@@ -83,7 +94,7 @@ func ParseSpec(s string) (Spec, error) {
 
 // String gives the spec's canonical form, which ParseSpec parses back to the same
 // Spec: FIELD:SEQ_LEN, then eos=ID when HasEOS, then pad=ID when Pad is not its
-// default (EOS with eos, else 0).
+// default (EOS with eos, else 0), then ids=int32 when Int32.
 func (s Spec) String() string {
 	b := make([]byte, 0, len(s.Field)+48)
 	b = append(b, s.Field...)
@@ -98,6 +109,9 @@ func (s Spec) String() string {
 	if s.Pad != def {
 		b = append(b, ":pad="...)
 		b = strconv.AppendInt(b, s.Pad, 10)
+	}
+	if s.Int32 {
+		b = append(b, ":ids=int32"...)
 	}
 	return string(b)
 }

@@ -25,6 +25,9 @@ func TestParseSpec(t *testing.T) {
 		{in: "t:0008", want: Spec{Field: "t", SeqLen: 8}, str: "t:8"},
 		{in: "t:1073741824", want: Spec{Field: "t", SeqLen: MaxSeqLen}},
 		{in: "t:4:eos=9223372036854775807", want: Spec{Field: "t", SeqLen: 4, HasEOS: true, EOS: math.MaxInt64, Pad: math.MaxInt64}},
+		{in: "t:8:eos=2:ids=int32", want: Spec{Field: "t", SeqLen: 8, HasEOS: true, EOS: 2, Pad: 2, Int32: true}},
+		{in: "t:8:ids=int32:pad=5", want: Spec{Field: "t", SeqLen: 8, Pad: 5, Int32: true}, str: "t:8:pad=5:ids=int32"},
+		{in: "t:8:ids=int64", want: Spec{Field: "t", SeqLen: 8}, str: "t:8"},
 	} {
 		got, err := ParseSpec(tc.in)
 		if err != nil {
@@ -67,6 +70,9 @@ func TestParseSpecErrors(t *testing.T) {
 		{"tokens:8:eos=1:", ErrUnknownOption},
 		{"tokens:8:eos=1:eos=2", ErrDuplicateOption},
 		{"tokens:8:pad=1:eos=2:pad=1", ErrDuplicateOption},
+		{"tokens:8:ids=int32:ids=int64", ErrDuplicateOption},
+		{"tokens:8:ids=int16", ErrUnknownOption},
+		{"tokens:8:ids", ErrUnknownOption},
 		{"tokens:8:eos=-1", ErrBadID},
 		{"tokens:8:pad=-5", ErrBadID},
 		{"tokens:8:eos=", ErrBadID},

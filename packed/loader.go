@@ -213,6 +213,7 @@ func open(ctx context.Context, cfg Config) (*Loader, *pack.Filler, positions, er
 	if cfg.Logf == nil {
 		cfg.Logf = log.Printf
 	}
+	cfg.Int32 = cfg.Int32 || cfg.Pack.Int32
 	maxID := int64(math.MaxInt64)
 	if cfg.Int32 {
 		maxID = math.MaxInt32
@@ -464,6 +465,7 @@ func fingerprint(infos []shard.Info, oc plan.OrderConfig, spec pack.Spec, mix st
 	binary.LittleEndian.PutUint64(b[:], uint64(n))
 	h.Write([]byte(d))
 	h.Write(b[:])
+	spec.Int32 = false // the dtype, not the layout: a state resumes either
 	fmt.Fprintf(h, "|%d|%v|%d|%d|%s", oc.Seed, oc.Shuffle, oc.Lanes, oc.Window, spec.String())
 	if mix != "" {
 		fmt.Fprintf(h, "|mix %s", mix)

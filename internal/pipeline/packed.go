@@ -60,7 +60,7 @@ func (s *SlabBuffers) Get(ctx context.Context) (*packed.Batch, error) {
 	if err != nil {
 		return nil, err
 	}
-	need := wire.PackedBytes(p.BatchSize, p.SeqLen, false)
+	need := wire.PackedBytes(p.BatchSize, p.SeqLen, p.Int32IDs)
 	if slab.Size() < need && p.Slabs != nil {
 		if err := pl.grow(slab, need, int(pl.C.Batches.Load())); err != nil {
 			pl.ring.Release(slab)
@@ -68,14 +68,19 @@ func (s *SlabBuffers) Get(ctx context.Context) (*packed.Batch, error) {
 		}
 	}
 	b := &packed.Batch{Buf: slab}
-	ok, err := wire.PackedViews(slab.Bytes(), &b.Batch, p.BatchSize, p.SeqLen, false)
+	ok, err := wire.PackedViews(slab.Bytes(), &b.Batch, p.BatchSize, p.SeqLen, p.Int32IDs)
 	if err != nil {
 		pl.ring.Release(slab)
 		return nil, err
 	}
 	if !ok {
 		n := p.BatchSize * p.SeqLen
-		b.InputIDs, b.PositionIDs, b.CuSeqlens = make([]int64, n), make([]int64, n), make([]int32, n+1)
+		b.PositionIDs, b.CuSeqlens = make([]int64, n), make([]int32, n+1)
+		if p.Int32IDs {
+			b.InputIDs32 = make([]int32, n)
+		} else {
+			b.InputIDs = make([]int64, n)
+		}
 	}
 	return b, nil
 }

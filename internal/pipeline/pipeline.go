@@ -118,6 +118,8 @@ type Params struct {
 	Packed  Rows
 	Buffers *SlabBuffers
 	SeqLen  int
+	// Int32IDs: the packed rows' input_ids are int32 (pack.Spec.Int32).
+	Int32IDs bool
 }
 
 // Budget is what the Skip policy may leave out before the pipeline fails.

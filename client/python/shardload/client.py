@@ -89,9 +89,10 @@ class Client:
     throughout) and ``batching``: "random", "stratified" or "per_stream" (README:
     "Mixing datasets"). ``last_epoch["streams"]`` has each stream's samples, bytes.
 
-    ``pack="FIELD:SEQ_LEN[:eos=ID][:pad=ID]"`` packs documents into rows of tokens
-    (``input_ids``, ``position_ids``, ``cu_seqlens``, ``max_seqlen``; README:
-    "Language models"); with ``streams`` weights are shares of ``epoch_tokens``.
+    ``pack="FIELD:SEQ_LEN[:eos=ID][:pad=ID][:ids=int32]"`` packs documents into rows
+    of tokens (``input_ids``, int64 or with ``ids=int32`` int32, ``position_ids``,
+    ``cu_seqlens``, ``max_seqlen``; README: "Language models"); with ``streams``
+    weights are shares of ``epoch_tokens``.
     ``ranks_per_node`` ($LOCAL_WORLD_SIZE) keeps each node on its shards every epoch.
 
     Settings that define the trainer's epochs (each None: the server's): ``slab_bytes``

@@ -29,9 +29,9 @@ def emit(**obj):
     sys.stdout.flush()
 
 
-def check(cols, batch, seq, where):
+def check(cols, batch, seq, where, ids_dtype=torch.int64):
     ids, pos, cu, ms = cols["input_ids"], cols["position_ids"], cols["cu_seqlens"], cols["max_seqlen"]
-    for name, t, dt in (("input_ids", ids, torch.int64), ("position_ids", pos, torch.int64),
+    for name, t, dt in (("input_ids", ids, ids_dtype), ("position_ids", pos, torch.int64),
                         ("cu_seqlens", cu, torch.int32), ("max_seqlen", ms, torch.int32)):
         if not isinstance(t, torch.Tensor) or t.dtype != dt:
             raise SystemExit(f"{where}: {name} is {type(t).__name__} {getattr(t, 'dtype', None)}, want a {dt} tensor")
@@ -54,7 +54,8 @@ def read(sock, spec):
     with shardload.Client(sock, output="torch", **kw) as c:
         batches = 0
         for b in c:
-            check(b.columns, batch, seq, f"batch {b.seq}")
+            ids_dtype = torch.int32 if "ids=int32" in spec["pack"].split(":") else torch.int64
+            check(b.columns, batch, seq, f"batch {b.seq}", ids_dtype)
             if b.keys != []:
                 raise SystemExit(f"batch {b.seq}: keys {b.keys[:3]} for packed rows")
             rows.extend(b["input_ids"][:b.rows - b.padded].tolist())
