@@ -12,7 +12,8 @@
 #      none), as the shards' stored bytes / its seconds (Open and every batch);
 #   2. a Megatron dataset from S3: `bench --pack tokens:2048:eos=0` over X.idx
 #      against tools/leanget over the X.bin object (one GET, bytes discarded), both as
-#      the .bin's bytes / seconds, and tools/packprof over X.idx likewise;
+#      the .bin's bytes / seconds, the same with int32 input_ids (ids=int32), and
+#      tools/packprof over X.idx likewise;
 #   3. the plan's time (plan_seconds: packed.Open, the epoch's order and rows) and
 #      the state's size (state_bytes, JSON) over a local Megatron dataset of
 #      PLAN_DOCS short documents.
@@ -67,7 +68,7 @@ j() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1
 m() { printf '%s\n' "$@" | median; }
 r() { python3 -c "print(f'{$1:.${2:-2}f}')"; }
 common=(--no-index-store --json --batch-size 32)
-plain=() packtar=() packtok=() packmeg=() lean=() plan=() state=() proftar=() profmeg=()
+plain=() packtar=() packtok=() packmeg=() packmeg32=() lean=() plan=() state=() proftar=() profmeg=()
 for ((i = 0; i < runs; i++)); do
 	log "run $((i + 1))/$runs"
 	out=$($sl bench "${common[@]}" --field tokens.npy "$s3tok" 2> "$work/plain.log")
@@ -84,6 +85,8 @@ for ((i = 0; i < runs; i++)); do
 	packmeg+=("$(j "$binbytes/1e6/seconds" <<< "$out")")
 	out=$("$work/bin/packprof" -json -batch-size 32 tokens:2048:eos=0 s3://pack/meg/corpus.idx 2> "$work/profmeg.log")
 	profmeg+=("$(j "$binbytes/1e6/seconds" <<< "$out")")
+	out=$($sl bench "${common[@]}" --pack tokens:2048:eos=0:ids=int32 s3://pack/meg/corpus.idx 2> "$work/packmeg32.log")
+	packmeg32+=("$(j "$binbytes/1e6/seconds" <<< "$out")")
 
 	out=$($sl bench "${common[@]}" --batches 1 --pack tokens:2048:eos=0 "$work/plan.idx" 2> /dev/null)
 	plan+=("$(j plan_seconds <<< "$out")")
@@ -100,6 +103,8 @@ printf '%-66s %8s %8s\n' "tar from S3: packprof (released) / unpacked ($(r "$(m 
 	"$(r "$(m "${proftar[@]}")/$(m "${plain[@]}")")" ">= 0.95"
 printf '%-66s %8s %8s\n' "Megatron from S3: packed / leanget MB/s ($(r "$(m "${packmeg[@]}")" 1) / $(r "$(m "${lean[@]}")" 1))" \
 	"$(r "$(m "${packmeg[@]}")/$(m "${lean[@]}")")" ">= 0.9"
+printf '%-66s %8s %8s\n' "Megatron from S3: packed ids=int32 / leanget ($(r "$(m "${packmeg32[@]}")" 1) / $(r "$(m "${lean[@]}")" 1))" \
+	"$(r "$(m "${packmeg32[@]}")/$(m "${lean[@]}")")" ""
 printf '%-66s %8s %8s\n' "Megatron from S3: packprof (released) / leanget ($(r "$(m "${profmeg[@]}")" 1) / $(r "$(m "${lean[@]}")" 1))" \
 	"$(r "$(m "${profmeg[@]}")/$(m "${lean[@]}")")" ">= 0.9"
 printf '%-66s %8s %8s\n' "plan_seconds, $plandocs documents" "$(r "$(m "${plan[@]}")" 3)" ""
