@@ -212,3 +212,63 @@ func appendEncoded(dst []byte, tokens []int64, dt DType) []byte {
 	}
 	return dst
 }
+
+// AppendTokens32 is AppendTokens to int32, for the dtypes every id of which an int32
+// holds (uint8, int8, uint16, int16 and int32): it appends the tokens and returns
+// true. For the others it appends nothing and returns false: the caller widens them
+// with AppendTokens and checks each id.
+func AppendTokens32(dst []int32, b []byte, dt DType) ([]int32, bool, error) {
+	if err := tokenDType(dt); err != nil {
+		return dst, false, err
+	}
+	size := dt.Size()
+	if len(b)%size != 0 {
+		return dst, false, fmt.Errorf("%w: %d bytes of %s", ErrPartialToken, len(b), dt)
+	}
+	n := len(b) / size
+	start := len(dst)
+	grow := func() []int32 {
+		dst = slices.Grow(dst, n)[:start+n]
+		return dst[start:]
+	}
+	le := binary.LittleEndian
+	switch dt {
+	case Uint8:
+		out := grow()
+		for i, v := range b[:n] {
+			out[i] = int32(v)
+		}
+	case Int8:
+		out := grow()
+		for i, v := range b[:n] {
+			out[i] = int32(int8(v))
+		}
+	case Uint16:
+		out := grow()
+		b = b[:2*n]
+		for len(out) >= 8 {
+			o, s := out[:8:8], b[:16:16]
+			o[0], o[1] = int32(le.Uint16(s[0:])), int32(le.Uint16(s[2:]))
+			o[2], o[3] = int32(le.Uint16(s[4:])), int32(le.Uint16(s[6:]))
+			o[4], o[5] = int32(le.Uint16(s[8:])), int32(le.Uint16(s[10:]))
+			o[6], o[7] = int32(le.Uint16(s[12:])), int32(le.Uint16(s[14:]))
+			out, b = out[8:], b[16:]
+		}
+		for i := range out {
+			out[i] = int32(le.Uint16(b[2*i:]))
+		}
+	case Int16:
+		out := grow()
+		for i := range out {
+			out[i] = int32(int16(le.Uint16(b[2*i:])))
+		}
+	case Int32:
+		out := grow()
+		for i := range out {
+			out[i] = int32(le.Uint32(b[4*i:]))
+		}
+	default:
+		return dst, false, nil
+	}
+	return dst, true, nil
+}

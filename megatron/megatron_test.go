@@ -686,3 +686,44 @@ func BenchmarkParse(b *testing.B) {
 		})
 	}
 }
+
+// AppendTokens32 gives AppendTokens' ids as int32 for the dtypes whose ids an int32
+// holds, at every length (the eight-at-a-time loop and its tail), and declines the
+// others, appending nothing.
+func TestAppendTokens32(t *testing.T) {
+	raw := make([]byte, 8*40+1)
+	for i := range raw {
+		raw[i] = byte(i*151 + 7)
+	}
+	for _, dt := range []megatron.DType{megatron.Uint8, megatron.Int8, megatron.Uint16, megatron.Int16, megatron.Int32, megatron.Int64} {
+		size := dt.Size()
+		for n := 0; n <= 40; n++ {
+			b := raw[1 : 1+n*size]
+			want, err := megatron.AppendTokens(nil, b, dt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok, err := megatron.AppendTokens32([]int32{42}, b, dt)
+			if err != nil || ok != (dt != megatron.Int64) {
+				t.Fatalf("%v, %d tokens: ok %v, %v", dt, n, ok, err)
+			}
+			if !ok {
+				if !slices.Equal(got, []int32{42}) {
+					t.Fatalf("%v declined, but appended: %v", dt, got)
+				}
+				continue
+			}
+			if len(got) != n+1 || got[0] != 42 {
+				t.Fatalf("%v, %d tokens: %d appended", dt, n, len(got)-1)
+			}
+			for i, v := range want {
+				if int64(got[i+1]) != v {
+					t.Fatalf("%v, %d tokens: token %d is %d, AppendTokens gives %d", dt, n, i, got[i+1], v)
+				}
+			}
+		}
+	}
+	if _, _, err := megatron.AppendTokens32(nil, make([]byte, 3), megatron.Uint16); !errors.Is(err, megatron.ErrPartialToken) {
+		t.Errorf("3 bytes of uint16: %v", err)
+	}
+}

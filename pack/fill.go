@@ -79,6 +79,14 @@ func (f *Filler) MaxCuSeqlens() int { return f.n + 1 }
 // start, pad included; cu_seqlens are the indices of the flattened batch where
 // position_ids are 0, then BatchSize*SeqLen; MaxSeqlen is the longest segment.
 func (f *Filler) Fill(b *Batch, pieces []Piece, tokens func(p Piece, dst []int64) error) error {
+	return f.FillWith(b, pieces, tokens, nil)
+}
+
+// FillWith is Fill that writes int32 input_ids through tokens32 where it can: called
+// as tokens is, into the int32 ids, it returns true when it wrote them (ids whose
+// every value fits), false to have Fill widen them with tokens and check each id.
+// tokens32 may be nil.
+func (f *Filler) FillWith(b *Batch, pieces []Piece, tokens func(p Piece, dst []int64) error, tokens32 func(p Piece, dst []int32) (bool, error)) error {
 	n, s := f.n, f.spec.SeqLen
 	ids64, ids32 := b.InputIDs, b.InputIDs32
 	switch {
@@ -118,7 +126,9 @@ func (f *Filler) Fill(b *Batch, pieces []Piece, tokens func(p Piece, dst []int64
 					if err := tokens(p, ids64[idx:idx+k]); err != nil {
 						return fmt.Errorf("pack: tokens %d to %d of document %d: %w", p.From, p.From+int64(k), p.Doc, err)
 					}
-				} else {
+				} else if ok, err := narrow(tokens32, p, ids32[idx:idx+k]); err != nil {
+					return fmt.Errorf("pack: tokens %d to %d of document %d: %w", p.From, p.From+int64(k), p.Doc, err)
+				} else if !ok {
 					buf := f.scratch[:k]
 					if err := tokens(p, buf); err != nil {
 						return fmt.Errorf("pack: tokens %d to %d of document %d: %w", p.From, p.From+int64(k), p.Doc, err)
@@ -205,4 +215,12 @@ func (w *writer) ids(ids64 []int64, ids32 []int32, from, to int, id int64) {
 	for i := from; i < to; i++ {
 		ids32[i] = int32(id)
 	}
+}
+
+// narrow calls tokens32, when there is one.
+func narrow(tokens32 func(p Piece, dst []int32) (bool, error), p Piece, dst []int32) (bool, error) {
+	if tokens32 == nil {
+		return false, nil
+	}
+	return tokens32(p, dst)
 }

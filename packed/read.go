@@ -423,7 +423,8 @@ func (rd *reader) fill(ctx context.Context, f *pack.Filler, j *job) (_ *Batch, e
 	i := 0 // the piece Fill asks for: it asks in order
 	var last int = -1
 	var data []byte // the document's token bytes
-	err = f.Fill(&b.Batch, j.pieces, func(p pack.Piece, dst []int64) error {
+	// locate returns piece p's document: its loc and its token bytes.
+	locate := func(p pack.Piece) (*loc, error) {
 		for j.pieces[i] != p {
 			i++
 		}
@@ -431,12 +432,30 @@ func (rd *reader) fill(ctx context.Context, f *pack.Filler, j *job) (_ *Batch, e
 		if p.Doc != last {
 			var err error
 			if data, err = rd.l.c.tokenBytes(lc.p, lc.k, lc.c.buf[lc.off-lc.c.off:lc.off-lc.c.off+lc.n], lc.off); err != nil {
-				return err
+				return nil, err
 			}
 			last = p.Doc
 		}
+		return lc, nil
+	}
+	tokens := func(p pack.Piece, dst []int64) error {
+		lc, err := locate(p)
+		if err != nil {
+			return err
+		}
 		return rd.l.c.decodeInto(dst, lc.p, lc.k, data, p.From, lc.off)
-	})
+	}
+	var tokens32 func(p pack.Piece, dst []int32) (bool, error)
+	if rd.l.cfg.Int32 {
+		tokens32 = func(p pack.Piece, dst []int32) (bool, error) {
+			lc, err := locate(p)
+			if err != nil {
+				return false, err
+			}
+			return rd.l.c.decodeInto32(dst, lc.p, lc.k, data, p.From, lc.off)
+		}
+	}
+	err = f.FillWith(&b.Batch, j.pieces, tokens, tokens32)
 	if err != nil {
 		return nil, err
 	}
@@ -648,6 +667,30 @@ func (c *corpus) decodeInto(dst []int64, p, k int, data []byte, from, off int64)
 		return fmt.Errorf("%w: %s: field %s: %w", ErrTokens, c.where(p, k, off), c.field, err)
 	}
 	return nil
+}
+
+// decodeInto32 is decodeInto for int32 ids, where the document's dtype holds only
+// ids an int32 holds (megatron.AppendTokens32); false: decodeInto, and a check of
+// each id, are the caller's.
+func (c *corpus) decodeInto32(dst []int32, p, k int, data []byte, from, off int64) (bool, error) {
+	pt := &c.parts[p]
+	dt, ok := npyTokens[pt.dtype]
+	if pt.meg != nil {
+		dt, ok = pt.meg.DType(), true
+	}
+	if !ok {
+		return false, nil
+	}
+	size := int64(dt.Size())
+	b := data[from*size : (from+int64(len(dst)))*size]
+	got, done, err := megatron.AppendTokens32(dst[:0], b, dt)
+	if err == nil && done && (len(got) != len(dst) || len(got) > 0 && &got[0] != &dst[0]) {
+		err = fmt.Errorf("decoded %d tokens, want %d", len(got), len(dst))
+	}
+	if err != nil {
+		return false, fmt.Errorf("%w: %s: field %s: %w", ErrTokens, c.where(p, k, off), c.field, err)
+	}
+	return done, nil
 }
 
 // buffers returns Config.Buffers, or the loader's own.
