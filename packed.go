@@ -21,21 +21,15 @@ import (
 // reads the epoch, the engine writes its batches into the slabs.
 func openPacked(ctx context.Context, cfg Config) (*Loader, error) {
 	start := time.Now()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	cfg = cfg.withDefaults()
-	pc, err := cfg.packedConfig()
+	cfg, pc, err := cfg.packedSetup()
 	if err != nil {
 		return nil, err
 	}
 	bufs := pipeline.NewSlabBuffers() // the batches are written in the slabs
 	pc.Buffers = bufs
 	pk, err := packed.Open(ctx, pc)
-	if errors.Is(err, packed.ErrResume) {
-		return nil, fmt.Errorf("%w: %w", ErrResume, err)
-	} else if err != nil {
-		return nil, fmt.Errorf("shardload: %w", err)
+	if err != nil {
+		return nil, packedError(err)
 	}
 	st := pk.State()
 	resume := State{Epoch: st.Epoch, Order: st.Order, Samples: pk.Rows(), Rows: st.Rows}
@@ -68,6 +62,26 @@ func openPacked(ctx context.Context, cfg Config) (*Loader, error) {
 		Queue: cfg.Slabs, Device: dev, CPUs: cfg.CPUs, Logf: cfg.Logf, LogKey: cfg.logKey,
 	})
 	return l, nil
+}
+
+// packedSetup checks cfg and returns it with its defaults and its packed loader's
+// configuration.
+func (cfg Config) packedSetup() (Config, packed.Config, error) {
+	if err := cfg.Validate(); err != nil {
+		return cfg, packed.Config{}, err
+	}
+	cfg = cfg.withDefaults()
+	pc, err := cfg.packedConfig()
+	return cfg, pc, err
+}
+
+// packedError is an error of package packed's planning as the root's: ErrResume
+// for a state that does not resume.
+func packedError(err error) error {
+	if errors.Is(err, packed.ErrResume) {
+		return fmt.Errorf("%w: %w", ErrResume, err)
+	}
+	return fmt.Errorf("shardload: %w", err)
 }
 
 // packedConfig returns the packed loader's configuration of cfg (with defaults).

@@ -165,19 +165,13 @@ func estimatedShards(ctx context.Context, cfg Config) ([]shard.Info, error) {
 // packedPlan plans cfg's packed epoch (Config.Pack) as Open does, reading no token;
 // it returns cfg with its defaults.
 func packedPlan(ctx context.Context, cfg Config) (packed.Planned, Config, error) {
-	if err := cfg.Validate(); err != nil {
-		return packed.Planned{}, cfg, err
-	}
-	cfg = cfg.withDefaults()
-	pc, err := cfg.packedConfig()
+	cfg, pc, err := cfg.packedSetup()
 	if err != nil {
 		return packed.Planned{}, cfg, err
 	}
 	p, err := packed.Plan(ctx, pc)
-	if errors.Is(err, packed.ErrResume) {
-		err = fmt.Errorf("%w: %w", ErrResume, err)
-	} else if err != nil {
-		err = fmt.Errorf("shardload: %w", err)
+	if err != nil {
+		return p, cfg, packedError(err)
 	}
-	return p, cfg, err
+	return p, cfg, nil
 }
