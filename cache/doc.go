@@ -12,7 +12,12 @@
 // written to. A reader sees the end of the stream only once the entry is committed.
 // OpenRange of part of an object not cached reads that range from the source (when
 // it reads ranges) and starts fetching the whole object into the cache behind it,
-// at most two objects at a time.
+// at most two objects at a time. OpenVersion (a loader's read of a shard at the
+// version its index found) does the same for an object larger than 64 MiB; a range
+// of a smaller one is served from a fetch of the whole object (started, joined, or
+// another process's, waited for), so that the ranks of a node that split a shard
+// between them make the store send it once, not once whole and once more in parts.
+// Where the fetch is not admitted, each range is read from the source alone.
 //
 // # Validation
 //
@@ -216,11 +221,12 @@
 // near: none pins an entry for longer than its At + Slack.
 //
 // What the loader calls: one Hints per reader (a rank of a job, a serve session),
-// Publish with the reads of the epoch as the epoch starts (and the next epoch's as
+// Announce with the reads of the epoch as the epoch starts (and the next epoch's as
 // soon as it is known), Publish again as it advances, with the reads done left out
 // and the times estimated again (every few minutes, or every few percent of an
-// epoch: at most about a hundred times an epoch), and Close when it stops. Publish
-// replaces what the reader published before.
+// epoch: at most about a hundred times an epoch), and Close when it stops. Each
+// replaces what the reader published before. An Announce is written for the other
+// processes at once; a Publish may be held back by HintOptions.WriteEvery.
 //
 // Within the process the hints are kept in memory. With a disk tier they are also
 // written for the other processes using the directory, to Dir/hints (created 0700;

@@ -508,6 +508,7 @@ type fillReader struct {
 	f      *fill
 	own    bool // the fetch is the reader's: its open started it, or one of the same Tally did
 	off    int64
+	end    int64         // with off set by section: where its range ends (-1: the object's end; 0: not set)
 	up     io.ReadCloser // bypass: the reader's own stream from the source
 	closed bool
 	warm   bool // Warm's reader: reading the source without caching is pointless
@@ -535,7 +536,11 @@ func (r *fillReader) Read(p []byte) (int, error) {
 			if writeErr == nil {
 				f.c.n.bypassed.Add(1)
 			}
-			up, err := f.c.sourceAt(r.ctx, f.url, f.info, r.off)
+			end := int64(-1)
+			if r.end > 0 {
+				end = r.end
+			}
+			up, err := f.c.sourceAt(r.ctx, f.url, f.info, r.off, end)
 			if err != nil {
 				return 0, err
 			}

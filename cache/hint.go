@@ -162,6 +162,18 @@ func (c *Cache) Hint(reader string, opts HintOptions) (*Hints, error) {
 // evict without them. An entry with At not more than 0 fails the whole publish,
 // changing nothing.
 func (h *Hints) Publish(next []HintEntry) error {
+	return h.publish(next, false)
+}
+
+// Announce is Publish, but written for the directory's other processes at once
+// whatever HintOptions.WriteEvery, a publish held back by it dropped: for the
+// publish that changes the order itself (an epoch's open), which they must not
+// see late, where the publishes that follow only estimate the times again.
+func (h *Hints) Announce(next []HintEntry) error {
+	return h.publish(next, true)
+}
+
+func (h *Hints) publish(next []HintEntry, now bool) error {
 	l := &hintList{reader: h.reader, pid: os.Getpid(), slack: int64(h.opts.Slack), keys: make([]uint64, len(next)), ats: make([]int64, len(next))}
 	for i, e := range next {
 		if e.At <= 0 || e.At >= maxHintAt {
@@ -180,7 +192,7 @@ func (h *Hints) Publish(next []HintEntry) error {
 	if h.c.hints.dir == "" {
 		return nil
 	}
-	if w := h.opts.WriteEvery; w > 0 {
+	if w := h.opts.WriteEvery; w > 0 && !now {
 		// Written by the timer's goroutine, never by the publisher's.
 		h.pending = l
 		if h.flush == nil {
@@ -188,6 +200,7 @@ func (h *Hints) Publish(next []HintEntry) error {
 		}
 		return nil
 	}
+	h.pending = nil // the timer, if set, finds nothing to write
 	h.wmu.Lock()
 	defer h.wmu.Unlock()
 	h.written = time.Now()

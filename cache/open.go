@@ -33,7 +33,9 @@ func (c *Cache) OpenRange(ctx context.Context, url string, off, length int64) (i
 }
 
 // OpenVersion is OpenRange provided the object is still at version (an earlier
-// Info.Version): otherwise it fails with an error wrapping source.ErrChanged. The
+// Info.Version): otherwise it fails with an error wrapping source.ErrChanged; a
+// range of an object not cached of at most 64 MiB (rangeFillMax) is served from a
+// fetch of the whole object rather than read as a range. The
 // version is compared with the source's, as Open validates a cached copy: one Stat
 // (which an unreachable source answers with the cached copy's version), or none
 // when a cached copy at version was found at the source less than
@@ -53,7 +55,7 @@ func (c *Cache) OpenVersion(ctx context.Context, url, version string, off, lengt
 		if info.Version != version {
 			return nil, &source.Error{Op: "open", URL: url, Err: fmt.Errorf("%w: version %s, want %s", source.ErrChanged, info.Version, version)}
 		}
-		if _, ok := c.cachedVersion(url); !ok && (off > 0 || length >= 0) {
+		if _, ok := c.cachedVersion(url); !ok && (off > 0 || length >= 0) && !c.rangeFills(info) {
 			if rr := c.rangeReader(url); rr != nil {
 				c.n.bypassed.Add(1)
 				c.fillBehind(ctx, url)
@@ -89,10 +91,34 @@ func (c *Cache) openRange(ctx context.Context, url string, node int, off, length
 	return section(url, r, off, length)
 }
 
+// rangeFillMax is the largest object of which OpenVersion serves a range, when the
+// object is not cached, from a fetch of the whole object into the cache (started,
+// joined, or another process's, waited for) rather than as a range read from the
+// source with the whole object fetched behind it. Through the fetch, the node's
+// store sends the object once where its readers read it in parts (the ranks of a
+// node that split a shard, a whole shard read as a range), at the cost of the range
+// waiting for the bytes before it (up to 64 MiB) and, where another process fetches
+// the object, for its end; a larger object's ranges are read as ranges at once.
+var rangeFillMax int64 = 64 << 20
+
+// rangeFills reports whether a range of the object at info, not cached, is served
+// from a fetch of the whole object (rangeFillMax): there is a tier to fill, and the
+// object is of a known size no larger than that.
+func (c *Cache) rangeFills(info source.Info) bool {
+	return (c.disk != nil || c.mem != nil) && info.Size >= 0 && info.Size <= rangeFillMax
+}
+
 // section returns length bytes of r from off (the rest, when length < 0), seeking
-// where r can; r is closed when that fails.
+// where r can; r is closed when that fails. A reader of a fetch in flight starts
+// at off without reading the bytes before it, and reads only the range from the
+// source if the fetch turns to the source (not admitted, no room).
 func section(url string, r io.ReadCloser, off, length int64) (io.ReadCloser, error) {
-	if sk, ok := r.(io.Seeker); ok {
+	if fr, ok := r.(*fillReader); ok && fr.off == 0 && fr.up == nil {
+		fr.off, fr.end = off, -1
+		if length >= 0 {
+			fr.end = off + length
+		}
+	} else if sk, ok := r.(io.Seeker); ok {
 		if _, err := sk.Seek(off, io.SeekStart); err != nil {
 			r.Close()
 			return nil, &source.Error{Op: "open", URL: url, Err: err}
@@ -323,8 +349,12 @@ func (c *Cache) memLookup(k string, node int, info source.Info) *memEntry {
 // sourceAt opens url from off straight from the source, at the version info
 // describes: the bytes before off, already served, were of that version. It fails
 // with ErrChanged when the source holds another version.
-func (c *Cache) sourceAt(ctx context.Context, url string, info source.Info, off int64) (io.ReadCloser, error) {
-	if off == 0 {
+func (c *Cache) sourceAt(ctx context.Context, url string, info source.Info, off, end int64) (io.ReadCloser, error) {
+	length := int64(-1)
+	if end >= 0 {
+		length = max(end-off, 0)
+	}
+	if off == 0 && length < 0 {
 		return c.openUp(ctx, url, info)
 	}
 	up, err := c.upstream(url)
@@ -332,7 +362,7 @@ func (c *Cache) sourceAt(ctx context.Context, url string, info source.Info, off 
 		return nil, err
 	}
 	if vr, ok := up.(source.VersionReader); ok && info.Version != "" {
-		r, err := vr.OpenVersion(ctx, url, info.Version, off, -1)
+		r, err := vr.OpenVersion(ctx, url, info.Version, off, length)
 		return r, changedAt(url, err)
 	}
 	sctx, cancel := context.WithTimeout(ctx, c.opts.StatTimeout)
@@ -346,7 +376,7 @@ func (c *Cache) sourceAt(ctx context.Context, url string, info source.Info, off 
 			ErrChanged, info.Version, info.Size, now.Version, now.Size)}
 	}
 	if rr, ok := up.(source.RangeReader); ok {
-		return rr.OpenRange(ctx, url, off, -1)
+		return rr.OpenRange(ctx, url, off, length)
 	}
 	r, err := c.up.Open(ctx, url)
 	if err != nil {
@@ -356,7 +386,7 @@ func (c *Cache) sourceAt(ctx context.Context, url string, info source.Info, off 
 		r.Close()
 		return nil, &source.Error{Op: "read", URL: url, Err: err}
 	}
-	return r, nil
+	return r, nil // read no further than end: section limits it
 }
 
 // bypassed returns a function that returns r, a stream read straight from the

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/shardload/shardload/source"
@@ -168,4 +169,72 @@ func TestPrepareReachesTheUpstream(t *testing.T) {
 	if len(up.prepared) != 1 || up.prepared[0] != "s3://b/a.tar" {
 		t.Fatalf("upstream prepared %v, want the URL once", up.prepared)
 	}
+}
+
+// OpenVersion of ranges of an object not cached, no larger than rangeFillMax (the
+// ranks of a node reading the parts of a shard they split), is served from one
+// fetch of the whole object: the store sends it once, and no range. A larger one's
+// range is read as a range, the object fetched behind it. An object the budget
+// cannot hold has each range read from the store as that range alone.
+func TestOpenVersionRangesOfASmallObjectFetchItOnce(t *testing.T) {
+	data := randBytes(12, 50_000)
+	setup := func(t *testing.T, budget int64) (*rangeFake, *Cache) {
+		up := &rangeFake{fakeSource: newFake()}
+		up.put("mem://b/a.tar", data, "v1")
+		reg := &source.Registry{}
+		reg.Register("mem", up)
+		_, c, err := Wrap(Options{Dir: t.TempDir(), DiskBytes: budget}, reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return up, c
+	}
+	read := func(t *testing.T, c *Cache, tally *Tally, off, n int64) {
+		r, err := c.OpenVersion(WithTally(t.Context(), tally), "mem://b/a.tar", "v1", off, n)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		got, err := io.ReadAll(r)
+		r.Close()
+		if err != nil || !bytes.Equal(got, data[off:off+n]) {
+			t.Errorf("range %d+%d: %d bytes, %v", off, n, len(got), err)
+		}
+	}
+	t.Run("small", func(t *testing.T) {
+		up, c := setup(t, 1<<20)
+		var a, b Tally
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); read(t, c, &a, 0, 20_000) }()
+		go func() { defer wg.Done(); read(t, c, &b, 20_000, 30_000) }()
+		wg.Wait()
+		c.behindWG.Wait()
+		st := c.Stats()
+		if up.ranges != 0 || up.openCount("mem://b/a.tar") != 1 || st.BytesFetched != int64(len(data)) || st.BytesBypassed != 0 {
+			t.Errorf("%d ranged reads, %d whole opens, stats %+v: want one fetch and nothing else from the store", up.ranges, up.openCount("mem://b/a.tar"), st)
+		}
+		if got := a.Bytes().Store + b.Bytes().Store; got != int64(len(data)) {
+			t.Errorf("the readers' tallies count %d bytes from the store, want %d", got, len(data))
+		}
+	})
+	t.Run("large", func(t *testing.T) {
+		defer func(m int64) { rangeFillMax = m }(rangeFillMax)
+		rangeFillMax = 10_000
+		up, c := setup(t, 1<<20)
+		read(t, c, &Tally{}, 20_000, 1_000)
+		c.behindWG.Wait()
+		if st := c.Stats(); up.ranges != 1 || up.openCount("mem://b/a.tar") != 1 || st.BytesBypassed != 1_000 || st.Fetches != 1 {
+			t.Errorf("%d ranged reads, %d whole opens, stats %+v: want the range read as a range and one fetch behind it", up.ranges, up.openCount("mem://b/a.tar"), st)
+		}
+	})
+	t.Run("no room", func(t *testing.T) {
+		up, c := setup(t, 10_000)
+		read(t, c, &Tally{}, 20_000, 1_000)
+		read(t, c, &Tally{}, 0, 500)
+		if st := c.Stats(); up.openCount("mem://b/a.tar") != 0 || st.BytesBypassed != 1_500 || st.DiskEntries != 0 {
+			t.Errorf("%d whole opens, stats %+v: want each range alone from the store", up.openCount("mem://b/a.tar"), st)
+		}
+	})
 }

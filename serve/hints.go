@@ -130,7 +130,7 @@ func (e *EpochHints) Open(l *shardload.Loader, reg *source.Registry) {
 		e.h, e.c = h, c
 	}
 	e.st.ShardEpochs += int64(len(urls))
-	e.publish(0, now)
+	e.publish(0, now, true)
 }
 
 // Batch reports that the reader took its batch number done (counted from 1) of
@@ -151,7 +151,7 @@ func (e *EpochHints) Batch(done int) {
 		return
 	}
 	e.perB = max(now.Sub(e.start)/time.Duration(done), time.Microsecond)
-	e.publish(done, now)
+	e.publish(done, now, false)
 }
 
 // first returns the first URL a publish after batch done announces.
@@ -161,9 +161,10 @@ func (e *EpochHints) first(done int) int {
 }
 
 // publish announces the reads still to come after batch done, from now at the
-// expected rate. The URL at the position the batches have reached is kept (the
+// expected rate: written for the other processes at once when open (the epoch's
+// order is new), else as often as HintOptions.WriteEvery allows. The URL at the position the batches have reached is kept (the
 // loader reads ahead of its batches, and a span can feed several).
-func (e *EpochHints) publish(done int, now time.Time) {
+func (e *EpochHints) publish(done int, now time.Time, open bool) {
 	defer func(t0 time.Time) { e.st.Time += time.Since(t0) }(time.Now())
 	e.next = done
 	from := e.first(done)
@@ -173,7 +174,11 @@ func (e *EpochHints) publish(done int, now time.Time) {
 	if len(rest) > 0 {
 		every = left / time.Duration(len(rest))
 	}
-	if err := e.h.Publish(cache.Schedule(rest, now, every)); err != nil && !e.failed && e.logf != nil {
+	pub := e.h.Publish
+	if open {
+		pub = e.h.Announce
+	}
+	if err := pub(cache.Schedule(rest, now, every)); err != nil && !e.failed && e.logf != nil {
 		e.failed = true
 		e.logf("hints of %s: %v", e.reader, err)
 	}
