@@ -166,9 +166,10 @@ func (h *Hints) Publish(next []HintEntry) error {
 }
 
 // Announce is Publish, but written for the directory's other processes at once
-// whatever HintOptions.WriteEvery, a publish held back by it dropped: for the
-// publish that changes the order itself (an epoch's open), which they must not
-// see late, where the publishes that follow only estimate the times again.
+// whatever HintOptions.WriteEvery (by the Hints' own goroutine, as WriteEvery's
+// writes are), a publish held back by it replaced: for the publish that changes
+// the order itself (an epoch's open), which they must not see late, where the
+// publishes that follow only estimate the times again.
 func (h *Hints) Announce(next []HintEntry) error {
 	return h.publish(next, true)
 }
@@ -192,15 +193,23 @@ func (h *Hints) publish(next []HintEntry, now bool) error {
 	if h.c.hints.dir == "" {
 		return nil
 	}
-	if w := h.opts.WriteEvery; w > 0 && !now {
-		// Written by the timer's goroutine, never by the publisher's.
+	if w := h.opts.WriteEvery; w > 0 {
+		// Written by the timer's goroutine, never by the publisher's: an Announce
+		// at once (the timer, if set, fires now; if it has fired, its write takes
+		// this list).
 		h.pending = l
-		if h.flush == nil {
-			h.flush = time.AfterFunc(max(w-time.Since(h.written), 0), h.writePending)
+		wait := max(w-time.Since(h.written), 0)
+		if now {
+			wait = 0
+		}
+		switch {
+		case h.flush == nil:
+			h.flush = time.AfterFunc(wait, h.writePending)
+		case now:
+			h.flush.Reset(0)
 		}
 		return nil
 	}
-	h.pending = nil // the timer, if set, finds nothing to write
 	h.wmu.Lock()
 	defer h.wmu.Unlock()
 	h.written = time.Now()
