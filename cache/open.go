@@ -34,7 +34,7 @@ func (c *Cache) OpenRange(ctx context.Context, url string, off, length int64) (i
 
 // OpenVersion is OpenRange provided the object is still at version (an earlier
 // Info.Version): otherwise it fails with an error wrapping source.ErrChanged; a
-// range of an object not cached of at most 64 MiB (rangeFillMax) is served from a
+// range of an object not cached of at most 64 MiB (RangeFillMax) is served from a
 // fetch of the whole object rather than read as a range. The
 // version is compared with the source's, as Open validates a cached copy: one Stat
 // (which an unreachable source answers with the cached copy's version), or none
@@ -91,7 +91,7 @@ func (c *Cache) openRange(ctx context.Context, url string, node int, off, length
 	return section(url, r, off, length)
 }
 
-// rangeFillMax is the largest object of which OpenVersion serves a range, when the
+// RangeFillMax is the largest object of which OpenVersion serves a range, when the
 // object is not cached, from a fetch of the whole object into the cache (started,
 // joined, or another process's, waited for) rather than as a range read from the
 // source with the whole object fetched behind it. Through the fetch, the node's
@@ -99,10 +99,13 @@ func (c *Cache) openRange(ctx context.Context, url string, node int, off, length
 // node that split a shard, a whole shard read as a range), at the cost of the range
 // waiting for the bytes before it (up to 64 MiB) and, where another process fetches
 // the object, for its end; a larger object's ranges are read as ranges at once.
-var rangeFillMax int64 = 64 << 20
+const RangeFillMax = 64 << 20
+
+// rangeFillMax is RangeFillMax, lowered by tests.
+var rangeFillMax int64 = RangeFillMax
 
 // rangeFills reports whether a range of the object at info, not cached, is served
-// from a fetch of the whole object (rangeFillMax): there is a tier to fill, and the
+// from a fetch of the whole object (RangeFillMax): there is a tier to fill, and the
 // object is of a known size no larger than that.
 func (c *Cache) rangeFills(info source.Info) bool {
 	return (c.disk != nil || c.mem != nil) && info.Size >= 0 && info.Size <= rangeFillMax

@@ -4,6 +4,7 @@ package main
 // own plans, through a simulated disk tier under each policy.
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"sort"
@@ -34,6 +35,7 @@ type nodeRead struct {
 	shard int
 	part  float64
 	node  bool
+	rank  int // the rank of the node that reads it (0, 1, ...)
 }
 
 // nodeEpochReads returns the reads a node's ranks make of the cache in one epoch, in
@@ -63,7 +65,7 @@ func nodeEpochReads(plans []plan.Plan, infos []shard.Info) []nodeRead {
 			took[sp.Shard] += sp.Take
 		}
 		for i, s := range shards {
-			rd := nodeRead{shard: s, part: 1, node: true}
+			rd := nodeRead{shard: s, part: 1, node: true, rank: r}
 			if n := infos[s].Samples; n > 0 && took[s] < n {
 				rd.part, rd.node = float64(took[s])/float64(n), nodeTook[s] >= n
 			}
@@ -96,7 +98,7 @@ func nodeEpochReads(plans []plan.Plan, infos []shard.Info) []nodeRead {
 // evicted (cache/policy_test.go's reference, Belady's rule with the cache's
 // admission). Under cache.PolicyLRU the least recently used go until it fits. It
 // returns per epoch the bytes read (each read a whole shard) and those fetched.
-func simulateNodeCache(epochs [][]nodeRead, infos []shard.Info, budget int64, policy cache.Policy) (read, fetched []int64) {
+func simulateNodeCache(epochs [][]nodeRead, infos []shard.Info, budget int64, policy cache.Policy, open int) (read, fetched []int64) {
 	type entry struct {
 		cost int64
 		last int // the read that used it last
@@ -142,6 +144,9 @@ func simulateNodeCache(epochs [][]nodeRead, infos []shard.Info, budget int64, po
 	i := 0 // reads so far, all epochs
 	for _, reads := range epochs {
 		var r, f int64
+		// The shards each rank is reading: its last open reads. They are not evicted.
+		reading := map[int][]int{}
+		pinned := map[int]int{}
 		// The next read of each read's shard this epoch.
 		next := make([]int, len(reads))
 		after := map[int]int{}
@@ -163,6 +168,15 @@ func simulateNodeCache(epochs [][]nodeRead, infos []shard.Info, budget int64, po
 		}
 		for k, rd := range reads {
 			s, size := rd.shard, infos[rd.shard].Size
+			if open > 0 {
+				q := append(reading[rd.rank], s)
+				pinned[s]++
+				if len(q) > open {
+					pinned[q[0]]--
+					q = q[1:]
+				}
+				reading[rd.rank] = q
+			}
 			part := int64(rd.part * float64(size))
 			r += part
 			if e := held[s]; e != nil {
@@ -171,7 +185,7 @@ func simulateNodeCache(epochs [][]nodeRead, infos []shard.Info, budget int64, po
 				i++
 				continue
 			}
-			if !rd.node {
+			if !rd.node && size > cache.RangeFillMax {
 				f += part
 				i++
 				continue
@@ -186,11 +200,16 @@ func simulateNodeCache(epochs [][]nodeRead, infos []shard.Info, budget int64, po
 			if policy == cache.PolicyOrder && next[k] >= 0 {
 				self = key{false, -next[k]}
 			}
-			var out []int
+			var out, skipped []int
 			total := used + c
 			admit := true
 			for total > budget {
 				victim, e, vk := peek()
+				if victim >= 0 && pinned[victim] > 0 {
+					heap.Pop(h)
+					skipped = append(skipped, victim)
+					continue
+				}
 				if victim < 0 || policy == cache.PolicyOrder && !less(vk, self) {
 					admit = false // the one read goes first: read through
 					break
@@ -199,19 +218,25 @@ func simulateNodeCache(epochs [][]nodeRead, infos []shard.Info, budget int64, po
 				out = append(out, victim)
 				total -= e.cost
 			}
-			if admit {
+			for _, v := range skipped {
+				push(v, held[v])
+			}
+			if admit || policy == cache.PolicyLRU {
+				// (LRU evicts what it can even where that does not make the room.)
 				for _, v := range out {
 					used -= held[v].cost
 					delete(held, v)
 				}
-				e := &entry{cost: c, last: i, next: next[k]}
-				held[s] = e
-				used += c
-				push(s, e)
 			} else {
 				for _, v := range out {
 					push(v, held[v])
 				}
+			}
+			if admit {
+				e := &entry{cost: c, last: i, next: next[k]}
+				held[s] = e
+				used += c
+				push(s, e)
 			}
 			i++
 		}
@@ -249,6 +274,7 @@ func (h *evictHeap) Pop() any {
 // proportion.
 func modelCache(ctx context.Context, cfg shardload.Config, infos []shard.Info, nodes, locals []int, perNode, epochs int, budget int64) (map[cache.Policy]cacheFigures, error) {
 	budget = budget * int64(len(locals)) / int64(perNode)
+	openShards := cmp.Or(cfg.OpenShards, shardload.DefaultOpenShards)
 	out := map[cache.Policy]cacheFigures{}
 	sum := map[cache.Policy][2][]int64{}
 	for _, n := range nodes {
@@ -267,7 +293,7 @@ func modelCache(ctx context.Context, cfg shardload.Config, infos []shard.Info, n
 			reads = append(reads, nodeEpochReads(plans, infos))
 		}
 		for _, policy := range []cache.Policy{cache.PolicyLRU, cache.PolicyOrder} {
-			r, f := simulateNodeCache(reads, infos, budget, policy)
+			r, f := simulateNodeCache(reads, infos, budget, policy, openShards)
 			s := sum[policy]
 			if s[0] == nil {
 				s = [2][]int64{make([]int64, epochs), make([]int64, epochs)}

@@ -23,7 +23,7 @@ import (
 // written for epochs of reads: a disk tier of budget bytes read through by the
 // reads in turn, the next use of a shard being its next read in the same epoch. It
 // returns the bytes fetched per epoch.
-func referenceCache(epochs [][]nodeRead, infos []shard.Info, budget int64, lru bool) []int64 {
+func referenceCache(epochs [][]nodeRead, infos []shard.Info, budget int64, lru bool, open int) []int64 {
 	type entry struct {
 		cost int64
 		last int
@@ -36,12 +36,31 @@ func referenceCache(epochs [][]nodeRead, infos []shard.Info, budget int64, lru b
 		var fetched int64
 		for k, rd := range reads {
 			s := rd.shard
+			// pinned reports whether a rank reads u now: u is among its last open
+			// reads of the epoch, up to this one.
+			pinned := func(u int) bool {
+				if open <= 0 {
+					return false
+				}
+				for r := range 1 + maxRank(reads) {
+					n := 0
+					for j := k; j >= 0 && n < open; j-- {
+						if reads[j].rank == r {
+							if reads[j].shard == u {
+								return true
+							}
+							n++
+						}
+					}
+				}
+				return false
+			}
 			if e, ok := held[s]; ok {
 				e.last = i
 				i++
 				continue
 			}
-			if !rd.node {
+			if !rd.node && infos[s].Size > cache.RangeFillMax {
 				fetched += int64(rd.part * float64(infos[s].Size))
 				i++
 				continue
@@ -56,15 +75,20 @@ func referenceCache(epochs [][]nodeRead, infos []shard.Info, budget int64, lru b
 				for used+c > budget {
 					oldest := -1
 					for u, e := range held {
-						if oldest < 0 || e.last < held[oldest].last {
+						if !pinned(u) && (oldest < 0 || e.last < held[oldest].last) {
 							oldest = u
 						}
+					}
+					if oldest < 0 {
+						break
 					}
 					used -= held[oldest].cost
 					delete(held, oldest)
 				}
-				held[s] = &entry{c, i}
-				used += c
+				if used+c <= budget {
+					held[s] = &entry{c, i}
+					used += c
+				}
 				i++
 				continue
 			}
@@ -79,8 +103,10 @@ func referenceCache(epochs [][]nodeRead, infos []shard.Info, budget int64, lru b
 			last := map[int]int{s: i}
 			order := []int{s}
 			for u, e := range held {
-				order = append(order, u)
-				last[u] = e.last
+				if !pinned(u) {
+					order = append(order, u)
+					last[u] = e.last
+				}
 			}
 			// goesBefore reports whether a is evicted before b.
 			goesBefore := func(a, b int) bool {
@@ -114,6 +140,7 @@ func referenceCache(epochs [][]nodeRead, infos []shard.Info, budget int64, lru b
 				evict = append(evict, u)
 				total -= held[u].cost
 			}
+			admit = admit && total <= budget
 			if admit {
 				for _, u := range evict {
 					used -= held[u].cost
@@ -129,8 +156,17 @@ func referenceCache(epochs [][]nodeRead, infos []shard.Info, budget int64, lru b
 	return out
 }
 
+func maxRank(reads []nodeRead) int {
+	m := 0
+	for _, rd := range reads {
+		m = max(m, rd.rank)
+	}
+	return m
+}
+
 // The model's disk tier fetches what the reference fetches, epoch by epoch, under
-// both policies, on random epochs of shards of random sizes read by a few ranks.
+// both policies, on random epochs of shards of random sizes read by a few ranks,
+// each reading a few shards at once (which are not evicted).
 func TestSimulateNodeCacheFollowsTheReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for trial := range 200 {
@@ -141,6 +177,7 @@ func TestSimulateNodeCacheFollowsTheReference(t *testing.T) {
 			infos[i].Size = int64(1 + rng.IntN(5000))
 			total += infos[i].Size
 		}
+		ranks, open := 1+rng.IntN(3), rng.IntN(4) // open 0: nothing pinned
 		var epochs [][]nodeRead
 		for range 1 + rng.IntN(4) {
 			var reads []nodeRead
@@ -149,16 +186,16 @@ func TestSimulateNodeCacheFollowsTheReference(t *testing.T) {
 				if rng.IntN(4) == 0 {
 					part = rng.Float64()
 				}
-				reads = append(reads, nodeRead{rng.IntN(n), part, part == 1 || rng.IntN(2) == 0})
+				reads = append(reads, nodeRead{shard: rng.IntN(n), part: part, node: part == 1 || rng.IntN(2) == 0, rank: rng.IntN(ranks)})
 			}
 			epochs = append(epochs, reads)
 		}
 		budget := int64(rng.IntN(int(total) + 1))
 		for _, policy := range []cache.Policy{cache.PolicyOrder, cache.PolicyLRU} {
-			_, got := simulateNodeCache(epochs, infos, budget, policy)
-			want := referenceCache(epochs, infos, budget, policy == cache.PolicyLRU)
+			_, got := simulateNodeCache(epochs, infos, budget, policy, open)
+			want := referenceCache(epochs, infos, budget, policy == cache.PolicyLRU, open)
 			if !slices.Equal(got, want) {
-				t.Fatalf("trial %d, %v, budget %d of %d: fetched %v, the reference %v", trial, policy, budget, total, got, want)
+				t.Fatalf("trial %d, %v, budget %d of %d, %d ranks reading %d shards each at once: fetched %v, the reference %v", trial, policy, budget, total, ranks, open, got, want)
 			}
 		}
 	}
