@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/shardload/shardload/decode"
@@ -325,6 +326,31 @@ func (cfg Config) withDefaults() Config {
 	return cfg
 }
 
+// options returns cfg (with defaults) as the engine takes it: the one place where
+// a Config's settings are handed to the engine (pipeline.Options).
+func (cfg *Config) options() pipeline.Options {
+	spec, _ := pack.ParseSpec(cfg.Pack) // checked by Validate; SeqLen 0 without Pack
+	o := pipeline.Options{
+		Sources: cfg.Sources, URLs: slices.Clip(cfg.URLs), Shards: cfg.Shards, Index: cfg.Index, EpochTokens: cfg.EpochTokens, Pack: spec,
+		Resume: cfg.Resume, Seed: cfg.Seed, Epoch: cfg.Epoch, Rank: cfg.Rank, World: cfg.World, BatchSize: cfg.BatchSize,
+		DropLast: cfg.DropLast, NoShuffle: cfg.NoShuffle, ShuffleBuffer: cfg.ShuffleBuffer, ShuffleBytes: cfg.ShuffleBytes,
+		OpenShards: cfg.OpenShards, ReadGap: cfg.ReadGap, Pins: cfg.pins, NoAutotune: cfg.NoAutotune, ImageDecoder: cfg.ImageDecoder,
+		Knobs: tune.Knobs{Workers: cfg.Workers, ReadAhead: cfg.ReadAhead, QueueBytes: cfg.QueueBytes,
+			FetchParallel: cfg.FetchParallel, FetchPartSize: cfg.FetchPartSize},
+		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxSampleSize: cfg.MaxSampleSize, MaxRatio: cfg.MaxRatio},
+		Memory: cfg.Memory, Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, MaxSlabBytes: cfg.MaxSlabBytes, NoLock: cfg.NoLock,
+		Ring: cfg.Ring, BindSlabs: cfg.BindSlabs, Device: cfg.Device, CPUs: cfg.CPUs,
+		Skip: cfg.OnError == Skip, ErrorBudget: *cfg.ErrorBudget, Logf: cfg.Logf, LogKey: cfg.logKey,
+	}
+	// A mix: the streams' URLs one after the other (a packed epoch's; an epoch of
+	// samples is planned from cfg.Streams).
+	for _, st := range cfg.Streams {
+		o.Streams = append(o.Streams, plan.Stream{First: len(o.URLs), Count: len(st.URLs), Weight: st.Weight, Repeat: st.Repeat, Choose: st.Choose})
+		o.URLs = append(o.URLs, st.URLs...)
+	}
+	return o
+}
+
 // once calls f unless a line of the kind what went to cfg's logger (with defaults)
 // already in this process (logs.Once).
 func (cfg Config) once(what string, f func()) { logs.Once(cfg.logKey, what, f) }
@@ -355,7 +381,8 @@ func (cfg Config) Validate() error {
 		}
 	}
 	if d := cfg.withDefaults(); d.Slabs > 0 {
-		errs = append(errs, d.budget(budget.Shape{Remote: true}).Check(d.MaxSlabBytes, d.knobs())...)
+		o := d.options()
+		errs = append(errs, o.Budget(budget.Shape{Remote: true}).Check(o.MaxSlabBytes, o.Knobs)...)
 	}
 	if world := max(cfg.World, 1); cfg.Rank < 0 || cfg.Rank >= world {
 		bad("Rank %d outside [0, World %d)", cfg.Rank, world)

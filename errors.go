@@ -21,7 +21,7 @@ var (
 
 	// ErrResume means a State cannot resume the loader: it was saved under another
 	// order, or it does not fit the epoch.
-	ErrResume = errors.New("shardload: cannot resume from this state")
+	ErrResume = pipeline.ErrResume
 
 	// ErrEmpty means the shards hold no samples.
 	ErrEmpty = pipeline.ErrNoSample

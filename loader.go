@@ -15,11 +15,7 @@ import (
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
 	"github.com/shardload/shardload/index"
-	"github.com/shardload/shardload/internal/budget"
 	"github.com/shardload/shardload/internal/pipeline"
-	"github.com/shardload/shardload/internal/tune"
-	"github.com/shardload/shardload/logs"
-	"github.com/shardload/shardload/mem"
 	"github.com/shardload/shardload/packed"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/plan"
@@ -37,13 +33,11 @@ type Loader struct {
 	plan   plan.Plan
 	order  Order
 	fields []decode.Field
-	dev    *device.Stage
 	p      *pipeline.Pipeline
 	start  time.Time
 	resume State        // the state the loader started from
 	taken  atomic.Int64 // batches Next has returned
 	tuner  *Tuner
-	slabs  *budget.Slabs
 	done   chan struct{} // closed by Close
 	tuned  chan struct{} // closed when the tuner's goroutine is done
 	close  sync.Once
@@ -98,85 +92,59 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	ctx = source.WithRank(ctx, cfg.Rank, cfg.World)
 	start := time.Now()
 	tuner := cmp.Or(cfg.Tuner, NewTuner())
-	r, err := resolve(ctx, cfg, tuner)
+	p, fields, err := planFields(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	cfg = r.cfg
-	dev, err := device.Open(budget.DeviceOptions(cfg.Device, cfg.SlabBytes, cfg.Logf))
+	cfg = p.cfg
+	// The engine resolves the rest (the slabs' size, the memory budget, the knobs
+	// it starts from, tuner's when it has some) and starts.
+	pl, err := pipeline.Open(ctx, cfg.options(), pipeline.Epoch{Plan: p.plan, Shards: p.infos, Fields: fields, Order: p.order,
+		Resume: p.resume, Replay: p.replay, StreamOf: p.mix.StreamOf(len(p.infos)), Record: lookup(cfg).Store.Keep(p.infos, cfg.Logf)}, &tuner.s)
 	if err != nil {
-		return nil, fmt.Errorf("shardload: %w", err)
+		return nil, err
 	}
-	l = &Loader{cfg: cfg, plan: r.rest(), order: r.order, fields: r.fields, dev: dev, start: start, resume: r.resume,
+	l = &Loader{cfg: cfg, plan: p.rest(), order: p.order, fields: fields, p: pl, start: start, resume: p.resume,
 		tuner: tuner, done: make(chan struct{}), tuned: make(chan struct{})}
-	l.slabs = budget.NewSlabs(r.budget, cfg.MaxSlabBytes, dev.MaxCopy(), func(need, from, to int64) {
-		cfg.Logf("shardload: rank %d: a batch of %s did not fit the slabs of %s: they grow to %s as batches need (size them up front with --slab-size, Config.SlabBytes or slab_bytes=)",
-			cfg.Rank, mem.FormatSize(need), mem.FormatSize(from), mem.FormatSize(to))
-	})
-	pins := cfg.pins
-	if cfg.NoAutotune {
-		pins = tune.AllPins
-	}
-	tuner.s.Start(r.knobs, pins, tune.Limits{Lanes: cfg.OpenShards, Fetch: r.shape.Remote,
-		Fits: func(k tune.Knobs) bool { return l.slabs.Memory(k) <= cfg.Memory }})
-	l.p = pipeline.Start(ctx, r.params(l.slabs, &tuner.s, dev))
 	if cfg.NoAutotune {
 		close(l.tuned)
 	} else {
-		go l.autotune(r.shape.Remote)
+		go l.autotune()
 	}
 	return l, nil
 }
 
-// resolved is a Config made ready to run, once: defaults applied, the epoch
-// planned (its shards, order, state and plan), the fields found, the image decoder
-// chosen, the slabs sized and the memory budget split at the knobs the loader
-// starts from. Open builds it (resolve) and hands it to the engine whole (params).
-type resolved struct {
-	planned // cfg: with defaults and the slabs sized
-	fields  []decode.Field
-	images  decode.ImageDecoder
-	shape   budget.Shape
-	budget  budget.Budget
-	knobs   tune.Knobs // where the loader starts
+// openPacked opens a Loader of packed rows (Config.Pack): package packed plans and
+// reads the epoch, the engine writes its batches into the slabs.
+func openPacked(ctx context.Context, cfg Config) (*Loader, error) {
+	start := time.Now()
+	cfg, o, err := cfg.packedSetup()
+	if err != nil {
+		return nil, err
+	}
+	e, err := pipeline.OpenPacked(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	l := &Loader{cfg: cfg, plan: e.Plan, order: e.Order, fields: e.Fields, p: e.Pipeline, start: start, resume: e.Resume,
+		tuner: NewTuner(), pk: e.Rows, done: make(chan struct{}), tuned: make(chan struct{})}
+	close(l.tuned)
+	return l, nil
 }
 
-// resolve returns cfg resolved for Open, its start from tuner's settings: the
-// planning bounded by cfg.StartTimeout (see startContext).
-func resolve(ctx context.Context, cfg Config, tuner *Tuner) (r resolved, err error) {
+// planFields plans cfg's rank's epoch (planOf) and finds its fields (Fields) for
+// Open, bounded by cfg.StartTimeout (see startContext).
+func planFields(ctx context.Context, cfg Config) (p planned, fields []decode.Field, err error) {
 	sctx, stop, answered := startContext(ctx, cfg)
 	defer stop()
 	cfg.answered = answered
-	if r.planned, err = planOf(sctx, cfg); err == nil {
-		r.fields, err = Fields(sctx, r.cfg, r.infos)
+	if p, err = planOf(sctx, cfg); err == nil {
+		fields, err = Fields(sctx, p.cfg, p.infos)
 	}
 	if err != nil {
-		return r, startError(ctx, sctx, cfg, err)
+		return p, nil, startError(ctx, sctx, cfg, err)
 	}
-	stop()
-	c, infos := &r.cfg, r.infos
-	if r.images, err = c.ImageDecoder.Resolve(); err != nil {
-		return r, err
-	}
-	r.shape = budget.ShapeOf(infos, r.fields)
-	if r.shape.SmallShards(c.QueueBytes) {
-		// Whether the shards inflate changes what their queues hold: found out from
-		// their bytes, not their names.
-		r.shape.Compressed = pipeline.Compressed(ctx, c.Sources, infos, pipeline.FirstWhole(r.plan.Spans))
-	}
-	sized := c.SlabBytes == 0
-	if c.Ring != nil {
-		c.Slabs, c.SlabBytes = len(c.Ring.Slabs()), c.Ring.MaxSlabBytes()
-	} else {
-		c.SlabBytes = SlabSize(*c, infos, r.fields)
-	}
-	r.budget = c.budget(r.shape)
-	r.budget.Held = budget.Held(infos, &r.plan)
-	if err := r.budget.CheckBatch(fixedBytes(r.fields), c.BatchSize, c.MaxSlabBytes, c.knobs(), sized); err != nil {
-		return r, err
-	}
-	r.knobs, err = r.budget.StartFrom(&tuner.s, c.knobs(), c.OpenShards)
-	return r, err
+	return p, fields, nil
 }
 
 // DefaultStartTimeout is Config.StartTimeout's default.
@@ -204,38 +172,6 @@ func startError(ctx, sctx context.Context, cfg Config, err error) error {
 		first = cfg.Streams[0].URLs[0]
 	}
 	return index.StartError(ctx, sctx, first, cmp.Or(cfg.StartTimeout, DefaultStartTimeout), err)
-}
-
-// params returns the engine's parameters: r, its slabs growing within slabs at
-// tuned's knobs, its batches handed to dev.
-func (r *resolved) params(slabs *budget.Slabs, tuned *tune.Shared, dev *device.Stage) pipeline.Params {
-	cfg, order := &r.cfg, r.order
-	firstSeq := r.resume.Batches
-	if r.replay > 0 {
-		firstSeq = 0 // the replayed batches are numbered, and dropped
-	}
-	fetch := pipeline.FetchKnobs(r.knobs, r.shape.Remote)
-	if cfg.NoAutotune && !cfg.pins.Pinned(tune.FetchParallel) && !cfg.pins.Pinned(tune.FetchPartSize) {
-		fetch.FetchParallel, fetch.FetchPartSize = 0, 0 // the sources' own settings
-	}
-	logKey, logf := cfg.logKey, cfg.Logf
-	return pipeline.Params{
-		Sources: cfg.Sources, Plan: r.plan, Shards: r.infos, Fields: r.fields,
-		ImageDecoder: r.images, AugmentSeed: cfg.Seed, Epoch: order.Epoch,
-		Reader: shard.Options{MaxMemberSize: cfg.MaxMemberSize, MaxSampleSize: cfg.MaxSampleSize, MaxRatio: cfg.MaxRatio},
-		Rank:   cfg.Rank, FirstSeq: firstSeq, Replay: r.replay,
-		NoShuffle: cfg.NoShuffle, ShuffleBytes: cfg.ShuffleBytes, OpenShards: max(cfg.OpenShards, r.plan.Lanes), Knobs: fetch,
-		SampleBytes: cfg.Memory - r.budget.Held - int64(cfg.Slabs)*cfg.SlabBytes - r.budget.Fetch(r.knobs),
-		BatchSize:   cfg.BatchSize, DropLast: cfg.DropLast, CPUs: cfg.CPUs,
-		Record: lookup(*cfg).Store.Keep(r.infos, cfg.Logf),
-		Skip:   cfg.OnError == Skip, StreamOf: r.mix.StreamOf(len(r.infos)),
-		Budget: pipeline.NewBudget(cfg.ErrorBudget.Fraction, cfg.ErrorBudget.Samples, cfg.ErrorBudget.Shards, order.Samples, order.Shards),
-		Ring:   cfg.Ring,
-		RingOptions: pinned.Options{Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, NoLock: cfg.NoLock, Bind: cfg.BindSlabs,
-			Warn: func(msg string) { logs.Once(logKey, "lock", func() { logf("shardload: warning: %s", msg) }) }},
-		Slabs: slabs, Tuned: tuned,
-		Queue: cfg.Slabs, Device: dev, Logf: cfg.Logf, LogKey: cfg.logKey,
-	}
 }
 
 // newPlan returns cfg's rank's plan under order, after runs, with the entries of
@@ -272,8 +208,8 @@ func resumeFrom(cfg Config, order Order) (State, []plan.Run, error) {
 	if r == nil {
 		return start, nil, nil
 	}
-	if cfg.Epoch != 0 && cfg.Epoch != r.Epoch {
-		return State{}, nil, fmt.Errorf("%w: the state is in epoch %d, the loader was asked for epoch %d", ErrResume, r.Epoch, cfg.Epoch)
+	if err := pipeline.CheckEpoch(cfg.Epoch, r); err != nil {
+		return State{}, nil, err
 	}
 	if r.Order == "" && r.Runs == "" || order.Mix != "" && r.Runs == "" && r.Batches == 0 {
 		// The start of an epoch: under any order, and a mix's weights may change
@@ -358,20 +294,12 @@ func (l *Loader) Close() error {
 // (Config.NoAutotune): where the tuner is, or the settings as set.
 func (l *Loader) Settings() Settings { return l.tuner.Settings() }
 
-// memory returns what the loader's buffers may hold at the settings in effect.
-func (l *Loader) memory() int64 {
-	if l.slabs == nil {
-		return l.cfg.RingBytes() // a packed epoch's: its slabs
-	}
-	return l.slabs.Memory(l.tuner.s.Knobs())
-}
-
 // Device returns the loader's device-copy stage: its kind and description.
-func (l *Loader) Device() *device.Stage { return l.dev }
+func (l *Loader) Device() *device.Stage { return l.p.Device() }
 
 // DeviceStats returns the device-copy stage's counters: batches and bytes handed
 // over, the device's copy time and rate, and how long consumers waited for copies.
-func (l *Loader) DeviceStats() device.Stats { return l.dev.Stats() }
+func (l *Loader) DeviceStats() device.Stats { return l.p.Device().Stats() }
 
 // State returns the rank's position after the batches Next has returned so far. Save
 // it with the trainer's checkpoint (after the optimizer step that used the last
@@ -396,29 +324,14 @@ func (l *Loader) State() State {
 // Stats returns counters and per-stage times so far.
 func (l *Loader) Stats() Stats {
 	s := l.p.Stats()
-	s.Workers, s.Memory, s.Elapsed, s.SlabBytes = l.Settings().Workers, l.memory(), time.Since(l.start), l.cfg.RingBytes()
-	if l.slabs != nil {
-		s.SlabBytes = l.slabs.Bytes()
-	}
-	if l.pk != nil { // finding the documents: the index, an .idx
-		if s.Stages == nil {
-			s.Stages = map[string]time.Duration{}
-		}
-		s.Stages["find"] = l.pk.FindTime()
-	}
+	s.Workers, s.Elapsed = l.Settings().Workers, time.Since(l.start)
 	return s
 }
 
 // autotune runs the loader's tuner until l.done is closed, then closes l.tuned.
-func (l *Loader) autotune(remote bool) {
+func (l *Loader) autotune() {
 	defer close(l.tuned)
 	// The order yields a window's samples once most of them are in: the rate is
 	// judged over two windows at least.
-	l.p.Tune(&l.tuner.s, tuneInterval, int64(2*max(l.order.Window, l.cfg.BatchSize)), remote, func(k0 tune.Knobs, rate float64) {
-		// Once per logger: a loader process serves many ranks and epochs, whose
-		// settings the metrics (shardload_session_setting) and bench's report show.
-		logs.Once(l.cfg.logKey, "autotune", func() {
-			l.cfg.Logf("shardload: rank %d: autotune kept %s: %.0f samples/s (the tuners' later changes are not logged: see the shardload_session_setting metrics, or bench's autotune line)", l.cfg.Rank, k0, rate)
-		})
-	}, l.done)
+	l.p.Tune(tuneInterval, int64(2*max(l.order.Window, l.cfg.BatchSize)), l.done)
 }

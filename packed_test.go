@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/shardload/shardload"
@@ -18,6 +19,7 @@ import (
 	"github.com/shardload/shardload/pack"
 	"github.com/shardload/shardload/packed"
 	"github.com/shardload/shardload/pinned"
+	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/wire"
 )
 
@@ -266,6 +268,44 @@ func TestPackedLoaderResumesOnAnotherWorld(t *testing.T) {
 	other.Pack, other.Resume = "tokens:8:eos=0", &back
 	if _, err := shardload.Open(context.Background(), other); !errors.Is(err, shardload.ErrResume) {
 		t.Fatalf("a state of rows of 16 resumed rows of 8: %v", err)
+	}
+}
+
+// Open, StateAt and PlanOf of a packed epoch refuse alike what does not plan: a state
+// of another epoch or of an epoch of samples (ErrResume), a stream of a mix given by
+// its Shards.
+func TestPackedRefusals(t *testing.T) {
+	idx := megatronCorpus(t, 50)
+	base := shardload.Config{URLs: []string{idx}, Pack: "tokens:16:eos=0", BatchSize: 2, NoLock: true}
+	otherEpoch, samples, shards := base, base, base
+	otherEpoch.Epoch, otherEpoch.Resume = 2, &shardload.State{Epoch: 1, Rows: 4}
+	samples.Resume = &shardload.State{Runs: "w2:c4"}
+	shards.URLs, shards.Streams = nil, []shardload.Stream{{URLs: []string{idx}}, {Shards: []shard.Info{{URL: "a.tar", Samples: 1}}}}
+	ctx := context.Background()
+	for _, c := range []struct {
+		name   string
+		cfg    shardload.Config
+		resume bool
+		want   string
+	}{
+		{"another epoch", otherEpoch, true, "the state is in epoch 1, the loader was asked for epoch 2"},
+		{"a state of samples", samples, true, "the state is a position of an unpacked epoch"},
+		{"a stream of shards", shards, false, "shardload: Pack: stream 1 gives Shards"},
+	} {
+		l, err := shardload.Open(ctx, c.cfg)
+		if err == nil {
+			l.Close()
+			t.Fatalf("%s: Open gave no error", c.name)
+		}
+		if !strings.Contains(err.Error(), c.want) || errors.Is(err, shardload.ErrResume) != c.resume {
+			t.Errorf("%s: Open: %v; want %q, ErrResume %v", c.name, err, c.want, c.resume)
+		}
+		if _, serr := shardload.StateAt(ctx, c.cfg, 0); serr == nil || serr.Error() != err.Error() {
+			t.Errorf("%s: StateAt: %v; Open's error: %v", c.name, serr, err)
+		}
+		if _, perr := shardload.PlanOf(ctx, c.cfg); perr == nil || perr.Error() != err.Error() {
+			t.Errorf("%s: PlanOf: %v; Open's error: %v", c.name, perr, err)
+		}
 	}
 }
 

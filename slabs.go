@@ -36,13 +36,9 @@ func Fields(ctx context.Context, cfg Config, infos []shard.Info) ([]decode.Field
 // quarter more, rounded up to a huge page (2 MiB at least). A batch that turns out
 // larger grows its slab while the loader runs (see Config.MaxSlabBytes).
 func SlabSize(cfg Config, infos []shard.Info, fields []decode.Field) int64 {
-	if cfg.SlabBytes > 0 {
-		return cfg.SlabBytes
-	}
-	if spec, err := pack.ParseSpec(cfg.Pack); err == nil {
-		return budget.RoundSlab(wire.PackedBytes(cfg.withDefaults().BatchSize, spec.SeqLen, spec.Int32))
-	}
-	return budget.SlabSize(cfg.withDefaults().BatchSize, fields, infos)
+	cfg = cfg.withDefaults()
+	o := cfg.options()
+	return o.SlabSize(infos, fields)
 }
 
 // CheckBatch refuses, from the settings alone, a batch of cfg that Open would refuse
@@ -62,11 +58,6 @@ func CheckBatch(cfg Config, fields []decode.Field) error {
 	}
 	// The shards are not known yet: their queues are counted at the least any take
 	// (shards of a byte, read locally), so that nothing Open accepts is refused.
-	return cfg.budget(budget.Shape{MaxShard: 1}).CheckBatch(fixedBytes(fields), cfg.BatchSize, cfg.MaxSlabBytes, cfg.knobs(), true)
-}
-
-// fixedBytes returns the bytes the fixed-size columns of a batch of fields take, by
-// the batch's rows.
-func fixedBytes(fields []decode.Field) func(rows int) int64 {
-	return func(rows int) int64 { return wire.FixedBytes(rows, fields) }
+	o := cfg.options()
+	return o.Budget(budget.Shape{MaxShard: 1}).CheckBatch(pipeline.FixedBytes(fields), o.BatchSize, o.MaxSlabBytes, o.Knobs, true)
 }

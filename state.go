@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/shardload/shardload/index"
+	"github.com/shardload/shardload/internal/pipeline"
 	"github.com/shardload/shardload/packed"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
@@ -162,16 +163,28 @@ func estimatedShards(ctx context.Context, cfg Config) ([]shard.Info, error) {
 	return lookup(cfg).Estimate(ctx, urls, nil) // from the objects alone: no store, no index
 }
 
+// packedSetup checks cfg and returns it with its defaults and its engine's options,
+// for Open and for StateAt and PlanOf of a packed epoch (Config.Pack).
+func (cfg Config) packedSetup() (Config, pipeline.Options, error) {
+	if err := cfg.Validate(); err != nil {
+		return cfg, pipeline.Options{}, err
+	}
+	cfg = cfg.withDefaults()
+	for i, st := range cfg.Streams {
+		if len(st.Shards) > 0 {
+			return cfg, pipeline.Options{}, fmt.Errorf("shardload: Pack: stream %d gives Shards: a packed mix names its streams by URLs", i)
+		}
+	}
+	return cfg, cfg.options(), nil
+}
+
 // packedPlan plans cfg's packed epoch (Config.Pack) as Open does, reading no token;
 // it returns cfg with its defaults.
 func packedPlan(ctx context.Context, cfg Config) (packed.Planned, Config, error) {
-	cfg, pc, err := cfg.packedSetup()
+	cfg, o, err := cfg.packedSetup()
 	if err != nil {
 		return packed.Planned{}, cfg, err
 	}
-	p, err := packed.Plan(ctx, pc)
-	if err != nil {
-		return p, cfg, packedError(err)
-	}
-	return p, cfg, nil
+	p, err := pipeline.PlanPacked(ctx, o)
+	return p, cfg, err
 }

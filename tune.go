@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/shardload/shardload/internal/budget"
 	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/mem"
 )
@@ -62,16 +61,4 @@ func (t *Tuner) Settings() Settings {
 	}
 	return Settings{Workers: k.Workers, ReadAhead: k.ReadAhead, QueueBytes: k.QueueBytes, FetchParallel: k.FetchParallel,
 		FetchPartSize: k.FetchPartSize, Changes: changes, Settled: settled}
-}
-
-// knobs returns cfg's settings of the tuner's knobs.
-func (cfg Config) knobs() tune.Knobs {
-	return tune.Knobs{Workers: cfg.Workers, ReadAhead: cfg.ReadAhead, QueueBytes: cfg.QueueBytes,
-		FetchParallel: cfg.FetchParallel, FetchPartSize: cfg.FetchPartSize}
-}
-
-// budget returns the memory model of cfg (with defaults) over shards of shape d.
-func (cfg Config) budget(d budget.Shape) budget.Budget {
-	return budget.Budget{Memory: cfg.Memory, Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, ShuffleBytes: cfg.ShuffleBytes,
-		OpenShards: cfg.OpenShards, Shape: d, Pins: cfg.pins}
 }

@@ -6,9 +6,13 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/shardload/shardload/device"
 	"github.com/shardload/shardload/logs"
 	"github.com/shardload/shardload/numa"
 )
+
+// Device returns the device stage batches are handed to (Params.Device).
+func (pl *Pipeline) Device() *device.Stage { return pl.p.Device }
 
 // toDevice starts the copy of b to the device, registering its slab first. It waits
 // while every device buffer holds a batch the consumer has not released.

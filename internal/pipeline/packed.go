@@ -2,18 +2,118 @@ package pipeline
 
 // The packed engine: batches of rows of tokens that a packed.Loader packs straight
 // into slabs of the ring (SlabBuffers), each handed to the device stage like a
-// collated batch.
+// collated batch; and the packed loader's configuration of Options, its epoch
+// planned (PlanPacked) or opened (OpenPacked) with the same checks and errors.
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
 
+	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/packed"
 	"github.com/shardload/shardload/pinned"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/wire"
 )
+
+// Packed is an epoch of packed rows opened (OpenPacked): its pipeline and rows, and
+// what the loader says of it.
+type Packed struct {
+	*Pipeline
+	Rows   *packed.Loader
+	Plan   plan.Plan // the rank's batches (no spans of samples)
+	Order  wire.OrderSettings
+	Fields []decode.Field // the packed columns
+	Resume wire.State     // the state the rank starts from
+}
+
+// OpenPacked opens an epoch of packed rows of o (o.Pack set): package packed plans
+// and reads it, the stages write its batches into the slabs.
+func OpenPacked(ctx context.Context, o Options) (*Packed, error) {
+	pc, err := o.packedConfig()
+	if err != nil {
+		return nil, err
+	}
+	bufs := NewSlabBuffers() // the batches are written in the slabs
+	pc.Buffers = bufs
+	pk, err := packed.Open(ctx, pc)
+	if err != nil {
+		return nil, packedError(err)
+	}
+	st := pk.State()
+	e := &Packed{Rows: pk, Fields: wire.PackedFields(o.Pack.SeqLen, o.Pack.Int32),
+		Resume: wire.State{Epoch: st.Epoch, Order: st.Order, Samples: pk.Rows(), Rows: st.Rows}}
+	if r := o.Resume; r != nil {
+		e.Resume.Batches = r.Batches
+	}
+	o.sizeSlabs(o.SlabSize(nil, nil))
+	dev, err := o.openDevice()
+	if err != nil {
+		pk.Close()
+		return nil, err
+	}
+	batches := int(pk.Len())
+	e.Plan = plan.Plan{Batches: batches, Samples: batches * o.BatchSize}
+	e.Order = wire.OrderSettings{Dataset: st.Order, Shards: len(pc.URLs) + len(pc.Shards), Samples: pk.Rows(), Tokens: pk.Tokens(), Seed: o.Seed, Epoch: pc.Epoch,
+		World: o.World, BatchSize: o.BatchSize, Shuffle: !o.NoShuffle, Mix: "pack " + o.Pack.String()}
+	e.Pipeline = Start(ctx, Params{
+		Packed: pk, Buffers: bufs, SeqLen: o.Pack.SeqLen, Int32IDs: o.Pack.Int32, BatchSize: o.BatchSize, Rank: o.Rank,
+		Ring: o.Ring, RingOptions: o.ringOptions(), Queue: o.Slabs, Device: dev, CPUs: o.CPUs, Logf: o.Logf, LogKey: o.LogKey,
+	})
+	return e, nil
+}
+
+// PlanPacked plans the epoch of packed rows of o as OpenPacked does, reading no
+// token.
+func PlanPacked(ctx context.Context, o Options) (packed.Planned, error) {
+	pc, err := o.packedConfig()
+	if err != nil {
+		return packed.Planned{}, err
+	}
+	p, err := packed.Plan(ctx, pc)
+	if err != nil {
+		return p, packedError(err)
+	}
+	return p, nil
+}
+
+// packedError is an error of package packed's planning as the loader's: ErrResume
+// for a state that does not resume.
+func packedError(err error) error {
+	if errors.Is(err, packed.ErrResume) {
+		return fmt.Errorf("%w: %w", ErrResume, err)
+	}
+	return fmt.Errorf("shardload: %w", err)
+}
+
+// packedConfig returns the packed loader's configuration of o.
+func (o *Options) packedConfig() (packed.Config, error) {
+	pc := packed.Config{
+		URLs: o.URLs, Shards: o.Shards, Index: o.Index, Pack: o.Pack, BatchSize: o.BatchSize,
+		Rank: o.Rank, World: o.World, Seed: o.Seed, Epoch: o.Epoch, NoShuffle: o.NoShuffle,
+		OpenShards: o.OpenShards, ShuffleBuffer: o.ShuffleBuffer, ReadAhead: o.Slabs,
+		Memory: o.Memory, Sources: o.Sources, Logf: o.Logf, Streams: o.Streams, EpochTokens: o.EpochTokens,
+	}
+	if o.ReadGap > 0 {
+		pc.ReadGap = o.ReadGap
+	}
+	if r := o.Resume; r != nil {
+		if err := CheckEpoch(o.Epoch, r); err != nil {
+			return pc, err
+		}
+		switch {
+		case r.Runs != "":
+			return pc, fmt.Errorf("%w: the state is a position of an unpacked epoch (runs %q), not of packed rows", ErrResume, r.Runs)
+		case r.Rows != 0 || r.Batches != 0:
+			pc.Resume = &packed.State{Epoch: r.Epoch, Order: r.Order, Rows: r.Rows}
+		}
+		pc.Epoch = r.Epoch // at Rows 0: the start of its epoch, under any order
+	}
+	return pc, nil
+}
 
 // Rows yields packed batches: a *packed.Loader whose Config.Buffers are the
 // pipeline's SlabBuffers. The pipeline closes it, before the ring its batches are
@@ -21,6 +121,7 @@ import (
 type Rows interface {
 	Next(ctx context.Context) (*packed.Batch, error)
 	Close() error
+	FindTime() time.Duration // the time Open took finding the documents
 }
 
 // SlabBuffers are the packed loader's buffers (packed.Config.Buffers): each batch

@@ -2,9 +2,11 @@
 // producer per open shard (fetch, inflate, split, decode into buffers of a size-class
 // pool), the mixer that interleaves the open shards and shuffles, the batcher that
 // collates batches into the slabs of a pinned ring, and the hand-over of each batch to
-// the device-copy stage. The root package plans the epoch, wires these stages and
-// owns the API. Everything that decides the order of samples happens in the mixer, so
-// the order does not depend on goroutine timing.
+// the device-copy stage. The root package owns the API, plans the epoch and fills
+// Options from its Config once; Open (OpenPacked for packed rows) sizes the slabs,
+// splits the memory budget and wires these stages. Everything that decides the
+// order of samples happens in the mixer, so the order does not depend on goroutine
+// timing.
 package pipeline
 
 import (
@@ -101,6 +103,9 @@ type Params struct {
 	// batch fails the loader.
 	Slabs *budget.Slabs
 	Tuned *tune.Shared
+	// Remote: some shard is read from a remote store, so that the tuner moves the
+	// remote reads' settings too (Tune).
+	Remote bool
 	// Queue is the number of batches collated ahead of Next (the ring's slabs).
 	Queue int
 	// Device receives each batch after collation; nil hands none over. Close

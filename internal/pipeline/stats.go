@@ -71,15 +71,27 @@ func (s *Stats) Add(o Stats) {
 	}
 }
 
-// Stats returns the pipeline's counters; the loader fills in Workers, Memory,
-// Elapsed and SlabBytes, which are its own.
+// Stats returns the pipeline's counters, with Memory (what its buffers may hold at
+// the tuner's knobs now) and SlabBytes, and for packed rows the time finding their
+// documents (the stage "find"); the loader fills in Workers and Elapsed, which are
+// its own. Without Params.Slabs (packed rows), Memory and SlabBytes are the ring's
+// bytes.
 func (pl *Pipeline) Stats() Stats {
-	c := &pl.C
-	return Stats{
+	c, p := &pl.C, &pl.p
+	s := Stats{
 		Samples: c.Samples.Load(), Batches: c.Batches.Load(), Padded: c.Padded.Load(), Trimmed: c.Trimmed.Load(),
 		Skipped: c.Skipped.Load(), SkippedShards: c.SkippedShards.Load(),
 		BytesIn: c.BytesIn.Load(), BytesInflated: c.BytesInflated.Load(), BytesOut: c.BytesOut.Load(), Requests: c.Requests.Load(),
 		Queued: c.Queued.Load(), PageLocked: pl.Locked(), FirstBatch: time.Duration(c.FirstBatch.Load()),
 		Stages: c.Stages(), Streams: streamStats(c.Streams),
 	}
+	ring := int64(p.RingOptions.Slabs) * p.RingOptions.SlabBytes
+	s.Memory, s.SlabBytes = ring, ring
+	if p.Slabs != nil {
+		s.Memory, s.SlabBytes = p.Slabs.Memory(p.Tuned.Knobs()), p.Slabs.Bytes()
+	}
+	if p.Packed != nil { // finding the documents: the index, an .idx
+		s.Stages["find"] = p.Packed.FindTime()
+	}
+	return s
 }
