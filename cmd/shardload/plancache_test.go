@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -230,7 +231,32 @@ func TestPlanCacheMatchesBench(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 32 epochs of bench")
 	}
-	const shards, nodes, epochs = 96, 4, 4
+	planAgainstBench(t, 96, 4, 1, 10, 4, false, true, false)
+}
+
+// The same for 2 nodes of 2 ranks, the ranks of a node at once on one cache
+// directory (as two processes of a node share it), 48 shards and a disk cache of a
+// quarter of the dataset a node: a node reads 24 shards an epoch, fewer than two a
+// lane, so its ranks split each shard between them (a range each, fetched once for
+// the node), and the 16 shards they read at once are more than the cache holds.
+// What two ranks fetch in one epoch depends on how their reads interleave (one
+// epoch's figure varies by 20% from run to run), so the figure compared is the
+// mean of the epochs after the first (of 6) and the first epoch's; with shards kept
+// on nodes only, the default and what the target is for (with the global
+// reshuffle the LRU figures measured run 5-18% over the plan's: BENCHMARKS.md).
+func TestPlanCacheMatchesBenchTwoRanksANode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 32 epochs of bench")
+	}
+	planAgainstBench(t, 48, 2, 2, 4, 6, true, true)
+}
+
+// planAgainstBench checks plan's store bytes per node against bench runs of every
+// rank of a job of nodes of perNode ranks over shards, each node with a disk cache
+// of 1/part of the dataset, each epoch's figure or (mean) the first epoch's and the
+// mean of the others, with shards kept on nodes and without, as affinities says
+// (see TestPlanCacheMatchesBench).
+func planAgainstBench(t *testing.T, shards, nodes, perNode, part, epochs int, mean bool, affinities ...bool) {
 	dir, size := policyShards(t, shards)
 	var served atomic.Int64
 	files := http.FileServer(http.Dir(dir))
@@ -244,14 +270,15 @@ func TestPlanCacheMatchesBench(t *testing.T) {
 		t.Fatalf("index: exit %d: %s", code, stderr)
 	}
 	dataset := int64(shards) * size
-	budget := dataset / 10
+	budget := dataset / int64(part)
+	world := nodes * perNode
 	job := []string{"--batch-size", "16", "--seed", "7"}
-	for _, affinity := range []bool{true, false} {
+	for _, affinity := range affinities {
 		extra := []string{}
 		if !affinity {
 			extra = []string{"--node-affinity=false"}
 		}
-		rep := planJSON(t, append(append([]string{"--index", idx, "--nodes", strconv.Itoa(nodes), "--ranks-per-node", "1", "--epochs", strconv.Itoa(epochs),
+		rep := planJSON(t, append(append([]string{"--index", idx, "--nodes", strconv.Itoa(nodes), "--ranks-per-node", strconv.Itoa(perNode), "--epochs", strconv.Itoa(epochs),
 			"--cache-bytes", strconv.FormatInt(budget, 10)}, extra...), job...)...)
 		if rep.NodeAffinity != affinity {
 			t.Fatalf("plan: node affinity %v, want %v", rep.NodeAffinity, affinity)
@@ -259,41 +286,66 @@ func TestPlanCacheMatchesBench(t *testing.T) {
 		for _, policy := range []string{"order", "lru"} {
 			measured := make([]int64, epochs)
 			for node := range nodes {
-				var lf loaderFlags
-				fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
-				lf.register(fs, true)
-				args := append([]string{"--index", idx, "--world", strconv.Itoa(nodes), "--rank", strconv.Itoa(node), "--ranks-per-node", "1",
-					"--node-affinity=" + strconv.FormatBool(affinity), "--no-index-store", "--autotune=false",
-					"--cache-dir", t.TempDir(), "--cache-disk", strconv.FormatInt(budget, 10), "--cache-policy", policy, "--field", "bin"}, job...)
-				if err := fs.Parse(append(args, pattern)); err != nil {
-					t.Fatal(err)
+				cacheDir := t.TempDir()
+				results := make([]*benchResult, perNode)
+				errs := make([]error, perNode)
+				var wg sync.WaitGroup
+				for local := range perNode {
+					var lf loaderFlags
+					fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
+					lf.register(fs, true)
+					args := append([]string{"--index", idx, "--world", strconv.Itoa(world), "--rank", strconv.Itoa(node*perNode + local), "--ranks-per-node", strconv.Itoa(perNode),
+						"--node-affinity=" + strconv.FormatBool(affinity), "--no-index-store", "--autotune=false",
+						"--cache-dir", cacheDir, "--cache-disk", strconv.FormatInt(budget, 10), "--cache-policy", policy, "--field", "bin"}, job...)
+					if err := fs.Parse(append(args, pattern)); err != nil {
+						t.Fatal(err)
+					}
+					cfg, err := lf.config(fs.Args(), io.Discard)
+					if err != nil {
+						t.Fatal(err)
+					}
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						results[local], errs[local] = bench(context.Background(), cfg, epochs, 0, 0, false, 0, nil)
+						lf.rf.closeCache()
+					}()
 				}
-				cfg, err := lf.config(fs.Args(), io.Discard)
-				if err != nil {
-					t.Fatal(err)
-				}
-				res, err := bench(context.Background(), cfg, epochs, 0, 0, false, 0, nil)
-				lf.rf.closeCache()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(res.Cache) != epochs {
-					t.Fatalf("bench: cache figures of %d epochs", len(res.Cache))
-				}
-				for e, c := range res.Cache {
-					measured[e] += c.Store / nodes
+				wg.Wait()
+				for local, res := range results {
+					if errs[local] != nil {
+						t.Fatal(errs[local])
+					}
+					if len(res.Cache) != epochs {
+						t.Fatalf("bench: cache figures of %d epochs", len(res.Cache))
+					}
+					for e, c := range res.Cache {
+						measured[e] += c.Store / int64(nodes)
+					}
 				}
 			}
 			model := rep.CachePolicies[policy].StoreBytesPerNode
 			t.Logf("affinity %v, %s: store bytes per node by epoch (fractions of the dataset): measured %.3f, plan %.3f",
 				affinity, policy, fractions(measured, dataset), fractions(model, dataset))
-			for e := range epochs {
+			if mean {
+				model = []int64{model[0], avg(model[1:])}
+				measured = []int64{measured[0], avg(measured[1:])}
+			}
+			for e := range model {
 				if !within(float64(model[e]), float64(measured[e]), 0.15) {
-					t.Errorf("affinity %v, %s, epoch %d: plan %d store bytes per node, bench %d (more than 15%% apart)", affinity, policy, e, model[e], measured[e])
+					t.Errorf("affinity %v, %s, epoch %d (mean %v): plan %d store bytes per node, bench %d (more than 15%% apart)", affinity, policy, e, mean, model[e], measured[e])
 				}
 			}
 		}
 	}
+}
+
+func avg(b []int64) int64 {
+	var sum int64
+	for _, n := range b {
+		sum += n
+	}
+	return sum / int64(len(b))
 }
 
 func fractions(b []int64, of int64) []float64 {
