@@ -185,7 +185,8 @@ type Config struct {
 
 	// Memory is the budget of the loader's buffers, in bytes: the slab ring, the
 	// decoded samples (the open shards' queues, the shuffle windows, the batches being
-	// collated) and the remote reads' parts (see MemoryBudget), and what grows with
+	// collated), the remote reads' parts and the open shards' decompressors (see
+	// MemoryBudget), and what grows with
 	// the dataset: the shards' index entries and the plan. Open fails with
 	// ErrMemory when the settings set need more; the settings left to their defaults
 	// are lowered to fit, and the tuner never raises them past it. The process holds

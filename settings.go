@@ -51,7 +51,7 @@ var Knobs = []Knob{
 	{Name: "read-ahead", Field: "ReadAhead", Auto: "0, then tuned", Tuned: true,
 		Help: "shards opened beyond --open-shards, ahead of the order, to hide a store's latency per request (does not change the order; given: the tuner leaves it)"},
 	{Name: "memory", Field: "Memory", Default: DefaultMemory, Min: 1, Bytes: true,
-		Help: fmt.Sprintf("budget of the loader's buffers: slabs, decoded samples (queues, shuffle windows, batches) and remote reads' parts, and of the shards' index entries and the plan; settings left to their defaults are lowered to fit, the tuner never exceeds it (the process holds about %s more)", mem.FormatSize(MemoryOverhead))},
+		Help: fmt.Sprintf("budget of the loader's buffers: slabs, decoded samples (queues, shuffle windows, batches), remote reads' parts and decompressors, and of the shards' index entries and the plan; settings left to their defaults are lowered to fit, the tuner never exceeds it (the process holds about %s more)", mem.FormatSize(MemoryOverhead))},
 	{Name: "autotune", Field: "NoAutotune", Default: 1, Invert: true,
 		Help: "tune --workers, --read-ahead, --queue-bytes, --fetch-parallel and --fetch-part-size while running, within --memory, from the rate delivered (those given are left alone; --autotune=false keeps the defaults)"},
 	{Name: "slabs", Field: "Slabs", Default: DefaultSlabs, Min: 1, Max: wire.MaxFDs, Hello: "slabs", Help: "pinned batch slabs in the ring (batches ready or in use at once)"},

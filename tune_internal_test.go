@@ -221,3 +221,36 @@ func TestMemoryBudgetCountsIndexAndPlan(t *testing.T) {
 		t.Errorf("memory at the settings in effect %d: want at least the entries and plan held (%d), at most the budget %d", st.Memory, budget.Held(cfg.Shards, &p), cfg.Memory)
 	}
 }
+
+// TestMemoryBudgetCountsDecompressors: each open shard of zstd shards holds a
+// decompressor's window (shard.InflateBytes), which the budget counts: a budget
+// with room for the buffers but not for the decompressors fails Open with ErrMemory
+// naming them, and with room for them the memory in effect counts them.
+func TestMemoryBudgetCountsDecompressors(t *testing.T) {
+	paths, err := shardgen.Generate(t.TempDir(), shardgen.Spec{Shards: 4, Samples: []int{20}, Seed: 8, Compression: shard.Zstd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{URLs: paths, NoIndexStore: true, CountFirst: true, Slabs: 2, SlabBytes: 1 << 20, ShuffleBytes: 1 << 20,
+		OpenShards: 4, QueueBytes: 256 << 10}
+	buffers := int64(2<<20) + (4*(256<<10)+1<<20+2<<20)*9/8 // slabs; queues, shuffle and two batches, with an eighth
+	inflate := 4 * shard.InflateBytes(shard.Zstd)
+	cfg.Memory = buffers + inflate - shard.InflateBytes(shard.Zstd) + 4096
+	if _, err := Open(context.Background(), cfg); !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), "decompressors 34MiB (4 open shards x 8704KiB)") {
+		t.Fatalf("Open without room for 4 decompressors = %v; want ErrMemory naming them", err)
+	}
+	cfg.Memory = buffers + inflate + 4096
+	l, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Open with room for the decompressors: %v", err)
+	}
+	defer l.Close()
+	for _, err := range l.All(context.Background()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := l.Stats(); st.Memory < inflate || st.Memory > cfg.Memory {
+		t.Errorf("memory at the settings in effect %d: want the decompressors' %d within the budget %d", st.Memory, inflate, cfg.Memory)
+	}
+}

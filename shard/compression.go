@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
+	"strings"
 	"sync"
 
 	"github.com/klauspost/compress/gzip"
@@ -294,6 +296,41 @@ func (c Compression) String() string {
 		return "lz4"
 	}
 	return "none"
+}
+
+// InflateBytes is about what one open shard's decompressor holds while the shard is
+// read, for a loader's memory budget: for zstd, the history of a window of 8 MiB
+// (what zstd writes with at levels up to 19) and room for two blocks; for gzip, its
+// 32 KiB window and tables; for bzip2, a block of up to 900 kB at four bytes a
+// byte. A zstd frame of a larger window (levels 20-22, --long) holds that much more.
+func InflateBytes(c Compression) int64 {
+	switch c {
+	case Zstd:
+		return 8<<20 + 512<<10
+	case Gzip:
+		return 64 << 10
+	case Bzip2:
+		return 4 << 20
+	}
+	return 0
+}
+
+// CompressionOfName names the compression a shard's name says, by its extension
+// (.gz, .tgz, .zst, .zstd, .bz2, .xz, .lz4); None when it says none.
+func CompressionOfName(url string) Compression {
+	switch strings.ToLower(path.Ext(url)) {
+	case ".gz", ".tgz":
+		return Gzip
+	case ".zst", ".zstd":
+		return Zstd
+	case ".bz2":
+		return Bzip2
+	case ".xz":
+		return XZ
+	case ".lz4":
+		return LZ4
+	}
+	return None
 }
 
 // DetectCompression names the compression whose magic number starts b.

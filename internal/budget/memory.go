@@ -28,7 +28,10 @@ type Shape struct {
 	// unknown multiple of its stored size. The caller finds it out from the shards'
 	// bytes (shard.DetectCompression) where it matters (SmallShards).
 	Compressed bool
-	Decoded    int64 // bytes a sample's image fields decode to, beyond its stored bytes
+	// Inflate is what one open shard's decompressor holds (shard.InflateBytes): 0
+	// when the shards are stored, or their compression is not known.
+	Inflate int64
+	Decoded int64 // bytes a sample's image fields decode to, beyond its stored bytes
 }
 
 // ShapeOf returns the shape of infos decoded as fields, Compressed unset.
@@ -113,10 +116,16 @@ type Budget struct {
 
 // Of returns the most bytes the loader holds with knobs k: Held, and its buffers:
 // the slab ring, the decoded samples (the open shards' queues, the shuffle windows
-// and two batches being collated, plus an eighth for the buffers' size classes) and
-// the remote reads' parts of every open shard.
+// and two batches being collated, plus an eighth for the buffers' size classes), the
+// remote reads' parts and the decompressor of every open shard.
 func (b Budget) Of(k tune.Knobs) int64 {
-	return b.Held + int64(b.Slabs)*b.SlabBytes + b.Samples(k) + b.Fetch(k)
+	return b.Held + int64(b.Slabs)*b.SlabBytes + b.Samples(k) + b.Fetch(k) + b.Inflate(k)
+}
+
+// Inflate is the open shards' decompressors' share of Of: each holds its window
+// (Shape.Inflate), read-ahead shards too.
+func (b Budget) Inflate(k tune.Knobs) int64 {
+	return int64(b.OpenShards+k.ReadAhead) * b.Shape.Inflate
 }
 
 // Samples is the decoded samples' share of Of.
@@ -165,10 +174,11 @@ func (b Budget) Start(k tune.Knobs) (tune.Knobs, error) {
 			k.QueueBytes = max(k.QueueBytes/2, tune.MinQueueBytes)
 		default:
 			ring := int64(b.Slabs) * b.SlabBytes
-			return k, fmt.Errorf("%w: the budget is %s, the settings need %s: the shards' index entries and the plan %s, slabs %d x %s = %s, decoded samples %s (queues %d x %s, shuffle %s, two batches, size classes), fetch parts %s (%d open shards x %d x %s); raise the budget (--memory of shardload serve or bench, Config.Memory in Go) or lower what the settings name",
+			return k, fmt.Errorf("%w: the budget is %s, the settings need %s: the shards' index entries and the plan %s, slabs %d x %s = %s, decoded samples %s (queues %d x %s, shuffle %s, two batches, size classes), fetch parts %s (%d open shards x %d x %s), decompressors %s (%d open shards x %s); raise the budget (--memory of shardload serve or bench, Config.Memory in Go) or lower what the settings name",
 				ErrMemory, size(b.Memory), size(b.Of(k)), size(b.Held), b.Slabs, size(b.SlabBytes), size(ring),
 				size(b.Samples(k)), b.OpenShards+k.ReadAhead, size(k.QueueBytes), size(b.ShuffleBytes),
-				size(b.Fetch(k)), b.OpenShards+k.ReadAhead, k.FetchParallel, size(k.FetchPartSize))
+				size(b.Fetch(k)), b.OpenShards+k.ReadAhead, k.FetchParallel, size(k.FetchPartSize),
+				size(b.Inflate(k)), b.OpenShards+k.ReadAhead, size(b.Shape.Inflate))
 		}
 	}
 	return k, nil

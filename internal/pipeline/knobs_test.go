@@ -63,7 +63,7 @@ func TestFetchContext(t *testing.T) {
 	}
 }
 
-// Compressed tells a compressed shard by its bytes, whatever its name says.
+// Compression tells a compressed shard by its bytes, whatever its name says.
 func TestCompressed(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name string, c shard.Compression) string {
@@ -81,21 +81,25 @@ func TestCompressed(t *testing.T) {
 	for _, tc := range []struct {
 		infos []string
 		url   string
-		want  bool
+		want  shard.Compression
 	}{
-		{[]string{plain}, plain, false},
-		{[]string{zst}, zst, true},         // its bytes say so
-		{[]string{plain, gz}, plain, true}, // a name says so
-		{[]string{plain}, "", true},        // nothing read from its start: assumed
-		{[]string{plain}, plain + ".missing", true},
+		{[]string{plain}, plain, shard.None},
+		{[]string{zst}, zst, shard.Zstd},         // its bytes say so
+		{[]string{plain, gz}, plain, shard.Gzip}, // a name says so
+		{[]string{plain}, "", shard.Zstd},        // nothing read from its start: assumed, the most a decompressor holds
+		{[]string{plain}, plain + ".missing", shard.Zstd},
 	} {
 		var infos []shard.Info
 		for _, u := range tc.infos {
 			infos = append(infos, shard.Info{URL: u})
 		}
-		if got := Compressed(context.Background(), source.Default, infos, tc.url); got != tc.want {
-			t.Errorf("%v, %s: compressed %v, want %v", tc.infos, tc.url, got, tc.want)
+		if got := Compression(context.Background(), source.Default, infos, tc.url); got != tc.want {
+			t.Errorf("%v, %s: compression %v, want %v", tc.infos, tc.url, got, tc.want)
 		}
+	}
+	// Names that say several: the one whose decompressor holds the most.
+	if got := CompressionOfNames([]shard.Info{{URL: "a.tar.gz"}, {URL: "b.tar.zst"}, {URL: "c.tar"}}); got != shard.Zstd {
+		t.Errorf("gzip and zstd names: %v, want zstd", got)
 	}
 }
 

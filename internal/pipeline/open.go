@@ -76,11 +76,13 @@ func resolve(ctx context.Context, o Options, e Epoch, tuned *tune.Shared) (r res
 		return r, err
 	}
 	r.shape = budget.ShapeOf(e.Shards, e.Fields)
-	if r.shape.SmallShards(o.Knobs.QueueBytes) {
-		// Whether the shards inflate changes what their queues hold: found out from
-		// their bytes, not their names.
-		r.shape.Compressed = Compressed(ctx, o.Sources, e.Shards, FirstWhole(e.Plan.Spans))
+	c := CompressionOfNames(e.Shards)
+	if c == shard.None && r.shape.SmallShards(o.Knobs.QueueBytes) {
+		// Whether small shards inflate changes what their queues hold: found out
+		// from their bytes where their names do not say.
+		c = Compression(ctx, o.Sources, e.Shards, FirstWhole(e.Plan.Spans))
 	}
+	r.shape.Compressed, r.shape.Inflate = c != shard.None, shard.InflateBytes(c)
 	sized := o.SlabBytes == 0
 	r.sizeSlabs(o.SlabSize(e.Shards, e.Fields))
 	r.budget = r.Budget(r.shape)
@@ -110,7 +112,7 @@ func (r *resolved) params(slabs *budget.Slabs, tuned *tune.Shared, dev *device.S
 		ImageDecoder: r.images, AugmentSeed: r.Seed, Epoch: order.Epoch,
 		Reader: r.Reader, Rank: r.Rank, FirstSeq: firstSeq, Replay: e.Replay,
 		NoShuffle: r.NoShuffle, ShuffleBytes: r.ShuffleBytes, OpenShards: max(r.OpenShards, e.Plan.Lanes), Knobs: fetch,
-		SampleBytes: r.Memory - r.budget.Held - int64(r.Slabs)*r.SlabBytes - r.budget.Fetch(r.knobs),
+		SampleBytes: r.Memory - r.budget.Held - int64(r.Slabs)*r.SlabBytes - r.budget.Fetch(r.knobs) - r.budget.Inflate(r.knobs),
 		BatchSize:   r.BatchSize, DropLast: r.DropLast, CPUs: r.CPUs,
 		Record: e.Record, Skip: r.Skip, StreamOf: e.StreamOf,
 		Budget: NewBudget(eb.Fraction, eb.Samples, eb.Shards, order.Samples, order.Shards),

@@ -14,9 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -386,19 +384,17 @@ var ErrNoSample = errors.New("shardload: no samples in the shards")
 
 // InferFields returns the fields of the first sample of the first shard that has one,
 // each with the decoder its extension suggests (decode.ParseField).
-// Compressed reports whether the shards of infos are compressed as a whole: true
-// when some shard's name says so, else whether the shard at url (one the rank reads
-// from its start; "" when none) is, from its first bytes (one small ranged read);
-// true when they cannot be read (the loader's reads then say why).
-func Compressed(ctx context.Context, src Opener, infos []shard.Info, url string) bool {
-	for _, info := range infos {
-		switch strings.ToLower(path.Ext(info.URL)) {
-		case ".gz", ".tgz", ".zst", ".zstd", ".bz2", ".xz", ".lz4":
-			return true
-		}
+// Compression names how the shards of infos are compressed as a whole: by the
+// names of those that say (the compression whose decompressor holds the most,
+// shard.InflateBytes), else from the first bytes of the shard at url (one the rank
+// reads from its start; "" when none), one small ranged read; zstd when they cannot
+// be read (the loader's reads then say why), as the most a decompressor holds.
+func Compression(ctx context.Context, src Opener, infos []shard.Info, url string) shard.Compression {
+	if c := CompressionOfNames(infos); c != shard.None {
+		return c
 	}
 	if url == "" {
-		return true
+		return shard.Zstd
 	}
 	var body io.ReadCloser
 	var err error
@@ -409,12 +405,25 @@ func Compressed(ctx context.Context, src Opener, infos []shard.Info, url string)
 		body, err = src.OpenRange(ctx, url, 0, 8)
 	}
 	if err != nil {
-		return true
+		return shard.Zstd
 	}
 	defer body.Close()
 	head := make([]byte, 8)
 	n, _ := io.ReadFull(body, head)
-	return shard.DetectCompression(head[:n]) != shard.None
+	return shard.DetectCompression(head[:n])
+}
+
+// CompressionOfNames names the compression the names of infos say
+// (shard.CompressionOfName), the one whose decompressor holds the most where they
+// say several; None when none says any.
+func CompressionOfNames(infos []shard.Info) shard.Compression {
+	c := shard.None
+	for _, info := range infos {
+		if n := shard.CompressionOfName(info.URL); n != shard.None && (c == shard.None || shard.InflateBytes(n) > shard.InflateBytes(c)) {
+			c = n
+		}
+	}
+	return c
 }
 
 func InferFields(ctx context.Context, src Opener, infos []shard.Info, opts shard.Options) ([]decode.Field, error) {
