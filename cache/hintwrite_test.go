@@ -20,31 +20,7 @@ func TestHintsAnnounceWritesAtOnce(t *testing.T) {
 	}
 	defer h.Close()
 	file := filepath.Join(dir, "hints", h.id+hintExt)
-	entries := func() int {
-		t.Helper()
-		b, err := os.ReadFile(file)
-		if os.IsNotExist(err) {
-			return -1
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, _, err := parseHints(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(l.keys)
-	}
-	wait := func(want int) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for entries() != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("the file holds %d entries, want %d", entries(), want)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	entries, wait := hintFileEntries(t, file)
 	x, y, z := tr.urls[0], tr.urls[1], tr.urls[2]
 	at := time.Now().Add(time.Minute)
 	if err := h.Announce(Schedule([]string{x, y, z}, at, time.Second)); err != nil {
@@ -86,37 +62,13 @@ func TestHintsWriteEvery(t *testing.T) {
 	}
 	defer h.Close()
 	file := filepath.Join(dir, "hints", h.id+hintExt)
-	entries := func() int {
-		t.Helper()
-		b, err := os.ReadFile(file)
-		if os.IsNotExist(err) {
-			return -1
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, _, err := parseHints(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(l.keys)
-	}
+	entries, wait := hintFileEntries(t, file)
 	x, y, z := tr.urls[0], tr.urls[1], tr.urls[2]
 	now := time.Now()
 	publish := func(urls ...string) {
 		t.Helper()
 		if err := h.Publish(Schedule(urls, now.Add(time.Minute), time.Second)); err != nil {
 			t.Fatal(err)
-		}
-	}
-	wait := func(want int) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for entries() != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("the file holds %d entries, want %d", entries(), want)
-			}
-			time.Sleep(5 * time.Millisecond)
 		}
 	}
 	publish(x, y, z) // the first: written at once, by the timer's goroutine
@@ -141,4 +93,35 @@ func TestHintsWriteEvery(t *testing.T) {
 	if _, err := os.Stat(file); !os.IsNotExist(err) {
 		t.Errorf("after Close the file is there (%v)", err)
 	}
+}
+
+// hintFileEntries returns, for the hint file at file, a function that counts its
+// entries (-1: no file) and one that waits until it holds want of them.
+func hintFileEntries(t *testing.T, file string) (entries func() int, wait func(want int)) {
+	entries = func() int {
+		t.Helper()
+		b, err := os.ReadFile(file)
+		if os.IsNotExist(err) {
+			return -1
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, _, err := parseHints(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(l.keys)
+	}
+	wait = func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for entries() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("the file holds %d entries, want %d", entries(), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	return entries, wait
 }
