@@ -79,22 +79,23 @@ func TestCompressed(t *testing.T) {
 	}
 	plain, zst, gz := write("plain.tar", shard.None), write("zstd-named.tar", shard.Zstd), write("named.tar.gz", shard.None)
 	for _, tc := range []struct {
-		infos []string
-		url   string
-		want  shard.Compression
+		infos   []string
+		url     string
+		want    shard.Compression
+		assumed bool
 	}{
-		{[]string{plain}, plain, shard.None},
-		{[]string{zst}, zst, shard.Zstd},         // its bytes say so
-		{[]string{plain, gz}, plain, shard.Gzip}, // a name says so
-		{[]string{plain}, "", shard.Zstd},        // nothing read from its start: assumed, the most a decompressor holds
-		{[]string{plain}, plain + ".missing", shard.Zstd},
+		{[]string{plain}, plain, shard.None, false},
+		{[]string{zst}, zst, shard.Zstd, false},         // its bytes say so
+		{[]string{plain, gz}, plain, shard.Gzip, false}, // a name says so
+		{[]string{plain}, "", shard.None, true},         // nothing read from its start: assumed
+		{[]string{plain}, plain + ".missing", shard.None, true},
 	} {
 		var infos []shard.Info
 		for _, u := range tc.infos {
 			infos = append(infos, shard.Info{URL: u})
 		}
-		if got := Compression(context.Background(), source.Default, infos, tc.url); got != tc.want {
-			t.Errorf("%v, %s: compression %v, want %v", tc.infos, tc.url, got, tc.want)
+		if got, assumed := Compression(context.Background(), source.Default, infos, tc.url); got != tc.want || assumed != tc.assumed {
+			t.Errorf("%v, %s: compression %v (assumed %v), want %v (%v)", tc.infos, tc.url, got, assumed, tc.want, tc.assumed)
 		}
 	}
 	// Names that say several: the one whose decompressor holds the most.

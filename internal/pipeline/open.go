@@ -76,13 +76,14 @@ func resolve(ctx context.Context, o Options, e Epoch, tuned *tune.Shared) (r res
 		return r, err
 	}
 	r.shape = budget.ShapeOf(e.Shards, e.Fields)
-	c := CompressionOfNames(e.Shards)
+	c, assumed := CompressionOfNames(e.Shards), false
 	if c == shard.None && r.shape.SmallShards(o.Knobs.QueueBytes) {
 		// Whether small shards inflate changes what their queues hold: found out
-		// from their bytes where their names do not say.
-		c = Compression(ctx, o.Sources, e.Shards, FirstWhole(e.Plan.Spans))
+		// from their bytes where their names do not say, assumed where those
+		// cannot be read (their decompressors are then counted only when known).
+		c, assumed = Compression(ctx, o.Sources, e.Shards, FirstWhole(e.Plan.Spans))
 	}
-	r.shape.Compressed, r.shape.Inflate = c != shard.None, shard.InflateBytes(c)
+	r.shape.Compressed, r.shape.Inflate = c != shard.None || assumed, shard.InflateBytes(c)
 	sized := o.SlabBytes == 0
 	r.sizeSlabs(o.SlabSize(e.Shards, e.Fields))
 	r.budget = r.Budget(r.shape)

@@ -387,14 +387,15 @@ var ErrNoSample = errors.New("shardload: no samples in the shards")
 // Compression names how the shards of infos are compressed as a whole: by the
 // names of those that say (the compression whose decompressor holds the most,
 // shard.InflateBytes), else from the first bytes of the shard at url (one the rank
-// reads from its start; "" when none), one small ranged read; zstd when they cannot
-// be read (the loader's reads then say why), as the most a decompressor holds.
-func Compression(ctx context.Context, src Opener, infos []shard.Info, url string) shard.Compression {
+// reads from its start; "" when none), one small ranged read. When there is no such
+// shard or it cannot be read (the loader's reads then say why), it returns None and
+// assumed: the shards may be compressed, by what is not known.
+func Compression(ctx context.Context, src Opener, infos []shard.Info, url string) (c shard.Compression, assumed bool) {
 	if c := CompressionOfNames(infos); c != shard.None {
-		return c
+		return c, false
 	}
 	if url == "" {
-		return shard.Zstd
+		return shard.None, true
 	}
 	var body io.ReadCloser
 	var err error
@@ -405,12 +406,12 @@ func Compression(ctx context.Context, src Opener, infos []shard.Info, url string
 		body, err = src.OpenRange(ctx, url, 0, 8)
 	}
 	if err != nil {
-		return shard.Zstd
+		return shard.None, true
 	}
 	defer body.Close()
 	head := make([]byte, 8)
 	n, _ := io.ReadFull(body, head)
-	return shard.DetectCompression(head[:n])
+	return shard.DetectCompression(head[:n]), false
 }
 
 // CompressionOfNames names the compression the names of infos say
