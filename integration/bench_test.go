@@ -112,8 +112,8 @@ func TestBenchS3(t *testing.T) {
 // budget (--memory), with the tuner on, and checks the peak RSS the kernel reports
 // stays within the budget plus the overhead bench states (memory_overhead_bytes),
 // and, the shards being local (no fetch parts, no part buffers kept), within the
-// budget plus 64 MiB: Go's runtime, the binary, the decompressors and the one sample
-// per worker that the budget does not count.
+// budget plus 64 MiB: Go's runtime, the binary and the one sample per worker that
+// the budget does not count (the shards are stored: no decompressor).
 func TestBenchMemoryBudget(t *testing.T) {
 	spec := shardgen.Spec{Shards: 12, SamplesPerShard: 200, Fields: shardgen.Presets["images"]}
 	paths, err := shardgen.Generate(t.TempDir(), spec)
