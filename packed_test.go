@@ -157,6 +157,10 @@ func TestPackedLoaderIsPackedRows(t *testing.T) {
 	if int64(len(want)) != pl.Rows() || !slices.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("the loader yielded %d rows, package packed %d (epoch of %d): they differ", len(got), len(want), pl.Rows())
 	}
+	// Stats: a slab holds a batch of rows; Memory the ring of them.
+	if st := l.Stats(); st.SlabBytes < wire.PackedBytes(bs, seq, false) || st.Memory < 2*st.SlabBytes {
+		t.Errorf("Stats: slab bytes %d (a batch of rows takes %d), memory %d", st.SlabBytes, wire.PackedBytes(bs, seq, false), st.Memory)
+	}
 }
 
 // A packed loader closed early, over a ring of the caller's, gives back every slab

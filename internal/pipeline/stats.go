@@ -74,8 +74,8 @@ func (s *Stats) Add(o Stats) {
 // Stats returns the pipeline's counters, with Memory (what its buffers may hold at
 // the tuner's knobs now) and SlabBytes, and for packed rows the time finding their
 // documents (the stage "find"); the loader fills in Workers and Elapsed, which are
-// its own. Without Params.Slabs (packed rows), Memory and SlabBytes are the ring's
-// bytes.
+// its own. Without Params.Slabs (packed rows), Memory is the ring's bytes and
+// SlabBytes its slabs' size.
 func (pl *Pipeline) Stats() Stats {
 	c, p := &pl.C, &pl.p
 	s := Stats{
@@ -85,8 +85,7 @@ func (pl *Pipeline) Stats() Stats {
 		Queued: c.Queued.Load(), PageLocked: pl.Locked(), FirstBatch: time.Duration(c.FirstBatch.Load()),
 		Stages: c.Stages(), Streams: streamStats(c.Streams),
 	}
-	ring := int64(p.RingOptions.Slabs) * p.RingOptions.SlabBytes
-	s.Memory, s.SlabBytes = ring, ring
+	s.Memory, s.SlabBytes = int64(p.RingOptions.Slabs)*p.RingOptions.SlabBytes, p.RingOptions.SlabBytes
 	if p.Slabs != nil {
 		s.Memory, s.SlabBytes = p.Slabs.Memory(p.Tuned.Knobs()), p.Slabs.Bytes()
 	}
