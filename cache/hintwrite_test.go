@@ -11,16 +11,8 @@ import (
 // a publish WriteEvery held back: an epoch's new order reaches the other processes
 // without waiting for the interval (an hour here).
 func TestHintsAnnounceWritesAtOnce(t *testing.T) {
-	tr := newTrio()
-	dir := t.TempDir()
-	c := tr.cache(t, dir, Options{})
-	h, err := c.Hint("job", HintOptions{WriteEvery: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	file := filepath.Join(dir, "hints", h.id+hintExt)
-	entries, wait := hintFileEntries(t, file)
+	r := newHintFileRig(t, time.Hour)
+	tr, h, entries, wait := r.tr, r.h, r.entries, r.wait
 	x, y, z := tr.urls[0], tr.urls[1], tr.urls[2]
 	at := time.Now().Add(time.Minute)
 	if err := h.Announce(Schedule([]string{x, y, z}, at, time.Second)); err != nil {
@@ -52,17 +44,9 @@ func TestHintsAnnounceWritesAtOnce(t *testing.T) {
 // reaches the file from another goroutine, one soon after the last write when the
 // interval has passed, only the last of several; Close writes nothing more.
 func TestHintsWriteEvery(t *testing.T) {
-	tr := newTrio()
-	dir := t.TempDir()
-	c := tr.cache(t, dir, Options{})
 	const every = 300 * time.Millisecond
-	h, err := c.Hint("job", HintOptions{WriteEvery: every})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	file := filepath.Join(dir, "hints", h.id+hintExt)
-	entries, wait := hintFileEntries(t, file)
+	r := newHintFileRig(t, every)
+	tr, c, h, file, entries, wait := r.tr, r.c, r.h, r.file, r.entries, r.wait
 	x, y, z := tr.urls[0], tr.urls[1], tr.urls[2]
 	now := time.Now()
 	publish := func(urls ...string) {
@@ -93,6 +77,32 @@ func TestHintsWriteEvery(t *testing.T) {
 	if _, err := os.Stat(file); !os.IsNotExist(err) {
 		t.Errorf("after Close the file is there (%v)", err)
 	}
+}
+
+// hintFileRig is a cache with a disk tier and one reader's Hints of WriteEvery
+// every (closed at the test's end), its file, and functions that count the file's
+// entries (-1: no file) and wait until it holds want of them.
+type hintFileRig struct {
+	tr      *trio
+	c       *Cache
+	h       *Hints
+	file    string
+	entries func() int
+	wait    func(want int)
+}
+
+func newHintFileRig(t *testing.T, every time.Duration) hintFileRig {
+	tr := newTrio()
+	dir := t.TempDir()
+	c := tr.cache(t, dir, Options{})
+	h, err := c.Hint("job", HintOptions{WriteEvery: every})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	r := hintFileRig{tr: tr, c: c, h: h, file: filepath.Join(dir, "hints", h.id+hintExt)}
+	r.entries, r.wait = hintFileEntries(t, r.file)
+	return r
 }
 
 // hintFileEntries returns, for the hint file at file, a function that counts its

@@ -453,15 +453,25 @@ func TestAppendTokens(t *testing.T) {
 	}
 }
 
-// TestAppendTokensLengths decodes every integer dtype at lengths around the eight
-// elements a step of the unrolled loops takes, against a plain element-by-element
-// decode, from a misaligned slice too.
-func TestAppendTokensLengths(t *testing.T) {
+// integerDTypes are the dtypes AppendTokens decodes.
+var integerDTypes = []megatron.DType{megatron.Uint8, megatron.Int8, megatron.Uint16, megatron.Int16, megatron.Int32, megatron.Int64}
+
+// tokenBytes returns bytes for up to 40 elements of any integer dtype, and one more
+// for a misaligned start, of no pattern a decode could pass by luck.
+func tokenBytes() []byte {
 	raw := make([]byte, 8*40+1)
 	for i := range raw {
 		raw[i] = byte(i*151 + 7)
 	}
-	for _, dt := range []megatron.DType{megatron.Uint8, megatron.Int8, megatron.Uint16, megatron.Int16, megatron.Int32, megatron.Int64} {
+	return raw
+}
+
+// TestAppendTokensLengths decodes every integer dtype at lengths around the eight
+// elements a step of the unrolled loops takes, against a plain element-by-element
+// decode, from a misaligned slice too.
+func TestAppendTokensLengths(t *testing.T) {
+	raw := tokenBytes()
+	for _, dt := range integerDTypes {
 		size := dt.Size()
 		for n := 0; n <= 40; n++ {
 			for _, skew := range []int{0, 1} {
@@ -691,11 +701,8 @@ func BenchmarkParse(b *testing.B) {
 // holds, at every length (the eight-at-a-time loop and its tail), and declines the
 // others, appending nothing.
 func TestAppendTokens32(t *testing.T) {
-	raw := make([]byte, 8*40+1)
-	for i := range raw {
-		raw[i] = byte(i*151 + 7)
-	}
-	for _, dt := range []megatron.DType{megatron.Uint8, megatron.Int8, megatron.Uint16, megatron.Int16, megatron.Int32, megatron.Int64} {
+	raw := tokenBytes()
+	for _, dt := range integerDTypes {
 		size := dt.Size()
 		for n := 0; n <= 40; n++ {
 			b := raw[1 : 1+n*size]

@@ -422,6 +422,9 @@ func CompressionOfNames(infos []shard.Info) shard.Compression {
 	for _, info := range infos {
 		if n := shard.CompressionOfName(info.URL); n != shard.None && (c == shard.None || shard.InflateBytes(n) > shard.InflateBytes(c)) {
 			c = n
+			if c == shard.Zstd {
+				break // none holds more
+			}
 		}
 	}
 	return c
