@@ -196,6 +196,11 @@ func mismatch(a, b []byte) int {
 	return min(len(a), len(b))
 }
 
+// benchStepHook, set by tests only, is called with the rank after each batch the
+// trainer takes: ranks run in one process go in step through it, as trainers go
+// through their collectives.
+var benchStepHook func(rank int)
+
 func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, step time.Duration, verify bool, resumeAt float64, mon *benchStats) (*benchResult, error) {
 	start := time.Now()
 	cpu0 := cpuTime()
@@ -307,6 +312,9 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 			hints.Batch(taken)
 			samples += int64(b.Rows - b.Padded)
 			b.Release()
+			if benchStepHook != nil {
+				benchStepHook(cfg.Rank)
+			}
 			if maxBatches > 0 && consumed >= int64(maxBatches) {
 				break
 			}

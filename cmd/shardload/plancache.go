@@ -86,17 +86,21 @@ func nodeEpochReads(plans []plan.Plan, infos []shard.Info) []nodeRead {
 }
 
 // simulateNodeCache runs a node's reads, epoch by epoch, through a disk tier of
-// budget bytes under policy, every miss of a shard the node reads all of that epoch
-// fetching it (its Size: the cache fetches a shard whole behind a read of a part of
-// it, for the node's other reads); a shard larger than the budget, and a miss of part
-// of a shard the node reads only part of (its share of the Size), are read around it. Under cache.PolicyOrder the
+// budget bytes under policy. A miss the cache takes in fetches the shard whole (its
+// Size: the cache fetches a shard of at most cache.RangeFillMax whole for a read of
+// part of it, a larger one behind the read, for the node's other reads); a miss it
+// does not take in (no room, a shard larger than the budget, or, under
+// cache.PolicyOrder, read through) and a miss of part of a larger shard the node
+// reads only part of are read around it: only the part read (its share of the
+// Size). Under cache.PolicyOrder the
 // next use of a shard is its next read in the same epoch (the readers announce each
 // epoch as it opens): on a miss that needs room, the shards held and the one read go
 // in the order of eviction (those not read again this epoch first, least recently
 // used first, then the one read furthest ahead), and are taken from the front until
 // the rest fits; when the one read is taken it is read through and nothing is
 // evicted (cache/policy_test.go's reference, Belady's rule with the cache's
-// admission). Under cache.PolicyLRU the least recently used go until it fits. It
+// admission). Under cache.PolicyLRU the least recently used go until it fits. The
+// shards a rank is reading (its last open reads) are not evicted. It
 // returns per epoch the bytes read (each read a whole shard) and those fetched.
 func simulateNodeCache(epochs [][]nodeRead, infos []shard.Info, budget int64, policy cache.Policy, open int) (read, fetched []int64) {
 	type entry struct {
@@ -190,9 +194,9 @@ func simulateNodeCache(epochs [][]nodeRead, infos []shard.Info, budget int64, po
 				i++
 				continue
 			}
-			f += size
 			c := size + entryMetaBytes
 			if c > budget {
+				f += part
 				i++
 				continue
 			}
@@ -232,7 +236,11 @@ func simulateNodeCache(epochs [][]nodeRead, infos []shard.Info, budget int64, po
 					push(v, held[v])
 				}
 			}
+			// A shard the cache takes is fetched whole; one it does not, only
+			// the part read.
+			f += part
 			if admit {
+				f += size - part
 				e := &entry{cost: c, last: i, next: next[k]}
 				held[s] = e
 				used += c

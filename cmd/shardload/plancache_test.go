@@ -66,9 +66,12 @@ func referenceCache(epochs [][]nodeRead, infos []shard.Info, budget int64, lru b
 				i++
 				continue
 			}
-			fetched += infos[s].Size
+			// What the cache takes is fetched whole; what it does not, only the
+			// part read.
+			part := int64(rd.part * float64(infos[s].Size))
 			c := infos[s].Size + entryMetaBytes
 			if c > budget {
+				fetched += part
 				i++
 				continue
 			}
@@ -89,6 +92,9 @@ func referenceCache(epochs [][]nodeRead, infos []shard.Info, budget int64, lru b
 				if used+c <= budget {
 					held[s] = &entry{c, i}
 					used += c
+					fetched += infos[s].Size
+				} else {
+					fetched += part
 				}
 				i++
 				continue
@@ -149,6 +155,9 @@ func referenceCache(epochs [][]nodeRead, infos []shard.Info, budget int64, lru b
 				}
 				held[s] = &entry{c, i}
 				used += c
+				fetched += infos[s].Size
+			} else {
+				fetched += part
 			}
 			i++
 		}
@@ -235,28 +244,30 @@ func TestPlanCacheMatchesBench(t *testing.T) {
 }
 
 // The same for 2 nodes of 2 ranks, the ranks of a node at once on one cache
-// directory (as two processes of a node share it), 48 shards and a disk cache of a
+// directory (as two processes of a node share it) and taking their batches in step
+// (as trainers do through their collectives), 48 shards and a disk cache of a
 // quarter of the dataset a node: a node reads 24 shards an epoch, fewer than two a
 // lane, so its ranks split each shard between them (a range each, fetched once for
 // the node), and the 16 shards they read at once are more than the cache holds.
-// What two ranks fetch in one epoch depends on how their reads interleave (one
-// epoch's figure varies by 20% from run to run, the first epoch's most, where
-// the two ranks race for the same fetches), so the figures compared are the run's
-// total (6 epochs) and the mean of the epochs after the first; with shards kept
+// What two ranks fetch depends on how their reads fall in time, which no plan can
+// know (one epoch's figure varies by 20% from run to run, the first epoch's most,
+// where the two ranks race for the same fetches; a whole run's by up to 10% on a
+// loaded machine), so the figures compared are the run's total (10 epochs) and the
+// mean of the epochs after the first, the median of three runs; with shards kept
 // on nodes only, the default and what the target is for (with the global
 // reshuffle the LRU figures measured run 5-18% over the plan's: BENCHMARKS.md).
 func TestPlanCacheMatchesBenchTwoRanksANode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 32 epochs of bench")
 	}
-	planAgainstBench(t, 48, 2, 2, 4, 6, true, true)
+	planAgainstBench(t, 48, 2, 2, 4, 10, true, true)
 }
 
 // planAgainstBench checks plan's store bytes per node against bench runs of every
 // rank of a job of nodes of perNode ranks over shards, each node with a disk cache
 // of 1/part of the dataset, each epoch's figure or (mean) the run's total and the
-// mean of the epochs after the first, with shards kept on nodes and without, as affinities says
-// (see TestPlanCacheMatchesBench).
+// mean of the epochs after the first, the median of three runs, with shards kept on
+// nodes and without, as affinities says (see TestPlanCacheMatchesBench).
 func planAgainstBench(t *testing.T, shards, nodes, perNode, part, epochs int, mean bool, affinities ...bool) {
 	dir, size := policyShards(t, shards)
 	var served atomic.Int64
@@ -272,7 +283,6 @@ func planAgainstBench(t *testing.T, shards, nodes, perNode, part, epochs int, me
 	}
 	dataset := int64(shards) * size
 	budget := dataset / int64(part)
-	world := nodes * perNode
 	job := []string{"--batch-size", "16", "--seed", "7"}
 	for _, affinity := range affinities {
 		extra := []string{}
@@ -285,60 +295,142 @@ func planAgainstBench(t *testing.T, shards, nodes, perNode, part, epochs int, me
 			t.Fatalf("plan: node affinity %v, want %v", rep.NodeAffinity, affinity)
 		}
 		for _, policy := range []string{"order", "lru"} {
-			measured := make([]int64, epochs)
-			for node := range nodes {
-				cacheDir := t.TempDir()
-				results := make([]*benchResult, perNode)
-				errs := make([]error, perNode)
-				var wg sync.WaitGroup
-				for local := range perNode {
-					var lf loaderFlags
-					fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
-					lf.register(fs, true)
-					args := append([]string{"--index", idx, "--world", strconv.Itoa(world), "--rank", strconv.Itoa(node*perNode + local), "--ranks-per-node", strconv.Itoa(perNode),
-						"--node-affinity=" + strconv.FormatBool(affinity), "--no-index-store", "--autotune=false",
-						"--cache-dir", cacheDir, "--cache-disk", strconv.FormatInt(budget, 10), "--cache-policy", policy, "--field", "bin"}, job...)
-					if err := fs.Parse(append(args, pattern)); err != nil {
-						t.Fatal(err)
-					}
-					cfg, err := lf.config(fs.Args(), io.Discard)
-					if err != nil {
-						t.Fatal(err)
-					}
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						results[local], errs[local] = bench(context.Background(), cfg, epochs, 0, 0, false, 0, nil)
-						lf.rf.closeCache()
-					}()
-				}
-				wg.Wait()
-				for local, res := range results {
-					if errs[local] != nil {
-						t.Fatal(errs[local])
-					}
-					if len(res.Cache) != epochs {
-						t.Fatalf("bench: cache figures of %d epochs", len(res.Cache))
-					}
-					for e, c := range res.Cache {
-						measured[e] += c.Store / int64(nodes)
-					}
-				}
-			}
 			model := rep.CachePolicies[policy].StoreBytesPerNode
-			t.Logf("affinity %v, %s: store bytes per node by epoch (fractions of the dataset): measured %.3f, plan %.3f",
-				affinity, policy, fractions(measured, dataset), fractions(model, dataset))
-			if mean {
-				model = []int64{sum(model), avg(model[1:])}
-				measured = []int64{sum(measured), avg(measured[1:])}
+			args := append([]string{"--index", idx, "--node-affinity=" + strconv.FormatBool(affinity), "--no-index-store", "--autotune=false",
+				"--cache-disk", strconv.FormatInt(budget, 10), "--cache-policy", policy, "--field", "bin"}, job...)
+			if !mean {
+				measured := benchNodes(t, nodes, perNode, epochs, append(args, pattern))
+				t.Logf("affinity %v, %s: store bytes per node by epoch (fractions of the dataset): measured %.3f, plan %.3f",
+					affinity, policy, fractions(measured, dataset), fractions(model, dataset))
+				for e := range model {
+					if !within(float64(model[e]), float64(measured[e]), 0.15) {
+						t.Errorf("affinity %v, %s, epoch %d: plan %d store bytes per node, bench %d (more than 15%% apart)", affinity, policy, e, model[e], measured[e])
+					}
+				}
+				continue
 			}
-			for e := range model {
-				if !within(float64(model[e]), float64(measured[e]), 0.15) {
-					t.Errorf("affinity %v, %s, epoch %d (or with mean %v: 0 the total, 1 the mean after the first): plan %d store bytes per node, bench %d (more than 15%% apart)", affinity, policy, e, mean, model[e], measured[e])
+			// What the ranks of a node fetch depends on how their reads fall in
+			// time: the median of three runs' figures.
+			var totals, means []int64
+			for range 3 {
+				measured := benchNodes(t, nodes, perNode, epochs, append(args, pattern))
+				t.Logf("affinity %v, %s: store bytes per node by epoch (fractions of the dataset): measured %.3f, plan %.3f",
+					affinity, policy, fractions(measured, dataset), fractions(model, dataset))
+				totals, means = append(totals, sum(measured)), append(means, avg(measured[1:]))
+			}
+			for i, f := range []struct {
+				name          string
+				plan, measure int64
+			}{{"the total", sum(model), median(totals)}, {"the mean after the first epoch", avg(model[1:]), median(means)}} {
+				t.Logf("affinity %v, %s, %s: plan/measured %.3f (runs %v)", affinity, policy, f.name, float64(f.plan)/float64(f.measure), [][]int64{totals, means}[i])
+				if !within(float64(f.plan), float64(f.measure), 0.15) {
+					t.Errorf("affinity %v, %s, %s: plan %d store bytes per node, the median of bench's %d (more than 15%% apart)", affinity, policy, f.name, f.plan, f.measure)
 				}
 			}
 		}
 	}
+}
+
+// benchNodes runs bench for every rank of a job of nodes of perNode ranks with
+// args (the ranks of a node at once, in step, on one cache directory, as two
+// processes of a node share it) and returns the bytes per node the caches read
+// from the store each epoch, the nodes' mean.
+func benchNodes(t *testing.T, nodes, perNode, epochs int, args []string) []int64 {
+	measured := make([]int64, epochs)
+	for node := range nodes {
+		cacheDir := t.TempDir()
+		// The node's ranks take their batches in step, as trainers do through
+		// their collectives (the plan's reads are the ranks' merged by their
+		// place in the epoch).
+		steps := newLockstep(perNode)
+		benchStepHook = func(int) { steps.wait() }
+		results := make([]*benchResult, perNode)
+		errs := make([]error, perNode)
+		var wg sync.WaitGroup
+		for local := range perNode {
+			var lf loaderFlags
+			fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
+			lf.register(fs, true)
+			rank := []string{"--world", strconv.Itoa(nodes * perNode), "--rank", strconv.Itoa(node*perNode + local), "--ranks-per-node", strconv.Itoa(perNode), "--cache-dir", cacheDir}
+			if err := fs.Parse(append(rank, args...)); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := lf.config(fs.Args(), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer steps.leave()
+				results[local], errs[local] = bench(context.Background(), cfg, epochs, 0, 0, false, 0, nil)
+				lf.rf.closeCache()
+			}()
+		}
+		wg.Wait()
+		benchStepHook = nil
+		for local, res := range results {
+			if errs[local] != nil {
+				t.Fatal(errs[local])
+			}
+			if len(res.Cache) != epochs {
+				t.Fatalf("bench: cache figures of %d epochs", len(res.Cache))
+			}
+			for e, c := range res.Cache {
+				measured[e] += c.Store / int64(nodes)
+			}
+		}
+	}
+	return measured
+}
+
+// lockstep is a barrier of parties that go on together each time all of those left
+// have come to it; a party that leaves no longer holds the others.
+type lockstep struct {
+	mu               sync.Mutex
+	cond             *sync.Cond
+	parties, waiting int
+	gen              int
+}
+
+func newLockstep(parties int) *lockstep {
+	b := &lockstep{parties: parties}
+	b.cond = sync.NewCond(&b.mu)
+	return b
+}
+
+func (b *lockstep) wait() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.waiting++
+	if b.waiting >= b.parties {
+		b.release()
+		return
+	}
+	for g := b.gen; g == b.gen; {
+		b.cond.Wait()
+	}
+}
+
+func (b *lockstep) leave() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.parties--
+	if b.waiting > 0 && b.waiting >= b.parties {
+		b.release()
+	}
+}
+
+func (b *lockstep) release() {
+	b.waiting = 0
+	b.gen++
+	b.cond.Broadcast()
+}
+
+func median(b []int64) int64 {
+	c := slices.Clone(b)
+	slices.Sort(c)
+	return c[len(c)/2]
 }
 
 func sum(b []int64) int64 {
