@@ -10,7 +10,8 @@ import (
 	"github.com/shardload/shardload/megatron"
 	"github.com/shardload/shardload/pack"
 	"github.com/shardload/shardload/packed"
-	_ "github.com/shardload/shardload/source/s3"
+	"github.com/shardload/shardload/source"
+	"github.com/shardload/shardload/source/s3"
 )
 
 // Packed epochs read from S3 (a real MinIO, by ranges) equal those read from local
@@ -18,6 +19,11 @@ import (
 func TestPackedFromS3(t *testing.T) {
 	srv := testutil.MinIO(t)
 	srv.SetEnv(t)
+	// A registry of this test's own: an S3 source builds its client once, from the
+	// environment of its first use (this server's, not an earlier run's).
+	reg := &source.Registry{}
+	reg.Register("file", &source.File{})
+	s3.Register(reg, source.FetchOptions{})
 	srv.CreateBucket(t, "tok")
 	const seqLen = 48
 	docs := corpusDocs(150, seqLen, 5)
@@ -47,7 +53,7 @@ func TestPackedFromS3(t *testing.T) {
 			s.Field = tc.field
 			for _, world := range []int{1, 2} {
 				for r := range world {
-					cfg := packed.Config{Pack: s, BatchSize: 2, Seed: 11, Rank: r, World: world, ShuffleBuffer: 20, ReadGap: 1, Logf: t.Logf}
+					cfg := packed.Config{Pack: s, BatchSize: 2, Seed: 11, Rank: r, World: world, ShuffleBuffer: 20, ReadGap: 1, Logf: t.Logf, Sources: reg}
 					cfg.URLs = tc.local
 					want, _, _, _ := epoch(t, cfg)
 					cfg.URLs = tc.remote
