@@ -266,6 +266,12 @@ type Config struct {
 
 	// Sources resolves URLs. Default source.Default.
 	Sources *source.Registry
+	// Planned, if not nil, is called by Open with the rank's plan of the epoch (what
+	// it reads, after any Resume) before any shard is read for it (fields left to
+	// infer read the first sample before), but not with Pack: the place to announce
+	// the epoch's reads to a cache that evicts by next use
+	// (serve.EpochHints.OpenPlan), so that they count from the epoch's first read.
+	Planned func(plan.Plan)
 	// Logger receives the loader's log lines: one per skipped sample or shard, and
 	// the warnings (at level Warn; the others at Info). Default: Logf when set, else
 	// slog.Default(). Nothing the loader logs goes anywhere else.

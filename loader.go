@@ -97,6 +97,9 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 		return nil, err
 	}
 	cfg = p.cfg
+	if cfg.Planned != nil {
+		cfg.Planned(p.rest())
+	}
 	// The engine resolves the rest (the slabs' size, the memory budget, the knobs
 	// it starts from, tuner's when it has some) and starts.
 	pl, err := pipeline.Open(ctx, cfg.options(), pipeline.Epoch{Plan: p.plan, Shards: p.infos, Fields: fields, Order: p.order,

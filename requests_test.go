@@ -2,11 +2,14 @@ package shardload_test
 
 import (
 	"context"
+	"io"
+	"reflect"
 	"sync/atomic"
 	"testing"
 
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
 )
@@ -43,5 +46,82 @@ func TestShardsReadWithoutStats(t *testing.T) {
 	}
 	if n := src.stats.Load() - before; n != 0 {
 		t.Errorf("%d Stats while reading %d shards of known size and version", n, len(infos))
+	}
+}
+
+// openCounting is the file backend, counting the streams it opens.
+type openCounting struct {
+	source.File
+	opens atomic.Int64
+}
+
+func (s *openCounting) Open(ctx context.Context, url string) (io.ReadCloser, error) {
+	s.opens.Add(1)
+	return s.File.Open(ctx, url)
+}
+
+func (s *openCounting) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
+	s.opens.Add(1)
+	return s.File.OpenRange(ctx, url, off, length)
+}
+
+func (s *openCounting) OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
+	s.opens.Add(1)
+	return s.File.OpenVersion(ctx, url, version, off, length)
+}
+
+// Config.Planned is called once an epoch, with the plan the loader then reads
+// (Loader.Plan), before any shard is opened for it: where a cache evicts by next
+// use, the epoch's reads announced there count from its first read.
+func TestPlannedBeforeTheFirstRead(t *testing.T) {
+	paths, want := dataset(t, 4, nil, shard.None)
+	src := &openCounting{}
+	reg := &source.Registry{}
+	reg.Register("file", source.NewFetcher(src, source.FetchOptions{}))
+	cfg := shardload.Config{URLs: paths, Sources: reg, Fields: []decode.Field{mustField(t, "txt"), mustField(t, "cls")}, BatchSize: 4, Seed: 3, NoIndexStore: true, CountFirst: true}
+	infos, err := shardload.Shards(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Shards, cfg.URLs = infos, nil
+	for epoch := range 2 {
+		cfg.Epoch = epoch
+		var calls int
+		var got plan.Plan
+		before := src.opens.Load()
+		opened := int64(-1)
+		cfg.Planned = func(p plan.Plan) {
+			calls++
+			got, opened = p, src.opens.Load()-before
+		}
+		l, err := shardload.Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for {
+			b, err := l.Next(context.Background())
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += b.Rows - b.Padded
+			b.Release()
+		}
+		l.Close()
+		if calls != 1 {
+			t.Fatalf("epoch %d: Planned called %d times, want once", epoch, calls)
+		}
+		if opened != 0 {
+			t.Errorf("epoch %d: %d shards opened before Planned", epoch, opened)
+		}
+		if !reflect.DeepEqual(got, l.Plan()) {
+			t.Errorf("epoch %d: Planned's plan is not the loader's", epoch)
+		}
+		if n != len(want) || src.opens.Load() == before {
+			t.Errorf("epoch %d: %d samples read in %d opens, want %d", epoch, n, src.opens.Load()-before, len(want))
+		}
 	}
 }

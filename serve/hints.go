@@ -9,6 +9,7 @@ import (
 
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/cache"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/source"
 )
 
@@ -49,6 +50,7 @@ type EpochHints struct {
 	done    int           // the batches taken so far
 	doneAt  time.Time     // when the last of them was taken
 	failed  bool          // a publish failed: logged once
+	planned bool          // OpenPlan announced the epoch of the loader Open is given next
 	st      HintStats     // what was published, but by e.h
 }
 
@@ -84,12 +86,36 @@ func cacheOf(reg *source.Registry, url string) *cache.Cache {
 }
 
 // Open publishes the reads of the epoch of l, just opened, whose shards are read
-// through reg; it replaces those of the epoch before.
+// through reg; it replaces those of the epoch before. Where OpenPlan announced the
+// epoch already (l's Config.Planned), it does nothing.
 func (e *EpochHints) Open(l *shardload.Loader, reg *source.Registry) {
 	if e == nil || l == nil {
 		return
 	}
-	p := l.Plan()
+	e.mu.Lock()
+	planned := e.planned
+	e.planned = false
+	e.mu.Unlock()
+	if !planned {
+		e.open(l.Plan(), reg)
+	}
+}
+
+// OpenPlan publishes the reads of an epoch from its plan, p, before its loader
+// reads: as a loader's Config.Planned calls it (Planned: func(p plan.Plan) {
+// e.OpenPlan(p, reg) }), so that the cache knows the epoch's order from its first
+// read. The Open that follows, for the loader of that plan, then does nothing.
+func (e *EpochHints) OpenPlan(p plan.Plan, reg *source.Registry) {
+	if e == nil {
+		return
+	}
+	e.open(p, reg)
+	e.mu.Lock()
+	e.planned = true
+	e.mu.Unlock()
+}
+
+func (e *EpochHints) open(p plan.Plan, reg *source.Registry) {
 	seen := make(map[string]bool, len(p.Spans))
 	var urls []string
 	var c *cache.Cache

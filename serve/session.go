@@ -294,6 +294,8 @@ func (ss *session) run() error {
 		ss.place.msg.Reason += fmt.Sprintf("; memory left unbound: the kernel did not bind the slabs to node %d (see the server's log)", ss.place.node)
 	}
 	cfg.Ring = ring
+	// Each epoch's reads are announced to the cache before its first.
+	cfg.Planned = func(p plan.Plan) { ss.hints.OpenPlan(p, cfg.Sources) }
 	if l, err = shardload.Open(ctx, cfg); err != nil {
 		return ss.fail(ctx, err)
 	}

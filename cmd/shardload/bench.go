@@ -21,6 +21,7 @@ import (
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
 	"github.com/shardload/shardload/numa"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/serve"
 )
 
@@ -254,6 +255,8 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 		if e > 0 {
 			tally = new(cache.Tally)
 		}
+		// The epoch's reads are announced before its first.
+		ecfg.Planned = func(p plan.Plan) { hints.OpenPlan(p, ecfg.Sources) }
 		l, err := shardload.Open(cache.WithTally(ctx, tally), ecfg)
 		if err != nil {
 			return nil, err

@@ -18,6 +18,7 @@ import (
 
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/cache"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/serve"
 )
 
@@ -124,11 +125,12 @@ func TestCachePolicyOrderFetchesLess(t *testing.T) {
 			before := served.Load()
 			ecfg := cfg
 			ecfg.Epoch = e
+			ecfg.Planned = func(p plan.Plan) { hints.OpenPlan(p, ecfg.Sources) }
 			l, err := shardload.Open(context.Background(), ecfg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			hints.Open(l, ecfg.Sources)
+			hints.Open(l, ecfg.Sources) // announced already: does nothing
 			var ek []string
 			for n := 1; ; n++ {
 				b, err := l.Next(context.Background())
@@ -149,6 +151,9 @@ func TestCachePolicyOrderFetchesLess(t *testing.T) {
 			frac[policy] = append(frac[policy], float64(served.Load()-before)/dataset)
 		}
 		hints.Close()
+		if n := hints.Stats().ShardEpochs; policy == "order" && n != shards*epochs {
+			t.Errorf("%s: %d shards announced over the epochs, want %d (each epoch once)", policy, n, shards*epochs)
+		}
 		st := c.Stats()
 		if st.BytesFetched+st.BytesBypassed > served.Load()-start {
 			t.Errorf("%s: the cache read %d bytes from the store, which sent %d", policy, st.BytesFetched+st.BytesBypassed, served.Load()-start)
