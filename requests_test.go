@@ -25,12 +25,11 @@ func (s *statCounting) Stat(ctx context.Context, url string) (source.Info, error
 	return s.File.Stat(ctx, url)
 }
 
-// Shards whose size and version are known (an index's entries, Shards) are read
-// in one request each, pinned to that version: the epoch asks the store for no
-// Stat of its own.
-func TestShardsReadWithoutStats(t *testing.T) {
+// knownShards returns the config of an epoch of 4 local shards read through src,
+// their counts, sizes and versions given (cfg.Shards), and the samples' bytes.
+func knownShards(t *testing.T, src source.Source) (shardload.Config, map[string]map[string][]byte) {
+	t.Helper()
 	paths, want := dataset(t, 4, nil, shard.None)
-	src := &statCounting{}
 	reg := &source.Registry{}
 	reg.Register("file", source.NewFetcher(src, source.FetchOptions{}))
 	cfg := shardload.Config{URLs: paths, Sources: reg, Fields: []decode.Field{mustField(t, "txt"), mustField(t, "cls")}, BatchSize: 4, Seed: 3, NoIndexStore: true, CountFirst: true}
@@ -39,6 +38,16 @@ func TestShardsReadWithoutStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Shards, cfg.URLs = infos, nil
+	return cfg, want
+}
+
+// Shards whose size and version are known (an index's entries, Shards) are read
+// in one request each, pinned to that version: the epoch asks the store for no
+// Stat of its own.
+func TestShardsReadWithoutStats(t *testing.T) {
+	src := &statCounting{}
+	cfg, want := knownShards(t, src)
+	infos := cfg.Shards
 	before := src.stats.Load()
 	keys, _ := epochKeys(t, cfg, want)
 	if len(keys) != len(want) {
@@ -74,54 +83,33 @@ func (s *openCounting) OpenVersion(ctx context.Context, url, version string, off
 // (Loader.Plan), before any shard is opened for it: where a cache evicts by next
 // use, the epoch's reads announced there count from its first read.
 func TestPlannedBeforeTheFirstRead(t *testing.T) {
-	paths, want := dataset(t, 4, nil, shard.None)
 	src := &openCounting{}
-	reg := &source.Registry{}
-	reg.Register("file", source.NewFetcher(src, source.FetchOptions{}))
-	cfg := shardload.Config{URLs: paths, Sources: reg, Fields: []decode.Field{mustField(t, "txt"), mustField(t, "cls")}, BatchSize: 4, Seed: 3, NoIndexStore: true, CountFirst: true}
-	infos, err := shardload.Shards(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Shards, cfg.URLs = infos, nil
+	cfg, want := knownShards(t, src)
 	for epoch := range 2 {
 		cfg.Epoch = epoch
-		var calls int
-		var got plan.Plan
-		before := src.opens.Load()
-		opened := int64(-1)
-		cfg.Planned = func(p plan.Plan) {
-			calls++
-			got, opened = p, src.opens.Load()-before
-		}
-		l, err := shardload.Open(context.Background(), cfg)
+		wantPlan, err := shardload.PlanOf(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := 0
-		for {
-			b, err := l.Next(context.Background())
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			n += b.Rows - b.Padded
-			b.Release()
+		var plans []plan.Plan
+		before := src.opens.Load()
+		opened := int64(-1)
+		cfg.Planned = func(p plan.Plan) {
+			plans = append(plans, p)
+			opened = src.opens.Load() - before
 		}
-		l.Close()
-		if calls != 1 {
-			t.Fatalf("epoch %d: Planned called %d times, want once", epoch, calls)
+		keys, _ := epochKeys(t, cfg, want)
+		if len(plans) != 1 {
+			t.Fatalf("epoch %d: Planned called %d times, want once", epoch, len(plans))
 		}
 		if opened != 0 {
 			t.Errorf("epoch %d: %d shards opened before Planned", epoch, opened)
 		}
-		if !reflect.DeepEqual(got, l.Plan()) {
-			t.Errorf("epoch %d: Planned's plan is not the loader's", epoch)
+		if !reflect.DeepEqual(plans[0], wantPlan) {
+			t.Errorf("epoch %d: Planned's plan is not the epoch's", epoch)
 		}
-		if n != len(want) || src.opens.Load() == before {
-			t.Errorf("epoch %d: %d samples read in %d opens, want %d", epoch, n, src.opens.Load()-before, len(want))
+		if len(keys) != len(want) || src.opens.Load() == before {
+			t.Errorf("epoch %d: %d samples read in %d opens, want %d", epoch, len(keys), src.opens.Load()-before, len(want))
 		}
 	}
 }
