@@ -254,3 +254,39 @@ func ExampleConfig_streams() {
 	// 1 1 4
 	// streams: 6 2
 }
+
+// Learn an epoch's reads before the loader makes any: Config.Planned is called with
+// the epoch's plan before the first shard is opened. With a node cache that evicts
+// by next use, announce them there, as bench and serve do:
+//
+//	hints := serve.NewEpochHints("my trainer", log.Printf)
+//	cfg.Planned = func(p plan.Plan) { hints.OpenPlan(p, cfg.Sources) }
+func ExampleConfig_planned() {
+	ctx := context.Background()
+	txt, _ := decode.ParseField("txt:text")
+	cfg := shardload.Config{
+		URLs:      []string{"testdata/pytorch-data__wds.tar"},
+		Fields:    []decode.Field{txt},
+		BatchSize: 4,
+		NoShuffle: true,
+	}
+	cfg.Planned = func(p plan.Plan) {
+		fmt.Println("planned:", p.Batches, "batches of", p.Samples, "samples from", len(p.Spans), "span")
+	}
+	l, err := shardload.Open(ctx, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	n := 0
+	for _, err := range l.All(ctx) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		n++
+	}
+	fmt.Println("read:", n, "batches")
+	// Output:
+	// planned: 3 batches of 10 samples from 1 span
+	// read: 3 batches
+}
