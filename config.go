@@ -17,6 +17,7 @@ import (
 	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/logs"
 	"github.com/shardload/shardload/pack"
+	"github.com/shardload/shardload/packed"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
@@ -268,9 +269,12 @@ type Config struct {
 	Sources *source.Registry
 	// Planned, if not nil, is called by Open with the rank's plan of the epoch (what
 	// it reads, after any Resume) before any shard is read for it (fields left to
-	// infer read the first sample before), but not with Pack: the place to announce
-	// the epoch's reads to a cache that evicts by next use
-	// (serve.EpochHints.OpenPlan), so that they count from the epoch's first read.
+	// infer read the first sample before): the place to announce the epoch's reads
+	// to a cache that evicts by next use (serve.EpochHints.OpenPlan), so that they
+	// count from the epoch's first read. With Pack, the plan has the rank's Batches
+	// and, as spans without samples, the reads of the objects (tar shards, Megatron
+	// .bin files) in order, each at its first read and its last
+	// (packed.Planned.ReadPlan).
 	Planned func(plan.Plan)
 	// Logger receives the loader's log lines: one per skipped sample or shard, and
 	// the warnings (at level Warn; the others at Info). Default: Logf when set, else
@@ -348,6 +352,9 @@ func (cfg *Config) options() pipeline.Options {
 		Memory: cfg.Memory, Slabs: cfg.Slabs, SlabBytes: cfg.SlabBytes, MaxSlabBytes: cfg.MaxSlabBytes, NoLock: cfg.NoLock,
 		Ring: cfg.Ring, BindSlabs: cfg.BindSlabs, Device: cfg.Device, CPUs: cfg.CPUs,
 		Skip: cfg.OnError == Skip, ErrorBudget: *cfg.ErrorBudget, Logf: cfg.Logf, LogKey: cfg.logKey,
+	}
+	if cfg.Planned != nil && cfg.Pack != "" {
+		o.Planned = func(p packed.Planned) { cfg.Planned(p.ReadPlan()) }
 	}
 	// A mix: the streams' URLs one after the other (a packed epoch's; an epoch of
 	// samples is planned from cfg.Streams).

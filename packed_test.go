@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/shardload/shardload"
@@ -19,7 +20,9 @@ import (
 	"github.com/shardload/shardload/pack"
 	"github.com/shardload/shardload/packed"
 	"github.com/shardload/shardload/pinned"
+	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
+	"github.com/shardload/shardload/source"
 	"github.com/shardload/shardload/wire"
 )
 
@@ -455,5 +458,71 @@ func TestPackedLoaderMixesByTokens(t *testing.T) {
 	}
 	if share := float64(s) / total; share < 0.67 || share > 0.73 {
 		t.Fatalf("the short stream holds %.3f of the tokens, want 0.7", share)
+	}
+}
+
+// binOpens is the file backend, counting the reads of .bin objects.
+type binOpens struct {
+	source.File
+	opens atomic.Int64
+}
+
+func (s *binOpens) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
+	if strings.HasSuffix(url, ".bin") {
+		s.opens.Add(1)
+	}
+	return s.File.OpenRange(ctx, url, off, length)
+}
+
+func (s *binOpens) OpenVersion(ctx context.Context, url, version string, off, length int64) (io.ReadCloser, error) {
+	if strings.HasSuffix(url, ".bin") {
+		s.opens.Add(1)
+	}
+	return s.File.OpenVersion(ctx, url, version, off, length)
+}
+
+// With Pack, Config.Planned is called once an epoch, before the epoch reads a
+// token, with the rank's batches and the reads of the objects (the streams' .bin
+// files), each at its first read and its last, as spans of no samples: what a cache
+// that evicts by next use is told.
+func TestPackedPlannedBeforeTheFirstRead(t *testing.T) {
+	dir := t.TempDir()
+	a := megatronStream(t, dir, "a", 300, 2, 20, 1000)
+	b := megatronStream(t, dir, "b", 300, 2, 20, 5000)
+	src := &binOpens{}
+	reg := &source.Registry{}
+	reg.Register("file", src)
+	for epoch := range 2 {
+		var plans []plan.Plan
+		opened := int64(-1)
+		before := src.opens.Load()
+		cfg := shardload.Config{URLs: []string{a, b}, Pack: "tokens:32", BatchSize: 4, Seed: 2, Epoch: epoch, NoLock: true, Sources: reg,
+			Planned: func(p plan.Plan) {
+				plans = append(plans, p)
+				opened = src.opens.Load() - before
+			}}
+		l := openPacked(t, cfg)
+		rows, _ := packedRows(t, l, 32, -1)
+		if len(plans) != 1 {
+			t.Fatalf("epoch %d: Planned called %d times, want once", epoch, len(plans))
+		}
+		if opened != 0 {
+			t.Errorf("epoch %d: %d reads of the .bin files before Planned", epoch, opened)
+		}
+		var urls []string
+		for _, s := range plans[0].Spans {
+			urls = append(urls, s.URL)
+			if s.Feeds != 0 || s.Take != 0 {
+				t.Errorf("epoch %d: span %+v of a packed plan has samples", epoch, s)
+			}
+		}
+		slices.Sort(urls)
+		binA, binB := strings.TrimSuffix(a, ".idx")+".bin", strings.TrimSuffix(b, ".idx")+".bin"
+		if want := []string{binA, binA, binB, binB}; !slices.Equal(urls, want) {
+			t.Errorf("epoch %d: Planned's spans name %v, want each .bin at its first read and its last: %v", epoch, urls, want)
+		}
+		if plans[0].Batches != l.Plan().Batches || len(rows) == 0 || src.opens.Load() == before {
+			t.Errorf("epoch %d: Planned's plan has %d batches, the loader's %d; %d rows read in %d reads", epoch, plans[0].Batches, l.Plan().Batches, len(rows), src.opens.Load()-before)
+		}
 	}
 }

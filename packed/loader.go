@@ -96,6 +96,10 @@ type Config struct {
 	Sources *source.Registry
 	// Logf receives log lines (log.Printf when nil).
 	Logf func(format string, args ...any)
+	// Planned, if not nil, is called by Open with the epoch planned, before any
+	// token is read: the place to announce its reads (Planned.Objects) to a cache
+	// that evicts by next use, so that they count from the epoch's first read.
+	Planned func(Planned)
 }
 
 // State is a packed epoch's position: the rows every rank has yielded together,
@@ -159,6 +163,9 @@ type Loader struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	err       error
+	// reads gives the parts with documents in the order's windows from the one
+	// holding a position on, with their first and last reads (plan.Order.Reads).
+	reads func(from int64) []plan.ShardReads
 }
 
 type result struct {
@@ -172,6 +179,9 @@ func Open(ctx context.Context, cfg Config) (*Loader, error) {
 	l, filler, cur, err := open(ctx, cfg)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Planned != nil {
+		cfg.Planned(Planned{l})
 	}
 	l.start(filler, cur)
 	return l, nil
@@ -198,6 +208,87 @@ func (p Planned) Rows() int64 { return p.l.Rows() }
 // StateAfter is Loader.StateAfter: the position after the rank has taken batches
 // batches (from the resumed position).
 func (p Planned) StateAfter(batches int64) State { return p.l.StateAfter(batches) }
+
+// Reads is Loader.Reads: the reads of the epoch's objects.
+func (p Planned) Reads() []ObjectReads { return p.l.Reads() }
+
+// Objects is Loader.Objects: the objects the epoch reads, in the order of their
+// first reads.
+func (p Planned) Objects() []string { return p.l.Objects() }
+
+// ReadPlan returns the epoch's reads as a plan.Plan, for what announces a plan's reads
+// to a cache (serve.EpochHints.OpenPlan): the rank's Batches (and their rows as
+// Samples), and as Spans the reads of the objects in order, each object at its first
+// read and again at its last (Reads), spans of no samples (no Feeds, Shard the
+// object's place in Reads). A cache that evicts by next use then knows that an
+// object is read until its last read: the documents of one are read by ranges, in
+// the groups of batches the rank reads ahead.
+func (p Planned) ReadPlan() plan.Plan {
+	n := int(p.Len())
+	pl := plan.Plan{Batches: n, Samples: n * p.l.cfg.BatchSize}
+	type read struct {
+		at  int64
+		obj int
+	}
+	reads := p.l.Reads()
+	ev := make([]read, 0, 2*len(reads))
+	for i, r := range reads {
+		ev = append(ev, read{r.First, i}, read{r.Last, i})
+	}
+	slices.SortStableFunc(ev, func(a, b read) int { return cmp.Compare(a.at, b.at) })
+	for _, e := range ev {
+		pl.Spans = append(pl.Spans, plan.Span{URL: reads[e.obj].URL, Shard: e.obj})
+	}
+	return pl
+}
+
+// Objects returns the URLs of Reads, in order: the objects the epoch reads from the
+// rank's position on, in the order of their first reads.
+func (l *Loader) Objects() []string {
+	var urls []string
+	for _, r := range l.Reads() {
+		urls = append(urls, r.URL)
+	}
+	return urls
+}
+
+// ObjectReads is when an epoch reads an object (a tar shard, a Megatron .bin): the
+// positions in the epoch's order of documents of its first and its last document
+// read, to the order's window.
+type ObjectReads struct {
+	URL         string
+	First, Last int64
+}
+
+// Reads returns the objects that the epoch reads from the rank's position (its
+// Resume) on, each once with the positions of its first and last reads, in the order
+// of the first reads: the rank's rows take the documents in the order's order, so
+// these are its reads, to the window (a rank of a large world, whose rows skip whole
+// windows, may not read all of them). It is computed from the shards' places in the
+// order (with Streams, from the plan's windows), not by a walk of the documents.
+func (l *Loader) Reads() []ObjectReads {
+	var from int64
+	if l.deal.Start > 0 {
+		doc, _ := l.layout.Locate(l.deal.Start * int64(l.cfg.Pack.SeqLen))
+		if doc < 0 {
+			return nil // past the last document
+		}
+		from = int64(doc)
+	}
+	at := make(map[int]int) // an object's place in out
+	var out []ObjectReads
+	for _, r := range l.reads(from) {
+		pt := &l.c.parts[r.Shard]
+		if i, ok := at[pt.obj]; ok {
+			// Another part of a Megatron .bin.
+			out[i].First, out[i].Last = min(out[i].First, r.First), max(out[i].Last, r.Last)
+			continue
+		}
+		at[pt.obj] = len(out)
+		out = append(out, ObjectReads{URL: pt.url, First: r.First, Last: r.Last})
+	}
+	return out
+}
 
 // open is Open without the reading: the loader planned, its filler and its cursor.
 func open(ctx context.Context, cfg Config) (*Loader, *pack.Filler, positions, error) {
@@ -254,6 +345,7 @@ func open(ctx context.Context, cfg Config) (*Loader, *pack.Filler, positions, er
 			return nil, nil, nil, err
 		}
 		cur, n, partStream = newMixCursor(&p), int64(p.Samples), ps
+		l.reads = func(from int64) []plan.ShardReads { return planReads(&p, len(c.infos), from) }
 		l.streamTok = make([]int64, len(m.Streams))
 		l.fp = fingerprint(c.infos, oc, cfg.Pack, mixKey(&cfg, m))
 	} else {
@@ -262,6 +354,7 @@ func open(ctx context.Context, cfg Config) (*Loader, *pack.Filler, positions, er
 			return nil, nil, nil, err
 		}
 		cur, n = &cursor{o: order}, order.Len()
+		l.reads = order.Reads
 		l.fp = fingerprint(c.infos, oc, cfg.Pack, "")
 	}
 	var longest int64

@@ -241,3 +241,34 @@ func (c *mixCursor) walk(w *plan.Window) {
 		c.wins = append(c.wins[:0], c.wins[drop:]...)
 	}
 }
+
+// planReads is plan.Order.Reads for the plan of a mixed epoch (one rank of one): the
+// shards fed by its windows from the one holding position from on, each with the
+// first and last positions of those windows, in the order of their first reads.
+func planReads(p *plan.Plan, shards int, from int64) []plan.ShardReads {
+	at := make([]int32, shards) // a shard's place in out, plus one
+	var out []plan.ShardReads
+	var pos int64
+	cur := p.Cursor()
+	for {
+		w, ok := cur.Next()
+		if !ok {
+			return out
+		}
+		end := pos + int64(w.Held)
+		if end > from {
+			for _, f := range w.Feeds {
+				sh := p.Spans[f.Span].Shard
+				switch {
+				case f.Slot < 0:
+				case at[sh] == 0:
+					out = append(out, plan.ShardReads{Shard: sh, First: end, Last: end})
+					at[sh] = int32(len(out))
+				default:
+					out[at[sh]-1].Last = end
+				}
+			}
+		}
+		pos = end
+	}
+}

@@ -28,7 +28,8 @@ const republishes = 32
 // EpochHints announces one reader's epochs (a serve session, a rank of bench) to the
 // node's cache, when that cache evicts by next use (cache.PolicyOrder; under
 // PolicyLRU nothing is announced): at each epoch's open, the distinct URLs of its
-// plan's spans in plan order, spaced evenly over the epoch's expected duration; then
+// plan's spans in plan order (a span of no samples, a packed epoch's read, each
+// time it comes), spaced evenly over the epoch's expected duration; then
 // again every 1/32 of the epoch's batches, the reads done left out and the times
 // estimated again from the rate measured. The expected duration is the epoch's
 // batches times the time per batch: measured in this epoch once some batches are
@@ -119,14 +120,21 @@ func (e *EpochHints) open(p plan.Plan, reg *source.Registry) {
 	seen := make(map[string]bool, len(p.Spans))
 	var urls []string
 	var c *cache.Cache
+	distinct := 0
 	for _, s := range p.Spans {
-		if seen[s.URL] {
+		// A shard's runs of samples are announced at its first; a span of no samples
+		// is a read of its own (a packed epoch's, packed.Planned.ReadPlan).
+		again := seen[s.URL]
+		if again && s.Feeds > 0 {
 			continue
 		}
 		seen[s.URL] = true
 		if sc := cacheOf(reg, s.URL); sc != nil && sc.Policy() == cache.PolicyOrder {
 			c = sc
 			urls = append(urls, s.URL)
+			if !again {
+				distinct++
+			}
 		}
 	}
 	now := time.Now()
@@ -155,7 +163,7 @@ func (e *EpochHints) open(p plan.Plan, reg *source.Registry) {
 		}
 		e.h, e.c = h, c
 	}
-	e.st.ShardEpochs += int64(len(urls))
+	e.st.ShardEpochs += int64(distinct)
 	e.publish(0, now, true)
 }
 

@@ -85,7 +85,7 @@ would wait for data: the share of its time spent waiting after its first batch
 				defer pprof.StopCPUProfile()
 			}
 			if *packSpec != "" {
-				return runPackedBench(ctx, cfg, *packSpec, *epochs, *batches, *asJSON, stdout)
+				return runPackedBench(ctx, cfg, *packSpec, *epochs, *batches, *step, *asJSON, stdout)
 			}
 			var mon *benchStats
 			if *metrics != "" {

@@ -11,6 +11,8 @@ import (
 	"github.com/shardload/shardload"
 	"github.com/shardload/shardload/pack"
 	"github.com/shardload/shardload/packed"
+	"github.com/shardload/shardload/plan"
+	"github.com/shardload/shardload/serve"
 )
 
 // packReport is what bench --pack reports of a packed token stream.
@@ -30,13 +32,15 @@ type packReport struct {
 	CountSeconds float64 `json:"count_seconds"`
 	Seconds      float64 `json:"seconds"`
 	StateBytes   int     `json:"state_bytes"`
+	// Hints is what the epochs announced to the node's cache (--cache-policy order).
+	Hints *hintReport `json:"hints,omitempty"`
 }
 
 // runPackedBench runs epochs (or batches) of the packed stream spec over cfg's
 // shards or Megatron datasets through the loader (Config.Pack: the rows written in
-// its slabs, each batch released as a trainer that is done with it does) and
-// reports tokens per second.
-func runPackedBench(ctx context.Context, cfg shardload.Config, spec string, epochs, batches int, asJSON bool, stdout io.Writer) error {
+// its slabs, each batch released as a trainer that is done with it does, after step
+// when above 0) and reports tokens per second.
+func runPackedBench(ctx context.Context, cfg shardload.Config, spec string, epochs, batches int, step time.Duration, asJSON bool, stdout io.Writer) error {
 	s, err := pack.ParseSpec(spec)
 	if err != nil {
 		return fmt.Errorf("%w: --pack: %v", errUsage, err)
@@ -46,9 +50,14 @@ func runPackedBench(ctx context.Context, cfg shardload.Config, spec string, epoc
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, packed.DefaultBatchSize)
 	first := cfg.Epoch
 	start := time.Now()
+	// The epochs' reads (the objects, in the order of their first reads), announced
+	// to the node's cache before each epoch's first read, as the unpacked bench does.
+	hints := serve.NewEpochHints(fmt.Sprintf("bench rank %d", cfg.Rank), cfg.Logf)
+	defer hints.Close()
 	for e := range epochs {
 		t0 := time.Now()
 		cfg.Epoch = first + e
+		cfg.Planned = func(p plan.Plan) { hints.OpenPlan(p, cfg.Sources) }
 		l, err := shardload.Open(ctx, cfg)
 		if err != nil {
 			return err
@@ -58,7 +67,7 @@ func runPackedBench(ctx context.Context, cfg shardload.Config, spec string, epoc
 			rep.PlanSeconds = time.Since(t0).Seconds()
 			rep.EpochTokens = l.Order().Tokens
 		}
-		for {
+		for taken := 1; ; taken++ {
 			b, err := l.Next(ctx)
 			if err == io.EOF {
 				break
@@ -73,7 +82,11 @@ func runPackedBench(ctx context.Context, cfg shardload.Config, spec string, epoc
 			rep.Batches++
 			rep.Rows += int64(b.Rows)
 			rep.PadRows += int64(b.Padded)
+			if step > 0 {
+				time.Sleep(step) // the simulated trainer computing on the batch
+			}
 			b.Release()
+			hints.Batch(taken)
 			if batches > 0 && rep.Batches >= int64(batches) {
 				break
 			}
@@ -86,6 +99,10 @@ func runPackedBench(ctx context.Context, cfg shardload.Config, spec string, epoc
 		}
 	}
 	rep.Seconds = time.Since(start).Seconds() - rep.CountSeconds
+	hints.Close()
+	var hr benchResult
+	hr.addHints(hints.Stats())
+	rep.Hints = hr.Hints
 	if rep.Seconds > 0 {
 		rep.TokensPerSecond = float64((rep.Rows-rep.PadRows)*int64(s.SeqLen)) / rep.Seconds
 	}

@@ -56,25 +56,46 @@ func TestCachePolicyFlag(t *testing.T) {
 // policyShards writes n shards of equal size (16 samples of 4 KiB each) and
 // returns their directory and the size of one.
 func policyShards(t *testing.T, n int) (string, int64) {
+	return equalShards(t, n, "shard-%03d.tar", func(s, i int) (string, []byte) {
+		return fmt.Sprintf("s%03d-%02d.bin", s, i), bytes.Repeat([]byte{byte(s), byte(i)}, 2048)
+	})
+}
+
+// equalShards writes n tar shards named by name (a format of the shard's number),
+// each of 16 members member(shard, i) gives, and returns their directory and the
+// size of the last.
+func equalShards(t *testing.T, n int, name string, member func(s, i int) (string, []byte)) (string, int64) {
 	dir := t.TempDir()
 	var size int64
 	for s := range n {
 		var buf bytes.Buffer
 		tw := tar.NewWriter(&buf)
 		for i := range 16 {
-			data := bytes.Repeat([]byte{byte(s), byte(i)}, 2048)
-			if err := tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("s%03d-%02d.bin", s, i), Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
+			m, data := member(s, i)
+			if err := tw.WriteHeader(&tar.Header{Name: m, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
 				t.Fatal(err)
 			}
 			tw.Write(data)
 		}
 		tw.Close()
 		size = int64(buf.Len())
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("shard-%03d.tar", s)), buf.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf(name, s)), buf.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return dir, size
+}
+
+// servedStore serves the files of dir over HTTP (so that a cache reads them
+// through) and counts the body bytes it sends.
+func servedStore(t *testing.T, dir string) (url string, served *atomic.Int64) {
+	served = new(atomic.Int64)
+	files := http.FileServer(http.Dir(dir))
+	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		files.ServeHTTP(servedCounter{w, served}, r)
+	}))
+	t.Cleanup(store.Close)
+	return store.URL, served
 }
 
 // The case --cache-policy order is for, end to end: 24 equal shards on a store
@@ -86,14 +107,9 @@ func policyShards(t *testing.T, n int) (string, int64) {
 func TestCachePolicyOrderFetchesLess(t *testing.T) {
 	const shards, epochs = 24, 4
 	dir, size := policyShards(t, shards)
-	var served atomic.Int64 // bytes the store sent
-	files := http.FileServer(http.Dir(dir))
-	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		files.ServeHTTP(servedCounter{w, &served}, r)
-	}))
-	defer store.Close()
+	storeURL, served := servedStore(t, dir) // served: bytes the store sent
 	dataset := float64(shards * size)
-	pattern := fmt.Sprintf("%s/shard-{000..%03d}.tar", store.URL, shards-1)
+	pattern := fmt.Sprintf("%s/shard-{000..%03d}.tar", storeURL, shards-1)
 
 	setup := func(policy string) (shardload.Config, *loaderFlags) {
 		var lf loaderFlags

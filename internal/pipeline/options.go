@@ -14,6 +14,7 @@ import (
 	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/logs"
 	"github.com/shardload/shardload/pack"
+	"github.com/shardload/shardload/packed"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
@@ -49,6 +50,9 @@ type Options struct {
 	Streams     []plan.Stream
 	EpochTokens int64
 	Pack        pack.Spec
+	// Planned, if not nil, is called with a packed epoch planned, before its first
+	// read (packed.Config.Planned).
+	Planned func(packed.Planned)
 	// Resume is the state the epoch continues from, nil for its start.
 	Resume *wire.State
 

@@ -96,6 +96,7 @@ func (o *Options) packedConfig() (packed.Config, error) {
 		Rank: o.Rank, World: o.World, Seed: o.Seed, Epoch: o.Epoch, NoShuffle: o.NoShuffle,
 		OpenShards: o.OpenShards, ShuffleBuffer: o.ShuffleBuffer, ReadAhead: o.Slabs,
 		Memory: o.Memory, Sources: o.Sources, Logf: o.Logf, Streams: o.Streams, EpochTokens: o.EpochTokens,
+		Planned: o.Planned,
 	}
 	if o.ReadGap > 0 {
 		pc.ReadGap = o.ReadGap
