@@ -88,7 +88,9 @@ func cacheOf(reg *source.Registry, url string) *cache.Cache {
 
 // Open publishes the reads of the epoch of l, just opened, whose shards are read
 // through reg; it replaces those of the epoch before. Where OpenPlan announced the
-// epoch already (l's Config.Planned), it does nothing.
+// epoch already (l's Config.Planned), it does nothing. Prefer OpenPlan from
+// Config.Planned: l has started reading by the time Open can announce its reads,
+// and a packed loader's reads are announced only there (its Plan has no spans).
 func (e *EpochHints) Open(l *shardload.Loader, reg *source.Registry) {
 	if e == nil || l == nil {
 		return

@@ -300,7 +300,6 @@ func (ss *session) run() error {
 		return ss.fail(ctx, err)
 	}
 	ss.tally.open(l, cfg.Epoch)
-	ss.hints.Open(l, cfg.Sources)
 	plan, order := l.Plan(), l.Order()
 	rd := wire.Ready{
 		Type: wire.TypeReady, Version: ss.version, Session: ss.id, Slabs: len(ring.Slabs()), SlabBytes: ring.SlabBytes(),
@@ -350,7 +349,6 @@ func (ss *session) run() error {
 			cfg.Epoch, cfg.Resume = epoch, req.state
 			if l, err = shardload.Open(ectx, cfg); err == nil {
 				ss.tally.open(l, epoch)
-				ss.hints.Open(l, cfg.Sources)
 			}
 		}
 		if err == nil {

@@ -262,7 +262,6 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 			return nil, err
 		}
 		mon.open(l, ecfg.Epoch, tally)
-		hints.Open(l, ecfg.Sources)
 		taken := 0 // this epoch's batches
 		res.Epochs++
 		if e == 0 {
