@@ -97,7 +97,7 @@ type Config struct {
 	// Logf receives log lines (log.Printf when nil).
 	Logf func(format string, args ...any)
 	// Planned, if not nil, is called by Open with the epoch planned, before any
-	// token is read: the place to announce its reads (Planned.Objects) to a cache
+	// token is read: the place to announce its reads (Planned.ReadPlan) to a cache
 	// that evicts by next use, so that they count from the epoch's first read.
 	Planned func(Planned)
 }
