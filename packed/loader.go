@@ -252,9 +252,9 @@ func (l *Loader) Objects() []string {
 	return urls
 }
 
-// ObjectReads is when an epoch reads an object (a tar shard, a Megatron .bin): the
-// positions in the epoch's order of documents of its first and its last document
-// read, to the order's window.
+// ObjectReads is when an epoch reads an object (a tar shard, a Megatron .bin): how
+// far into the epoch's order of documents (counted from 1, to the order's window)
+// its first and its last document are read.
 type ObjectReads struct {
 	URL         string
 	First, Last int64

@@ -6,8 +6,9 @@ import (
 	"sort"
 )
 
-// ShardReads is when a reader of an order reads a shard: the order's positions (to
-// the window) of its first and its last sample still to read.
+// ShardReads is when a reader of an order reads a shard: how far into the order (in
+// samples counted from 1, to the window) it reads the shard's first and its last
+// sample still to read.
 type ShardReads struct {
 	Shard       int // an index in the shard list given to NewOrder
 	First, Last int64
