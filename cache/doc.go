@@ -202,9 +202,13 @@
 // readers read it from the source, nothing is evicted and nothing written, counted in
 // Stats.Declined (and each reader in Stats.Bypassed). The memory tier follows the
 // same rule, for the entries it loads from disk (Stats.MemoryDeclined: served from
-// disk) and, with no disk tier, for fetches. The policy only chooses what stays: the
-// bytes served, the budgets (data and meta files), the checksums and the crash
-// safety are those described above. Under either policy, with no hints at all the
+// disk) and, with no disk tier, for fetches. Under either policy a fetch behind a
+// range read (OpenRange of an object not cached) takes free room only: it would save
+// none of the reads that wanted it, which read the object's ranges from the source
+// as this one did, and any entry it evicted would be fetched again when next read.
+// The policy only chooses what stays: the bytes served, the budgets
+// (data and meta files), the checksums and the crash safety are those described
+// above. Under either policy, with no hints at all the
 // tiers evict exactly as LRU does (PolicyOrder then only refuses to evict anything
 // when all it could evict would not make the room).
 //

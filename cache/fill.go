@@ -36,6 +36,7 @@ type fill struct {
 	node       int
 	registered bool   // in c.fills
 	tally      *Tally // of the open the fetch is for: the bytes fetched count in its Store
+	behind     bool   // a fetch behind a range read (fillBehind): see fill.ranker
 
 	// Guarded by c.mu.
 	readers  int        // open fillReaders
@@ -126,7 +127,7 @@ func (f *fill) fetch() error {
 		reserved = size + int64(len(mb))
 		tmp = c.disk.tmpData(name, reserved)
 		var fh *os.File
-		res, err := c.disk.reserve(reserved, &c.n, c.ranker(f.key), func() (err error) {
+		res, err := c.disk.reserve(reserved, &c.n, f.ranker(), func() (err error) {
 			fh, err = c.disk.create(tmp)
 			return err
 		})
@@ -146,7 +147,7 @@ func (f *fill) fetch() error {
 		f.set(func() { f.state, f.fh = streaming, fh })
 	} else {
 		m := c.mem[f.node]
-		rk := c.ranker(f.key)
+		rk := f.ranker()
 		c.mu.Lock()
 		res := m.reserve(size, &c.n, rk)
 		c.mu.Unlock()

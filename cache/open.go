@@ -27,7 +27,8 @@ func (c *Cache) Open(ctx context.Context, url string) (io.ReadCloser, error) {
 // source.RangeReader (and cut from a whole fetch when it is not), while the whole
 // object is fetched into the cache in the background for the reads that follow (the
 // node's other ranks, the next epoch): at most maxBehind objects at a time, one fetch
-// per object.
+// per object, into free room only (see "Eviction by next use" in the package
+// documentation).
 func (c *Cache) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
 	return c.openRange(ctx, url, 0, off, length)
 }
@@ -142,6 +143,9 @@ func section(url string, r io.ReadCloser, off, length int64) (io.ReadCloser, err
 // maxBehind bounds the objects fetched into the cache in the background at once.
 const maxBehind = 2
 
+// behindKey marks the context of a fillBehind's open: its fill is behind.
+type behindKey struct{}
+
 // fillBehind starts fetching url into the cache in the background, unless a fetch of
 // it is in flight, the cache is closing, or maxBehind are running. The fetch is an
 // open with no reader: the fill it starts runs to its end whether read or not. It
@@ -166,7 +170,7 @@ func (c *Cache) fillBehind(ctx context.Context, url string) {
 			delete(c.behind, k)
 			c.mu.Unlock()
 		}()
-		r, _, err := c.open(WithTally(c.ctx, tallyOf(ctx)), url, 0, 0)
+		r, _, err := c.open(context.WithValue(WithTally(c.ctx, tallyOf(ctx)), behindKey{}, true), url, 0, 0)
 		if err != nil {
 			return
 		}
@@ -318,7 +322,7 @@ func (c *Cache) openAt(ctx context.Context, url string, node, attempt int, info 
 		return r, fromSource, err
 	}
 	f := &fill{c: c, url: url, key: k, info: info, node: node, readers: 1, fileRefs: 2, wake: make(chan struct{}),
-		redirect: source.RedirectCheck(ctx), checkedAt: chk.at, tally: tallyOf(ctx)}
+		redirect: source.RedirectCheck(ctx), checkedAt: chk.at, tally: tallyOf(ctx), behind: ctx.Value(behindKey{}) != nil}
 	if _, busy := c.fills[k]; !busy {
 		c.fills[k] = f // an older fill of another version keeps running unregistered
 		f.registered = true

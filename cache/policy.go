@@ -94,9 +94,10 @@ func (a rank) before(b rank) bool {
 // readers say at one moment, and the object a fill wants room for. A nil ranker is
 // PolicyLRU: least recently used first, every object admitted.
 type ranker struct {
-	set *hintSet // nil: no hints
-	now int64
-	obj rank // the object room is made for: the most recently used
+	set      *hintSet // nil: no hints
+	now      int64
+	obj      rank // the object room is made for: the most recently used
+	freeOnly bool // evict nothing: the room must be free (fill.ranker)
 }
 
 // newRanker returns the ranker of an object of key k under the hints in set at now.
@@ -137,9 +138,12 @@ type victim[E any] struct {
 // plan returns the entries to evict, in order, to free need bytes from cands (in any
 // order): roomMade with them, notWanted when one of them would be needed sooner than
 // the object (nothing is to be evicted then), noRoom when all of them would not be
-// enough. Under PolicyLRU (a nil ranker) the order is recency alone and every object
+// enough, or when r evicts nothing (freeOnly). Under PolicyLRU (a nil ranker) the order is recency alone and every object
 // is wanted.
 func plan[E any](r *ranker, cands []victim[E], need int64) ([]victim[E], evictResult) {
+	if r != nil && r.freeOnly {
+		return nil, noRoom
+	}
 	sortVictims(cands)
 	var free int64
 	for i, v := range cands {
@@ -164,6 +168,23 @@ func sortVictims[E any](cands []victim[E]) {
 		}
 		return 0
 	})
+}
+
+// ranker returns the ranker of room made for f's object (Cache.ranker). A fetch
+// behind a range read (fillBehind) takes free room only, under either policy: the
+// range asked for was read from the source already, and the rest of the object is
+// read by ranges the same way if it is not fetched, so the fetch saves no byte of
+// the reads that wanted it, while any entry it evicted would be fetched again when
+// next read. Objects read by ranges all epoch long, too large for a range fill (the
+// .bin files of a packed Megatron corpus), otherwise took the room of one another at
+// each range that missed, each fetched whole: with a disk of 0.55 of a corpus of 6
+// such files, 8-10 times the corpus an epoch under LRU, and under PolicyOrder 0.8-1.0
+// where the disk's half of the corpus, kept, leaves 0.5 to fetch.
+func (f *fill) ranker() *ranker {
+	if f.behind {
+		return &ranker{freeOnly: true}
+	}
+	return f.c.ranker(f.key)
 }
 
 // Policy returns the cache's eviction policy (Options.Policy).
