@@ -88,8 +88,8 @@ func nodeEpochReads(plans []plan.Plan, infos []shard.Info) []nodeRead {
 // simulateNodeCache runs a node's reads, epoch by epoch, through a disk tier of
 // budget bytes under policy. A miss the cache takes in fetches the shard whole (its
 // Size: the cache fetches a shard of at most cache.RangeFillMax whole for a read of
-// part of it, a larger one behind the read, for the node's other reads); a miss it
-// does not take in (no room, a shard larger than the budget, or, under
+// part of it, a larger one behind the read, for the node's other reads, into free
+// room only); a miss it does not take in (no room, a shard larger than the budget, or, under
 // cache.PolicyOrder, read through) and a miss of part of a larger shard the node
 // reads only part of are read around it: only the part read (its share of the
 // Size). Under cache.PolicyOrder the
@@ -195,7 +195,9 @@ func simulateNodeCache(epochs [][]nodeRead, infos []shard.Info, budget int64, po
 				continue
 			}
 			c := size + entryMetaBytes
-			if c > budget {
+			if c > budget || size > cache.RangeFillMax && rd.part < 1 && used+c > budget {
+				// Larger than the budget; or part of a shard larger than a range
+				// fill, whose fetch behind the read takes free room only.
 				f += part
 				i++
 				continue
