@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,17 +105,19 @@ func TestServeKilledWithEstimates(t *testing.T) {
 	pattern := filepath.Join(dir, spec.Pattern())
 	socket := filepath.Join(t.TempDir(), "run", "loader.sock")
 	srv := startServer(t, socket, "--no-index-store", pattern)
+	servers := []*server{srv}
 	trainer, _ := filepath.Abs("../bench/soak_trainer.py")
 	logs := []string{filepath.Join(dir, "rank-0.log"), filepath.Join(dir, "rank-1.log")}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var ranks []*exec.Cmd
+	rankErr := make([]*lockedWriter, 2)
 	for rank := range 2 {
 		cmd := exec.CommandContext(ctx, py, trainer, "--socket", socket, "--rank", strconv.Itoa(rank), "--world", "2",
 			"--log", logs[rank], "--batch-size", "8", "--step-ms", "10", "--allow-estimate")
 		cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
+		rankErr[rank] = &lockedWriter{w: &strings.Builder{}}
+		cmd.Stderr = rankErr[rank]
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +146,15 @@ func TestServeKilledWithEstimates(t *testing.T) {
 		t.Helper()
 		for deadline := time.Now().Add(2 * time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting until %s", what)
+				var b strings.Builder
+				for r := range 2 {
+					e, q := reached(r)
+					fmt.Fprintf(&b, "\nrank %d: epoch %d, batch %d; its stderr:\n%s", r, e, q, rankErr[r].String())
+				}
+				for i, s := range servers {
+					fmt.Fprintf(&b, "\nserver %d's log:\n%s", i, s.log())
+				}
+				t.Fatalf("timed out waiting until %s:%s", what, b.String())
 			}
 		}
 	}
@@ -155,7 +166,7 @@ func TestServeKilledWithEstimates(t *testing.T) {
 	})
 	srv.cmd.Process.Signal(syscall.SIGKILL)
 	srv.wait(t)
-	startServer(t, socket, "--no-index-store", pattern)
+	servers = append(servers, startServer(t, socket, "--no-index-store", pattern))
 	waitFor("both ranks are in epoch 3", func() bool {
 		e0, _ := reached(0)
 		e1, _ := reached(1)

@@ -162,6 +162,13 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// String returns what was written so far.
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.String()
+}
+
 func (s *server) pid() int { return s.cmd.Process.Pid }
 
 // log returns what the server has written to stderr so far.
