@@ -55,17 +55,7 @@ else
 	bytes=$(cat "$data"/train-*.tar | wc -c)
 fi
 
-proxy_pid=
-cleanup() { [[ -n $proxy_pid ]] && kill "$proxy_pid" 2> /dev/null && wait "$proxy_pid" 2> /dev/null || true; }
-trap cleanup EXIT
-bin/latencyproxy --dir "$data" --delay 0 --count > "$work/proxy.out" 2> "$work/proxy.log" &
-proxy_pid=$!
-for ((i = 0; i < 100; i++)); do
-	[[ -s $work/proxy.out ]] && break
-	sleep 0.1
-done
-store=$(head -n 1 "$work/proxy.out")
-sent() { curl -fsS "$store/.latencyproxy/count" | python3 -c 'import json,sys; print(json.load(sys.stdin)["bytes"])'; }
+start_store "$data" "$work"
 if [[ $corpus == megatron ]]; then
 	urls=()
 	for f in "$data"/*.idx; do urls+=("$store/$(basename "$f")"); done

@@ -55,18 +55,8 @@ data=$work/data
 bytes=$(cat "$data"/train-*.tar | wc -c)
 shard_bytes=$((bytes / shards))
 
-proxy_pid=
-cleanup() { [[ -n $proxy_pid ]] && kill "$proxy_pid" 2> /dev/null && wait "$proxy_pid" 2> /dev/null || true; }
-trap cleanup EXIT
-bin/latencyproxy --dir "$data" --delay 0 --count > "$work/proxy.out" 2> "$work/proxy.log" &
-proxy_pid=$!
-for ((i = 0; i < 100; i++)); do
-	[[ -s $work/proxy.out ]] && break
-	sleep 0.1
-done
-store=$(head -n 1 "$work/proxy.out")
+start_store "$data" "$work"
 url="$store/train-{000000..$(printf '%06d' $((shards - 1)))}.tar"
-sent() { curl -fsS "$store/.latencyproxy/count" | python3 -c 'import json,sys; print(json.load(sys.stdin)["bytes"])'; }
 "$sl" index --no-index-store --output "$work/ds.index" "$url" 2> /dev/null
 
 common=(--index "$work/ds.index" --no-index-store --autotune=false --json --field jpg --field cls --field txt --batch-size 32 --seed 7)

@@ -84,3 +84,22 @@ bench_dirs() {
 }
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# start_store DIR WORK: serves the files of DIR over HTTP with tools/latencyproxy (no
+# delay, counting the bytes it sends), its output under WORK; sets store (its base
+# URL) and proxy_pid, and stops it on exit. sent prints the bytes sent so far.
+start_store() {
+	local dir=$1 work=$2 i
+	bin/latencyproxy --dir "$dir" --delay 0 --count > "$work/proxy.out" 2> "$work/proxy.log" &
+	proxy_pid=$!
+	trap stop_store EXIT
+	for ((i = 0; i < 100; i++)); do
+		[[ -s $work/proxy.out ]] && break
+		sleep 0.1
+	done
+	store=$(head -n 1 "$work/proxy.out")
+}
+
+stop_store() { [[ -n ${proxy_pid:-} ]] && kill "$proxy_pid" 2> /dev/null && wait "$proxy_pid" 2> /dev/null || true; }
+
+sent() { curl -fsS "$store/.latencyproxy/count" | python3 -c 'import json,sys; print(json.load(sys.stdin)["bytes"])'; }
