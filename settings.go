@@ -59,6 +59,8 @@ var Knobs = []Knob{
 		Help: "bytes per slab (by default: exact for images, labels and npy fields with a shape, from the dataset's mean sample size for the others); a batch that does not fit grows its slab within --max-slab-size and --memory"},
 	{Name: "max-slab-size", Field: "MaxSlabBytes", Default: DefaultMaxSlabBytes, Min: 1, Bytes: true,
 		Help: "largest a slab may be, given or grown to hold a batch; a batch larger fails with the size it needs"},
+	{Name: "slab-reads", Field: "NoSlabReads", Default: 1, Invert: true,
+		Help: "read the members of raw, text and json fields straight into their rows of the batch's slab where the index gives their sizes (--slab-reads=false: read them into sample memory and copy them at collate; the batches are the same bytes)"},
 	{Name: "count-first", Field: "CountFirst", Hello: "count_first",
 		Help: "without an index, read every shard to count its samples before the first batch (exact epochs) instead of estimating the counts from the shards' sizes"},
 	{Name: "allow-estimate", Field: "AllowEstimate", Hello: "allow_estimate",

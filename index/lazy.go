@@ -289,6 +289,41 @@ func LoadMembers(ctx context.Context, infos []shard.Info, shards []int) error {
 	return nil
 }
 
+// MembersOf returns the members of the shards of infos at the positions shards, by
+// position, where Lookup.Quick left them in an addressable index's blocks (as
+// LoadMembers does), without writing into infos: for holders of a list of shards that
+// others share. Shards whose members are known already, or that have none, are left
+// out.
+func MembersOf(ctx context.Context, infos []shard.Info, shards []int) (map[int]*shard.Members, error) {
+	d := deferredOf(infos)
+	if d == nil || d.table == nil || !d.table.members {
+		return nil, nil
+	}
+	part, pos, ords := []shard.Info{}, []int{}, map[int]int{}
+	for _, i := range shards {
+		if i >= 0 && i < len(infos) && d.pos[i] >= 0 && infos[i].Members == nil && !slices.Contains(pos, i) {
+			ords[len(part)] = int(d.pos[i])
+			pos = append(pos, i)
+			part = append(part, infos[i])
+		}
+	}
+	if len(part) == 0 {
+		return nil, nil
+	}
+	err := d.table.offsetsOf(ctx, d.src, d.url, part, ords, 16, loadMembers)
+	out := make(map[int]*shard.Members, len(part))
+	for k, i := range pos {
+		if err == nil {
+			err = part[k].Check(-1, -1)
+		}
+		out[i] = part[k].Members
+	}
+	if err != nil {
+		return nil, fmt.Errorf("shardload: index %s: %w; rebuild it (shardload index)", redact.URL(d.url), err)
+	}
+	return out, nil
+}
+
 // readDeferred reads the index at url as read does, but for an addressable one only
 // its counts: their offsets are left to d.
 func (lk Lookup) readDeferred(ctx context.Context, url string, d *deferred, urls []string) ([]shard.Info, error) {

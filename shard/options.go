@@ -61,6 +61,13 @@ type Options struct {
 	// keeps samples takes them without copying their bytes. Default: the Reader's own
 	// memory, reused by the next Next.
 	Buffers Buffers
+	// Place, if set, is asked for each member's destination before its data is
+	// read: a slice of exactly the member's Size bytes puts the data there (the
+	// field's Data is then that slice, outside Sample.Buf), anything else (nil) reads
+	// it as usual. A loader that knows where a member's bytes will end up (its row of
+	// a batch, from an index's member sizes) reads them there once. key is the
+	// sample's; Place is not called with SizesOnly or Stream.
+	Place func(key string, f Field) []byte
 
 	// ratioFloor, when set, replaces the 1 MiB that MaxRatio always allows, so that
 	// tests and fuzz targets can try the cap on small inputs.

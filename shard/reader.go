@@ -185,7 +185,7 @@ func (r *Reader) Next() (*Sample, error) {
 				return nil, err
 			}
 		} else if !r.opts.SizesOnly {
-			data, err := r.readData(hdr.Size)
+			data, err := r.readData(hdr.Size, r.place(key, f))
 			if err != nil {
 				r.err = r.errAt(key, f.Offset+int64(len(data)), err)
 				return nil, r.err
@@ -194,6 +194,17 @@ func (r *Reader) Next() (*Sample, error) {
 		}
 		s.Fields = append(s.Fields, f)
 	}
+}
+
+// place returns Options.Place's destination for member f of the sample key, or nil.
+func (r *Reader) place(key string, f Field) []byte {
+	if r.opts.Place == nil || f.Size == 0 {
+		return nil
+	}
+	if dst := r.opts.Place(key, f); int64(len(dst)) == f.Size {
+		return dst[:f.Size:f.Size]
+	}
+	return nil
 }
 
 // stream hands the current member's data to Options.Stream.

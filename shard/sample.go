@@ -2,6 +2,8 @@ package shard
 
 // Samples and their fields, and the memory their data is read into.
 
+import "unsafe"
+
 // Field is one member of a sample.
 type Field struct {
 	// Ext is the extension: the member's base name after its first dot, lower-cased
@@ -95,8 +97,16 @@ func (r *Reader) hand(s *Sample) *Sample {
 	return s
 }
 
-// readData reads size bytes of the current member into the arena.
-func (r *Reader) readData(size int64) ([]byte, error) {
+// readData reads size bytes of the current member into dst when it is not nil
+// (Options.Place), else into the arena.
+func (r *Reader) readData(size int64, dst []byte) ([]byte, error) {
+	if dst != nil {
+		m, err := readFull(r.tr, dst)
+		if err != nil {
+			return dst[:m], err
+		}
+		return dst, nil
+	}
 	n := int(size)
 	if n > cap(r.buf)-r.used {
 		if n > upfront {
@@ -163,6 +173,9 @@ func (r *Reader) regrow(partial, more int) {
 	for i := range r.sample.Fields {
 		f := &r.sample.Fields[i]
 		k := len(f.Data)
+		if k > 0 && !inArena(f.Data, r.buf[:r.used]) {
+			continue // read to its place (Options.Place)
+		}
 		f.Data = nb[off : off+k : off+k]
 		off += k
 	}
@@ -170,4 +183,14 @@ func (r *Reader) regrow(partial, more int) {
 		r.opts.Buffers.Put(r.buf[:0])
 	}
 	r.buf = nb
+}
+
+// inArena reports whether b lies inside arena.
+func inArena(b, arena []byte) bool {
+	if len(arena) == 0 {
+		return false
+	}
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(arena)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return p >= start && p-start < uintptr(len(arena))
 }

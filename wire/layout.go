@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/mem"
@@ -216,7 +217,7 @@ func CollateInto(b *Layout, slab []byte, fields []decode.Field, keys []string, r
 			binary.LittleEndian.PutUint64(offs, 0)
 			for i := range rows {
 				if j < len(fields) {
-					o += mem.CopyOut(data[o:], rows[i][j].Data)
+					o += put(data[o:], rows[i][j].Data)
 				} else {
 					o += copy(data[o:], keys[i])
 				}
@@ -232,13 +233,104 @@ func CollateInto(b *Layout, slab []byte, fields []decode.Field, keys []string, r
 			} else {
 				var o int
 				for i := range rows {
-					o += mem.CopyOut(data[o:], rows[i][j].Data)
+					o += put(data[o:], rows[i][j].Data)
 				}
 			}
 		}
 		prev = c.Offset + c.Length
 	}
 	return nil
+}
+
+// put copies v to the front of dst, unless it lies there already (read straight into
+// its row, see InPlace), and returns its length.
+func put(dst, v []byte) int {
+	if len(v) > 0 && unsafe.SliceData(dst) == unsafe.SliceData(v) {
+		return len(v)
+	}
+	return mem.CopyOut(dst, v)
+}
+
+// InPlace reports whether every value of rows whose bytes lie in slab lies where
+// CollateInto would put it, or is a view of such a value of its row (two fields of
+// one member), so that collating into slab copies the others only and overwrites
+// none of them: a loader that read values straight into their rows of slab (from the
+// sizes an index gives) calls it before Collate, and when it reports false moves
+// those values out of slab first. It reports false too when such values exist and
+// the batch does not fit slab, or the input is not one Collate accepts.
+func InPlace(slab []byte, fields []decode.Field, keys []string, rows [][]decode.Value) bool {
+	cols := make([]Column, len(fields)+1)
+	used, err := layout(cols, fields, keys, rows)
+	if err != nil || used > int64(len(slab)) {
+		return !anyWithin(slab, fields, rows)
+	}
+	// placed[i*len(fields)+j]: row i's value of field j lies at its place.
+	placed := make([]bool, len(rows)*len(fields))
+	stray := false
+	for j := range fields {
+		c := &cols[j]
+		o := c.Offset
+		for i := range rows {
+			v := rows[i][j].Data
+			if within(slab, v) {
+				if unsafe.SliceData(v) == unsafe.SliceData(slab[o:]) {
+					placed[i*len(fields)+j] = true
+				} else {
+					stray = true
+				}
+			}
+			if c.Ragged {
+				o += int64(len(v))
+			} else {
+				o += c.Length / int64(len(rows))
+			}
+		}
+	}
+	if !stray {
+		return true
+	}
+	for i := range rows {
+		for j := range fields {
+			v := rows[i][j].Data
+			if !within(slab, v) || placed[i*len(fields)+j] {
+				continue
+			}
+			ok := false
+			for k := range fields {
+				w := rows[i][k].Data
+				if placed[i*len(fields)+k] && within(w, v) && len(v) <= len(w)-int(uintptr(unsafe.Pointer(unsafe.SliceData(v)))-uintptr(unsafe.Pointer(unsafe.SliceData(w)))) {
+					ok = true
+					break
+				}
+			}
+			if !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// anyWithin reports whether any value of rows lies in slab.
+func anyWithin(slab []byte, fields []decode.Field, rows [][]decode.Value) bool {
+	for i := range rows {
+		for j := range min(len(fields), len(rows[i])) {
+			if within(slab, rows[i][j].Data) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// within reports whether v, not empty, starts inside slab.
+func within(slab, v []byte) bool {
+	if len(v) == 0 || len(slab) == 0 {
+		return false
+	}
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(slab)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(v)))
+	return p >= start && p-start < uintptr(len(slab))
 }
 
 // layout checks the batch and computes its columns into cols (when not nil, of
@@ -269,9 +361,7 @@ func layout(cols []Column, fields []decode.Field, keys []string, rows [][]decode
 					}
 				}
 			}
-			c.Offset = alignUp(cur)
-			c.Length = rb * int64(n)
-			cur = c.Offset + c.Length
+			c = place(cur, f, n, 0)
 		} else {
 			var total int64
 			if f != nil {
@@ -283,11 +373,9 @@ func layout(cols []Column, fields []decode.Field, keys []string, rows [][]decode
 					total += int64(len(k))
 				}
 			}
-			c.OffsetsOffset = alignUp(cur)
-			c.Offset = alignUp(c.OffsetsOffset + 8*int64(n+1))
-			c.Length = total
-			cur = c.Offset + c.Length
+			c = place(cur, f, n, total)
 		}
+		cur = c.Offset + c.Length
 		if cols == nil {
 			continue
 		}
@@ -312,6 +400,42 @@ func layout(cols []Column, fields []decode.Field, keys []string, rows [][]decode
 		col.Shape = shape
 	}
 	return cur, nil
+}
+
+// place returns where the column of field f (the key column when nil) lies in a
+// batch of n rows after the cur bytes of the columns before it, its data being total
+// bytes when it is ragged.
+func place(cur int64, f *decode.Field, n int, total int64) Column {
+	var c Column
+	if f != nil && f.RowBytes() >= 0 {
+		c.Offset = alignUp(cur)
+		c.Length = f.RowBytes() * int64(n)
+		return c
+	}
+	c.OffsetsOffset = alignUp(cur)
+	c.Offset = alignUp(c.OffsetsOffset + 8*int64(n+1))
+	c.Length = total
+	return c
+}
+
+// PlanColumns computes where the first columns of a batch of n rows will lie, before
+// its values are known, from the bytes of each ragged field's column (totals[j]; a
+// fixed column's are its RowBytes times n, whatever totals says): offsets[j] is
+// where column j's data starts in the slab, as Collate will put it. It plans the
+// columns up to the first ragged one whose total is negative (not known) and returns
+// how many, and the bytes they take.
+func PlanColumns(offsets []int64, fields []decode.Field, n int, totals []int64) (int, int64) {
+	var cur int64
+	for j := range fields {
+		f := &fields[j]
+		if f.RowBytes() < 0 && totals[j] < 0 {
+			return j, cur
+		}
+		c := place(cur, f, n, totals[j])
+		offsets[j] = c.Offset
+		cur = c.Offset + c.Length
+	}
+	return len(fields), cur
 }
 
 // checkFixed checks that a value fits a fixed NPY column.

@@ -24,6 +24,7 @@ type benchResult struct {
 	Requests        int64               `json:"requests"` // reads of shards opened (spans of the plan, count checks)
 	BytesDecomp     int64               `json:"bytes_decompressed"`
 	BytesOut        int64               `json:"bytes_out"`
+	BytesPlaced     int64               `json:"bytes_placed"` // read straight into their slab rows (--slab-reads)
 	Seconds         float64             `json:"seconds"`
 	EpochSeconds    []float64           `json:"epoch_seconds"`
 	CountSeconds    float64             `json:"count_seconds"` // finding the shards' counts (an index, estimates or a count)
@@ -163,6 +164,7 @@ func (r *benchResult) add(st shardload.Stats) {
 	r.Requests += st.Requests
 	r.BytesDecomp += st.BytesInflated
 	r.BytesOut += st.BytesOut
+	r.BytesPlaced += st.BytesPlaced
 	r.Skipped += st.Skipped
 	r.Padded += st.Padded
 	r.Trimmed += st.Trimmed
@@ -228,6 +230,9 @@ func (r *benchResult) report(w io.Writer) error {
 	}
 	fmt.Fprintf(bw, "\n  %.0f samples/s, %.1f MB/s stored, %.1f MB/s decompressed, %.1f MB/s into slabs\n",
 		r.SamplesPerSec, r.MBPerSec, r.MBPerSecDecomp, float64(r.BytesOut)/1e6/r.Seconds)
+	if r.BytesPlaced > 0 {
+		fmt.Fprintf(bw, "  %.0f%% of the bytes into slabs read straight into their rows\n", 100*float64(r.BytesPlaced)/float64(max(1, r.BytesOut)))
+	}
 	fmt.Fprintf(bw, "  CPU %.2fs (%.0f µs a sample, %.2f s a GB read)", r.CPUSeconds, 1e6*r.CPUPerSample, r.CPUPerGB)
 	if r.ImageDecoder != "" {
 		fmt.Fprintf(bw, "; images decoded by %s", r.ImageDecoder)

@@ -20,7 +20,11 @@ import (
 // estimated counts the batches take the samples as they come, and the last ones are
 // padded or trimmed to the plan. Either way a batch's padding rows are its last.
 type batcher struct {
-	pl      *Pipeline
+	pl *Pipeline
+	pc *placer // reads into slab rows; nil without
+	// held is the batch before, held back from the ring while its rows, read
+	// straight into its slab, may still pad the next batch (pad).
+	held    *Batch
 	rows    []*item
 	last    []*item // the previous batch's samples, kept to pad a short epoch
 	seq     int     // the next batch's Seq
@@ -123,6 +127,7 @@ func (b *batcher) pad() error {
 	good := b.rows[:n]
 	if n == 0 {
 		good = b.last
+		detach(good) // their slab may go back to the ring
 	}
 	if len(good) == 0 {
 		return fmt.Errorf("shardload: every sample of rank %d's batch %d was left out, and no batch before it has samples to pad it with", b.pl.p.Rank, b.seq)
@@ -138,7 +143,9 @@ func (b *batcher) pad() error {
 
 func (b *batcher) flush(ctx context.Context) error {
 	pl := b.pl
-	if err := b.pad(); err != nil {
+	err := b.pad()
+	b.unhold()
+	if err != nil {
 		return err
 	}
 	if b.n < pl.p.Replay {
@@ -155,18 +162,31 @@ func (b *batcher) flush(ctx context.Context) error {
 	if pl.ringErr != nil {
 		return pl.ringErr
 	}
-	tb := mono()
-	slab, err := pl.ring.Acquire(ctx)
-	add(&pl.C.Backpressure, mono()-tb)
-	if err != nil {
-		return err
+	slab := b.pc.take(b.n)
+	if slab == nil {
+		tb := mono()
+		var err error
+		slab, err = pl.ring.Acquire(ctx)
+		add(&pl.C.Backpressure, mono()-tb)
+		if err != nil {
+			return err
+		}
 	}
 	t0 := time.Now()
 	b.keys = b.keys[:0]
 	b.values = b.values[:0]
+	placed := false
 	for _, it := range b.rows {
 		b.keys = append(b.keys, it.key)
 		b.values = append(b.values, it.values)
+		placed = placed || it.placed != 0
+	}
+	if placed && !wire.InPlace(slab.Bytes(), pl.p.Fields, b.keys, b.values) {
+		// Not as planned (a row left out, a size the index got wrong): collated as
+		// on the copying path, from memory of their own.
+		detach(b.rows)
+		placed = false
+		pl.C.Replaced.Add(1)
 	}
 	db, err := wire.Collate(slab.Bytes(), pl.p.Fields, b.keys, b.values)
 	if errors.Is(err, wire.ErrSlabTooSmall) && pl.p.Slabs != nil {
@@ -185,6 +205,12 @@ func (b *batcher) flush(ctx context.Context) error {
 		out.Release()
 		return err
 	}
+	if placed {
+		// Its rows become the next batch's padding source: their slab is held
+		// until that batch has been padded.
+		out.holds.Add(1)
+		b.held = out
+	}
 	pl.C.Samples.Add(int64(len(b.rows) - b.padded))
 	if pl.C.Streams != nil {
 		for _, it := range b.rows[:len(b.rows)-b.padded] {
@@ -195,7 +221,8 @@ func (b *batcher) flush(ctx context.Context) error {
 	pl.C.Batches.Add(1)
 	pl.C.BytesOut.Add(db.Used)
 	b.advance()
-	tb = mono()
+	b.pc.reserve(b)
+	tb := mono()
 	defer func() { add(&pl.C.Backpressure, mono()-tb) }()
 	select {
 	case pl.out <- msg{b: out}:
@@ -238,7 +265,16 @@ func (b *batcher) report() {
 // estimated reports whether any shard's count is an estimate.
 func (pl *Pipeline) estimated() bool { return pl.p.Plan.Estimated }
 
+// unhold lets go of the batch held for padding.
+func (b *batcher) unhold() {
+	if b.held != nil {
+		b.held.unref()
+		b.held = nil
+	}
+}
+
 func (b *batcher) free() {
+	b.unhold()
 	for _, it := range b.rows {
 		if it != missing {
 			b.pl.put(it)

@@ -65,6 +65,8 @@ type window struct {
 	// shard's last planned sample to its span: the shard's extra samples are yielded
 	// right after it, in order.
 	after map[int32]int
+	start int        // the rank's order's position of its first yield
+	srcs  []placeKey // with reads into slab rows: each held sample's span and number in it
 }
 
 // mixSlot is an open span and where its samples go.
@@ -98,11 +100,13 @@ type feedRef struct {
 func (pl *Pipeline) mix(ctx context.Context) error {
 	p := pl.p
 	plan := &p.Plan
+	pc := newPlacer(pl)
+	defer pc.release() // after the producers are done with the slabs
 	ctx, stopProducers := context.WithCancel(ctx)
 	var producers sync.WaitGroup
 	defer func() { stopProducers(); producers.Wait() }()
 
-	bat := &batcher{pl: pl, rows: make([]*item, 0, p.BatchSize), seq: p.FirstSeq}
+	bat := &batcher{pl: pl, pc: pc, rows: make([]*item, 0, p.BatchSize), seq: p.FirstSeq}
 	defer bat.free()
 
 	wake := make(chan struct{}, 1)
@@ -116,6 +120,8 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 	cursor := plan.Cursor()
 	pending := map[int][]feedRef{} // feeds of the spans not open yet
 	madeFeeds := map[int]int{}     // feeds made so far of the spans whose last is still to come
+	fed := map[int]int{}           // with reads into slab rows: samples fed so far, by span
+	start := 0                     // the next window's first position in the rank's order
 	makeWindow := func(wi int) (*window, bool, error) {
 		sw, ok := cursor.Next()
 		if !ok {
@@ -142,7 +148,24 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 				pending[f.Span] = append(pending[f.Span], refs[i])
 			}
 		}
-		return pl.newWindow(wi, sw, refs), true, nil
+		w := pl.newWindow(wi, sw, refs)
+		w.start = start
+		start += len(w.emit)
+		if pc != nil {
+			w.srcs = make([]placeKey, sw.Held)
+			for i, f := range sw.Feeds {
+				n := fed[f.Span]
+				for h := f.Slot; f.Slot >= 0 && h < f.Slot+f.Count; h++ {
+					w.srcs[h] = placeKey{span: f.Span, n: n + int(h-f.Slot)}
+				}
+				if refs[i].last {
+					delete(fed, f.Span)
+				} else {
+					fed[f.Span] = n + int(f.Count)
+				}
+			}
+		}
+		return w, true, nil
 	}
 	// Two windows are filled at once: the one being yielded and the next, so that the
 	// shards keep being read while the first waits for its last samples.
@@ -169,6 +192,8 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 		if len(wins) == 0 && len(open) == 0 {
 			break
 		}
+		pc.see(wins, !more)
+		pc.reserve(bat)
 		// A span whose reader failed keeps its place in open until the order
 		// reaches its failure (so that the loader fails at the first position the
 		// failure leaves empty, whatever the timing), but not its share of the open
@@ -198,6 +223,7 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 			nextSpan++
 			open = append(open, s)
 			bySpan[s.index] = s
+			s.slot.index = s.index
 			reading++
 			producers.Add(1)
 			go func() { defer producers.Done(); pl.produce(ctx, s.slot) }()
@@ -274,6 +300,7 @@ func (pl *Pipeline) mix(ctx context.Context) error {
 			}
 			w.free(pl)
 			wins = wins[1:]
+			pc.see(wins, !more)
 			progress = true
 		}
 		add(&pl.C.Shuffle, mono()-t1-time.Duration(pl.C.Collate.Load()+pl.C.Backpressure.Load()-other))

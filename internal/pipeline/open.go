@@ -30,6 +30,9 @@ type Epoch struct {
 	// StreamOf and Record are Params'.
 	StreamOf []int
 	Record   func(shard.Info)
+	// Members are the members of shards of the plan that Shards (shared with other
+	// holders) lacks, by position: for reads into slab rows.
+	Members map[int]*shard.Members
 }
 
 // resolved is an epoch made ready to run: the image decoder chosen, the slabs sized
@@ -112,10 +115,10 @@ func (r *resolved) params(slabs *budget.Slabs, tuned *tune.Shared, dev *device.S
 		Sources: r.Sources, Plan: e.Plan, Shards: e.Shards, Fields: e.Fields,
 		ImageDecoder: r.images, AugmentSeed: r.Seed, Epoch: order.Epoch,
 		Reader: r.Reader, Rank: r.Rank, FirstSeq: firstSeq, Replay: e.Replay,
-		NoShuffle: r.NoShuffle, ShuffleBytes: r.ShuffleBytes, OpenShards: max(r.OpenShards, e.Plan.Lanes), Knobs: fetch,
+		NoShuffle: r.NoShuffle, NoSlabReads: r.NoSlabReads, ShuffleBytes: r.ShuffleBytes, OpenShards: max(r.OpenShards, e.Plan.Lanes), Knobs: fetch,
 		SampleBytes: r.Memory - r.budget.Held - int64(r.Slabs)*r.SlabBytes - r.budget.Fetch(r.knobs) - r.budget.Inflate(r.knobs),
 		BatchSize:   r.BatchSize, DropLast: r.DropLast, CPUs: r.CPUs,
-		Record: e.Record, Skip: r.Skip, StreamOf: e.StreamOf,
+		Record: e.Record, Skip: r.Skip, StreamOf: e.StreamOf, Members: e.Members,
 		Budget: NewBudget(eb.Fraction, eb.Samples, eb.Shards, order.Samples, order.Shards),
 		Ring:   r.Ring, RingOptions: r.ringOptions(), Remote: r.shape.Remote,
 		Slabs: slabs, Tuned: tuned,

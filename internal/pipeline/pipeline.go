@@ -64,8 +64,14 @@ type Params struct {
 	// Replay is the batches dropped before the first one handed out: an epoch planned
 	// from estimated counts resumes by reading its start again (its batches follow
 	// the data, not positions of the order).
-	Replay       int
-	NoShuffle    bool
+	Replay    int
+	NoShuffle bool
+	// NoSlabReads reads every member into sample memory, to be copied into its slab
+	// at collate; otherwise members are read straight into their slab rows where the
+	// index says where they go (place.go).
+	NoSlabReads bool
+	// Members are shards' members that Shards and the plan's Loaded lack (Epoch.Members).
+	Members      map[int]*shard.Members
 	ShuffleBytes int64 // the shuffle windows' budget (with NoShuffle, the queues')
 	OpenShards   int
 	// Knobs are the settings that do not change what the pipeline yields (SetKnobs
@@ -153,6 +159,10 @@ type Pipeline struct {
 	// so that an item's buffer holds its decoded values alone, detachedBytes of them.
 	images, detached bool
 	detachedBytes    int
+	// placing: reads straight into slab rows may happen (place.go); places are the
+	// destinations published for the producers.
+	placing bool
+	places  places
 
 	// endRead: the shards (indices, in order) that some span of the plan reads to
 	// their end (and checks their counts there): 4 bytes each, a tenth of what a
@@ -192,6 +202,10 @@ type Counters struct {
 	Requests atomic.Int64
 	// SlabGrowths counts slabs grown to hold a batch larger than they were.
 	SlabGrowths atomic.Int64
+	// Placed counts the member bytes read straight into their slab rows, and
+	// Replaced the batches whose rows were not as planned, their placed values moved
+	// out and copied again (see place.go).
+	Placed, Replaced atomic.Int64
 	// Queued is the bytes the open shards' queues hold now (their samples'
 	// weights, as the queues count them).
 	Queued atomic.Int64
@@ -221,17 +235,27 @@ type Batch struct {
 
 	ring     *pinned.Ring
 	released atomic.Bool
+	holds    atomic.Int32 // holders besides the consumer: the slab goes back when all let go
 }
 
 // Release waits for the batch's device copy and hands its slab back to the ring.
 // It is idempotent.
 func (b *Batch) Release() {
 	if b.released.CompareAndSwap(false, true) {
-		if b.Transfer != nil {
-			b.Transfer.Release() // waits for the copy, so the slab is free to refill
-		}
-		b.ring.Release(b.Slab)
+		b.unref()
 	}
+}
+
+// unref lets go of the batch for the consumer or one holder; the last hands the
+// slab back.
+func (b *Batch) unref() {
+	if b.holds.Add(-1) >= 0 {
+		return
+	}
+	if b.Transfer != nil {
+		b.Transfer.Release() // waits for the copy, so the slab is free to refill
+	}
+	b.ring.Release(b.Slab)
 }
 
 // Start starts the stages. ctx's values reach the sources; its cancellation does
@@ -256,6 +280,7 @@ func Start(ctx context.Context, p Params) *Pipeline {
 		}
 	}
 	pl.detached = pl.detached && pl.images
+	pl.placing = len(placeable(&pl.p)) > 0
 	for _, sp := range p.Plan.Spans {
 		if sp.Skip+sp.Take == p.Shards[sp.Shard].Samples {
 			pl.endRead = append(pl.endRead, int32(sp.Shard))

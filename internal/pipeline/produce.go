@@ -29,6 +29,7 @@ type item struct {
 	refs   int      // batches still to collate it (more than one when it pads an epoch)
 	skip   *slotMsg // a skip notice standing at the first position it left out (see missing)
 	stream int32    // its stream, in a mix of streams
+	placed uint64   // the fields whose values were read straight into their slab rows, a bit each
 }
 
 func (it *item) ref() *item { it.refs++; return it }
@@ -41,6 +42,7 @@ type slot struct {
 	q      *semaphore.Weighted
 	cap    int64
 	queued atomic.Int64 // bytes held on q: what the worker gate orders waiters by
+	index  int          // the span's index in the plan
 }
 
 // slotMsg carries a sample, a skip notice, or a failure.
@@ -114,8 +116,10 @@ type producer struct {
 	ctx     context.Context
 	dec     decode.Decoder
 	scratch []byte
-	worker  bool  // holds a worker token
-	turn    int64 // bytes queued since it took the token
+	n       int      // the number in its span of the sample being read
+	placed  [][]byte // the members of that sample read straight into slab rows
+	worker  bool     // holds a worker token
+	turn    int64    // bytes queued since it took the token
 }
 
 // acquire takes a worker token, reporting false when the loader is stopping. Tokens
@@ -200,6 +204,9 @@ func (p *producer) run() {
 	if !p.acquire() {
 		return
 	}
+	if pl.placing {
+		opts.Place = p.place
+	}
 	r := shard.NewReader(body, opts)
 	defer func() {
 		fetch, inflate := r.Times()
@@ -226,6 +233,7 @@ func (p *producer) run() {
 		rec = index.NewRecorder()
 	}
 	for idx, taken := first, 0; taken < span.Take || toEnd; idx++ {
+		p.n, p.placed = idx-span.Skip, p.placed[:0]
 		t0 := mono()
 		smp, err := r.Next()
 		t1 := mono()
@@ -446,6 +454,10 @@ func (p *producer) decode(smp *shard.Sample) (*item, error) {
 		if off, ok := within(v.Data, it.buf); ok {
 			// A view of the sample's own bytes: kept where it is.
 			offs = append(offs, span{off, len(v.Data)})
+		} else if p.inPlace(v.Data) {
+			// Read straight into its slab row: kept there.
+			offs = append(offs, span{-1, 0})
+			it.placed |= 1 << i
 		} else {
 			// Decoded into scratch memory, reused for the next field and sample.
 			offs = append(offs, span{len(it.buf), len(v.Data)})
@@ -461,12 +473,34 @@ func (p *producer) decode(smp *shard.Sample) (*item, error) {
 		it.values[i] = v
 	}
 	for i, o := range offs {
-		if o.n > 0 {
+		if o.n > 0 && o.off >= 0 {
 			it.values[i].Data = it.buf[o.off : o.off+o.n : o.off+o.n]
 		}
 	}
 	it.size = int64(len(it.buf)) + int64(len(it.key))
 	return it, nil
+}
+
+// place is the Reader's Options.Place: the destination the mixer published for
+// member f of the sample being read, if any.
+func (p *producer) place(key string, f shard.Field) []byte {
+	dst := p.pl.places.take(placeKey{span: p.s.index, n: p.n, ext: f.Ext})
+	if int64(len(dst)) == f.Size && f.Size > 0 {
+		p.placed = append(p.placed, dst)
+		p.pl.C.Placed.Add(f.Size)
+	}
+	return dst
+}
+
+// inPlace reports whether v is one of the members of the sample being read that
+// went straight to their slab rows.
+func (p *producer) inPlace(v []byte) bool {
+	for _, dst := range p.placed {
+		if len(v) > 0 && len(v) == len(dst) && unsafe.SliceData(v) == unsafe.SliceData(dst) {
+			return true
+		}
+	}
+	return false
 }
 
 // within reports whether b lies inside buf's first len(buf) bytes, and where.

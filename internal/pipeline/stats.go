@@ -14,8 +14,12 @@ type Stats struct {
 	BytesIn       int64 // bytes read from the sources (compressed, as stored)
 	BytesInflated int64 // bytes of tar after whole-shard decompression
 	BytesOut      int64 // bytes of the batches written into slabs
-	Requests      int64 // reads of shards opened (a source may serve one in parts)
-	Workers       int   // the Workers setting in effect
+	// BytesPlaced is the member bytes read straight into their slab rows
+	// (Config.NoSlabReads), not copied at collate; Replaced counts the batches whose
+	// rows were not as planned, collated by copying.
+	BytesPlaced, Replaced int64
+	Requests              int64 // reads of shards opened (a source may serve one in parts)
+	Workers               int   // the Workers setting in effect
 	// Memory is what the loader's buffers may hold at its settings in effect (the
 	// tuner's), within the loader's memory budget (shardload.Config.MemoryBudget).
 	Memory int64
@@ -57,6 +61,7 @@ func (s *Stats) Add(o Stats) {
 	s.Samples, s.Batches, s.Padded, s.Trimmed = s.Samples+o.Samples, s.Batches+o.Batches, s.Padded+o.Padded, s.Trimmed+o.Trimmed
 	s.Skipped, s.SkippedShards, s.Elapsed = s.Skipped+o.Skipped, s.SkippedShards+o.SkippedShards, s.Elapsed+o.Elapsed
 	s.BytesIn, s.BytesInflated, s.BytesOut, s.Requests = s.BytesIn+o.BytesIn, s.BytesInflated+o.BytesInflated, s.BytesOut+o.BytesOut, s.Requests+o.Requests
+	s.BytesPlaced, s.Replaced = s.BytesPlaced+o.BytesPlaced, s.Replaced+o.Replaced
 	s.Workers, s.Memory, s.Queued, s.PageLocked = o.Workers, o.Memory, o.Queued, o.PageLocked
 	s.SlabBytes = max(s.SlabBytes, o.SlabBytes)
 	s.Streams = append(s.Streams, make([]StreamStats, max(0, len(o.Streams)-len(s.Streams)))...)
@@ -82,6 +87,7 @@ func (pl *Pipeline) Stats() Stats {
 		Samples: c.Samples.Load(), Batches: c.Batches.Load(), Padded: c.Padded.Load(), Trimmed: c.Trimmed.Load(),
 		Skipped: c.Skipped.Load(), SkippedShards: c.SkippedShards.Load(),
 		BytesIn: c.BytesIn.Load(), BytesInflated: c.BytesInflated.Load(), BytesOut: c.BytesOut.Load(), Requests: c.Requests.Load(),
+		BytesPlaced: c.Placed.Load(), Replaced: c.Replaced.Load(),
 		Queued: c.Queued.Load(), PageLocked: pl.Locked(), FirstBatch: time.Duration(c.FirstBatch.Load()),
 		Stages: c.Stages(), Streams: streamStats(c.Streams),
 	}

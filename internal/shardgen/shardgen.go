@@ -41,6 +41,8 @@ const (
 	// that a language model has something to learn. The ids below FirstToken (0 and
 	// 1) are left for a pad and an eos.
 	Document
+	// JSON is a JSON object holding a number and Text of about MinBytes to MaxBytes.
+	JSON
 )
 
 // FirstToken is the smallest token id of a Document: 0 and 1 are no document's, so
@@ -230,6 +232,13 @@ func fieldBytes(buf []byte, f Field, rng *rand.Rand, chacha *rand.ChaCha8) []byt
 		return appendTokens(buf, f.Tokens, rng)
 	case Document:
 		return appendDocument(buf, f, rng)
+	case JSON:
+		buf = fmt.Appendf(buf, `{"n":%d,"text":"`, rng.IntN(1000))
+		for len(buf) < size {
+			buf = append(buf, words[rng.IntN(len(words))]...)
+			buf = append(buf, ' ')
+		}
+		return append(buf, `"}`...)
 	case Text:
 		for len(buf) < size {
 			buf = append(buf, words[rng.IntN(len(words))]...)
