@@ -236,12 +236,14 @@ type Config struct {
 	// MaxSlabBytes is the largest a slab may be, given or grown. Default 1 GiB
 	// (DefaultMaxSlabBytes).
 	MaxSlabBytes int64
-	// NoSlabReads reads every member into sample memory and copies it into its
-	// batch's slab at collate. By default the members of raw, text and json fields
-	// whose sizes an index gives are read straight into their rows of the slab that
-	// will carry them, where the slab could be taken ahead (the batch's rows are in
-	// the windows being filled); the batches are the same bytes either way.
-	NoSlabReads bool
+	// SlabReads reads the members of raw, text and json fields whose sizes an index
+	// gives straight into their rows of the slab that will carry them, where a free
+	// slab could be taken for the batch before they are read (its rows are in the
+	// windows being filled), instead of into sample memory and copied at collate.
+	// The batches are the same bytes either way. Off by default: on the machines
+	// measured the reads into the slabs' cold memory cost what the copy saved (see
+	// BENCHMARKS.md, "Reads straight into slab rows").
+	SlabReads bool
 	// NoLock does not page-lock the slabs.
 	NoLock bool
 	// Ring, when set, is the slab ring batches are collated into, instead of one the
@@ -350,7 +352,7 @@ func (cfg *Config) options() pipeline.Options {
 	o := pipeline.Options{
 		Sources: cfg.Sources, URLs: slices.Clip(cfg.URLs), Shards: cfg.Shards, Index: cfg.Index, EpochTokens: cfg.EpochTokens, Pack: spec,
 		Resume: cfg.Resume, Seed: cfg.Seed, Epoch: cfg.Epoch, Rank: cfg.Rank, World: cfg.World, BatchSize: cfg.BatchSize,
-		DropLast: cfg.DropLast, NoShuffle: cfg.NoShuffle, NoSlabReads: cfg.NoSlabReads, ShuffleBuffer: cfg.ShuffleBuffer, ShuffleBytes: cfg.ShuffleBytes,
+		DropLast: cfg.DropLast, NoShuffle: cfg.NoShuffle, SlabReads: cfg.SlabReads, ShuffleBuffer: cfg.ShuffleBuffer, ShuffleBytes: cfg.ShuffleBytes,
 		OpenShards: cfg.OpenShards, ReadGap: cfg.ReadGap, Pins: cfg.pins, NoAutotune: cfg.NoAutotune, ImageDecoder: cfg.ImageDecoder,
 		Knobs: tune.Knobs{Workers: cfg.Workers, ReadAhead: cfg.ReadAhead, QueueBytes: cfg.QueueBytes,
 			FetchParallel: cfg.FetchParallel, FetchPartSize: cfg.FetchPartSize},

@@ -119,7 +119,7 @@ func TestSlabReadsAreTheCopyingPathsBytes(t *testing.T) {
 	}()
 	for _, bad := range []bool{false, true} {
 		infos, fields := slabReadsDataset(t, bad)
-		for _, c := range []struct{ world, batch, slabs int }{{1, 16, 8}, {2, 7, 2}, {3, 32, 4}} {
+		for _, c := range []struct{ world, batch, slabs int }{{1, 16, 8}, {2, 7, 2}, {3, 32, 4}, {1, 1, 3}} {
 			for rank := range c.world {
 				name := fmt.Sprintf("bad=%v world=%d rank=%d batch=%d slabs=%d", bad, c.world, rank, c.batch, c.slabs)
 				cfg := shardload.Config{Shards: infos, Fields: fields, Rank: rank, World: c.world, BatchSize: c.batch, Seed: 3,
@@ -128,12 +128,11 @@ func TestSlabReadsAreTheCopyingPathsBytes(t *testing.T) {
 					cfg.OnError = shardload.Skip
 					cfg.ErrorBudget = &shardload.Budget{Fraction: 0.5}
 				}
-				copyCfg := cfg
-				copyCfg.NoSlabReads = true
-				want, ws := slabEpoch(t, copyCfg)
+				want, ws := slabEpoch(t, cfg)
+				cfg.SlabReads = true
 				got, gs := slabEpoch(t, cfg)
 				if ws.BytesPlaced != 0 {
-					t.Fatalf("%s: %d bytes placed with NoSlabReads", name, ws.BytesPlaced)
+					t.Fatalf("%s: %d bytes placed without SlabReads", name, ws.BytesPlaced)
 				}
 				placed += gs.BytesPlaced
 				if len(got) != len(want) {

@@ -170,7 +170,7 @@ const maxMemberSamples = 16 << 20
 
 // slabReads reports whether some field may be read straight into its slab rows.
 func (cfg Config) slabReads() bool {
-	if cfg.NoSlabReads || cfg.Pack != "" {
+	if !cfg.SlabReads || cfg.Pack != "" {
 		return false
 	}
 	if len(cfg.Fields) == 0 {

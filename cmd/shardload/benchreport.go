@@ -24,7 +24,8 @@ type benchResult struct {
 	Requests        int64               `json:"requests"` // reads of shards opened (spans of the plan, count checks)
 	BytesDecomp     int64               `json:"bytes_decompressed"`
 	BytesOut        int64               `json:"bytes_out"`
-	BytesPlaced     int64               `json:"bytes_placed"` // read straight into their slab rows (--slab-reads)
+	BytesPlaced     int64               `json:"bytes_placed"`     // read straight into their slab rows (--slab-reads)
+	Replaced        int64               `json:"batches_replaced"` // batches not as planned, collated from copies
 	Seconds         float64             `json:"seconds"`
 	EpochSeconds    []float64           `json:"epoch_seconds"`
 	CountSeconds    float64             `json:"count_seconds"` // finding the shards' counts (an index, estimates or a count)
@@ -165,6 +166,7 @@ func (r *benchResult) add(st shardload.Stats) {
 	r.BytesDecomp += st.BytesInflated
 	r.BytesOut += st.BytesOut
 	r.BytesPlaced += st.BytesPlaced
+	r.Replaced += st.Replaced
 	r.Skipped += st.Skipped
 	r.Padded += st.Padded
 	r.Trimmed += st.Trimmed

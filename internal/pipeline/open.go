@@ -115,7 +115,7 @@ func (r *resolved) params(slabs *budget.Slabs, tuned *tune.Shared, dev *device.S
 		Sources: r.Sources, Plan: e.Plan, Shards: e.Shards, Fields: e.Fields,
 		ImageDecoder: r.images, AugmentSeed: r.Seed, Epoch: order.Epoch,
 		Reader: r.Reader, Rank: r.Rank, FirstSeq: firstSeq, Replay: e.Replay,
-		NoShuffle: r.NoShuffle, NoSlabReads: r.NoSlabReads, ShuffleBytes: r.ShuffleBytes, OpenShards: max(r.OpenShards, e.Plan.Lanes), Knobs: fetch,
+		NoShuffle: r.NoShuffle, SlabReads: r.SlabReads, ShuffleBytes: r.ShuffleBytes, OpenShards: max(r.OpenShards, e.Plan.Lanes), Knobs: fetch,
 		SampleBytes: r.Memory - r.budget.Held - int64(r.Slabs)*r.SlabBytes - r.budget.Fetch(r.knobs) - r.budget.Inflate(r.knobs),
 		BatchSize:   r.BatchSize, DropLast: r.DropLast, CPUs: r.CPUs,
 		Record: e.Record, Skip: r.Skip, StreamOf: e.StreamOf, Members: e.Members,

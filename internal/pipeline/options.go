@@ -62,7 +62,7 @@ type Options struct {
 	BatchSize     int
 	DropLast      bool
 	NoShuffle     bool
-	NoSlabReads   bool
+	SlabReads     bool
 	ShuffleBuffer int
 	ShuffleBytes  int64
 	OpenShards    int

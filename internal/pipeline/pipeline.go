@@ -66,10 +66,10 @@ type Params struct {
 	// the data, not positions of the order).
 	Replay    int
 	NoShuffle bool
-	// NoSlabReads reads every member into sample memory, to be copied into its slab
-	// at collate; otherwise members are read straight into their slab rows where the
-	// index says where they go (place.go).
-	NoSlabReads bool
+	// SlabReads reads members straight into their slab rows where the index says
+	// where they go (place.go); otherwise every member is read into sample memory,
+	// to be copied into its slab at collate.
+	SlabReads bool
 	// Members are shards' members that Shards and the plan's Loaded lack (Epoch.Members).
 	Members      map[int]*shard.Members
 	ShuffleBytes int64 // the shuffle windows' budget (with NoShuffle, the queues')

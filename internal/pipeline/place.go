@@ -67,9 +67,9 @@ func (ps *places) drop(keys []placeKey) {
 
 // placeable returns the fields whose values can be read straight into their rows:
 // raw, text and json fields not gzipped (their value is the member's bytes), the first
-// of each extension; nil when none is, or when Params.NoSlabReads is set.
+// of each extension; nil when none is, or when Params.SlabReads is not set.
 func placeable(p *Params) []int {
-	if p.NoSlabReads || p.Packed != nil || p.Plan.Estimated {
+	if !p.SlabReads || p.Packed != nil || p.Plan.Estimated {
 		return nil
 	}
 	var out []int

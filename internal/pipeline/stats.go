@@ -15,7 +15,7 @@ type Stats struct {
 	BytesInflated int64 // bytes of tar after whole-shard decompression
 	BytesOut      int64 // bytes of the batches written into slabs
 	// BytesPlaced is the member bytes read straight into their slab rows
-	// (Config.NoSlabReads), not copied at collate; Replaced counts the batches whose
+	// (Config.SlabReads), not copied at collate; Replaced counts the batches whose
 	// rows were not as planned, collated by copying.
 	BytesPlaced, Replaced int64
 	Requests              int64 // reads of shards opened (a source may serve one in parts)
