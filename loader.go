@@ -102,7 +102,7 @@ func Open(ctx context.Context, cfg Config) (l *Loader, err error) {
 	}
 	// The engine resolves the rest (the slabs' size, the memory budget, the knobs
 	// it starts from, tuner's when it has some) and starts.
-	pl, err := pipeline.Open(ctx, cfg.options(), pipeline.Epoch{Plan: p.plan, Shards: p.infos, Members: p.slabMembers(ctx), Fields: fields, Order: p.order,
+	pl, err := pipeline.Open(ctx, cfg.options(), pipeline.Epoch{Plan: p.plan, Shards: p.infos, Fields: fields, Order: p.order,
 		Resume: p.resume, Replay: p.replay, StreamOf: p.mix.StreamOf(len(p.infos)), Record: lookup(cfg).Store.Keep(p.infos, cfg.Logf)}, &tuner.s)
 	if err != nil {
 		return nil, err

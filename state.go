@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/internal/pipeline"
 	"github.com/shardload/shardload/packed"
@@ -141,47 +140,6 @@ func planOf(ctx context.Context, cfg Config) (p planned, err error) {
 		return newPlan(infos, loaded, p.cfg, p.order, runs, p.mix)
 	})
 	return p, err
-}
-
-// slabMembers returns the members' sizes of the shards the plan reads that its
-// shards lack (an addressable index leaves those of the shards read whole in its
-// blocks), for reads into slab rows: without them those shards' members are copied
-// at collate. It reads them for a plan of up to maxMemberSamples samples, and when
-// some field may be placed.
-func (p planned) slabMembers(ctx context.Context) map[int]*shard.Members {
-	if !p.cfg.slabReads() || p.plan.Samples > maxMemberSamples {
-		return nil
-	}
-	shards := make([]int, len(p.plan.Spans))
-	for i, sp := range p.plan.Spans {
-		shards[i] = sp.Shard
-	}
-	m, err := index.MembersOf(ctx, p.infos, shards)
-	if err != nil {
-		p.cfg.Logf("shardload: the index's member sizes could not be read (%v): every member is copied into its slab", err)
-	}
-	return m
-}
-
-// maxMemberSamples is the most samples a rank's plan may read for its shards'
-// members' sizes to be read from an addressable index for reads into slab rows
-// (a few bytes a sample each): beyond, only those of the shards read in part are.
-const maxMemberSamples = 16 << 20
-
-// slabReads reports whether some field may be read straight into its slab rows.
-func (cfg Config) slabReads() bool {
-	if !cfg.SlabReads || cfg.Pack != "" {
-		return false
-	}
-	if len(cfg.Fields) == 0 {
-		return true // inferred from the first sample: raw ones are placed
-	}
-	for _, f := range cfg.Fields {
-		if !f.Gunzip && (f.Kind == decode.KindRaw || f.Kind == decode.KindText || f.Kind == decode.KindJSON) {
-			return true
-		}
-	}
-	return false
 }
 
 // rest returns what the rank yields of its plan: the plan, less the batches an

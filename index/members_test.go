@@ -210,6 +210,22 @@ func TestMembersLazy(t *testing.T) {
 	if loaded == 0 || loaded > len(infos)/4 {
 		t.Fatalf("Plan loaded %d shards of %d", loaded, len(infos))
 	}
+	// MembersOf reads them without writing into the shards (which others may share).
+	var notLoaded []int
+	for i := range planned {
+		if planned[i].Members == nil && len(notLoaded) < 40 {
+			notLoaded = append(notLoaded, i)
+		}
+	}
+	ms, err := index.MembersOf(ctx, planned, notLoaded)
+	if err != nil || len(ms) != len(notLoaded) {
+		t.Fatalf("MembersOf %d shards: %d, %v", len(notLoaded), len(ms), err)
+	}
+	for _, i := range notLoaded {
+		if planned[i].Members != nil || !reflect.DeepEqual(ms[i], infos[i].Members) {
+			t.Fatalf("MembersOf: shard %d's members are not the index's, or were written into the shards", i)
+		}
+	}
 	ranges := rf.ranges
 	if err := index.LoadMembers(ctx, planned, []int{0, 1, 2, 3}); err != nil {
 		t.Fatal(err)

@@ -30,9 +30,6 @@ type Epoch struct {
 	// StreamOf and Record are Params'.
 	StreamOf []int
 	Record   func(shard.Info)
-	// Members are the members of shards of the plan that Shards (shared with other
-	// holders) lacks, by position: for reads into slab rows.
-	Members map[int]*shard.Members
 }
 
 // resolved is an epoch made ready to run: the image decoder chosen, the slabs sized
@@ -44,6 +41,7 @@ type resolved struct {
 	shape   budget.Shape
 	budget  budget.Budget
 	knobs   tune.Knobs // where the loader starts
+	members map[int]*shard.Members
 }
 
 // Open starts the engine of e: it resolves o over e (its start from the settings
@@ -95,6 +93,9 @@ func resolve(ctx context.Context, o Options, e Epoch, tuned *tune.Shared) (r res
 		return r, err
 	}
 	r.knobs, err = r.budget.StartFrom(tuned, o.Knobs, o.OpenShards)
+	if err == nil {
+		r.members = slabMembers(ctx, o, e)
+	}
 	return r, err
 }
 
@@ -118,7 +119,7 @@ func (r *resolved) params(slabs *budget.Slabs, tuned *tune.Shared, dev *device.S
 		NoShuffle: r.NoShuffle, SlabReads: r.SlabReads, ShuffleBytes: r.ShuffleBytes, OpenShards: max(r.OpenShards, e.Plan.Lanes), Knobs: fetch,
 		SampleBytes: r.Memory - r.budget.Held - int64(r.Slabs)*r.SlabBytes - r.budget.Fetch(r.knobs) - r.budget.Inflate(r.knobs),
 		BatchSize:   r.BatchSize, DropLast: r.DropLast, CPUs: r.CPUs,
-		Record: e.Record, Skip: r.Skip, StreamOf: e.StreamOf, Members: e.Members,
+		Record: e.Record, Skip: r.Skip, StreamOf: e.StreamOf, Members: r.members,
 		Budget: NewBudget(eb.Fraction, eb.Samples, eb.Shards, order.Samples, order.Shards),
 		Ring:   r.Ring, RingOptions: r.ringOptions(), Remote: r.shape.Remote,
 		Slabs: slabs, Tuned: tuned,

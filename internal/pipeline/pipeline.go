@@ -70,7 +70,8 @@ type Params struct {
 	// where they go (place.go); otherwise every member is read into sample memory,
 	// to be copied into its slab at collate.
 	SlabReads bool
-	// Members are shards' members that Shards and the plan's Loaded lack (Epoch.Members).
+	// Members are shards' members that Shards and the plan's Loaded lack, read for
+	// reads into slab rows (slabMembers).
 	Members      map[int]*shard.Members
 	ShuffleBytes int64 // the shuffle windows' budget (with NoShuffle, the queues')
 	OpenShards   int

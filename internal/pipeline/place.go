@@ -13,9 +13,11 @@ package pipeline
 // collated as any other.
 
 import (
+	"context"
 	"sync"
 
 	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/index"
 	"github.com/shardload/shardload/pinned"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/wire"
@@ -72,10 +74,14 @@ func placeable(p *Params) []int {
 	if !p.SlabReads || p.Packed != nil || p.Plan.Estimated {
 		return nil
 	}
+	return placeableFields(p.Fields)
+}
+
+func placeableFields(fields []decode.Field) []int {
 	var out []int
 	seen := map[string]bool{}
-	for j := range p.Fields {
-		f := &p.Fields[j]
+	for j := range fields {
+		f := &fields[j]
 		switch f.Kind {
 		case decode.KindRaw, decode.KindText, decode.KindJSON:
 		default:
@@ -88,6 +94,30 @@ func placeable(p *Params) []int {
 		out = append(out, j)
 	}
 	return out
+}
+
+// maxMemberSamples is the most samples a rank's plan may read for its shards'
+// members' sizes to be read from an addressable index for reads into slab rows (a
+// few bytes a sample each): beyond, only those of the shards it reads in part are
+// known, and the others' members are copied at collate.
+const maxMemberSamples = 16 << 20
+
+// slabMembers returns the members' sizes of the shards e's plan reads that its
+// shards lack (an addressable index leaves those of the shards read whole in its
+// blocks), when some field may be read into slab rows.
+func slabMembers(ctx context.Context, o Options, e Epoch) map[int]*shard.Members {
+	if !o.SlabReads || o.Pack.SeqLen > 0 || e.Plan.Estimated || e.Plan.Samples > maxMemberSamples || len(placeableFields(e.Fields)) == 0 {
+		return nil
+	}
+	shards := make([]int, len(e.Plan.Spans))
+	for i, sp := range e.Plan.Spans {
+		shards[i] = sp.Shard
+	}
+	m, err := index.MembersOf(ctx, e.Shards, shards)
+	if err != nil {
+		o.Logf("shardload: the index's member sizes could not be read (%v): every member is copied into its slab", err)
+	}
+	return m
 }
 
 // reservation is a slab taken ahead for batch n (the batcher's count), and the places
