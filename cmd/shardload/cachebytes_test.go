@@ -105,11 +105,19 @@ func TestBenchCacheBytesByTier(t *testing.T) {
 	if e := res.Cache[0]; e.Store < cb.dataset || e.HitRate > 0.3 { // the shards the open reads first (fields, counts), read again
 		t.Errorf("epoch 0: %v, want the dataset's %d bytes from the store, and little else", e.Bytes, cb.dataset)
 	}
-	if e := res.Cache[1]; e.Store > sniffs || e.Disk == 0 || e.HitRate < 0.999 {
+	// Committing a fetch syncs its file: on a disk busy with other writes that can
+	// outlast an epoch of these 8 small shards, and the epoch then reads every shard
+	// from the fetches still committing (Joined), none from the tier. Which tier
+	// served is timing; that the store sent nothing again is not.
+	joined := res.Cache[1].Joined > 0
+	if e := res.Cache[1]; e.Store > sniffs || e.Disk == 0 && !joined || e.HitRate < 0.999 {
 		t.Errorf("epoch 1: %v (%d from the store), want bytes from disk, none from the store", e.Bytes, e.Store)
 	}
-	if e := res.Cache[2]; e.Store > sniffs || e.Memory == 0 || e.HitRate < 0.999 {
+	if e := res.Cache[2]; e.Store > sniffs || e.Memory == 0 && !joined || e.HitRate < 0.999 {
 		t.Errorf("epoch 2: %v (%d from the store), want bytes from memory, none from the store", e.Bytes, e.Store)
+	}
+	if joined {
+		t.Logf("epoch 1 joined fetches still committing: the tiers' rows are not checked")
 	}
 	if sum.Store != sent {
 		t.Errorf("the epochs count %d bytes from the store, which sent %d", sum.Store, sent)
