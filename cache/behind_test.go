@@ -1,6 +1,8 @@
 package cache
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -128,5 +130,77 @@ func TestRangesAllEpochLongFetchHalf(t *testing.T) {
 				t.Errorf("%v: epoch %d read %.2f of the corpus from the source, want half (the disk holds the rest)", policy, e+1, f)
 			}
 		}
+	}
+}
+
+// A range of an object whose fetch behind is in flight and has written that range
+// already is read from the fetch, not from the source again; a range the fetch has
+// not reached yet is read from the source, not waited for.
+func TestRangeBehindTheFetchJoinsIt(t *testing.T) {
+	up := &rangeFake{fakeSource: newFake()}
+	data := randBytes(3, 3<<20)
+	up.put("mem://b/big.bin", data, "v1")
+	pr, pw := io.Pipe()
+	up.pipe = pr
+	reg := &source.Registry{}
+	reg.Register("mem", up)
+	_, c, err := Wrap(Options{Dir: t.TempDir(), DiskBytes: 64 << 20}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	defer pw.CloseWithError(errors.New("test over")) // before Close, which waits for the fetch
+	read := func(off, n int64) {
+		t.Helper()
+		r, err := c.OpenRange(t.Context(), "mem://b/big.bin", off, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(r)
+		r.Close()
+		if err != nil || !bytes.Equal(got, data[off:off+n]) {
+			t.Fatalf("range at %d: %d bytes, %v", off, len(got), err)
+		}
+	}
+	read(0, 1000) // from the source; the fetch behind starts, its stream held
+	if up.ranges != 1 {
+		t.Fatalf("%d ranged reads of the source, want 1", up.ranges)
+	}
+	go pw.Write(data[:2<<20])
+	waitFor(t, "the fetch behind has written 2 MiB", func() bool {
+		c.mu.Lock()
+		f := c.fills[key("mem://b/big.bin")]
+		c.mu.Unlock()
+		if f == nil {
+			return false
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.n >= 2<<20
+	})
+	joined := c.Stats().BytesJoined
+	read(500_000, 100_000) // written already: from the fetch
+	if up.ranges != 1 || c.Stats().BytesJoined != joined+100_000 {
+		t.Fatalf("a range the fetch had written: %d ranged reads of the source (want 1), %d bytes joined", up.ranges, c.Stats().BytesJoined-joined)
+	}
+	read(2<<20+1000, 1000) // not yet: from the source
+	if up.ranges != 2 {
+		t.Fatalf("a range ahead of the fetch: %d ranged reads of the source, want 2", up.ranges)
+	}
+	go func() { pw.Write(data[2<<20:]); pw.Close() }()
+	c.behindWG.Wait()
+	if _, ok := c.cachedVersion("mem://b/big.bin"); !ok {
+		t.Fatal("the object was not cached")
+	}
+}
+
+// waitFor polls cond; the deadline only guards against a hang.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -12,7 +12,9 @@
 // written to. A reader sees the end of the stream only once the entry is committed.
 // OpenRange of part of an object not cached reads that range from the source (when
 // it reads ranges) and starts fetching the whole object into the cache behind it,
-// at most two objects at a time. OpenVersion (a loader's read of a shard at the
+// at most two objects at a time; a later range that this fetch has already written is
+// read from it, not from the source again (one the fetch has not reached is read from
+// the source at once, not waited for). OpenVersion (a loader's read of a shard at the
 // version its index found) does the same for an object larger than 64 MiB; a range
 // of a smaller one is served from a fetch of the whole object (started, joined, or
 // another process's, waited for), so that the ranks of a node that split a shard

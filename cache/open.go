@@ -28,7 +28,7 @@ func (c *Cache) Open(ctx context.Context, url string) (io.ReadCloser, error) {
 // object is fetched into the cache in the background for the reads that follow (the
 // node's other ranks, the next epoch): at most maxBehind objects at a time, one fetch
 // per object, into free room only (see "Eviction by next use" in the package
-// documentation).
+// documentation). A later range that fetch has written already is read from it.
 func (c *Cache) OpenRange(ctx context.Context, url string, off, length int64) (io.ReadCloser, error) {
 	return c.openRange(ctx, url, 0, off, length)
 }
@@ -57,6 +57,9 @@ func (c *Cache) OpenVersion(ctx context.Context, url, version string, off, lengt
 			return nil, &source.Error{Op: "open", URL: url, Err: fmt.Errorf("%w: version %s, want %s", source.ErrChanged, info.Version, version)}
 		}
 		if _, ok := c.cachedVersion(url); !ok && (off > 0 || length >= 0) && !c.rangeFills(info) {
+			if r := c.joinCovering(ctx, url, version, off, length); r != nil {
+				return r, nil
+			}
 			if rr := c.rangeReader(url); rr != nil {
 				c.n.bypassed.Add(1)
 				c.fillBehind(ctx, url)
@@ -79,6 +82,9 @@ func (c *Cache) openRange(ctx context.Context, url string, node int, off, length
 		return nil, &source.Error{Op: "open", URL: url, Err: fmt.Errorf("cache: negative offset %d", off)}
 	}
 	if _, ok := c.cachedVersion(url); !ok && (off > 0 || length >= 0) {
+		if r := c.joinCovering(ctx, url, "", off, length); r != nil {
+			return r, nil
+		}
 		if rr := c.rangeReader(url); rr != nil {
 			c.n.bypassed.Add(1)
 			c.fillBehind(ctx, url)
@@ -181,6 +187,41 @@ func (c *Cache) fillBehind(ctx context.Context, url string) {
 		}
 		r.Close()
 	}()
+}
+
+// joinCovering returns a reader of the range [off, off+length) of url from the
+// object's fetch in flight (a fetch behind its earlier ranges, most often) when that
+// fetch, of version (any when ""), has written those bytes already: the range is
+// then not read from the source a second time. It returns nil when there is no such
+// fetch, when it has not got that far (a range ahead of it is read from the source,
+// not waited for), and for a range to the object's end.
+func (c *Cache) joinCovering(ctx context.Context, url, version string, off, length int64) io.ReadCloser {
+	if length < 0 {
+		return nil
+	}
+	c.mu.Lock()
+	f := c.fills[key(url)]
+	if f == nil || version != "" && f.info.Version != version {
+		c.mu.Unlock()
+		return nil
+	}
+	f.mu.Lock()
+	covered := f.state == streaming && f.writeErr == nil && !f.adopted && f.n >= off+length
+	f.mu.Unlock()
+	if !covered {
+		c.mu.Unlock()
+		return nil
+	}
+	f.readers++
+	f.fileRefs++
+	c.mu.Unlock()
+	c.n.joined.Add(1)
+	t := tallyOf(ctx)
+	r, err := section(url, &fillReader{ctx: ctx, t: t, f: f, own: f.isFor(t)}, off, length)
+	if err != nil {
+		return nil
+	}
+	return r
 }
 
 // upstream returns the source that serves url: the upstream itself or, behind a
