@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardload/shardload/internal/testutil"
 	"github.com/shardload/shardload/source"
 )
 
@@ -167,7 +168,7 @@ func TestRangeBehindTheFetchJoinsIt(t *testing.T) {
 		t.Fatalf("%d ranged reads of the source, want 1", up.ranges)
 	}
 	go pw.Write(data[:2<<20])
-	waitFor(t, "the fetch behind has written 2 MiB", func() bool {
+	testutil.WaitFor(t, "the fetch behind has written 2 MiB", func() bool {
 		c.mu.Lock()
 		f := c.fills[key("mem://b/big.bin")]
 		c.mu.Unlock()
@@ -191,16 +192,5 @@ func TestRangeBehindTheFetchJoinsIt(t *testing.T) {
 	c.behindWG.Wait()
 	if _, ok := c.cachedVersion("mem://b/big.bin"); !ok {
 		t.Fatal("the object was not cached")
-	}
-}
-
-// waitFor polls cond; the deadline only guards against a hang.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

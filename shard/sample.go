@@ -2,7 +2,7 @@ package shard
 
 // Samples and their fields, and the memory their data is read into.
 
-import "unsafe"
+import "github.com/shardload/shardload/mem"
 
 // Field is one member of a sample.
 type Field struct {
@@ -173,7 +173,7 @@ func (r *Reader) regrow(partial, more int) {
 	for i := range r.sample.Fields {
 		f := &r.sample.Fields[i]
 		k := len(f.Data)
-		if k > 0 && !inArena(f.Data, r.buf[:r.used]) {
+		if _, in := mem.Within(f.Data, r.buf[:r.used]); k > 0 && !in {
 			continue // read to its place (Options.Place)
 		}
 		f.Data = nb[off : off+k : off+k]
@@ -183,14 +183,4 @@ func (r *Reader) regrow(partial, more int) {
 		r.opts.Buffers.Put(r.buf[:0])
 	}
 	r.buf = nb
-}
-
-// inArena reports whether b lies inside arena.
-func inArena(b, arena []byte) bool {
-	if len(arena) == 0 {
-		return false
-	}
-	start := uintptr(unsafe.Pointer(unsafe.SliceData(arena)))
-	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	return p >= start && p-start < uintptr(len(arena))
 }

@@ -272,7 +272,7 @@ func InPlace(slab []byte, fields []decode.Field, keys []string, rows [][]decode.
 		o := c.Offset
 		for i := range rows {
 			v := rows[i][j].Data
-			if within(slab, v) {
+			if inside(v, slab) {
 				if unsafe.SliceData(v) == unsafe.SliceData(slab[o:]) {
 					placed[i*len(fields)+j] = true
 				} else {
@@ -292,13 +292,13 @@ func InPlace(slab []byte, fields []decode.Field, keys []string, rows [][]decode.
 	for i := range rows {
 		for j := range fields {
 			v := rows[i][j].Data
-			if !within(slab, v) || placed[i*len(fields)+j] {
+			if !inside(v, slab) || placed[i*len(fields)+j] {
 				continue
 			}
 			ok := false
 			for k := range fields {
 				w := rows[i][k].Data
-				if placed[i*len(fields)+k] && within(w, v) && len(v) <= len(w)-int(uintptr(unsafe.Pointer(unsafe.SliceData(v)))-uintptr(unsafe.Pointer(unsafe.SliceData(w)))) {
+				if placed[i*len(fields)+k] && inside(v, w) {
 					ok = true
 					break
 				}
@@ -315,22 +315,12 @@ func InPlace(slab []byte, fields []decode.Field, keys []string, rows [][]decode.
 func anyWithin(slab []byte, fields []decode.Field, rows [][]decode.Value) bool {
 	for i := range rows {
 		for j := range min(len(fields), len(rows[i])) {
-			if within(slab, rows[i][j].Data) {
+			if inside(rows[i][j].Data, slab) {
 				return true
 			}
 		}
 	}
 	return false
-}
-
-// within reports whether v, not empty, starts inside slab.
-func within(slab, v []byte) bool {
-	if len(v) == 0 || len(slab) == 0 {
-		return false
-	}
-	start := uintptr(unsafe.Pointer(unsafe.SliceData(slab)))
-	p := uintptr(unsafe.Pointer(unsafe.SliceData(v)))
-	return p >= start && p-start < uintptr(len(slab))
 }
 
 // layout checks the batch and computes its columns into cols (when not nil, of
@@ -457,3 +447,9 @@ func checkFixed(f *decode.Field, v *decode.Value, rowBytes int64) error {
 
 // ErrSlabTooSmall means a batch does not fit in the slab given to Collate.
 var ErrSlabTooSmall = errors.New("wire: batch does not fit in the slab")
+
+// inside reports whether v, not empty, lies inside buf.
+func inside(v, buf []byte) bool {
+	_, ok := mem.Within(v, buf)
+	return ok
+}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/shardload/shardload/internal/shardgen"
+	"github.com/shardload/shardload/internal/testutil"
 	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
@@ -23,7 +24,7 @@ func TestGateLimit(t *testing.T) {
 	got := make(chan bool)
 	go func() { got <- g.acquire(ctx) }()
 	// The second waits until the limit rises.
-	waitFor(t, "nothing", func() bool { return g.held() == 1 })
+	testutil.WaitFor(t, "nothing", func() bool { return g.held() == 1 })
 	select {
 	case <-got:
 		t.Fatal("a second token under a limit of 1")
@@ -121,7 +122,7 @@ func TestGateLeastQueuedFirst(t *testing.T) {
 				got <- i
 			}
 		}()
-		waitFor(t, "the waiter queued", g.waiters(i+1))
+		testutil.WaitFor(t, "the waiter queued", g.waiters(i+1))
 	}
 	var order []int
 	for range fills {
@@ -134,7 +135,7 @@ func TestGateLeastQueuedFirst(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan bool)
 	go func() { done <- g.acquireFor(cctx, nil) }()
-	waitFor(t, "the waiter queued", g.contended)
+	testutil.WaitFor(t, "the waiter queued", g.contended)
 	cancel()
 	if <-done {
 		t.Fatal("a token after the context ended")

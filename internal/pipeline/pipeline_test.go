@@ -7,9 +7,9 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/shardload/shardload/decode"
+	"github.com/shardload/shardload/internal/testutil"
 	"github.com/shardload/shardload/internal/tune"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
@@ -35,7 +35,7 @@ func TestProducerStoppedAfterSendKeepsSample(t *testing.T) {
 
 	// The producer waits for room without its worker token (it gives the token up
 	// only then, or at the end of its 600 samples).
-	waitFor(t, "the queue is full and the token free", func() bool { return s.msgs.len() > 0 && l.workers.held() == 0 })
+	testutil.WaitFor(t, "the queue is full and the token free", func() bool { return s.msgs.len() > 0 && l.workers.held() == 0 })
 	full := s.msgs.len()
 	if !l.workers.acquire(ctx) { // another producer's turn: the token is taken
 		t.Fatal("no token")
@@ -45,7 +45,7 @@ func TestProducerStoppedAfterSendKeepsSample(t *testing.T) {
 		t.Fatalf("pop: %v, %v", ok, err)
 	}
 	s.q.Release(first.weight) // the mixer takes a sample; the waiting send goes through
-	waitFor(t, "the producer's send went through", func() bool { return s.msgs.len() == full })
+	testutil.WaitFor(t, "the producer's send went through", func() bool { return s.msgs.len() == full })
 	cancel() // Close, while the producer waits for the token
 	<-done
 
@@ -67,17 +67,6 @@ func TestProducerStoppedAfterSendKeepsSample(t *testing.T) {
 		if m.it == nil || m.it.key == "" || m.it.refs != 1 || len(m.it.values) != 1 || len(m.it.values[0].Data) == 0 {
 			t.Fatalf("message %d: the sample the mixer owns was recycled by the producer: %+v", i, m.it)
 		}
-	}
-}
-
-// waitFor polls cond; the deadline only guards against a hang.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -117,7 +106,7 @@ func TestSlotQueueBoundedByBytes(t *testing.T) {
 				sent.Add(1)
 			}
 		}()
-		waitFor(t, "the queue is full", func() bool { return l.workers.held() == 0 })
+		testutil.WaitFor(t, "the queue is full", func() bool { return l.workers.held() == 0 })
 		if got := s.msgs.len(); got != want || got < tc.atLeast {
 			t.Errorf("queue of %d bytes, samples of %d buffer bytes (weight %d): %d messages, want %d (at least %d)", tc.queue, tc.bufCap, w, got, want, tc.atLeast)
 		}
@@ -127,7 +116,7 @@ func TestSlotQueueBoundedByBytes(t *testing.T) {
 		}
 		s.q.Release(m.weight)
 		// Past want+1 sends with its token given up, the producer waits for room again.
-		waitFor(t, "the producer's send went through and it waits again", func() bool { return sent.Load() == int64(want)+1 && l.workers.held() == 0 })
+		testutil.WaitFor(t, "the producer's send went through and it waits again", func() bool { return sent.Load() == int64(want)+1 && l.workers.held() == 0 })
 		cancel()
 		if r := <-stopped; r.delivered {
 			t.Errorf("a send stopped while it waited for room reports its sample delivered")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/index"
+	"github.com/shardload/shardload/mem"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/redact"
 	"github.com/shardload/shardload/shard"
@@ -451,7 +452,7 @@ func (p *producer) decode(smp *shard.Sample) (*item, error) {
 			pl.put(it)
 			return nil, pl.sampleError(smp, f, err)
 		}
-		if off, ok := within(v.Data, it.buf); ok {
+		if off, ok := mem.Within(v.Data, it.buf); ok {
 			// A view of the sample's own bytes: kept where it is.
 			offs = append(offs, span{off, len(v.Data)})
 		} else if p.inPlace(v.Data) {
@@ -501,18 +502,6 @@ func (p *producer) inPlace(v []byte) bool {
 		}
 	}
 	return false
-}
-
-// within reports whether b lies inside buf's first len(buf) bytes, and where.
-func within(b, buf []byte) (int, bool) {
-	if len(b) == 0 || len(buf) == 0 {
-		return 0, false
-	}
-	off := uintptr(unsafe.Pointer(unsafe.SliceData(b))) - uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
-	if off > uintptr(len(buf)) || uintptr(len(b)) > uintptr(len(buf))-off {
-		return 0, false
-	}
-	return int(off), true
 }
 
 func extList(s *shard.Sample) string {

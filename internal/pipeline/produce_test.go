@@ -8,6 +8,7 @@ import (
 
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/internal/shardgen"
+	"github.com/shardload/shardload/internal/testutil"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
@@ -97,10 +98,10 @@ func TestProducerYieldsToEmptierQueue(t *testing.T) {
 	}
 	done := make(chan struct{})
 	go func() { l.produce(ctx, s); close(done) }()
-	waitFor(t, "the producer waits for a token", workers.waiters(1))
+	testutil.WaitFor(t, "the producer waits for a token", workers.waiters(1))
 	other := make(chan bool)
 	go func() { other <- workers.acquireFor(ctx, func() int64 { return 1 << 40 }) }()
-	waitFor(t, "a second waiter", workers.waiters(2))
+	testutil.WaitFor(t, "a second waiter", workers.waiters(2))
 	workers.release()
 
 	// The producer yields once it has queued a quarter: the other waiter has the token
