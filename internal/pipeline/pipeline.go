@@ -368,8 +368,12 @@ func (pl *Pipeline) Close() error {
 	pl.closeOnce.Do(func() {
 		pl.closed.Store(true)
 		pl.cancel()
-		// Drain batches nobody will take, so the producer side can exit.
+		// Drain batches nobody will take, so the producer side can exit; the mixer
+		// closes out when it ends, and Close returns once every batch drained went
+		// back to the ring (a caller's ring counts them free).
+		drained := make(chan struct{})
 		go func() {
+			defer close(drained)
 			for m := range pl.out {
 				if m.b != nil {
 					m.b.Release()
@@ -377,6 +381,7 @@ func (pl *Pipeline) Close() error {
 			}
 		}()
 		pl.wg.Wait()
+		<-drained
 		pl.pool.Release() // every goroutine that held a sample buffer is done
 		if pl.p.Packed != nil {
 			pl.p.Packed.Close() // its fillers write into the ring's slabs
