@@ -132,7 +132,7 @@ func (r *Reader) start() error {
 		return r.streamErr(0, fmt.Errorf("%w: a %s shard read from byte %d: only an uncompressed shard can be entered at a sample's block-aligned offset (the shard changed since it was indexed?)", ErrUnsupportedCompression, r.comp, r.opts.StartOffset))
 	}
 	// Uncompressed, the tar stream is the stored stream: rawIn times it already.
-	r.tarIn = counter{r: in, timed: r.opts.Timing && r.comp != None, n: r.opts.StartOffset}
+	r.tarIn = counter{r: in, timed: r.opts.Timing && r.comp != None, sampled: true, n: r.opts.StartOffset}
 	r.next = r.opts.StartOffset
 	if r.comp != None && r.opts.MaxRatio > 0 {
 		// The cap is checked on every read of the tar stream, so that no byte
