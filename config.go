@@ -164,7 +164,9 @@ type Config struct {
 	OpenShards int
 	// Workers is the number of shards being read (fetched, inflated, split and
 	// decoded) at the same moment; opening a shard (and waiting for its first byte)
-	// takes no worker. Default GOMAXPROCS, at most OpenShards + ReadAhead, then the
+	// takes no worker. Default GOMAXPROCS, at most OpenShards + ReadAhead; for shards
+	// read from an object store or HTTP, OpenShards + ReadAhead (a worker for each
+	// open shard: its reads wait for the network most of the time); then the
 	// tuner's.
 	Workers int
 	// ReadAhead is the shards opened beyond OpenShards, ahead of the order: each is
