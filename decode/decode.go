@@ -95,10 +95,11 @@ type Value struct {
 	Shape []int
 }
 
-// Decoder decodes fields with reusable scratch state (an inflater, image buffers),
-// so that decoding gzip members and JPEGs does not allocate in the steady state. The
-// zero value is ready to use. A Decoder is not safe for concurrent use: use one per
-// goroutine.
+// Decoder decodes fields with reusable scratch state (an inflater, image buffers, the
+// last .npy header it parsed), so that decoding gzip members and JPEGs does not
+// allocate in the steady state and a run of .npy members with one header parses it
+// once. The zero value is ready to use. A Decoder is not safe for concurrent use: use
+// one per goroutine, and do not copy one after its first use.
 type Decoder struct {
 	// Seed seeds the random transforms (crop, flip) of the images decoded next: set
 	// it for each sample, to SampleSeed(seed, epoch, key).
@@ -112,6 +113,38 @@ type Decoder struct {
 	img *imageState    // image scratch, from a shared pool on first use
 	// wholeJPEG turns off partial JPEG decoding (the tests compare with it).
 	wholeJPEG bool
+	npy       npyMemo
+}
+
+// npyMemo is the last .npy header a Decoder parsed: the samples of a shard mostly
+// have the same header (token rows of one length, features of one shape), and one
+// that is byte for byte the same, before data of the same length, parses the same.
+type npyMemo struct {
+	raw  []byte // the bytes before the array data; empty: nothing held
+	size int    // the whole member's length
+	h    npyHeader
+}
+
+// maxNPYMemo is the longest header npyMemo keeps (numpy pads its headers to 64 or
+// 16 bytes; the longest real ones are a few hundred).
+const maxNPYMemo = 1 << 10
+
+// npyHeader returns data's parsed .npy header: the memo of the last one when data
+// starts with the same bytes and has the same length, else a fresh parse.
+func (d *Decoder) npyHeader(data []byte) (*npyHeader, error) {
+	m := &d.npy
+	if n := len(m.raw); n > 0 && m.size == len(data) && len(data) >= n && string(data[:n]) == string(m.raw) {
+		return &m.h, nil
+	}
+	m.raw = m.raw[:0]
+	if err := parseNPYHeader(data, &m.h); err != nil {
+		return nil, err
+	}
+	m.h.descr = nil // aliases data, and is read by the parse alone
+	if m.h.dataOff <= maxNPYMemo {
+		m.raw, m.size = append(m.raw, data[:m.h.dataOff]...), len(data)
+	}
+	return &m.h, nil
 }
 
 // Release gives the Decoder's image scratch back to a pool shared by every
@@ -199,28 +232,40 @@ func (f *Field) decode(d *Decoder, data, buf []byte) (Value, []byte, error) {
 		}
 		return v, buf, nil
 	case KindNPY:
-		var h npyHeader
-		if err := parseNPYHeader(data, &h); err != nil {
+		if d == nil {
+			var h npyHeader
+			if err := parseNPYHeader(data, &h); err != nil {
+				return Value{}, buf, f.err(err)
+			}
+			return f.npyValue(&h, data, buf)
+		}
+		h, err := d.npyHeader(data)
+		if err != nil {
 			return Value{}, buf, f.err(err)
 		}
-		if !f.DType.IsZero() && h.dtype != f.DType {
-			return Value{}, buf, f.err(errf(ErrWrongDType, "got %s, want %s", h.dtype.Name(), f.DType.Name()))
-		}
-		v := Value{Data: data[h.dataOff:len(data):len(data)], DType: h.dtype}
-		if len(f.Shape) > 0 {
-			if !slices.Equal(h.shape(), f.Shape) {
-				return Value{}, buf, f.err(errf(ErrWrongShape, "got %s, want %s", FormatShape(h.shape()), FormatShape(f.Shape)))
-			}
-			v.Shape = f.Shape
-		} else {
-			v.Shape = slices.Clone(h.shape())
-			if v.Shape == nil {
-				v.Shape = []int{}
-			}
-		}
-		return v, buf, nil
+		return f.npyValue(h, data, buf)
 	}
 	return Value{}, buf, f.err(fmt.Errorf("decode: invalid kind %d", int(f.Kind)))
+}
+
+// npyValue checks an .npy member's parsed header h against f and returns its value.
+func (f *Field) npyValue(h *npyHeader, data, buf []byte) (Value, []byte, error) {
+	if !f.DType.IsZero() && h.dtype != f.DType {
+		return Value{}, buf, f.err(errf(ErrWrongDType, "got %s, want %s", h.dtype.Name(), f.DType.Name()))
+	}
+	v := Value{Data: data[h.dataOff:len(data):len(data)], DType: h.dtype}
+	if len(f.Shape) > 0 {
+		if !slices.Equal(h.shape(), f.Shape) {
+			return Value{}, buf, f.err(errf(ErrWrongShape, "got %s, want %s", FormatShape(h.shape()), FormatShape(f.Shape)))
+		}
+		v.Shape = f.Shape
+	} else {
+		v.Shape = slices.Clone(h.shape())
+		if v.Shape == nil {
+			v.Shape = []int{}
+		}
+	}
+	return v, buf, nil
 }
 
 func (f *Field) err(err error) error {

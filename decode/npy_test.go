@@ -190,3 +190,38 @@ func noPad(header string, data []byte) []byte {
 	b = append(b, header...)
 	return append(b, data...)
 }
+
+// TestNPYMemoIsAFreshParse decodes a run of members with one Decoder, which keeps the
+// last header it parsed, and each member again with a Decoder of its own: every value
+// and error must be the same. The run repeats headers before data of another length,
+// changes one byte of a header (the dtype, the shape) at the same length, and puts
+// broken members between good ones.
+func TestNPYMemoIsAFreshParse(t *testing.T) {
+	i4 := npyFile(1, "<i4", false, []int{2, 3}, seq(24))
+	f4 := npyFile(1, "<f4", false, []int{2, 3}, seq(24))  // the same length, another dtype
+	i4t := npyFile(1, "<i4", false, []int{3, 2}, seq(24)) // the same length, another shape
+	short := i4[:len(i4)-4]                               // the same header, truncated data
+	long := append(slices.Clone(i4), 0, 0, 0, 0)          // the same header, extra bytes
+	broken := slices.Clone(i4)
+	broken[len(npyMagic)+4] = '[' // the same length, a bad dict
+	members := [][]byte{i4, i4, f4, i4, short, i4, long, i4, i4t, i4, broken, i4, f4, f4, i4t}
+	fields := []Field{
+		{Name: "any", Ext: "npy", Kind: KindNPY},
+		{Name: "i4", Ext: "npy", Kind: KindNPY, DType: Int32},
+		{Name: "i4x23", Ext: "npy", Kind: KindNPY, DType: Int32, Shape: []int{2, 3}},
+	}
+	for _, f := range fields {
+		var memo Decoder
+		for i, m := range members {
+			var fresh Decoder
+			want, _, werr := fresh.Decode(&f, m, nil)
+			got, _, gerr := memo.Decode(&f, m, nil)
+			if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
+				t.Fatalf("field %s, member %d: error %v, a fresh parse gives %v", f.Name, i, gerr, werr)
+			}
+			if got.DType != want.DType || !slices.Equal(got.Shape, want.Shape) || !bytes.Equal(got.Data, want.Data) || len(got.Data) > 0 && &got.Data[0] != &m[len(m)-len(got.Data)] {
+				t.Fatalf("field %s, member %d: got %v %v %d bytes, a fresh parse gives %v %v %d bytes", f.Name, i, got.DType, got.Shape, len(got.Data), want.DType, want.Shape, len(want.Data))
+			}
+		}
+	}
+}
