@@ -46,6 +46,17 @@ func FuzzParseNPY(f *testing.F) {
 		if (err == nil) != (derr == nil) {
 			t.Fatalf("ParseNPY: %v; Decode: %v", err, derr)
 		}
+		// A Decoder keeping the last header it parsed gives what a fresh parse gives:
+		// for the same member again, and for its header before a shorter array.
+		var memo Decoder
+		for i, m := range [][]byte{data, data, data[:max(len(data)-1, 0)], data} {
+			mv, _, merr := memo.Decode(&field, m, nil)
+			fv, _, ferr := field.Decode(m, nil)
+			if (merr == nil) != (ferr == nil) || merr != nil && merr.Error() != ferr.Error() ||
+				mv.DType != fv.DType || !slices.Equal(mv.Shape, fv.Shape) || !bytes.Equal(mv.Data, fv.Data) {
+				t.Fatalf("member %d: a Decoder's memo gives %+v, %v; a fresh parse %+v, %v", i, mv, merr, fv, ferr)
+			}
+		}
 		if err != nil {
 			if !errors.Is(err, ErrBadNPY) || !errors.Is(derr, ErrBadNPY) {
 				t.Fatalf("error does not wrap ErrBadNPY: %v / %v", err, derr)
