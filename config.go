@@ -251,6 +251,8 @@ type Config struct {
 	// Ring, when set, is the slab ring batches are collated into, instead of one the
 	// loader creates from Slabs, SlabBytes and NoLock. The loader does not close it,
 	// so one ring can serve several epochs (a server shares it with a trainer once).
+	// Without it, loaders opened one after another with the same slab settings share
+	// one ring too (see Loader.Close).
 	Ring *pinned.Ring
 	// BindSlabs, when set, is called with each new slab's memory before its pages
 	// are faulted in: numa.Bind(mem, node) places the slabs on the node of the GPU

@@ -286,7 +286,11 @@ func (l *Loader) All(ctx context.Context) iter.Seq2[*Batch, error] {
 
 // Close stops the loader, waits for its goroutines and frees the slabs. Batches not
 // yet released must not be used afterwards. With Config.Ring, the ring stays open and
-// the caller releases the batches it still holds. Close is idempotent.
+// the caller releases the batches it still holds. Without it, the ring the loader made
+// is left for the next loader of the process with the same slab settings (Slabs,
+// SlabBytes, NoLock, no BindSlabs), the next epoch's, when every batch was released;
+// it is unmapped otherwise, and when a ring made otherwise is left after it. Close is
+// idempotent.
 func (l *Loader) Close() error {
 	l.close.Do(func() { close(l.done) })
 	<-l.tuned

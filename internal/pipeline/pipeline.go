@@ -310,9 +310,10 @@ func Start(ctx context.Context, p Params) *Pipeline {
 	} else {
 		// Mapping and locking the slabs takes a while (page faults for every page): it
 		// overlaps with reading the first samples, and the first batch waits for it.
+		// The last pipeline's ring, made alike, is taken instead (see takeRing).
 		go func() {
 			defer close(pl.ringReady)
-			pl.ring, pl.ringErr = pinned.NewRing(p.RingOptions)
+			pl.ring, pl.ringErr = takeRing(p.RingOptions)
 		}()
 	}
 	pl.wg.Add(1)
@@ -363,7 +364,8 @@ func (pl *Pipeline) Next(ctx context.Context) (*Batch, error) {
 }
 
 // Close stops the stages, waits for their goroutines, and closes the device stage and
-// then the ring it created. Close is idempotent.
+// then the ring it created, or leaves that ring for the next pipeline (leaveRing).
+// Close is idempotent.
 func (pl *Pipeline) Close() error {
 	pl.closeOnce.Do(func() {
 		pl.closed.Store(true)
@@ -392,7 +394,7 @@ func (pl *Pipeline) Close() error {
 		}
 		<-pl.ringReady
 		if pl.ring != nil && pl.p.Ring == nil {
-			pl.closeErr = pl.ring.Close()
+			pl.closeErr = leaveRing(pl.ring, pl.p.RingOptions)
 		}
 		pl.closeErr = errors.Join(devErr, pl.closeErr)
 	})
