@@ -11,10 +11,11 @@ import (
 	"github.com/shardload/shardload/pinned"
 )
 
-// ringEpoch runs one epoch of cfg and returns each batch's bytes (as slabEpoch) and
-// the slabs that carried them. With hold, the first batch is not released before the
-// loader closes (its memory is not touched afterwards).
-func ringEpoch(t *testing.T, cfg shardload.Config, hold bool) ([]string, map[*pinned.Slab]bool) {
+// ringEpoch runs one epoch of cfg and returns each batch's slab bytes (as far as the
+// batch uses them) and padding, the slabs that carried them, and the loader's stats.
+// With hold, the first batch is not released before the loader closes (its memory is
+// not touched afterwards).
+func ringEpoch(t *testing.T, cfg shardload.Config, hold bool) ([]string, map[*pinned.Slab]bool, shardload.Stats) {
 	t.Helper()
 	ctx := context.Background()
 	l, err := shardload.Open(ctx, cfg)
@@ -27,7 +28,7 @@ func ringEpoch(t *testing.T, cfg shardload.Config, hold bool) ([]string, map[*pi
 	for {
 		b, err := l.Next(ctx)
 		if err == io.EOF {
-			return out, slabs
+			return out, slabs, l.Stats()
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -67,16 +68,16 @@ func TestRingLeftForTheNextEpoch(t *testing.T) {
 	}
 
 	ringEpoch(t, other, false) // whatever an earlier test left is not this ring's
-	_, first := ringEpoch(t, cfg, false)
-	got, second := ringEpoch(t, next, false)
+	_, first, _ := ringEpoch(t, cfg, false)
+	got, second, _ := ringEpoch(t, next, false)
 	if len(second) == 0 || common(first, second) != len(second) {
 		t.Fatalf("epoch 1 was carried by %d slabs, %d of them epoch 0's: the ring was not left for it", len(second), common(first, second))
 	}
-	_, others := ringEpoch(t, other, false)
+	_, others, _ := ringEpoch(t, other, false)
 	if n := common(second, others); n != 0 {
 		t.Fatalf("a loader with 5 slabs got %d of the 3-slab ring's", n)
 	}
-	want, fresh := ringEpoch(t, next, true) // after the 5-slab loader: a new ring
+	want, fresh, _ := ringEpoch(t, next, true) // after the 5-slab loader: a new ring
 	if n := common(second, fresh) + common(others, fresh); n != 0 {
 		t.Fatalf("epoch 1 again was carried by %d slabs of rings it should not have got", n)
 	}
@@ -94,7 +95,7 @@ func TestRingLeftForTheNextEpoch(t *testing.T) {
 		t.Fatal("no batch had padded rows")
 	}
 	// The last loader closed holding a batch: its ring is not handed on.
-	_, after := ringEpoch(t, next, false)
+	_, after, _ := ringEpoch(t, next, false)
 	if n := common(fresh, after); n != 0 {
 		t.Fatalf("a ring closed with a batch held gave %d of its slabs to the next loader", n)
 	}

@@ -1,7 +1,6 @@
 package shardload_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -89,21 +88,8 @@ func breakJSON(t *testing.T, path string, from, every int) {
 // batch uses them), its padding, and the loader's stats.
 func slabEpoch(t *testing.T, cfg shardload.Config) ([]string, shardload.Stats) {
 	t.Helper()
-	ctx := context.Background()
-	l, err := shardload.Open(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	var out []string
-	for b, err := range l.All(ctx) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, fmt.Sprintf("seq %d rows %d padded %d used %d %x", b.Seq, b.Rows, b.Padded, b.Used, bytes.Clone(b.Data()[:b.Used])))
-		b.Release()
-	}
-	return out, l.Stats()
+	out, _, st := ringEpoch(t, cfg, false)
+	return out, st
 }
 
 // Members read straight into their slab rows give batches byte for byte those of the
