@@ -350,11 +350,27 @@ func parseNumeric(b []byte) (int64, error) {
 		}
 		return v, nil
 	}
-	b = bytes.Trim(b, " \x00")
-	if len(b) == 0 {
-		return 0, nil
+	i, j := 0, len(b)
+	for i < j && (b[i] == ' ' || b[i] == 0) {
+		i++
 	}
-	return strconv.ParseInt(string(b), 8, 64)
+	for j > i && (b[j-1] == ' ' || b[j-1] == 0) {
+		j--
+	}
+	// Octal digits alone, the common case (two fields of every header), parsed here:
+	// 20 digits cannot overflow. Anything else (a sign, more digits, a bad byte) takes
+	// strconv's parse and its errors.
+	if j-i <= 20 {
+		var v int64
+		k := i
+		for ; k < j && b[k]-'0' < 8; k++ {
+			v = v<<3 | int64(b[k]-'0')
+		}
+		if k == j {
+			return v, nil
+		}
+	}
+	return strconv.ParseInt(string(b[i:j]), 8, 64)
 }
 
 // paxInfo is what a PAX extended header says that shard.Reader uses.

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -209,6 +210,28 @@ func TestParseNumeric(t *testing.T) {
 			t.Errorf("parseNumeric(%q) = %d, %v", tc.in, got, err)
 		}
 	}
+}
+
+// FuzzParseNumeric: parseNumeric's octal fast path agrees with the general parse of
+// the trimmed text (values and whether it fails) on every field.
+func FuzzParseNumeric(f *testing.F) {
+	for _, s := range []string{"00000001750\x00", "   1750 \x00", "\x00\x00", "", "+17", "-1", "77777777777777777777", "777777777777777777777", "1000000000000000000000", "1 2", "8"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > 0 && b[0]&0x80 != 0 {
+			return // base-256
+		}
+		got, err := parseNumeric(b)
+		var want int64
+		var werr error
+		if tb := bytes.Trim(b, " \x00"); len(tb) > 0 {
+			want, werr = strconv.ParseInt(string(tb), 8, 64)
+		}
+		if got != want || (err == nil) != (werr == nil) {
+			t.Fatalf("parseNumeric(%q) = %d, %v; the general parse says %d, %v", b, got, err, want, werr)
+		}
+	})
 }
 
 // FuzzTarReader: wherever both readers read a stream to its end, they see the same
