@@ -36,6 +36,8 @@ type benchJSON struct {
 	Bottleneck     string  `json:"bottleneck"`
 	Padded         int64   `json:"padded"`
 	SkippedSamples int64   `json:"skipped"`
+	ArenaFresh     int64   `json:"arena_fresh_bytes"`
+	ArenaFreshSecs float64 `json:"arena_fresh_seconds"`
 }
 
 func runBench(t *testing.T, env []string, args ...string) benchJSON {
@@ -88,6 +90,11 @@ func TestBenchS3(t *testing.T) {
 	}
 	if res.CountSeconds > 0.5 {
 		t.Errorf("with an index, counting took %.2fs", res.CountSeconds)
+	}
+	// A new process maps its sample memory new, in whole huge pages, and says what
+	// faulting it in took.
+	if res.ArenaFresh <= 0 || res.ArenaFresh%(2<<20) != 0 || res.ArenaFreshSecs <= 0 {
+		t.Errorf("sample memory mapped new: %d bytes in %.3fs", res.ArenaFresh, res.ArenaFreshSecs)
 	}
 	for _, stage := range []string{"fetch", "inflate", "split", "decode", "shuffle", "collate", "wait"} {
 		if _, ok := res.Stages[stage]; !ok {

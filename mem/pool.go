@@ -3,6 +3,8 @@ package mem
 import (
 	"math/bits"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Pool recycles byte buffers in size classes, eight to a doubling (see classSize), so
@@ -67,7 +69,25 @@ func newChunk() []byte {
 		return c
 	}
 	idle.Unlock()
-	return MapHuge(arenaChunk)
+	t := time.Now()
+	c := MapHuge(arenaChunk)
+	if c != nil {
+		fresh.bytes.Add(int64(len(c)))
+		fresh.nanos.Add(int64(time.Since(t)))
+	}
+	return c
+}
+
+// fresh counts the arena chunks this process mapped and faulted in new.
+var fresh struct{ bytes, nanos atomic.Int64 }
+
+// Fresh returns the bytes of arena chunks the process has mapped new (not taken
+// from an earlier Pool), and the time mapping and faulting them in took. That time
+// is the first epoch's price for its sample memory: on a virtual machine whose host
+// takes free memory back, it can be a large share of the first epoch
+// (BENCHMARKS.md, "Fresh memory").
+func Fresh() (bytes int64, d time.Duration) {
+	return fresh.bytes.Load(), time.Duration(fresh.nanos.Load())
 }
 
 // sizeClass returns the smallest class whose size is at least n.

@@ -96,9 +96,14 @@ func TestPoolReusesReleasedChunks(t *testing.T) {
 	idle.chunks = nil
 	idle.Unlock()
 	const chunks = MaxIdleBytes/arenaChunk + 2
+	fresh0, _ := Fresh()
 	p := Pool{MaxFree: 1 << 40, MaxArena: chunks * arenaChunk}
 	for range 2 * chunks {
 		p.Get(arenaChunk / 2) // two to a chunk
+	}
+	fresh1, took := Fresh()
+	if fresh1-fresh0 != chunks*arenaChunk || took <= 0 {
+		t.Errorf("Fresh counts %d bytes (%v in all) for the first Pool's %d chunks, want %d", fresh1-fresh0, took, chunks, chunks*arenaChunk)
 	}
 	var first []*byte
 	for _, c := range p.chunks {
@@ -127,5 +132,9 @@ func TestPoolReusesReleasedChunks(t *testing.T) {
 	}
 	if reused < kept { // (a fresh mapping may land where an unmapped chunk was)
 		t.Errorf("the next Pool reused %d of the %d chunks kept", reused, kept)
+	}
+	// Only the chunks that were not kept are new.
+	if fresh2, _ := Fresh(); fresh2-fresh1 != int64(chunks-kept)*arenaChunk {
+		t.Errorf("Fresh counts %d bytes for the next Pool, which mapped %d chunks new", fresh2-fresh1, chunks-kept)
 	}
 }

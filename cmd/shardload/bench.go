@@ -20,6 +20,7 @@ import (
 	"github.com/shardload/shardload/cache"
 	"github.com/shardload/shardload/decode"
 	"github.com/shardload/shardload/device"
+	"github.com/shardload/shardload/mem"
 	"github.com/shardload/shardload/numa"
 	"github.com/shardload/shardload/plan"
 	"github.com/shardload/shardload/serve"
@@ -206,6 +207,7 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 	start := time.Now()
 	cpu0 := cpuTime()
 	read0 := readBytes()
+	fresh0, freshTime0 := mem.Fresh()
 	// What the cache serves each epoch's reads, by tier (nothing without a cache);
 	// the first epoch's counts the reads that find the counts and the state too.
 	tally := new(cache.Tally)
@@ -349,6 +351,8 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 	res.Device.finish(step)
 	res.PeakRSS = peakRSS()
 	res.CPUSeconds = (cpuTime() - cpu0).Seconds()
+	fresh, freshTime := mem.Fresh()
+	res.ArenaFresh, res.ArenaFreshSeconds = fresh-fresh0, (freshTime - freshTime0).Seconds()
 	if res.Samples > 0 {
 		res.CPUPerSample = res.CPUSeconds / float64(res.Samples)
 	}

@@ -17,45 +17,49 @@ import (
 
 // benchResult is what bench reports; its JSON form is stable for scripts.
 type benchResult struct {
-	Samples         int64               `json:"samples"`
-	Batches         int64               `json:"batches"`
-	Epochs          int                 `json:"epochs"`
-	BytesIn         int64               `json:"bytes_in"`
-	Requests        int64               `json:"requests"` // reads of shards opened (spans of the plan, count checks)
-	BytesDecomp     int64               `json:"bytes_decompressed"`
-	BytesOut        int64               `json:"bytes_out"`
-	BytesPlaced     int64               `json:"bytes_placed"`     // read straight into their slab rows (--slab-reads)
-	Replaced        int64               `json:"batches_replaced"` // batches not as planned, collated from copies
-	Seconds         float64             `json:"seconds"`
-	EpochSeconds    []float64           `json:"epoch_seconds"`
-	CountSeconds    float64             `json:"count_seconds"` // finding the shards' counts (an index, estimates or a count)
-	Estimated       bool                `json:"estimated_counts"`
-	ResumedAfter    int                 `json:"resumed_after_batches,omitempty"` // --resume-at: the batches the state had consumed
-	PlanBatches     int                 `json:"plan_batches"`                    // the batches the first epoch's plan holds for the rank (after ResumedAfter)
-	Order           string              `json:"order_fingerprint"`               // the first epoch's Order, the same on every rank of a job
-	ReadBeforeFirst int64               `json:"read_before_first_batch_bytes"`   // bytes the process read (files and sockets) before the first batch`
-	SamplesPerSec   float64             `json:"samples_per_sec"`
-	MBPerSec        float64             `json:"mb_per_sec"`
-	MBPerSecDecomp  float64             `json:"mb_per_sec_decompressed"`
-	FirstBatch      float64             `json:"first_batch_seconds"`
-	PeakRSS         int64               `json:"peak_rss_bytes"`
-	CPUSeconds      float64             `json:"cpu_seconds"`             // user + system CPU time of the process over the run
-	CPUPerSample    float64             `json:"cpu_seconds_per_sample"`  // CPUSeconds / Samples
-	CPUPerGB        float64             `json:"cpu_seconds_per_gb"`      // CPUSeconds per 10^9 bytes read (BytesIn)
-	ImageDecoder    string              `json:"image_decoder,omitempty"` // the JPEG decoder of image fields`
-	StepSeconds     float64             `json:"step_seconds"`
-	WaitFraction    float64             `json:"wait_fraction"`
-	Skipped         int64               `json:"skipped"`
-	Padded          int64               `json:"padded"`
-	Trimmed         int64               `json:"trimmed"`
-	Workers         int                 `json:"workers"`
-	Stages          map[string]float64  `json:"stages"`
-	Bottleneck      string              `json:"bottleneck"`
-	MemoryBudget    int64               `json:"memory_budget_bytes"`
-	MemoryOverhead  int64               `json:"memory_overhead_bytes"`
-	Tuned           *shardload.Settings `json:"tuned,omitempty"` // where the tuner settled; nil with --autotune=false
-	SlabsPageLocked bool                `json:"slabs_page_locked"`
-	Device          deviceResult        `json:"device"`
+	Samples         int64     `json:"samples"`
+	Batches         int64     `json:"batches"`
+	Epochs          int       `json:"epochs"`
+	BytesIn         int64     `json:"bytes_in"`
+	Requests        int64     `json:"requests"` // reads of shards opened (spans of the plan, count checks)
+	BytesDecomp     int64     `json:"bytes_decompressed"`
+	BytesOut        int64     `json:"bytes_out"`
+	BytesPlaced     int64     `json:"bytes_placed"`     // read straight into their slab rows (--slab-reads)
+	Replaced        int64     `json:"batches_replaced"` // batches not as planned, collated from copies
+	Seconds         float64   `json:"seconds"`
+	EpochSeconds    []float64 `json:"epoch_seconds"`
+	CountSeconds    float64   `json:"count_seconds"` // finding the shards' counts (an index, estimates or a count)
+	Estimated       bool      `json:"estimated_counts"`
+	ResumedAfter    int       `json:"resumed_after_batches,omitempty"` // --resume-at: the batches the state had consumed
+	PlanBatches     int       `json:"plan_batches"`                    // the batches the first epoch's plan holds for the rank (after ResumedAfter)
+	Order           string    `json:"order_fingerprint"`               // the first epoch's Order, the same on every rank of a job
+	ReadBeforeFirst int64     `json:"read_before_first_batch_bytes"`   // bytes the process read (files and sockets) before the first batch`
+	SamplesPerSec   float64   `json:"samples_per_sec"`
+	MBPerSec        float64   `json:"mb_per_sec"`
+	MBPerSecDecomp  float64   `json:"mb_per_sec_decompressed"`
+	FirstBatch      float64   `json:"first_batch_seconds"`
+	PeakRSS         int64     `json:"peak_rss_bytes"`
+	// The sample memory mapped and faulted in new over the run (the first epoch's,
+	// mostly: later epochs take what the earlier left), and the time that took.
+	ArenaFresh        int64               `json:"arena_fresh_bytes"`
+	ArenaFreshSeconds float64             `json:"arena_fresh_seconds"`
+	CPUSeconds        float64             `json:"cpu_seconds"`             // user + system CPU time of the process over the run
+	CPUPerSample      float64             `json:"cpu_seconds_per_sample"`  // CPUSeconds / Samples
+	CPUPerGB          float64             `json:"cpu_seconds_per_gb"`      // CPUSeconds per 10^9 bytes read (BytesIn)
+	ImageDecoder      string              `json:"image_decoder,omitempty"` // the JPEG decoder of image fields`
+	StepSeconds       float64             `json:"step_seconds"`
+	WaitFraction      float64             `json:"wait_fraction"`
+	Skipped           int64               `json:"skipped"`
+	Padded            int64               `json:"padded"`
+	Trimmed           int64               `json:"trimmed"`
+	Workers           int                 `json:"workers"`
+	Stages            map[string]float64  `json:"stages"`
+	Bottleneck        string              `json:"bottleneck"`
+	MemoryBudget      int64               `json:"memory_budget_bytes"`
+	MemoryOverhead    int64               `json:"memory_overhead_bytes"`
+	Tuned             *shardload.Settings `json:"tuned,omitempty"` // where the tuner settled; nil with --autotune=false
+	SlabsPageLocked   bool                `json:"slabs_page_locked"`
+	Device            deviceResult        `json:"device"`
 	// Streams are each stream's figures in a mix of streams (--stream), in order.
 	Streams []streamResult `json:"streams,omitempty"`
 	// Cache is, per epoch, what the node's cache (--cache-dir, --cache-memory) served
@@ -242,6 +246,9 @@ func (r *benchResult) report(w io.Writer) error {
 	fmt.Fprintln(bw)
 	fmt.Fprintf(bw, "  first batch after %.3fs (%.1f MB read before it); peak RSS %.0f MB (memory budget %.0f MB + %.0f MB for the process); slabs page-locked: %v\n",
 		r.FirstBatch, float64(r.ReadBeforeFirst)/1e6, float64(r.PeakRSS)/1e6, float64(r.MemoryBudget)/1e6, float64(r.MemoryOverhead)/1e6, r.SlabsPageLocked)
+	if r.ArenaFresh > 0 {
+		fmt.Fprintf(bw, "  sample memory: %.0f MB mapped new, faulted in in %.3fs\n", float64(r.ArenaFresh)/1e6, r.ArenaFreshSeconds)
+	}
 	if r.Tuned != nil {
 		state := "still trying changes"
 		if r.Tuned.Settled {
