@@ -9,6 +9,9 @@
 #   3. token shards (zstd): decompressed MB/s against leanget -jobs 2 -zstd, reading
 #      the shards once (the row's figure) and three times (the bytes the loader's 3
 #      epochs read: both sides then pay their start-up once for the same work);
+#      Below rows 2 and 3, for reading them: the loader's epochs 2-3 alone against
+#      the same peers (the first epoch carries the start-up), and the sample memory
+#      the loader mapped new and the seconds faulting it in took;
 #   4. bytes read / dataset bytes, world 8 over 4 of the image shards, indexed;
 #   5. warm cache: shardload cat from S3 through a warm disk cache against shardload
 #      cat of the same shards as local files;
@@ -66,6 +69,10 @@ j() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1
 m() { printf '%s\n' "$@" | median; }
 common=(--no-index-store --json)
 lean_img=() lean_imgcpu=() sl_img=() sl_imgcpu=() rss=() lean_tok=() lean_tok3=() sl_tok=() local_cat=() warm_cat=() rss_small=()
+sl_img_later=() sl_tok_later=() img_fresh=() img_fresh_s=() tok_fresh=() tok_fresh_s=()
+# later: the MB/s of epochs 2 and 3 alone (the first carries the start-up and the
+# sample memory faulted in new), from bytes (a JSON field) and epoch_seconds.
+later() { j "$1*(len(epoch_seconds)-1)/len(epoch_seconds)/1e6/sum(epoch_seconds[1:])"; }
 for ((i = 0; i < runs; i++)); do
 	out=$(bin/leanget -jobs 4 "${imgurls[@]}")
 	lean_img+=("$(j 'bytes_in/1e6/seconds' <<< "$out")")
@@ -73,6 +80,9 @@ for ((i = 0; i < runs; i++)); do
 	out=$($sl bench "${common[@]}" --epochs 3 --index "$work/img.index" --field jpg --field cls "$s3img" 2> /dev/null)
 	sl_img+=("$(j 'mb_per_sec' <<< "$out")")
 	sl_imgcpu+=("$(j 'cpu_seconds_per_gb' <<< "$out")")
+	sl_img_later+=("$(later bytes_in <<< "$out")")
+	img_fresh+=("$(j 'arena_fresh_bytes/1e6' <<< "$out")")
+	img_fresh_s+=("$(j 'arena_fresh_seconds' <<< "$out")")
 	rss+=("$(j 'peak_rss_bytes/(memory_budget_bytes+64*2**20)' <<< "$out")")
 	out=$($sl bench "${common[@]}" --memory 128MiB --epochs 1 --index "$work/img.index" --field jpg --field cls "$s3img" 2> /dev/null)
 	rss_small+=("$(j 'peak_rss_bytes/(memory_budget_bytes+64*2**20)' <<< "$out")")
@@ -83,6 +93,9 @@ for ((i = 0; i < runs; i++)); do
 	lean_tok3+=("$(j 'bytes_decompressed/1e6/seconds' <<< "$out")")
 	out=$($sl bench "${common[@]}" --epochs 3 --index "$work/tok.index" --field tokens=npy:npy:int32:2048 --field cls "$s3tok" 2> /dev/null)
 	sl_tok+=("$(j 'mb_per_sec_decompressed' <<< "$out")")
+	sl_tok_later+=("$(later bytes_decompressed <<< "$out")")
+	tok_fresh+=("$(j 'arena_fresh_bytes/1e6' <<< "$out")")
+	tok_fresh_s+=("$(j 'arena_fresh_seconds' <<< "$out")")
 
 	cache=$work/cache
 	rm -rf "$cache"
@@ -108,6 +121,12 @@ printf '%-58s %10s %10s\n' "tok MB/s decomp. / leanget x2 + zstd ($(r "$(m "${sl
 	"$(r "$(m "${sl_tok[@]}")/$(m "${lean_tok[@]}")")" ">= 0.95"
 printf '%-58s %10s %10s\n' "  the same / leanget x2 + zstd over the shards 3 times ($(r "$(m "${lean_tok3[@]}")"))" \
 	"$(r "$(m "${sl_tok[@]}")/$(m "${lean_tok3[@]}")")" ""
+printf '%-58s %10s %10s\n' "  epochs 2-3 alone: img MB/s / leanget x4 ($(r "$(m "${sl_img_later[@]}")"))" \
+	"$(r "$(m "${sl_img_later[@]}")/$(m "${lean_img[@]}")")" ""
+printf '%-58s %10s %10s\n' "  epochs 2-3 alone: tok MB/s / leanget x2 + zstd, 3 times ($(r "$(m "${sl_tok_later[@]}")"))" \
+	"$(r "$(m "${sl_tok_later[@]}")/$(m "${lean_tok3[@]}")")" ""
+printf '%-58s %10s %10s\n' "  sample memory mapped new, seconds (img $(r "$(m "${img_fresh[@]}")") MB, tok $(r "$(m "${tok_fresh[@]}")") MB)" \
+	"$(r "$(m "${img_fresh_s[@]}")") $(r "$(m "${tok_fresh_s[@]}")")" ""
 printf '%-58s %10s %10s\n' "bytes read / dataset, world 8 over 4 shards ($(r "${reads#* }") requests/rank)" "$(r "${reads% *}")" "<= 1.1"
 printf '%-58s %10s %10s\n' "warm-cache cat / local cat ($(r "$(m "${warm_cat[@]}")")s / $(r "$(m "${local_cat[@]}")")s)" \
 	"$(r "$(m "${local_cat[@]}")/$(m "${warm_cat[@]}")")" ">= 0.9"
