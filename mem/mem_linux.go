@@ -24,7 +24,13 @@ func Prefault(b []byte) error {
 // MapHuge maps n bytes (a multiple of HugePage) of anonymous memory aligned to
 // HugePage, advised to use transparent huge pages and prefaulted; nil when mapping
 // fails (the caller allocates instead). Unmap frees it.
-func MapHuge(n int) []byte {
+func MapHuge(n int) []byte { return mapAligned(n, true) }
+
+// MapSmall is MapHuge with base pages: the memory is advised not to use huge pages
+// (MADV_NOHUGEPAGE).
+func MapSmall(n int) []byte { return mapAligned(n, false) }
+
+func mapAligned(n int, huge bool) []byte {
 	size := uintptr(n + HugePage)
 	p, err := unix.MmapPtr(-1, 0, nil, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
@@ -40,12 +46,16 @@ func MapHuge(n int) []byte {
 		unix.MunmapPtr(unsafe.Add(start, n), tail)
 	}
 	b := unsafe.Slice((*byte)(start), n)
-	unix.Madvise(b, unix.MADV_HUGEPAGE) // best effort
+	advice := unix.MADV_NOHUGEPAGE
+	if huge {
+		advice = unix.MADV_HUGEPAGE
+	}
+	unix.Madvise(b, advice) // best effort
 	Prefault(b)
 	return b
 }
 
-// Unmap frees memory MapHuge returned.
+// Unmap frees memory MapHuge or MapSmall returned.
 func Unmap(b []byte) { unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(b)), uintptr(len(b))) }
 
 // Physical returns the machine's memory in bytes, 0 when unknown.

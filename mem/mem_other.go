@@ -8,6 +8,9 @@ func Prefault([]byte) error { return nil }
 // MapHuge returns nil off Linux: callers allocate instead.
 func MapHuge(int) []byte { return nil }
 
+// MapSmall returns nil off Linux: callers allocate instead.
+func MapSmall(int) []byte { return nil }
+
 // Unmap does nothing off Linux.
 func Unmap([]byte) {}
 

@@ -14,8 +14,11 @@ import (
 //
 // New buffers of up to 4 MiB are carved from chunks mapped with huge pages and
 // faulted in at once (MapHuge), up to MaxArena bytes of chunks; beyond that, and for
-// larger buffers, they come from the Go heap. An arena of 4 KiB pages made the
-// loader a fifth slower (TLB misses in every copy through the buffers). Release
+// larger buffers, they come from the Go heap. Huge pages spare the copies through
+// the buffers TLB misses; where they are dear to fault in (a virtual machine whose
+// host takes free memory back: 0.2-0.5 GB/s, against 2 GB/s for base pages), the
+// chunks mapped after one that faulted in slower than MinHugeRate use base pages
+// (MapSmall), for the rest of the process (see HugeDear). Release
 // gives the chunks back, once nothing uses a buffer any more: up to MaxIdleBytes of
 // them are kept for the next Pool of the process (the next epoch's loader), which
 // would otherwise fault in as much fresh memory again; the rest are unmapped.
@@ -69,23 +72,53 @@ func newChunk() []byte {
 		return c
 	}
 	idle.Unlock()
+	huge := !hugeDear.Load()
 	t := time.Now()
-	c := MapHuge(arenaChunk)
+	var c []byte
+	if huge {
+		c = MapHuge(arenaChunk)
+	} else {
+		c = MapSmall(arenaChunk)
+	}
+	d := time.Since(t)
 	if c != nil {
 		fresh.bytes.Add(int64(len(c)))
-		fresh.nanos.Add(int64(time.Since(t)))
+		fresh.nanos.Add(int64(d))
+		if huge && slowFaults(len(c), d) {
+			hugeDear.Store(true)
+		}
 	}
 	return c
 }
 
-// fresh counts the arena chunks this process mapped and faulted in new.
-var fresh struct{ bytes, nanos atomic.Int64 }
+// MinHugeRate is the rate, in bytes a second, below which a chunk's huge pages
+// faulted in count as dear (HugeDear). Huge pages fault in at 7-11 GB/s where the
+// memory is the machine's own, 0.2-0.5 GB/s on a virtual machine whose host takes
+// freed memory back; base pages at about 2 GB/s on both.
+const MinHugeRate = 1 << 30
+
+// slowFaults reports whether n bytes faulted in in d is slower than MinHugeRate.
+func slowFaults(n int, d time.Duration) bool { return float64(n) < MinHugeRate*d.Seconds() }
+
+var (
+	// hugeDear is set once a chunk's huge pages faulted in slower than MinHugeRate.
+	hugeDear atomic.Bool
+	// fresh counts the arena chunks this process mapped and faulted in new.
+	fresh struct{ bytes, nanos atomic.Int64 }
+)
+
+// HugeDear reports whether an arena chunk's huge pages faulted in slower than
+// MinHugeRate in this process: the arena's later chunks then use base pages. On the
+// virtual machines measured, that made the first epoch of image shards a fifth
+// faster and left the later epochs as they were (BENCHMARKS.md, "The first epoch's
+// sample memory").
+func HugeDear() bool { return hugeDear.Load() }
 
 // Fresh returns the bytes of arena chunks the process has mapped new (not taken
 // from an earlier Pool), and the time mapping and faulting them in took. That time
 // is the first epoch's price for its sample memory: on a virtual machine whose host
 // takes free memory back, it can be a large share of the first epoch
-// (BENCHMARKS.md, "Fresh memory").
+// (BENCHMARKS.md, "The first epoch's sample memory").
 func Fresh() (bytes int64, d time.Duration) {
 	return fresh.bytes.Load(), time.Duration(fresh.nanos.Load())
 }

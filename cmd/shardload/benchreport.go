@@ -41,25 +41,27 @@ type benchResult struct {
 	PeakRSS         int64     `json:"peak_rss_bytes"`
 	// The sample memory mapped and faulted in new over the run (the first epoch's,
 	// mostly: later epochs take what the earlier left), and the time that took.
-	ArenaFresh        int64               `json:"arena_fresh_bytes"`
-	ArenaFreshSeconds float64             `json:"arena_fresh_seconds"`
-	CPUSeconds        float64             `json:"cpu_seconds"`             // user + system CPU time of the process over the run
-	CPUPerSample      float64             `json:"cpu_seconds_per_sample"`  // CPUSeconds / Samples
-	CPUPerGB          float64             `json:"cpu_seconds_per_gb"`      // CPUSeconds per 10^9 bytes read (BytesIn)
-	ImageDecoder      string              `json:"image_decoder,omitempty"` // the JPEG decoder of image fields`
-	StepSeconds       float64             `json:"step_seconds"`
-	WaitFraction      float64             `json:"wait_fraction"`
-	Skipped           int64               `json:"skipped"`
-	Padded            int64               `json:"padded"`
-	Trimmed           int64               `json:"trimmed"`
-	Workers           int                 `json:"workers"`
-	Stages            map[string]float64  `json:"stages"`
-	Bottleneck        string              `json:"bottleneck"`
-	MemoryBudget      int64               `json:"memory_budget_bytes"`
-	MemoryOverhead    int64               `json:"memory_overhead_bytes"`
-	Tuned             *shardload.Settings `json:"tuned,omitempty"` // where the tuner settled; nil with --autotune=false
-	SlabsPageLocked   bool                `json:"slabs_page_locked"`
-	Device            deviceResult        `json:"device"`
+	ArenaFresh        int64   `json:"arena_fresh_bytes"`
+	ArenaFreshSeconds float64 `json:"arena_fresh_seconds"`
+	// Huge pages faulted in too slowly here: the later chunks took base pages.
+	ArenaBasePages  bool                `json:"arena_base_pages"`
+	CPUSeconds      float64             `json:"cpu_seconds"`             // user + system CPU time of the process over the run
+	CPUPerSample    float64             `json:"cpu_seconds_per_sample"`  // CPUSeconds / Samples
+	CPUPerGB        float64             `json:"cpu_seconds_per_gb"`      // CPUSeconds per 10^9 bytes read (BytesIn)
+	ImageDecoder    string              `json:"image_decoder,omitempty"` // the JPEG decoder of image fields`
+	StepSeconds     float64             `json:"step_seconds"`
+	WaitFraction    float64             `json:"wait_fraction"`
+	Skipped         int64               `json:"skipped"`
+	Padded          int64               `json:"padded"`
+	Trimmed         int64               `json:"trimmed"`
+	Workers         int                 `json:"workers"`
+	Stages          map[string]float64  `json:"stages"`
+	Bottleneck      string              `json:"bottleneck"`
+	MemoryBudget    int64               `json:"memory_budget_bytes"`
+	MemoryOverhead  int64               `json:"memory_overhead_bytes"`
+	Tuned           *shardload.Settings `json:"tuned,omitempty"` // where the tuner settled; nil with --autotune=false
+	SlabsPageLocked bool                `json:"slabs_page_locked"`
+	Device          deviceResult        `json:"device"`
 	// Streams are each stream's figures in a mix of streams (--stream), in order.
 	Streams []streamResult `json:"streams,omitempty"`
 	// Cache is, per epoch, what the node's cache (--cache-dir, --cache-memory) served
@@ -247,7 +249,11 @@ func (r *benchResult) report(w io.Writer) error {
 	fmt.Fprintf(bw, "  first batch after %.3fs (%.1f MB read before it); peak RSS %.0f MB (memory budget %.0f MB + %.0f MB for the process); slabs page-locked: %v\n",
 		r.FirstBatch, float64(r.ReadBeforeFirst)/1e6, float64(r.PeakRSS)/1e6, float64(r.MemoryBudget)/1e6, float64(r.MemoryOverhead)/1e6, r.SlabsPageLocked)
 	if r.ArenaFresh > 0 {
-		fmt.Fprintf(bw, "  sample memory: %.0f MB mapped new, faulted in in %.3fs\n", float64(r.ArenaFresh)/1e6, r.ArenaFreshSeconds)
+		pages := "huge pages"
+		if r.ArenaBasePages {
+			pages = "base pages after huge pages faulted in slowly"
+		}
+		fmt.Fprintf(bw, "  sample memory: %.0f MB mapped new, faulted in in %.3fs (%s)\n", float64(r.ArenaFresh)/1e6, r.ArenaFreshSeconds, pages)
 	}
 	if r.Tuned != nil {
 		state := "still trying changes"
