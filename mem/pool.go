@@ -109,7 +109,7 @@ var (
 
 // HugeDear reports whether an arena chunk's huge pages faulted in slower than
 // MinHugeRate in this process: the arena's later chunks then use base pages. On the
-// virtual machines measured, that made the first epoch of image shards a fifth
+// virtual machine measured, that made the first epoch of image shards a seventh
 // faster and left the later epochs as they were (BENCHMARKS.md, "The first epoch's
 // sample memory").
 func HugeDear() bool { return hugeDear.Load() }
