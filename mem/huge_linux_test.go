@@ -23,7 +23,7 @@ func vmFlags(t *testing.T, addr uintptr) []string {
 	for sc.Scan() {
 		line := sc.Text()
 		var lo, hi uintptr
-		if n, _ := fmt.Sscanf(line, "%x-%x ", &lo, &hi); n == 2 && strings.Contains(line[:strings.IndexByte(line, ' ')], "-") {
+		if n, _ := fmt.Sscanf(line, "%x-%x ", &lo, &hi); n == 2 { // a mapping's first line
 			inside = addr >= lo && addr < hi
 			continue
 		}

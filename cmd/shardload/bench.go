@@ -352,7 +352,7 @@ func bench(ctx context.Context, cfg shardload.Config, epochs, maxBatches int, st
 	res.PeakRSS = peakRSS()
 	res.CPUSeconds = (cpuTime() - cpu0).Seconds()
 	fresh, freshTime := mem.Fresh()
-	res.ArenaFresh, res.ArenaFreshSeconds = fresh-fresh0, (freshTime - freshTime0).Seconds()
+	res.ArenaFresh, res.ArenaFreshSecs = fresh-fresh0, (freshTime - freshTime0).Seconds()
 	res.ArenaBasePages = mem.HugeDear()
 	if res.Samples > 0 {
 		res.CPUPerSample = res.CPUSeconds / float64(res.Samples)

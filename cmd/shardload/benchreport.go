@@ -17,34 +17,31 @@ import (
 
 // benchResult is what bench reports; its JSON form is stable for scripts.
 type benchResult struct {
-	Samples         int64     `json:"samples"`
-	Batches         int64     `json:"batches"`
-	Epochs          int       `json:"epochs"`
-	BytesIn         int64     `json:"bytes_in"`
-	Requests        int64     `json:"requests"` // reads of shards opened (spans of the plan, count checks)
-	BytesDecomp     int64     `json:"bytes_decompressed"`
-	BytesOut        int64     `json:"bytes_out"`
-	BytesPlaced     int64     `json:"bytes_placed"`     // read straight into their slab rows (--slab-reads)
-	Replaced        int64     `json:"batches_replaced"` // batches not as planned, collated from copies
-	Seconds         float64   `json:"seconds"`
-	EpochSeconds    []float64 `json:"epoch_seconds"`
-	CountSeconds    float64   `json:"count_seconds"` // finding the shards' counts (an index, estimates or a count)
-	Estimated       bool      `json:"estimated_counts"`
-	ResumedAfter    int       `json:"resumed_after_batches,omitempty"` // --resume-at: the batches the state had consumed
-	PlanBatches     int       `json:"plan_batches"`                    // the batches the first epoch's plan holds for the rank (after ResumedAfter)
-	Order           string    `json:"order_fingerprint"`               // the first epoch's Order, the same on every rank of a job
-	ReadBeforeFirst int64     `json:"read_before_first_batch_bytes"`   // bytes the process read (files and sockets) before the first batch`
-	SamplesPerSec   float64   `json:"samples_per_sec"`
-	MBPerSec        float64   `json:"mb_per_sec"`
-	MBPerSecDecomp  float64   `json:"mb_per_sec_decompressed"`
-	FirstBatch      float64   `json:"first_batch_seconds"`
-	PeakRSS         int64     `json:"peak_rss_bytes"`
-	// The sample memory mapped and faulted in new over the run (the first epoch's,
-	// mostly: later epochs take what the earlier left), and the time that took.
-	ArenaFresh        int64   `json:"arena_fresh_bytes"`
-	ArenaFreshSeconds float64 `json:"arena_fresh_seconds"`
-	// Huge pages faulted in too slowly here: the later chunks took base pages.
-	ArenaBasePages  bool                `json:"arena_base_pages"`
+	Samples         int64               `json:"samples"`
+	Batches         int64               `json:"batches"`
+	Epochs          int                 `json:"epochs"`
+	BytesIn         int64               `json:"bytes_in"`
+	Requests        int64               `json:"requests"` // reads of shards opened (spans of the plan, count checks)
+	BytesDecomp     int64               `json:"bytes_decompressed"`
+	BytesOut        int64               `json:"bytes_out"`
+	BytesPlaced     int64               `json:"bytes_placed"`     // read straight into their slab rows (--slab-reads)
+	Replaced        int64               `json:"batches_replaced"` // batches not as planned, collated from copies
+	Seconds         float64             `json:"seconds"`
+	EpochSeconds    []float64           `json:"epoch_seconds"`
+	CountSeconds    float64             `json:"count_seconds"` // finding the shards' counts (an index, estimates or a count)
+	Estimated       bool                `json:"estimated_counts"`
+	ResumedAfter    int                 `json:"resumed_after_batches,omitempty"` // --resume-at: the batches the state had consumed
+	PlanBatches     int                 `json:"plan_batches"`                    // the batches the first epoch's plan holds for the rank (after ResumedAfter)
+	Order           string              `json:"order_fingerprint"`               // the first epoch's Order, the same on every rank of a job
+	ReadBeforeFirst int64               `json:"read_before_first_batch_bytes"`   // bytes the process read (files and sockets) before the first batch`
+	SamplesPerSec   float64             `json:"samples_per_sec"`
+	MBPerSec        float64             `json:"mb_per_sec"`
+	MBPerSecDecomp  float64             `json:"mb_per_sec_decompressed"`
+	FirstBatch      float64             `json:"first_batch_seconds"`
+	PeakRSS         int64               `json:"peak_rss_bytes"`
+	ArenaFresh      int64               `json:"arena_fresh_bytes"`       // sample memory mapped new over the run (mostly the first epoch's)
+	ArenaFreshSecs  float64             `json:"arena_fresh_seconds"`     // the time mapping and faulting it in took
+	ArenaBasePages  bool                `json:"arena_base_pages"`        // huge pages faulted in too slowly: the later chunks took base pages
 	CPUSeconds      float64             `json:"cpu_seconds"`             // user + system CPU time of the process over the run
 	CPUPerSample    float64             `json:"cpu_seconds_per_sample"`  // CPUSeconds / Samples
 	CPUPerGB        float64             `json:"cpu_seconds_per_gb"`      // CPUSeconds per 10^9 bytes read (BytesIn)
@@ -253,7 +250,7 @@ func (r *benchResult) report(w io.Writer) error {
 		if r.ArenaBasePages {
 			pages = "base pages after huge pages faulted in slowly"
 		}
-		fmt.Fprintf(bw, "  sample memory: %.0f MB mapped new, faulted in in %.3fs (%s)\n", float64(r.ArenaFresh)/1e6, r.ArenaFreshSeconds, pages)
+		fmt.Fprintf(bw, "  sample memory: %.0f MB mapped new, faulted in in %.3fs (%s)\n", float64(r.ArenaFresh)/1e6, r.ArenaFreshSecs, pages)
 	}
 	if r.Tuned != nil {
 		state := "still trying changes"
