@@ -11,8 +11,10 @@
 // files) into memory once, then, for several rounds, has N goroutines (default: the
 // CPUs) take the JPEGs one by one and (1) decode them with libjpeg-turbo into RGB at
 // full size, (2) decode them as the field (default
-// img=jpg:image:uint8:3x224x224) with libjpeg-turbo. Reading is not timed. It prints
-// one JSON object with the median round of each:
+// img=jpg:image:uint8:3x224x224) with libjpeg-turbo, each image's random transforms
+// seeded from its sample key as the loader seeds them (a round standing for an
+// epoch). Reading is not timed. It prints one JSON object with the median round of
+// each:
 //
 //	{"images":2000,"threads":2,"decode_per_sec":...,"decode_cpu_ms":...,
 //	 "field_per_sec":...,"field_cpu_ms":...,"rounds":5}
@@ -60,7 +62,7 @@ func run(threads, rounds int, spec string, paths []string) error {
 	if err != nil {
 		return err
 	}
-	var images [][]byte
+	var images []image
 	for _, p := range paths {
 		file, err := os.Open(p)
 		if err != nil {
@@ -76,7 +78,7 @@ func run(threads, rounds int, spec string, paths []string) error {
 				return err
 			}
 			if b, ok := s.Get(f.Ext); ok {
-				images = append(images, append([]byte(nil), b...))
+				images = append(images, image{key: s.Key, data: append([]byte(nil), b...)})
 			}
 		}
 		r.Close()
@@ -87,8 +89,8 @@ func run(threads, rounds int, spec string, paths []string) error {
 	}
 	// decodeOnly decodes img at full size into the worker's buffer; asField decodes it
 	// as the field does.
-	decodeOnly := func(w *worker, img []byte) error {
-		h, err := lib.Header(img)
+	decodeOnly := func(w *worker, img image, _ int) error {
+		h, err := lib.Header(img.data)
 		if err != nil {
 			return err
 		}
@@ -96,10 +98,14 @@ func run(threads, rounds int, spec string, paths []string) error {
 		if cap(w.buf) < n {
 			w.buf = make([]byte, n)
 		}
-		return lib.Decode(img, w.buf[:n], h.Width, h.Height, turbojpeg.RGB, 0)
+		return lib.Decode(img.data, w.buf[:n], h.Width, h.Height, turbojpeg.RGB, 0)
 	}
-	asField := func(w *worker, img []byte) error {
-		_, _, err := w.d.Decode(&f, img, nil)
+	asField := func(w *worker, img image, round int) error {
+		// Each image's random transforms (crop, flip) seeded as the loader seeds
+		// them, a round standing for an epoch: the same work as the loader's, not
+		// one crop repeated for every image.
+		w.d.Seed = decode.SampleSeed(0, round, img.key)
+		_, _, err := w.d.Decode(&f, img.data, nil)
 		return err
 	}
 	dec, err := measure(images, threads, rounds, decodeOnly)
@@ -117,6 +123,12 @@ func run(threads, rounds int, spec string, paths []string) error {
 	})
 }
 
+// image is one JPEG and its sample's key.
+type image struct {
+	key  string
+	data []byte
+}
+
 // worker is one decoding goroutine's state.
 type worker struct {
 	buf []byte
@@ -128,9 +140,9 @@ type result struct{ perSec, cpuMS float64 }
 
 // measure runs work over every image on threads goroutines, rounds times, and returns
 // the median round.
-func measure(images [][]byte, threads, rounds int, work func(*worker, []byte) error) (result, error) {
+func measure(images []image, threads, rounds int, work func(w *worker, img image, round int) error) (result, error) {
 	var res []result
-	for range rounds {
+	for round := range rounds {
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		var firstErr atomic.Value
@@ -145,7 +157,7 @@ func measure(images [][]byte, threads, rounds int, work func(*worker, []byte) er
 					if i >= int64(len(images)) {
 						return
 					}
-					if err := work(w, images[i]); err != nil {
+					if err := work(w, images[i], round); err != nil {
 						firstErr.CompareAndSwap(nil, err)
 						return
 					}
