@@ -42,7 +42,7 @@ var Knobs = []Knob{
 		Help: "bytes the shuffle may hold: fewer samples per window when the dataset's mean sample size calls for it"},
 	{Name: "open-shards", Field: "OpenShards", Default: DefaultOpenShards, Min: 1, Max: 1 << 12, Hello: "open_shards",
 		Help: "lanes of the shuffled shard list read side by side and mixed in each window: shards read at once"},
-	{Name: "workers", Field: "Workers", Auto: "the CPU count, at most --open-shards + --read-ahead; one per open shard (--open-shards + --read-ahead) for shards from an object store or HTTP; then tuned", Min: 1, Tuned: true,
+	{Name: "workers", Field: "Workers", Auto: "one per open shard (--open-shards + --read-ahead), from any source; then tuned", Min: 1, Tuned: true,
 		Help: "shards fetched, inflated and decoded at the same moment (given: the tuner leaves it)"},
 	{Name: "read-gap", Field: "ReadGap", Auto: "the source's request cost: 64KiB for local files, 1MiB for object stores and HTTP", Bytes: true, Hello: "read_gap", ZeroIs: -1,
 		Help: "a rank reads the samples it wants of a window it shares with another rank (or of a resumed window) with one request per run of them, and two runs of a shard with one request when the samples between them take at most this much (0: one request per run)"},

@@ -14,10 +14,10 @@ import (
 	"github.com/shardload/shardload/source/httpsrc"
 )
 
-// TestWorkersPerOpenShardFromAStore: shards read over HTTP (as from any store) get a
-// worker for each open shard by default, local files the CPU count; a Workers given
-// is kept either way.
-func TestWorkersPerOpenShardFromAStore(t *testing.T) {
+// TestWorkersPerOpenShard: shards read over HTTP (as from any store) and local files
+// get a worker for each open shard by default, more than the CPUs; a Workers given
+// is kept either way, and one above the open shards is lowered to them.
+func TestWorkersPerOpenShard(t *testing.T) {
 	dir := t.TempDir()
 	paths, err := shardgen.Generate(dir, shardgen.Spec{Shards: 4, Samples: []int{12}, Seed: 3})
 	if err != nil {
@@ -32,7 +32,8 @@ func TestWorkersPerOpenShardFromAStore(t *testing.T) {
 	for _, p := range paths {
 		urls = append(urls, srv.URL+"/"+filepath.Base(p))
 	}
-	// More lanes than CPUs, so that the two defaults differ on any machine.
+	// More lanes than CPUs, so that the default differs from the CPU count on any
+	// machine.
 	cpus := runtime.GOMAXPROCS(0)
 	lanes := cpus + 2
 	for _, c := range []struct {
@@ -43,8 +44,9 @@ func TestWorkersPerOpenShardFromAStore(t *testing.T) {
 	}{
 		{"http", urls, 0, lanes + 2},
 		{"http, given", urls, 1, 1},
-		{"files", paths, 0, cpus},
+		{"files", paths, 0, lanes + 2},
 		{"files, given", paths, 3, 3},
+		{"files, more than open", paths, lanes + 5, lanes + 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := shardload.Config{URLs: c.urls, Sources: &reg, NoIndexStore: true, CountFirst: true, OpenShards: lanes, ReadAhead: 2,

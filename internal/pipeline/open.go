@@ -92,16 +92,7 @@ func resolve(ctx context.Context, o Options, e Epoch, tuned *tune.Shared) (r res
 	if err := r.budget.CheckBatch(FixedBytes(e.Fields), o.BatchSize, o.MaxSlabBytes, o.Knobs, sized); err != nil {
 		return r, err
 	}
-	knobs := o.Knobs
-	if r.shape.Remote && !o.Pins.Pinned(tune.Workers) {
-		// From a store, a worker for each open shard: a worker waits in its socket
-		// reads most of its time, and with fewer the bytes of the shards without
-		// one waited in the kernel's buffers and cost more to copy out (image
-		// shards from S3: 16% less CPU a GB with 8 workers than with 2, on 2
-		// cores; BENCHMARKS.md, "Workers for shards from a store").
-		knobs.Workers = max(knobs.Workers, o.OpenShards+knobs.ReadAhead)
-	}
-	r.knobs, err = r.budget.StartFrom(tuned, knobs, o.OpenShards)
+	r.knobs, err = r.budget.StartFrom(tuned, o.Knobs, o.OpenShards)
 	if err == nil {
 		r.members = slabMembers(ctx, o, e)
 	}
