@@ -18,6 +18,8 @@
 #       (a) shardload bench --field img=jpg:image:uint8:3x224x224:OPTIONS --field cls
 #           --image-decoder libjpeg-turbo   (s3:// URLs)
 #       (b) the same with --image-decoder go (only with BENCH_GO=1)
+#       (b') the same as (a) over the shards as local files (only with BENCH_LOCAL=1):
+#           the field's rate with no store on the cores, against its ceiling
 #       (c) bench/dataloader_images.py --transform T --image 224 --workers 2 (HTTP
 #           GETs of the same objects; PIL + the torchvision transform, PILToTensor:
 #           bench/dataloader_baseline.py with the transform replaced)
@@ -39,13 +41,15 @@
 # Environment: BENCH_WORK (default .demo/bench-images: the dataset and MinIO's data),
 # BENCH_OUT (default WORK/results/TIMESTAMP), BENCH_SCALE (default 1; samples and
 # shards scale with it, at least 4 shards; 0.05 for a quick trial), BENCH_RUNS (3),
+# BENCH_EPOCHS (1: the epochs of each run, shardload's and the DataLoader's alike),
 # BENCH_REUSE (1: keep the MinIO data an earlier run left in WORK/s3, so nothing is
 # uploaded again; the dataset itself is always reused when complete),
 # BENCH_SHARDLOAD (a shardload binary to measure instead of building bin/shardload),
 # BENCH_PYTHON (the interpreter of the baseline and the generator; default: python3 or
 # /usr/bin/python3, whichever imports torch, torchvision, numpy and PIL),
 # BENCH_TRANSFORMS (default "eval train"), BENCH_GO (1: also run shardload with the Go
-# decoder; default 0), BENCH_BASELINE_W1 (1: also run the baseline with 1 worker;
+# decoder; default 0), BENCH_LOCAL (1: also run shardload over the shards as local
+# files; default 0), BENCH_BASELINE_W1 (1: also run the baseline with 1 worker;
 # default 0),
 # BENCH_SL_FLAGS (more flags for shardload bench), BENCH_RUN_TIMEOUT (600: seconds one
 # measured run may take before it is killed and counted as failed).
@@ -69,7 +73,7 @@ cmdline=$(
 )
 case ${1:-} in
 "") ;;
--h | --help) sed -n '2,58s/^# \{0,1\}//p' "$0"; exit 0 ;;
+-h | --help) sed -n '2,62s/^# \{0,1\}//p' "$0"; exit 0 ;;
 *) echo "bench-images: unknown argument $1 (see --help)" >&2; exit 2 ;;
 esac
 
@@ -77,10 +81,12 @@ work=${BENCH_WORK:-.demo/bench-images}
 out=${BENCH_OUT:-}
 scale=${BENCH_SCALE:-1}
 runs=${BENCH_RUNS:-3}
+epochs=${BENCH_EPOCHS:-1}
 run_timeout=${BENCH_RUN_TIMEOUT:-600}
 sl_flags=${BENCH_SL_FLAGS:-}
 with_w1=${BENCH_BASELINE_W1:-0}
 with_go=${BENCH_GO:-0}
+with_local=${BENCH_LOCAL:-0}
 transforms=${BENCH_TRANSFORMS:-eval train}
 for tr in $transforms; do
 	[[ $tr == eval || $tr == train ]] || { echo "bench-images: BENCH_TRANSFORMS holds eval and train, not $tr" >&2; exit 2; }
@@ -90,6 +96,7 @@ if ! [[ $scale =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] || ! awk -v f="$scale" 'BEGIN 
 	exit 2
 fi
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "bench-images: BENCH_RUNS must be a positive integer" >&2; exit 2; }
+[[ $epochs =~ ^[1-9][0-9]*$ ]] || { echo "bench-images: BENCH_EPOCHS must be a positive integer" >&2; exit 2; }
 bench_dirs
 # jfmt FILE KEY [FORMAT]: a number from a JSON file, printf-formatted (default %.1f; "-" if absent).
 jfmt() { python3 -c 'import json,sys; v=json.load(open(sys.argv[1])).get(sys.argv[2]); print("-" if v is None else sys.argv[3] % v)' "$1" "$2" "${3:-%.1f}"; }
@@ -237,7 +244,8 @@ check_json() {
 }
 
 # KIND -> a description, and whether it still runs (a kind that fails is not repeated).
-# A kind is shardload-turbo, shardload-go, baseline-w2 or baseline-w1, then -TRANSFORM.
+# A kind is shardload-turbo, shardload-go, shardload-local, baseline-w2 or baseline-w1,
+# then -TRANSFORM.
 kinds=()
 declare -A DESC OK
 for tr in $transforms; do
@@ -248,6 +256,10 @@ for tr in $transforms; do
 			if [[ $with_go == 1 ]]; then
 				kinds+=(shardload-go-$tr)
 				DESC[shardload-go-$tr]="shardload bench, --image-decoder go, $tr"
+			fi
+			if [[ $with_local == 1 ]]; then
+				kinds+=(shardload-local-$tr)
+				DESC[shardload-local-$tr]="shardload bench, --image-decoder libjpeg-turbo, local files, $tr"
 			fi
 		else
 			kinds+=(shardload-turbo-$tr)
@@ -279,18 +291,24 @@ run_kind() {
 	local tr=${kind##*-} base=${kind%-*} opts
 	opts=$(field_opts "$tr")
 	case $base in
-	shardload-turbo | shardload-go)
-		cmd=("$sl" bench --json --batch-size 32 --epochs 1 --step-time 0
+	shardload-turbo | shardload-go | shardload-local)
+		cmd=("$sl" bench --json --batch-size 32 --epochs "$epochs" --step-time 0
 			--field "img=jpg:image:uint8:3x224x224:$opts" --field cls)
-		[[ -z $index ]] || cmd+=(--index "$index")
-		if ((have_decoder_flag)); then
-			cmd+=(--image-decoder "$([[ $base == shardload-turbo ]] && echo libjpeg-turbo || echo go)")
+		if [[ $base == shardload-local ]]; then
+			cmd+=(--no-index-store --image-decoder libjpeg-turbo)
+			# shellcheck disable=SC2206
+			cmd+=($sl_flags "$pattern")
+		else
+			[[ -z $index ]] || cmd+=(--index "$index")
+			if ((have_decoder_flag)); then
+				cmd+=(--image-decoder "$([[ $base == shardload-turbo ]] && echo libjpeg-turbo || echo go)")
+			fi
+			# shellcheck disable=SC2206
+			cmd+=($sl_flags "$s3pat")
 		fi
-		# shellcheck disable=SC2206
-		cmd+=($sl_flags "$s3pat")
 		;;
 	baseline-w2 | baseline-w1)
-		cmd=("$py" bench/dataloader_images.py --transform "$tr" --json --urls-file "$urls" --epochs 1 --batch-size 32
+		cmd=("$py" bench/dataloader_images.py --transform "$tr" --json --urls-file "$urls" --epochs "$epochs" --batch-size 32
 			--workers "${base#baseline-w}" --step-time 0 --image 224 --image-field jpg)
 		;;
 	esac
@@ -345,19 +363,21 @@ for ((i = 1; i <= runs; i++)); do
 done
 
 # --- summary -------------------------------------------------------------------------
-"$py" - "$out" "$cmdline" "$runs" "$scale" "$endpoint" \
+EPOCHS=$epochs "$py" - "$out" "$cmdline" "$runs" "$scale" "$endpoint" \
 	"$(git rev-parse --short HEAD 2> /dev/null || echo unknown)$(git diff --quiet HEAD -- 2> /dev/null || echo -dirty)" \
 	"$(go env GOVERSION 2> /dev/null || echo unknown)" "$([[ -n $sl ]] && "$sl" version 2> /dev/null | head -n 1 || echo none)" \
 	"${failed[@]}" << 'EOF' | tee "$out/summary.txt"
 import json, os, statistics, sys
 
 out, cmdline, runs, scale, endpoint, git, go, slversion = sys.argv[1:9]
+epochs = int(os.environ.get("EPOCHS", "1"))
 failed = sys.argv[9:]
 runs = int(runs)
 kinds = open(os.path.join(out, "kinds")).read().split()
 base_desc = {
     "shardload-turbo": "shardload, libjpeg-turbo",
     "shardload-go": "shardload, Go decoder",
+    "shardload-local": "shardload, libjpeg-turbo, local files",
     "baseline-w2": "DataLoader, 2 workers",
     "baseline-w1": "DataLoader, 1 worker",
 }
@@ -444,7 +464,7 @@ lines.append(f"dataset: {ds.get('samples')} samples in {ds.get('shards')} shards
              f"read from MinIO at {endpoint}")
 lines.append("transforms: decode to RGB, then eval: shorter side to 256 (bilinear, antialiased as PIL), center crop 224 "
              "(torchvision Resize(256) + CenterCrop(224)); train: RandomResizedCrop(224) + RandomHorizontalFlip(); "
-             "uint8 3x224x224 + cls; batch 32, one epoch")
+             f"uint8 3x224x224 + cls; batch 32, {epochs} epoch(s) a run")
 lines.append(f"runs: {runs} of each kind, interleaved; medians of each column. CPU: user + system seconds of the "
              "process tree (rusage of the run's process and the descendants it waited for), start-up and exit included; "
              "'run only' is the tool's own cpu_seconds less its start-up (the baseline's cpu_seconds_startup: "
@@ -559,13 +579,23 @@ for tr in transforms:
     lines.append(f"target ({tr}): shardload with libjpeg-turbo >= 0.9x the field's ceiling (decode + resize + crop "
                  f"in memory): {verdicts[tr]['ceiling_verdict']}" + (f" (x{c:.2f}; paired runs: "
                  f"{' '.join('x%.2f' % x for x in paired)})" if c is not None else ""))
+    loc = results.get(f"shardload-local-{tr}", {})
+    lr = loc.get("median", {}).get("samples_per_sec")
+    if lr and ceiling and ceiling.get("field_per_sec"):
+        lp = [ra["samples_per_sec"] / cr["field_per_sec"] for ra in loc.get("runs", [])
+              for cr in [load(os.path.join(out, f"ceiling-{tr}.{ra['run']}.json"))]
+              if cr and ra.get("samples_per_sec") and cr.get("field_per_sec")]
+        verdicts[tr]["local_ceiling_ratio"] = lr / ceiling["field_per_sec"]
+        verdicts[tr]["local_ceiling_ratio_paired"] = lp
+        lines.append(f"  the same, the shards as local files (no store on the cores): x{lr / ceiling['field_per_sec']:.2f} "
+                     f"(paired runs: {' '.join('x%.2f' % x for x in lp)})")
 if failed:
     lines.append("")
     lines.append("failed: " + "; ".join(failed))
 print("\n".join(lines))
 
 env = {
-    "command": cmdline, "scale": float(scale), "runs": runs, "endpoint": endpoint, "git": git, "go": go,
+    "command": cmdline, "scale": float(scale), "runs": runs, "epochs": epochs, "endpoint": endpoint, "git": git, "go": go,
     "shardload_version": slversion, "loadavg_at_end": open("/proc/loadavg").read().split()[:3],
     "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), ""),
     "cores": os.cpu_count(),
