@@ -263,6 +263,17 @@ func (m *Members) AppendItems(b []byte) []byte {
 	return b
 }
 
+// minimalUvarint is binary.Uvarint for varints written in as few bytes as they need
+// (as AppendUvarint writes them); a longer one (a value padded with 0x80 bytes and
+// a final 0x00) reports n = 0, so that what decodes encodes back to the same bytes.
+func minimalUvarint(b []byte) (uint64, int) {
+	v, n := binary.Uvarint(b)
+	if n > 1 && b[n-1] == 0 {
+		return 0, 0
+	}
+	return v, n
+}
+
 // DecodeMembers returns the Members of a shard of samples samples from its
 // extensions (sorted, each once), their element types (nil, or one per extension,
 // "" for none) and the varints of AppendSizes and AppendItems. It refuses what no
@@ -322,7 +333,7 @@ func DecodeMembers(samples int, exts, dtypes []string, sizes, items []byte) (*Me
 		var most uint64
 		present := false
 		for range samples {
-			v, n := binary.Uvarint(b)
+			v, n := minimalUvarint(b)
 			if n <= 0 || v > maxMemberValue+1 {
 				return nil, fmt.Errorf("sizes of member %q: a bad varint", exts[e])
 			}
@@ -350,7 +361,7 @@ func DecodeMembers(samples int, exts, dtypes []string, sizes, items []byte) (*Me
 		}
 		var most uint64
 		for range samples {
-			v, n := binary.Uvarint(b)
+			v, n := minimalUvarint(b)
 			if n <= 0 || v > maxMemberValue+1 {
 				return nil, fmt.Errorf("element counts of member %q: a bad varint", exts[e])
 			}
