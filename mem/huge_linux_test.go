@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,15 +36,6 @@ func vmFlags(t *testing.T, addr uintptr) []string {
 	return nil
 }
 
-func has(flags []string, f string) bool {
-	for _, g := range flags {
-		if g == f {
-			return true
-		}
-	}
-	return false
-}
-
 // Once a chunk's huge pages faulted in slowly, the arena's next chunks are mapped
 // with base pages (advised MADV_NOHUGEPAGE: VmFlags "nh"); before, with huge pages
 // advised (not "nh"; "hg" where the kernel has transparent huge pages).
@@ -66,14 +58,14 @@ func TestPoolGivesUpDearHugePages(t *testing.T) {
 	b := p.Get(arenaChunk / 2) // the largest class the arena carves: two to a chunk
 	p.Get(arenaChunk / 2)
 	flags := vmFlags(t, uintptr(unsafe.Pointer(unsafe.SliceData(b[:1]))))
-	if has(flags, "nh") || thp && !has(flags, "hg") {
+	if slices.Contains(flags, "nh") || thp && !slices.Contains(flags, "hg") {
 		t.Errorf("a chunk mapped while huge pages are cheap has VmFlags %v", flags)
 	}
 
 	hugeDear.Store(true)
 	b = p.Get(arenaChunk / 2) // the next chunk
 	flags = vmFlags(t, uintptr(unsafe.Pointer(unsafe.SliceData(b[:1]))))
-	if !has(flags, "nh") || has(flags, "hg") {
+	if !slices.Contains(flags, "nh") || slices.Contains(flags, "hg") {
 		t.Errorf("a chunk mapped once huge pages were dear has VmFlags %v, want base pages (nh)", flags)
 	}
 	b = b[:cap(b)]

@@ -559,18 +559,24 @@ def verdict_of(r, want, tr):
     return "PASS" if r >= want else "FAIL"
 
 
-verdicts = {}
-for tr in transforms:
-    r = ratio(f"shardload-turbo-{tr}", f"baseline-w2-{tr}", "samples_per_sec")
-    sl_rate = results.get(f"shardload-turbo-{tr}", {}).get("median", {}).get("samples_per_sec")
+def against_ceiling(kind, tr):
+    """The median samples/s of kind's runs over transform tr's ceiling (None when
+    either is missing), and each run over the ceiling measured in its round."""
+    rate = results.get(kind, {}).get("median", {}).get("samples_per_sec")
     ceiling = ceilings.get(tr)
-    c = sl_rate / ceiling["field_per_sec"] if sl_rate and ceiling and ceiling.get("field_per_sec") else None
-    # Each shardload run against the ceiling measured in the same round.
+    c = rate / ceiling["field_per_sec"] if rate and ceiling and ceiling.get("field_per_sec") else None
     paired = []
-    for ra in results.get(f"shardload-turbo-{tr}", {}).get("runs", []):
+    for ra in results.get(kind, {}).get("runs", []):
         cr = load(os.path.join(out, f"ceiling-{tr}.{ra['run']}.json"))
         if cr and ra.get("samples_per_sec") and cr.get("field_per_sec"):
             paired.append(ra["samples_per_sec"] / cr["field_per_sec"])
+    return c, paired
+
+
+verdicts = {}
+for tr in transforms:
+    r = ratio(f"shardload-turbo-{tr}", f"baseline-w2-{tr}", "samples_per_sec")
+    c, paired = against_ceiling(f"shardload-turbo-{tr}", tr)
     verdicts[tr] = {"dataloader_ratio": r, "dataloader_verdict": verdict_of(r, 2.0, tr),
                     "ceiling_ratio": c, "ceiling_ratio_paired": paired, "ceiling_verdict": verdict_of(c, 0.9, tr)}
     lines.append("")
@@ -579,15 +585,10 @@ for tr in transforms:
     lines.append(f"target ({tr}): shardload with libjpeg-turbo >= 0.9x the field's ceiling (decode + resize + crop "
                  f"in memory): {verdicts[tr]['ceiling_verdict']}" + (f" (x{c:.2f}; paired runs: "
                  f"{' '.join('x%.2f' % x for x in paired)})" if c is not None else ""))
-    loc = results.get(f"shardload-local-{tr}", {})
-    lr = loc.get("median", {}).get("samples_per_sec")
-    if lr and ceiling and ceiling.get("field_per_sec"):
-        lp = [ra["samples_per_sec"] / cr["field_per_sec"] for ra in loc.get("runs", [])
-              for cr in [load(os.path.join(out, f"ceiling-{tr}.{ra['run']}.json"))]
-              if cr and ra.get("samples_per_sec") and cr.get("field_per_sec")]
-        verdicts[tr]["local_ceiling_ratio"] = lr / ceiling["field_per_sec"]
-        verdicts[tr]["local_ceiling_ratio_paired"] = lp
-        lines.append(f"  the same, the shards as local files (no store on the cores): x{lr / ceiling['field_per_sec']:.2f} "
+    lc, lp = against_ceiling(f"shardload-local-{tr}", tr)
+    if lc is not None:
+        verdicts[tr]["local_ceiling_ratio"], verdicts[tr]["local_ceiling_ratio_paired"] = lc, lp
+        lines.append(f"  the same, the shards as local files (no store on the cores): x{lc:.2f} "
                      f"(paired runs: {' '.join('x%.2f' % x for x in lp)})")
 if failed:
     lines.append("")
