@@ -107,8 +107,7 @@ func (lk Lookup) measureOne(ctx context.Context, u string, size int64) (float64,
 	for {
 		var s *shard.Sample
 		s, err2 = r.Next()
-		var se *shard.Error
-		if err2 != nil && !(errors.As(err2, &se) && se.Skippable()) {
+		if err2 != nil && !shard.SampleOnly(err2) {
 			break
 		}
 		if s != nil {

@@ -2,7 +2,6 @@ package index
 
 import (
 	"context"
-	"errors"
 	"io"
 
 	"github.com/shardload/shardload/shard"
@@ -151,8 +150,7 @@ func Scan(ctx context.Context, src Opener, url, version string, size int64, opts
 		if err == io.EOF {
 			return rec.Info(url, r, version, size), nil
 		}
-		var se *shard.Error
-		if err != nil && !(errors.As(err, &se) && se.Skippable()) {
+		if err != nil && !shard.SampleOnly(err) {
 			return shard.Info{URL: url, Samples: rec.samples}, err
 		}
 		rec.Add(s, err)

@@ -80,6 +80,17 @@ func (e *Error) Unwrap() error { return e.Err }
 // Failures of the stream itself are sticky: every later Next returns them.
 func (e *Error) Skippable() bool { return e.sample }
 
+// SampleOnly reports whether err is (or wraps) an *Error that fails one sample only
+// (Skippable); false for nil and for every other error. Readers call it for every
+// sample, so it allocates nothing when err is nil.
+func SampleOnly(err error) bool {
+	if err == nil {
+		return false
+	}
+	var se *Error
+	return errors.As(err, &se) && se.Skippable()
+}
+
 // ErrTooCompressed means a compressed shard inflated beyond Options.MaxRatio.
 var ErrTooCompressed = errors.New("shard: decompression ratio over the cap")
 

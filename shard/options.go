@@ -26,11 +26,11 @@ type Options struct {
 	// of the data being held until the sample is complete: a consumer that writes
 	// members out (cat) holds no more than its copy buffer, whatever the sizes. key
 	// is the sample the member belongs to; the fields of the samples Next returns
-	// carry no Data. Stream may read data or not before it returns; the rest is
-	// skipped. A read error of data fails the shard as Next would; any other error
-	// Stream returns fails the shard with that error. A sample-level error (a
-	// duplicate extension) is found when its member comes, after the sample's earlier
-	// members were streamed.
+	// carry no Data. Stream may read data or not before it returns, and not after;
+	// the rest is skipped. A read error of data fails the shard as Next would; any
+	// other error Stream returns fails the shard with that error. A sample-level
+	// error (a duplicate extension) is found when its member comes, after the
+	// sample's earlier members were streamed.
 	Stream func(key string, f Field, data io.Reader) error
 	// SizesOnly skips member data: fields carry their size and offset but no Data.
 	// Use it to list shards without reading their contents into memory. On an

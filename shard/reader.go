@@ -59,7 +59,8 @@ type Reader struct {
 	skip    bool
 	lastKey string // key of the last member header read, for errors in its data
 
-	buf    []byte // arena for the current sample's data
+	sr     streamReader // what Options.Stream reads the current member from
+	buf    []byte       // arena for the current sample's data
 	used   int
 	hint   int // with Options.Buffers: the size to ask for a new sample's buffer
 	sample Sample
@@ -209,8 +210,9 @@ func (r *Reader) place(key string, f Field) []byte {
 
 // stream hands the current member's data to Options.Stream.
 func (r *Reader) stream(key string, f Field) error {
-	sr := streamReader{t: r.tr}
-	if err := r.opts.Stream(key, f, &sr); sr.err != nil {
+	sr := &r.sr // the Reader's own: one on the stack would move to the heap for each member
+	*sr = streamReader{t: r.tr}
+	if err := r.opts.Stream(key, f, sr); sr.err != nil {
 		r.err = r.errAt(key, f.Offset+sr.n, sr.err)
 		return r.err
 	} else if err != nil {

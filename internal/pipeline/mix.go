@@ -484,7 +484,8 @@ func (pl *Pipeline) pull(ctx context.Context, s *mixSlot, wins []*window, first 
 				continue
 			}
 			s.missing += m.skipped
-			s.note = &item{skip: &m}
+			note := m // a copy: taking m's address would move every message to the heap
+			s.note = &item{skip: &note}
 		case w == nil:
 			// Past the span's feeds: an estimated shard's extra samples, for the
 			// window of its last feed.

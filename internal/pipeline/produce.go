@@ -255,8 +255,7 @@ func (p *producer) run() {
 			p.send(slotMsg{err: &CountError{URL: span.URL, Err: fmt.Errorf("%w: %s: sample %d (key %q) starts at byte %d, where its index entry says byte %d (a stale or broken index): every rank's plan is wrong; rebuild the index (shardload index)", ErrCountMismatch, span.URL, idx, smp.Key, smp.Offset, offs[idx])}})
 			return
 		}
-		var se *shard.Error
-		sampleOnly := errors.As(err, &se) && se.Skippable()
+		sampleOnly := shard.SampleOnly(err)
 		if rec != nil && (err == nil || sampleOnly) {
 			rec.Add(smp, err)
 		}
@@ -348,9 +347,8 @@ func (p *producer) checkCount(r *shard.Reader, info shard.Info, end int) {
 		tr := shard.NewReader(body, opts)
 		defer func() { pl.C.BytesIn.Add(tr.StoredBytes()); tr.Close() }()
 		smp, err := tr.Next()
-		var se *shard.Error
 		switch {
-		case err != nil && !(errors.As(err, &se) && se.Skippable()):
+		case err != nil && !shard.SampleOnly(err):
 			if p.ctx.Err() == nil {
 				mismatch("has no sample at byte %d, where its index puts sample %d, its last: %v", last, info.Samples-1, err)
 			}
@@ -359,7 +357,7 @@ func (p *producer) checkCount(r *shard.Reader, info shard.Info, end int) {
 			mismatch("has its sample %d at byte %d, where its index says %d", info.Samples-1, smp.Offset, last)
 			return
 		}
-		if _, err := tr.Next(); err == nil || errors.As(err, &se) && se.Skippable() {
+		if _, err := tr.Next(); err == nil || shard.SampleOnly(err) {
 			mismatch("has more samples than the %d its count says", info.Samples)
 		}
 		return
@@ -372,14 +370,13 @@ func (p *producer) checkCount(r *shard.Reader, info shard.Info, end int) {
 		if smp != nil {
 			pl.pool.Put(smp.Buf)
 		}
-		var se *shard.Error
 		switch {
 		case err == io.EOF:
 			if idx < info.Samples {
 				mismatch("has %d samples, but its count says %d", idx, info.Samples)
 			}
 			return
-		case err != nil && !(errors.As(err, &se) && se.Skippable()):
+		case err != nil && !shard.SampleOnly(err):
 			// A failure in the part of the shard other ranks read: theirs to report.
 			return
 		case idx >= info.Samples:
@@ -399,8 +396,7 @@ func (p *producer) checkEnd(r *shard.Reader, count int) {
 	if err == io.EOF {
 		return
 	}
-	var se *shard.Error
-	if err == nil || (errors.As(err, &se) && se.Skippable()) {
+	if err == nil || shard.SampleOnly(err) {
 		if smp != nil {
 			p.pl.pool.Put(smp.Buf)
 		}
