@@ -42,8 +42,13 @@ demo: build
 # The race-detected integration package takes minutes on 2 cores and went past
 # go test's 10-minute default on a loaded machine: the timeout per package is 30
 # minutes, so that load does not fail it and a hang still fails inside CI's limit.
+# The tests that count allocations or memory, which the race detector changes (they
+# skip under it): run once more without it, so that they gate too.
+NORACE_TESTS = ^(TestAllocationsPerSample|TestDecodeAllocs|TestCollateIntoReuse|TestSessionsShareIndex)$$
+
 test: deps tools lint validate
 	SHARDLOAD_INDEX_DIR=$$(mktemp -d) $(GO) test -race -count=1 -timeout 30m -skip '^TestMultiNodeDocker$$' ./...
+	$(GO) test -count=1 -run '$(NORACE_TESTS)' . ./decode/ ./wire/ ./serve/
 	GO=$(GO) scripts/containers-test.sh
 	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) ./shard/
 	$(GO) test -run '^$$' -fuzz '^FuzzExpand$$' -fuzztime 20000x ./shard/
