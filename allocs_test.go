@@ -15,11 +15,11 @@ import (
 // TestAllocationsPerSample: what an epoch allocates for each sample it reads, the
 // loader's start and the shards' opening set apart (the difference between two
 // datasets of as many shards, one with ten times the samples of the other), the
-// shards counted before, as an index gives them. The hot
-// path allocates a member's name (shard.Field.Name) and nothing else of its own per
-// sample: its items, buffers and messages are recycled. One allocation more a sample
-// fails the test (so did the two this test found: a queue message and a looked-for
-// error, moved to the heap for every sample).
+// shards counted before, as an index gives them. The hot path allocates a member's
+// name (shard.Field.Name) and nothing else of its own per sample: its items,
+// buffers and messages are recycled. One allocation more a sample fails the test
+// (so did the two this test found: a queue message and a looked-for error, moved
+// to the heap for every sample).
 func TestAllocationsPerSample(t *testing.T) {
 	if testing.CoverMode() != "" || testutil.Race {
 		t.Skip("allocation counts differ under -cover and -race (make test runs it without)")
