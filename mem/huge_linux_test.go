@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -86,4 +88,39 @@ func TestSlowFaults(t *testing.T) {
 			t.Errorf("8 MiB in %v: slow %v, want %v", tc.d, got, tc.slow)
 		}
 	}
+}
+
+// After ReadyHeap, the next large allocation lies in memory advised to use huge
+// pages (VmFlags "hg"), where the kernel has transparent huge pages. It runs in a
+// process of its own, whose heap has no free range below the readied one that
+// earlier tests left.
+func TestReadyHeap(t *testing.T) {
+	if b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil || strings.Contains(string(b), "[never]") {
+		t.Skipf("transparent huge pages are off here (%q, %v)", b, err)
+	}
+	if os.Getenv("MEM_READY_HEAP_CHILD") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestReadyHeap$", "-test.v")
+		cmd.Env = append(os.Environ(), "MEM_READY_HEAP_CHILD=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestReadyHeap") {
+			t.Fatalf("the test in a process of its own: %v\n%s", err, out)
+		}
+		return
+	}
+	before := make([]byte, 8<<20)
+	if slices.Contains(vmFlags(t, uintptr(unsafe.Pointer(unsafe.SliceData(before)))), "hg") {
+		t.Fatal("the heap is advised to use huge pages before ReadyHeap: the check below proves nothing")
+	}
+	if !ReadyHeap(32 << 20) {
+		t.Fatal("ReadyHeap(32 MiB) = false on a kernel with transparent huge pages")
+	}
+	var after [3][]byte
+	for i := range after {
+		after[i] = make([]byte, 8<<20)
+		mid := uintptr(unsafe.Pointer(unsafe.SliceData(after[i]))) + 4<<20
+		if flags := vmFlags(t, mid); !slices.Contains(flags, "hg") {
+			t.Errorf("allocation %d of 8 MiB after ReadyHeap(32 MiB) has VmFlags %v, want huge pages advised (hg)", i, flags)
+		}
+	}
+	runtime.KeepAlive(before)
 }

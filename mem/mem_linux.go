@@ -66,3 +66,16 @@ func Physical() int64 {
 	}
 	return int64(si.Totalram) * int64(si.Unit)
 }
+
+// AdviseHuge advises transparent huge pages (MADV_HUGEPAGE) over the whole huge
+// pages of b, and reports whether b holds one. Best effort: the advice outlives b's
+// use, for as long as the address range stays mapped.
+func AdviseHuge(b []byte) bool {
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	first := (start + HugePage - 1) &^ (HugePage - 1)
+	end := (start + uintptr(len(b))) &^ (HugePage - 1)
+	if end <= first {
+		return false
+	}
+	return unix.Madvise(b[first-start:end-start], unix.MADV_HUGEPAGE) == nil
+}

@@ -16,3 +16,6 @@ func Unmap([]byte) {}
 
 // Physical returns 0 (unknown) off Linux.
 func Physical() int64 { return 0 }
+
+// AdviseHuge does nothing off Linux.
+func AdviseHuge([]byte) bool { return false }

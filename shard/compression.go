@@ -15,6 +15,8 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/shardload/shardload/mem"
 )
 
 // maxZstdWindow bounds the memory a zstd frame may ask for. Shards written with zstd
@@ -25,15 +27,76 @@ const maxZstdWindow = 256 << 20
 // history buffers (megabytes) and faults them in.
 var zstdPool sync.Pool
 
-func getZstd(in io.Reader) (*zstd.Decoder, error) {
+// getZstd returns a decoder of in, whose first bytes are head: a pooled one, else a
+// new one, for which the heap is readied first (rings) if head declares a window.
+func getZstd(in io.Reader, head []byte) (*zstd.Decoder, error) {
 	if zr, ok := zstdPool.Get().(*zstd.Decoder); ok {
 		if err := zr.Reset(in); err == nil {
 			return zr, nil
 		}
 		zr.Close()
 	}
+	if w, ok := zstdWindow(head); ok {
+		rings.ready(zstdRing(w))
+	}
 	return zstd.NewReader(in, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
 }
+
+// rings readies Go heap memory in huge pages for the history rings of new zstd
+// decoders (mem.ReadyHeap): a decoder allocates a ring of its frame's window (8 MiB
+// for the zstd library's default level, 2 MiB for the reference tool's) on its
+// first read and writes every page of it within a window of output, 4 KiB pages
+// each a fault otherwise. Room for ringsAhead rings is readied at once, one garbage
+// collection for a loader's lanes; more when that room is used up.
+var rings ringRoom
+
+// ringRoom counts the heap readied for rings that rings have not taken yet.
+type ringRoom struct {
+	sync.Mutex
+	left int64
+}
+
+const (
+	// ringsAhead is how many rings one readying makes room for: the loader's
+	// default lanes (--open-shards).
+	ringsAhead = 8
+	// minReadyRing is the smallest ring readied for: below it the rings are too
+	// small for huge pages to matter.
+	minReadyRing = 1 << 20
+)
+
+func (r *ringRoom) ready(ring int64) {
+	if ring < minReadyRing {
+		return
+	}
+	r.Lock()
+	defer r.Unlock()
+	if r.left < ring {
+		if !mem.ReadyHeap(int(ring) * ringsAhead) {
+			return
+		}
+		r.left = ring * ringsAhead
+	}
+	r.left -= ring
+}
+
+// zstdWindow returns the window a zstd frame's header declares (its content size
+// for a single-segment frame), and false where h holds no frame header.
+func zstdWindow(h []byte) (int64, bool) {
+	var hd zstd.Header
+	if hd.Decode(h) != nil || hd.Skippable {
+		return 0, false
+	}
+	w := hd.WindowSize
+	if hd.SingleSegment {
+		w = hd.FrameContentSize
+	}
+	return int64(min(w, maxZstdWindow)), true
+}
+
+// zstdRing returns the bytes of a decoder's history ring for a window of w: the
+// window and twice a block's room (the largest block, 128 KiB, and its overrun).
+func zstdRing(w int64) int64 { return w + 2*(min(w, 128<<10)+32) }
 
 // pooledZstd returns its decoder to the pool on Close instead of closing it.
 type pooledZstd struct{ *zstd.Decoder }
@@ -71,8 +134,9 @@ func (r *Reader) start() error {
 		in = sb
 	} else if _, ok := r.src.(io.ByteReader); ok {
 		// In memory or buffered already (the convention compress/flate relies on):
-		// another buffer would only copy every byte once more.
-		var head [6]byte
+		// another buffer would only copy every byte once more. The first bytes, up to
+		// a zstd frame's header, tell the compression and the window.
+		var head [zstd.HeaderMaxSize]byte
 		n, err := io.ReadFull(&r.rawIn, head[:])
 		if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
 			return r.streamErr(0, err)
@@ -87,6 +151,8 @@ func (r *Reader) start() error {
 		if magic, err = br.Peek(6); err != nil && err != io.EOF {
 			return r.streamErr(0, err)
 		}
+		// Up to a zstd frame's header, from what the buffer holds already.
+		magic, _ = br.Peek(min(br.Buffered(), zstd.HeaderMaxSize))
 		in = br
 	}
 	r.comp = DetectCompression(magic)
@@ -115,7 +181,7 @@ func (r *Reader) start() error {
 		zr.Multistream(false)
 		r.dec = &gzipStream{zr: zr, br: br}
 	case Zstd:
-		zr, err := getZstd(in)
+		zr, err := getZstd(in, magic)
 		if err != nil {
 			return r.startErr(err)
 		}

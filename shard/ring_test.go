@@ -1,0 +1,85 @@
+package shard
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// TestZstdWindow reads the window that getZstd readies a ring for from frames the
+// zstd library writes (streams with windows from 1 MiB to 64 MiB, a single-segment
+// frame that declares its content size instead) and from a header as the reference
+// tool writes it at its default level (a 2 MiB window), and finds none in what is not
+// a frame header.
+func TestZstdWindow(t *testing.T) {
+	data := bytes.Repeat([]byte("shardload "), 1<<16)
+	for _, w := range []int{1 << 20, 2 << 20, 8 << 20, 64 << 20} {
+		var buf bytes.Buffer
+		zw, err := zstd.NewWriter(&buf, zstd.WithWindowSize(w), zstd.WithEncoderConcurrency(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := zw.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		if err := zw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := zstdWindow(buf.Bytes()[:zstd.HeaderMaxSize])
+		if !ok || got != int64(w) {
+			t.Errorf("stream written with a window of %d: zstdWindow = %d, %v", w, got, ok)
+		}
+	}
+
+	enc, err := zstd.NewWriter(nil, zstd.WithSingleSegment(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := enc.EncodeAll(data[:5000], nil)
+	if got, ok := zstdWindow(frame); !ok || got != 5000 {
+		t.Errorf("single-segment frame of 5000 bytes: zstdWindow = %d, %v", got, ok)
+	}
+
+	// Magic, a descriptor with a checksum and no content size, window descriptor
+	// 0x58 (window log 21), then a block header.
+	ref := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x04, 0x58, 0x04, 0x00, 0x00}
+	if got, ok := zstdWindow(ref); !ok || got != 2<<20 {
+		t.Errorf("reference tool's level-3 header: zstdWindow = %d, %v", got, ok)
+	}
+
+	for _, b := range [][]byte{nil, {0x28, 0xb5}, []byte("ustar\x00 not a frame"), {0x50, 0x2a, 0x4d, 0x18, 4, 0, 0, 0, 1, 2, 3, 4}} {
+		if got, ok := zstdWindow(b); ok {
+			t.Errorf("zstdWindow(%q) = %d, true; want false", b, got)
+		}
+	}
+}
+
+// TestRingRoomReadiesAhead checks the accounting of the heap readied for rings: one
+// readying serves ringsAhead rings, the next ring readies again, and rings too small
+// to matter ready nothing.
+func TestRingRoomReadiesAhead(t *testing.T) {
+	var r ringRoom
+	const ring = 3 << 20
+	r.ready(ring)
+	if r.left == 0 {
+		t.Skip("the heap cannot be advised to use huge pages here (not Linux, or transparent huge pages off)")
+	}
+	if want := int64(ring * (ringsAhead - 1)); r.left != want {
+		t.Fatalf("after the first ring: %d bytes left, want %d", r.left, want)
+	}
+	for range ringsAhead - 1 {
+		r.ready(ring)
+	}
+	if r.left != 0 {
+		t.Fatalf("after %d rings: %d bytes left, want 0", ringsAhead, r.left)
+	}
+	r.ready(ring)
+	if want := int64(ring * (ringsAhead - 1)); r.left != want {
+		t.Fatalf("after the next ring: %d bytes left, want %d (readied again)", r.left, want)
+	}
+	r.ready(minReadyRing - 1)
+	if want := int64(ring * (ringsAhead - 1)); r.left != want {
+		t.Fatalf("a small ring took room: %d bytes left, want %d", r.left, want)
+	}
+}
