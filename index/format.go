@@ -121,6 +121,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/zeebo/xxh3"
 
+	"github.com/shardload/shardload/internal/strs"
 	"github.com/shardload/shardload/redact"
 	"github.com/shardload/shardload/shard"
 	"github.com/shardload/shardload/source"
@@ -292,7 +293,7 @@ func Read(r io.Reader, name string) ([]shard.Info, error) {
 
 // readLines reads the JSON lines of an index from r, and returns its shards and its
 // header (zero when it has none). A shard's URL equal to urls[i] for the i-th shard
-// is that string; the others, and the versions, share a few large allocations (strs).
+// is that string; the others, and the versions, share a few large allocations (strs.Arena).
 // A line as Write writes it allocates nothing but its offsets.
 func readLines(r io.Reader, name string, urls []string) ([]shard.Info, header, error) {
 	sc := bufio.NewScanner(r)
@@ -302,7 +303,7 @@ func readLines(r io.Reader, name string, urls []string) ([]shard.Info, header, e
 	// The versions' bytes, and apart from them the URLs': entries looked up by key
 	// take the caller's spelling of their URLs, and the URLs' chunks go then, where
 	// the versions' stay.
-	var versions, urlBytes strs
+	var versions, urlBytes strs.Arena
 	var scratch []byte    // a line's offsets, decoded from base64
 	var names memberNames // the members' extensions, shared by the shards that have the same
 	var sum *xxh3.Hasher  // of the lines after a header that has a Sum
@@ -340,11 +341,11 @@ func readLines(r io.Reader, name string, urls []string) ([]shard.Info, header, e
 		var offsets []byte
 		var mem rawMembers
 		if l, ok := parseLine(text); ok {
-			info = shard.Info{Samples: l.samples, Version: versions.of(l.version), Size: l.size}
+			info = shard.Info{Samples: l.samples, Version: versions.Of(l.version), Size: l.size}
 			if i := len(infos); i < len(urls) && string(l.url) == urls[i] {
 				info.URL = urls[i] // no string of its own
 			} else {
-				info.URL = urlBytes.of(l.url)
+				info.URL = urlBytes.Of(l.url)
 			}
 			offsets, mem = l.offsets, l.members
 		} else if l := (line{}); json.Unmarshal(text, &l) == nil && l.Samples != nil {

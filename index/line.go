@@ -1,9 +1,6 @@
 package index
 
-import (
-	"bytes"
-	"unsafe"
-)
+import "bytes"
 
 // rawLine is a shard's line as parseLine finds it: its strings are the bytes of the
 // line, not copies.
@@ -87,28 +84,6 @@ func parseLine(b []byte) (l rawLine, ok bool) {
 		l.version = unescape(l.version)
 	}
 	return l, true
-}
-
-// strs copies strings into shared chunks: one allocation a chunk rather than one a
-// string (an index's versions: 10^6 strings of 10-40 bytes), and no size class's
-// rounding up. A string keeps its chunk, strsChunk bytes, alive.
-type strs struct{ buf []byte }
-
-const strsChunk = 64 << 10
-
-// of returns b as a string.
-func (a *strs) of(b []byte) string {
-	switch {
-	case len(b) == 0:
-		return ""
-	case len(b) > strsChunk/16:
-		return string(b)
-	case cap(a.buf)-len(a.buf) < len(b):
-		a.buf = make([]byte, 0, strsChunk)
-	}
-	n := len(a.buf)
-	a.buf = append(a.buf, b...) // within its capacity: the bytes before n stay as they are
-	return unsafe.String(&a.buf[n], len(b))
 }
 
 // cut returns b after prefix, if b starts with it.

@@ -3,7 +3,6 @@ package index
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"testing"
 )
@@ -71,28 +70,4 @@ func FuzzParseLine(f *testing.F) {
 			t.Fatalf("%q: sizes %q items %q; json.Unmarshal %+v", b, m.sizes, m.items, want)
 		}
 	})
-}
-
-// strs returns strings equal to the bytes given, which keep their bytes however many
-// follow them and whatever becomes of the bytes given.
-func TestStrs(t *testing.T) {
-	var a strs
-	var got, want []string
-	b := make([]byte, 0, strsChunk)
-	for i := range 20_000 {
-		b = fmt.Appendf(b[:0], "%d-%x", i*7919, i)
-		if i%1000 == 999 {
-			b = append(b, make([]byte, strsChunk/8)...) // longer than a chunk holds well
-		}
-		got, want = append(got, a.of(b)), append(want, string(b))
-		clear(b)
-	}
-	if a.of(nil) != "" {
-		t.Fatal("of(nil) is not empty")
-	}
-	for i := range got {
-		if got[i] != want[i] {
-			t.Fatalf("string %d: %q, want %q", i, got[i], want[i])
-		}
-	}
 }

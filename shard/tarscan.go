@@ -11,6 +11,8 @@ import (
 	"math/bits"
 	"strconv"
 	"strings"
+
+	"github.com/shardload/shardload/internal/strs"
 )
 
 // tarReader reads the members of a tar stream: USTAR, GNU and PAX headers, GNU long
@@ -27,7 +29,13 @@ type tarReader struct {
 	padded  [2 * blockSize]byte
 	discard []byte
 	hdr     tarHeader
+	names   strs.Arena // the entries' names: no allocation a name
+	joined  []byte     // a ustar prefix and name joined
 }
+
+// nameChunk is the chunk of the names' arena: about 200 names of 40 bytes an
+// allocation, and at most 8 KiB kept alive by a name (a sample's key) kept long.
+const nameChunk = 8 << 10
 
 // tarHeader is the part of a tar header shard.Reader uses.
 type tarHeader struct {
@@ -45,7 +53,9 @@ type tarHeader struct {
 // and the headers before it must fit in an int64 count of stream bytes.
 const maxEntrySize = math.MaxInt64 - 4*blockSize
 
-func newTarReader(r io.Reader) *tarReader { return &tarReader{r: r} }
+func newTarReader(r io.Reader) *tarReader {
+	return &tarReader{r: r, names: strs.Arena{Chunk: nameChunk}}
+}
 
 // Next skips what is left of the current entry and returns the next entry's header,
 // or io.EOF after the end-of-archive marker or at the end of the stream on a block
@@ -134,9 +144,10 @@ func (t *tarReader) Next() (*tarHeader, error) {
 		case longName != "":
 			h.Name = longName
 		case bytes.Equal(t.blk[257:263], []byte("ustar\x00")) && t.blk[345] != 0:
-			h.Name = cString(t.blk[345:500]) + "/" + cString(t.blk[0:100])
+			t.joined = append(append(append(t.joined[:0], cBytes(t.blk[345:500])...), '/'), cBytes(t.blk[0:100])...)
+			h.Name = t.names.Of(t.joined)
 		default:
-			h.Name = cString(t.blk[0:100])
+			h.Name = t.names.Of(cBytes(t.blk[0:100]))
 		}
 		if flag == 0 && len(h.Name) > 0 && h.Name[len(h.Name)-1] == '/' {
 			h.Typeflag = tar.TypeDir // an old-style directory
@@ -324,11 +335,14 @@ func allZero(b []byte) bool {
 }
 
 // cString returns b up to its first NUL.
-func cString(b []byte) string {
+func cString(b []byte) string { return string(cBytes(b)) }
+
+// cBytes returns b up to its first NUL.
+func cBytes(b []byte) []byte {
 	if i := bytes.IndexByte(b, 0); i >= 0 {
 		b = b[:i]
 	}
-	return string(b)
+	return b
 }
 
 // parseNumeric parses a tar number field: octal text padded with spaces or NULs, or
