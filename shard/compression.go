@@ -147,11 +147,10 @@ func (r *Reader) start() error {
 		// A small buffer: header reads do not cost a system call each, while member
 		// data larger than the buffer is read straight into the arena.
 		br := bufio.NewReaderSize(&r.rawIn, readBufferSize)
-		var err error
-		if magic, err = br.Peek(6); err != nil && err != io.EOF {
+		if _, err := br.Peek(6); err != nil && err != io.EOF {
 			return r.streamErr(0, err)
 		}
-		// Up to a zstd frame's header, from what the buffer holds already.
+		// The magic, and up to a zstd frame's header from what the buffer holds.
 		magic, _ = br.Peek(min(br.Buffered(), zstd.HeaderMaxSize))
 		in = br
 	}
