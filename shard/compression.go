@@ -23,23 +23,46 @@ import (
 // levels up to 22 use windows of at most 128 MiB.
 const maxZstdWindow = 256 << 20
 
-// zstdPool keeps zstd decoders between shards: a new one allocates its window and
-// history buffers (megabytes) and faults them in.
-var zstdPool sync.Pool
+// idleZstd keeps zstd decoders between shards, and across garbage collections:
+// a new decoder allocates its history ring (8.6 MB for an 8 MiB window) and faults
+// it in, and a sync.Pool drops what it holds at every other collection, so that a
+// loader's later epochs allocated new rings (34 MB in 3 s of 16 token shards). Up to
+// maxIdleZstd bytes of rings are kept; the most recently used decoder is taken
+// first.
+var idleZstd struct {
+	sync.Mutex
+	decs  []pooledZstd
+	bytes int64 // their rings
+}
 
-// getZstd returns a decoder of in, whose first bytes are head: a pooled one, else a
+// maxIdleZstd bounds the rings of idle decoders: a loader's 8 lanes of 8 MiB windows
+// take 69 MB.
+const maxIdleZstd = 128 << 20
+
+// getZstd returns a decoder of in, whose first bytes are head: an idle one, else a
 // new one, for which the heap is readied first (rings) if head declares a window.
-func getZstd(in io.Reader, head []byte) (*zstd.Decoder, error) {
-	if zr, ok := zstdPool.Get().(*zstd.Decoder); ok {
-		if err := zr.Reset(in); err == nil {
-			return zr, nil
-		}
-		zr.Close()
-	}
+func getZstd(in io.Reader, head []byte) (pooledZstd, error) {
+	ring := int64(0)
 	if w, ok := zstdWindow(head); ok {
-		rings.ready(zstdRing(w))
+		ring = zstdRing(w)
 	}
-	return zstd.NewReader(in, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
+	idleZstd.Lock()
+	if n := len(idleZstd.decs); n > 0 {
+		p := idleZstd.decs[n-1]
+		idleZstd.decs = idleZstd.decs[:n-1]
+		idleZstd.bytes -= p.ring
+		idleZstd.Unlock()
+		if err := p.Reset(in); err == nil {
+			p.ring = max(p.ring, ring) // a larger window grows the ring
+			return p, nil
+		}
+		p.Decoder.Close()
+	} else {
+		idleZstd.Unlock()
+	}
+	rings.ready(ring)
+	zr, err := zstd.NewReader(in, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
+	return pooledZstd{zr, ring}, err
 }
 
 // rings readies Go heap memory in huge pages for the history rings of new zstd
@@ -63,6 +86,8 @@ const (
 	// minReadyRing is the smallest ring readied for: below it the rings are too
 	// small for huge pages to matter.
 	minReadyRing = 1 << 20
+	// ringExtra is the room readied for each decoder beside its ring.
+	ringExtra = 1 << 20
 )
 
 func (r *ringRoom) ready(ring int64) {
@@ -71,13 +96,17 @@ func (r *ringRoom) ready(ring int64) {
 	}
 	r.Lock()
 	defer r.Unlock()
-	if r.left < ring {
-		if !mem.ReadyHeap(int(ring) * ringsAhead) {
+	// A decoder's other buffers (a block's input, literals and sequences, about
+	// 0.4 MB) and a reader's input buffer are allocated before its ring, from the
+	// same free range: room for them too.
+	need := ring + ringExtra
+	if r.left < need {
+		if !mem.ReadyHeap(int(need) * ringsAhead) {
 			return
 		}
-		r.left = ring * ringsAhead
+		r.left = need * ringsAhead
 	}
-	r.left -= ring
+	r.left -= need
 }
 
 // zstdWindow returns the window a zstd frame's header declares (its content size
@@ -98,13 +127,26 @@ func zstdWindow(h []byte) (int64, bool) {
 // window and twice a block's room (the largest block, 128 KiB, and its overrun).
 func zstdRing(w int64) int64 { return w + 2*(min(w, 128<<10)+32) }
 
-// pooledZstd returns its decoder to the pool on Close instead of closing it.
-type pooledZstd struct{ *zstd.Decoder }
+// pooledZstd is a decoder and the bytes of its ring, as far as known; Close keeps
+// it idle (idleZstd) instead of closing it, within maxIdleZstd.
+type pooledZstd struct {
+	*zstd.Decoder
+	ring int64
+}
 
 func (p pooledZstd) Close() error {
+	// A ring not known (no frame header seen) counts as a small window's.
+	p.ring = max(p.ring, minReadyRing)
 	if p.Decoder.Reset(nil) == nil {
-		zstdPool.Put(p.Decoder)
-	} else {
+		idleZstd.Lock()
+		if idleZstd.bytes+p.ring <= maxIdleZstd {
+			idleZstd.decs = append(idleZstd.decs, p)
+			idleZstd.bytes += p.ring
+			p.Decoder = nil
+		}
+		idleZstd.Unlock()
+	}
+	if p.Decoder != nil {
 		p.Decoder.Close()
 	}
 	return nil
@@ -184,7 +226,7 @@ func (r *Reader) start() error {
 		if err != nil {
 			return r.startErr(err)
 		}
-		r.dec = pooledZstd{zr}
+		r.dec = zr
 	case Bzip2:
 		in = bzip2.NewReader(in)
 	case XZ, LZ4:

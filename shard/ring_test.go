@@ -2,6 +2,9 @@ package shard
 
 import (
 	"bytes"
+	"runtime"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -65,7 +68,7 @@ func TestRingRoomReadiesAhead(t *testing.T) {
 	if r.left == 0 {
 		t.Skip("the heap cannot be advised to use huge pages here (not Linux, or transparent huge pages off)")
 	}
-	if want := int64(ring * (ringsAhead - 1)); r.left != want {
+	if want := int64((ring + ringExtra) * (ringsAhead - 1)); r.left != want {
 		t.Fatalf("after the first ring: %d bytes left, want %d", r.left, want)
 	}
 	for range ringsAhead - 1 {
@@ -75,11 +78,69 @@ func TestRingRoomReadiesAhead(t *testing.T) {
 		t.Fatalf("after %d rings: %d bytes left, want 0", ringsAhead, r.left)
 	}
 	r.ready(ring)
-	if want := int64(ring * (ringsAhead - 1)); r.left != want {
+	if want := int64((ring + ringExtra) * (ringsAhead - 1)); r.left != want {
 		t.Fatalf("after the next ring: %d bytes left, want %d (readied again)", r.left, want)
 	}
 	r.ready(minReadyRing - 1)
-	if want := int64(ring * (ringsAhead - 1)); r.left != want {
+	if want := int64((ring + ringExtra) * (ringsAhead - 1)); r.left != want {
 		t.Fatalf("a small ring took room: %d bytes left, want %d", r.left, want)
+	}
+}
+
+// A zstd decoder a closed Reader leaves idle is the one the next Reader takes,
+// garbage collections between them or not (a sync.Pool would have dropped it), and
+// idle decoders are kept up to maxIdleZstd bytes of rings, no more.
+func TestIdleZstdDecoders(t *testing.T) {
+	idleZstd.Lock()
+	saved, savedBytes := idleZstd.decs, idleZstd.bytes
+	idleZstd.decs, idleZstd.bytes = nil, 0
+	idleZstd.Unlock()
+	t.Cleanup(func() {
+		idleZstd.Lock()
+		for _, p := range idleZstd.decs {
+			p.Decoder.Close()
+		}
+		idleZstd.decs, idleZstd.bytes = saved, savedBytes
+		idleZstd.Unlock()
+	})
+	idle := func() []pooledZstd {
+		idleZstd.Lock()
+		defer idleZstd.Unlock()
+		return slices.Clone(idleZstd.decs)
+	}
+
+	data := compress(t, Zstd, buildTar(t, member{name: "a.x", data: strings.Repeat("x", 5000)}, member{name: "b.x", data: "2"}))
+	read := func() {
+		r := NewReader(bytes.NewReader(data), Options{})
+		if got := len(readAll(t, r)); got != 2 {
+			t.Fatalf("%d samples, want 2", got)
+		}
+		r.Close()
+	}
+	read()
+	first := idle()
+	if len(first) != 1 {
+		t.Fatalf("%d decoders idle after one Reader, want 1", len(first))
+	}
+	runtime.GC()
+	runtime.GC()
+	read()
+	if again := idle(); len(again) != 1 || again[0].Decoder != first[0].Decoder {
+		t.Fatalf("after two collections the next Reader used another decoder (idle: %d)", len(again))
+	}
+
+	ring := zstdRing(8 << 20)
+	for range maxIdleZstd/ring + 3 {
+		zr, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pooledZstd{zr, ring}.Close()
+	}
+	idleZstd.Lock()
+	n, held := len(idleZstd.decs), idleZstd.bytes
+	idleZstd.Unlock()
+	if held > maxIdleZstd || n != 1+int((maxIdleZstd-first[0].ring)/ring) {
+		t.Errorf("%d decoders idle holding %d bytes of rings; want at most %d bytes (%d decoders)", n, held, maxIdleZstd, 1+int((maxIdleZstd-first[0].ring)/ring))
 	}
 }
