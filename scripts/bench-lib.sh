@@ -33,8 +33,10 @@ start_minio() {
 	MINIO_ROOT_USER=$AWS_ACCESS_KEY_ID MINIO_ROOT_PASSWORD=$AWS_SECRET_ACCESS_KEY MINIO_BROWSER=off MINIO_UPDATE=off \
 		"$minio" server --address "127.0.0.1:$port" --console-address "127.0.0.1:$console" "$dir/minio" > "$dir/minio.log" 2>&1 &
 	minio_pid=$!
+	# Ready, and answering S3: a bucket created right after the health check alone
+	# was once refused with 503 (the server still initializing).
 	for ((i = 0; i < 300; i++)); do
-		curl -fs "$AWS_ENDPOINT_URL/minio/health/ready" > /dev/null && return 0
+		curl -fs "$AWS_ENDPOINT_URL/minio/health/ready" > /dev/null && s3curl "$AWS_ENDPOINT_URL/" > /dev/null 2>&1 && return 0
 		sleep 0.1
 	done
 	echo "MinIO did not start:" >&2
