@@ -113,7 +113,7 @@ func (t *tarReader) Next() (*tarHeader, error) {
 				return nil, err
 			}
 			if flag == 'L' {
-				longName = cString(data)
+				longName = string(cBytes(data))
 				continue
 			}
 			pax, err := parsePAX(data)
@@ -333,9 +333,6 @@ func allZero(b []byte) bool {
 	}
 	return true
 }
-
-// cString returns b up to its first NUL.
-func cString(b []byte) string { return string(cBytes(b)) }
 
 // cBytes returns b up to its first NUL.
 func cBytes(b []byte) []byte {
