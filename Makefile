@@ -57,6 +57,7 @@ test: deps tools lint validate
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNPY$$' -fuzztime 50000x ./decode/
 	$(GO) test -run '^$$' -fuzz '^FuzzGunzip$$' -fuzztime 20000x ./decode/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeImage$$' -fuzztime 20000x ./decode/
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckTables$$' -fuzztime 20000x ./decode/turbojpeg/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCPUList$$' -fuzztime 50000x ./numa/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseContentRange$$' -fuzztime 20000x ./source/httpsrc/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMeta$$' -fuzztime 20000x ./cache/

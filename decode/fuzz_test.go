@@ -11,6 +11,8 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/shardload/shardload/internal/testutil"
 )
 
 // FuzzParseNPY is seeded with the real .npy members of the Lhotse shard (whole, and
@@ -232,7 +234,8 @@ func gzipBytes(b []byte, hdr stdgzip.Header) []byte {
 }
 
 // FuzzDecodeImage is seeded with small JPEGs (4:2:0, grayscale, CMYK), one cut
-// short and one cut with an end marker appended, a PNG of the real tarproc shard,
+// short and one cut with an end marker appended, two without their quantization or
+// Huffman tables, a PNG of the real tarproc shard,
 // and a GIF. For any input, with either JPEG decoder, Decode must not panic and must
 // give either the field's exact row or an error wrapping ErrBadImage, and whether it
 // fails must not depend on the crop (another seed) nor on the decoder's history (a
@@ -243,6 +246,10 @@ func FuzzDecodeImage(f *testing.F) {
 	f.Add(small)
 	f.Add(small[:len(small)*2/3])
 	f.Add(append(small[:len(small)*2/3:len(small)*2/3], 0xff, 0xd9))
+	// Without quantization tables, then without Huffman tables: a decoder that lent
+	// an earlier image's tables decoded the first depending on its history.
+	f.Add(testutil.JPEGWithout(f, small, 0xdb))
+	f.Add(testutil.JPEGWithout(f, small, 0xc4))
 	gray := image.NewGray(image.Rect(0, 0, 9, 7))
 	for i := range gray.Pix {
 		gray.Pix[i] = uint8(i * 3)

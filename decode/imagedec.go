@@ -149,6 +149,13 @@ func (d *Decoder) decodeImage(f *Field, data []byte) (Value, error) {
 	if err != nil {
 		return Value{}, err
 	}
+	if format == fmtJPEG {
+		// A component without its quantization table: libjpeg fails on it, Go's
+		// decoder would give it flat gray.
+		if err := turbojpeg.CheckTables(data); err != nil {
+			return Value{}, errf(ErrBadImage, "JPEG: %v", err)
+		}
+	}
 	var lib *turbojpeg.Lib
 	if format == fmtJPEG && backend == ImageDecoderTurbo {
 		lib, _ = turbojpeg.Default()

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/shardload/shardload/internal/testutil"
 )
 
 // sosEnd returns the offset of the first byte of data's first entropy-coded scan.
@@ -225,6 +227,62 @@ func TestImageExtraneousBytes(t *testing.T) {
 					if !bytes.Equal(got, want) {
 						t.Errorf("%s, %s, seed %d: junk before the end marker changed the pixels", be, spec, s)
 					}
+				}
+			}
+		}
+	}
+}
+
+// TestImageTablesLeftOut: a JPEG without its quantization tables is the sample's
+// error with either decoder (libjpeg, and PIL, refuse it; Go's image/jpeg would
+// decode it flat gray), whatever the decoder decoded before; one without its
+// Huffman tables decodes through libjpeg-turbo with the standard tables, as a fresh
+// libjpeg (and PIL) does, never with those of an image decoded before it.
+func TestImageTablesLeftOut(t *testing.T) {
+	src := photo(64, 48, 5)
+	jpg := encodeJPEG(t, src)
+	noDQT := testutil.JPEGWithout(t, jpg, 0xdb)
+	noDHT := testutil.JPEGWithout(t, jpg, 0xc4)
+	// Earlier images with tables of their own: a progressive JPEG (optimised
+	// Huffman tables) and the tarproc shard's baseline ones.
+	prog, err := os.ReadFile("turbojpeg/testdata/prog420.jpg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs := []string{"i=jpg:image:uint8:48x64x3", "i=jpg:image:uint8:32x32x3:random-crop,flip", "i=jpg:image:uint8:3x16x16:resize=20"}
+	for _, be := range decoders(t) {
+		for _, spec := range specs {
+			f := mustField(t, spec)
+			fresh := Decoder{Images: be, Seed: 7}
+			want, _, err := fresh.Decode(&f, jpg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want.Data = slices.Clone(want.Data)
+			for seed := range uint64(4) {
+				d := Decoder{Images: be, Seed: seed}
+				if _, _, err := d.Decode(&f, prog, nil); err != nil {
+					t.Fatalf("%s: %s: the progressive JPEG: %v", be, spec, err)
+				}
+				_, _, err := d.Decode(&f, noDQT, nil)
+				wantErr(t, err, ErrBadImage, "quantization table 0 of component 1 is not defined before its first scan")
+				if _, _, err := d.Decode(&f, prog, nil); err != nil {
+					t.Fatal(err)
+				}
+				d.Seed = 7
+				got, _, err := d.Decode(&f, noDHT, nil)
+				if be == ImageDecoderGo {
+					// image/jpeg has no standard tables to fall back on: an error,
+					// never another image's tables.
+					wantErr(t, err, ErrBadImage, "Huffman")
+					continue
+				}
+				if err != nil {
+					t.Fatalf("%s: %s: without Huffman tables: %v", be, spec, err)
+				}
+				if !bytes.Equal(got.Data, want.Data) {
+					m, mx := meanAbsDiff(got.Data, want.Data)
+					t.Fatalf("%s: %s: without Huffman tables, after other images: differs from the whole JPEG by %.2f on average, %d at most", be, spec, m, mx)
 				}
 			}
 		}

@@ -217,6 +217,11 @@ func (l *Lib) get() (C.tjhandle, error) {
 		return h, nil
 	default:
 	}
+	return l.fresh()
+}
+
+// fresh makes an instance that holds no table of an earlier image.
+func (l *Lib) fresh() (C.tjhandle, error) {
 	in := C.sl_init(l.t)
 	if in.h == nil {
 		msg := in.msg // a copy, so that in itself stays on the stack
@@ -296,7 +301,10 @@ func (l *Lib) Header(jpeg []byte) (Header, error) {
 // those are written.
 //
 // A failure from the library is an *Error, its message that of this call whatever
-// the thread or the instance's history. One with Warning set means the data was not
+// the thread or the instance's history. The result never depends on what was
+// decoded before: an image that does not define every table it uses (a JPEG
+// without quantization tables fails, one without Huffman tables decodes with the
+// standard ones) is decoded on an instance of its own. One with Warning set means the data was not
 // entirely sound: unless flags has StopOnWarning, the image was decoded into dst
 // regardless (a truncated file decodes with its missing rows gray). The message is
 // the first warning's; libjpeg does not report the later ones.
@@ -305,12 +313,19 @@ func (l *Lib) Decode(jpeg, dst []byte, width, height int, format PixelFormat, fl
 	if err != nil {
 		return err
 	}
-	h, err := l.get()
+	// An image that leaves a table to the decoder gets an instance of its own,
+	// destroyed after: see selfContained.
+	own := selfContained(jpeg)
+	get := l.get
+	if !own {
+		get = l.fresh
+	}
+	h, err := get()
 	if err != nil {
 		return err
 	}
 	ok := false
-	defer func() { l.done(h, ok) }()
+	defer func() { l.done(h, ok && own) }()
 	res := C.sl_decode(l.t, h, (*C.uchar)(unsafe.Pointer(unsafe.SliceData(jpeg))), C.ulong(len(jpeg)),
 		(*C.uchar)(unsafe.Pointer(unsafe.SliceData(dst))), C.int(width), C.int(pitch), C.int(height),
 		C.int(format), C.int(flags))
