@@ -12,6 +12,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -28,16 +29,53 @@ const maxZstdWindow = 256 << 20
 // it in, and a sync.Pool drops what it holds at every other collection, so that a
 // loader's later epochs allocated new rings (34 MB in 3 s of 16 token shards). Up to
 // maxIdleZstd bytes of rings are kept; the most recently used decoder is taken
-// first.
+// first, and one idle for idleZstdFor is closed (a process that stops reading zstd
+// shards does not keep their rings).
 var idleZstd struct {
 	sync.Mutex
-	decs  []pooledZstd
-	bytes int64 // their rings
+	decs  []pooledZstd // oldest first
+	bytes int64        // their rings
+	sweep *time.Timer  // set while decoders are idle
 }
 
-// maxIdleZstd bounds the rings of idle decoders: a loader's 8 lanes of 8 MiB windows
-// take 69 MB.
-const maxIdleZstd = 128 << 20
+const (
+	// maxIdleZstd bounds the rings of idle decoders: a loader's 8 lanes of 8 MiB
+	// windows take 69 MB.
+	maxIdleZstd = 128 << 20
+	// idleZstdFor is how long a decoder stays idle before it is closed: well over
+	// an epoch boundary's pause.
+	idleZstdFor = time.Minute
+)
+
+// sweepIdleZstd closes the decoders idle since before now less idleZstdFor and
+// returns how long until the next one is due, 0 when none is idle. idleZstd must be
+// locked.
+func sweepIdleZstd(now time.Time) time.Duration {
+	k := 0
+	for k < len(idleZstd.decs) && now.Sub(idleZstd.decs[k].since) >= idleZstdFor {
+		idleZstd.decs[k].Decoder.Close()
+		idleZstd.bytes -= idleZstd.decs[k].ring
+		k++
+	}
+	idleZstd.decs = append(idleZstd.decs[:0], idleZstd.decs[k:]...)
+	clear(idleZstd.decs[len(idleZstd.decs):cap(idleZstd.decs)])
+	if len(idleZstd.decs) == 0 {
+		return 0
+	}
+	return idleZstd.decs[0].since.Add(idleZstdFor).Sub(now)
+}
+
+// sweepIdleZstdLater runs sweepIdleZstd when the timer fires, and sets the timer
+// again while decoders stay idle.
+func sweepIdleZstdLater() {
+	idleZstd.Lock()
+	defer idleZstd.Unlock()
+	if next := sweepIdleZstd(time.Now()); next > 0 {
+		idleZstd.sweep.Reset(next)
+	} else {
+		idleZstd.sweep = nil
+	}
+}
 
 // getZstd returns a decoder of in, whose first bytes are head: an idle one, else a
 // new one, for which the heap is readied first (rings) if head declares a window.
@@ -62,7 +100,7 @@ func getZstd(in io.Reader, head []byte) (pooledZstd, error) {
 	}
 	rings.ready(ring)
 	zr, err := zstd.NewReader(in, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
-	return pooledZstd{zr, ring}, err
+	return pooledZstd{Decoder: zr, ring: ring}, err
 }
 
 // rings readies Go heap memory in huge pages for the history rings of new zstd
@@ -131,7 +169,8 @@ func zstdRing(w int64) int64 { return w + 2*(min(w, 128<<10)+32) }
 // it idle (idleZstd) instead of closing it, within maxIdleZstd.
 type pooledZstd struct {
 	*zstd.Decoder
-	ring int64
+	ring  int64
+	since time.Time // when it went idle
 }
 
 func (p pooledZstd) Close() error {
@@ -140,9 +179,13 @@ func (p pooledZstd) Close() error {
 	if p.Decoder.Reset(nil) == nil {
 		idleZstd.Lock()
 		if idleZstd.bytes+p.ring <= maxIdleZstd {
+			p.since = time.Now()
 			idleZstd.decs = append(idleZstd.decs, p)
 			idleZstd.bytes += p.ring
 			p.Decoder = nil
+			if idleZstd.sweep == nil {
+				idleZstd.sweep = time.AfterFunc(idleZstdFor, sweepIdleZstdLater)
+			}
 		}
 		idleZstd.Unlock()
 	}

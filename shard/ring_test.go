@@ -2,10 +2,12 @@ package shard
 
 import (
 	"bytes"
+	"errors"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -135,12 +137,48 @@ func TestIdleZstdDecoders(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pooledZstd{zr, ring}.Close()
+		pooledZstd{Decoder: zr, ring: ring}.Close()
 	}
 	idleZstd.Lock()
 	n, held := len(idleZstd.decs), idleZstd.bytes
 	idleZstd.Unlock()
 	if held > maxIdleZstd || n != 1+int((maxIdleZstd-first[0].ring)/ring) {
 		t.Errorf("%d decoders idle holding %d bytes of rings; want at most %d bytes (%d decoders)", n, held, maxIdleZstd, 1+int((maxIdleZstd-first[0].ring)/ring))
+	}
+}
+
+// An idle zstd decoder is closed once idle for idleZstdFor, its ring no longer
+// counted; the younger ones stay, and the sweep says when the next one is due.
+func TestIdleZstdSweep(t *testing.T) {
+	idleZstd.Lock()
+	defer idleZstd.Unlock()
+	saved, savedBytes := idleZstd.decs, idleZstd.bytes
+	defer func() { idleZstd.decs, idleZstd.bytes = saved, savedBytes }()
+
+	t0 := time.Unix(1_000_000, 0)
+	idleZstd.decs, idleZstd.bytes = nil, 0
+	for _, since := range []time.Duration{0, 10 * time.Second, 70 * time.Second} {
+		zr, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		idleZstd.decs = append(idleZstd.decs, pooledZstd{Decoder: zr, ring: 1 << 20, since: t0.Add(since)})
+		idleZstd.bytes += 1 << 20
+	}
+	all := slices.Clone(idleZstd.decs)
+	if next := sweepIdleZstd(t0.Add(59 * time.Second)); next != time.Second || len(idleZstd.decs) != 3 {
+		t.Fatalf("59 s on: %d idle, next sweep in %v; want 3, 1s", len(idleZstd.decs), next)
+	}
+	next := sweepIdleZstd(t0.Add(75 * time.Second))
+	if len(idleZstd.decs) != 1 || idleZstd.decs[0].Decoder != all[2].Decoder || idleZstd.bytes != 1<<20 || next != 55*time.Second {
+		t.Fatalf("75 s on: %d idle holding %d bytes, next sweep in %v; want the youngest alone, 1 MiB, 55s", len(idleZstd.decs), idleZstd.bytes, next)
+	}
+	for i, p := range all[:2] {
+		if err := p.Reset(bytes.NewReader(nil)); !errors.Is(err, zstd.ErrDecoderClosed) {
+			t.Errorf("decoder %d idle past its time: Reset gives %v, want it closed", i, err)
+		}
+	}
+	if next := sweepIdleZstd(t0.Add(130 * time.Second)); next != 0 || len(idleZstd.decs) != 0 || idleZstd.bytes != 0 {
+		t.Fatalf("130 s on: %d idle holding %d bytes, next %v; want none", len(idleZstd.decs), idleZstd.bytes, next)
 	}
 }
