@@ -10,6 +10,7 @@ import (
 	"image/gif"
 	"image/jpeg"
 	"image/png"
+	"io"
 	"math"
 	"strings"
 	"sync"
@@ -308,7 +309,7 @@ func (d *Decoder) decodeWhole(st *imageState, format int, data []byte, sw, sh, d
 	switch {
 	case err == nil:
 	case te != nil && te.Extraneous():
-		if _, gerr := jpeg.Decode(bytes.NewReader(data)); gerr != nil {
+		if _, gerr := jpeg.Decode(jpegWithStandardHuffman(data)); gerr != nil {
 			return false, errf(ErrBadImage, "JPEG corrupt (%s; image/jpeg: %v)", te.Msg, gerr)
 		}
 	case te != nil && te.Skippable():
@@ -536,6 +537,37 @@ func decodeConfig(format int, data []byte) (image.Config, error) {
 	return image.Config{}, errors.New("unknown format")
 }
 
+// standardHuffman is a DHT segment of the four standard Huffman tables (ITU T.81,
+// K.3: DC and AC, luminance in slot 0 and chrominance in slot 1), which libjpeg
+// gives a scan whose tables the JPEG leaves out (a Motion-JPEG frame does). image/jpeg
+// writes exactly those, in one segment: taken from what it writes.
+var standardHuffman = sync.OnceValue(func() []byte {
+	var b bytes.Buffer
+	if err := jpeg.Encode(&b, image.NewRGBA(image.Rect(0, 0, 8, 8)), nil); err != nil {
+		panic(err)
+	}
+	d := b.Bytes()
+	for i := 2; i+4 <= len(d) && d[i+1] != 0xda; {
+		n := int(d[i+2])<<8 | int(d[i+3])
+		if d[i+1] == 0xc4 {
+			return d[i : i+2+n : i+2+n]
+		}
+		i += 2 + n
+	}
+	panic("image/jpeg wrote no Huffman tables")
+})
+
+// jpegWithStandardHuffman returns data to read for image/jpeg: the standard Huffman
+// tables right after its SOI marker, then the rest of it. The JPEG's own tables,
+// which come later, replace them; a scan whose tables it leaves out decodes with the
+// standard ones, as in libjpeg (and so PIL), where image/jpeg alone would fail.
+func jpegWithStandardHuffman(data []byte) io.Reader {
+	if len(data) < 2 {
+		return bytes.NewReader(data)
+	}
+	return io.MultiReader(bytes.NewReader(data[:2]), bytes.NewReader(standardHuffman()), bytes.NewReader(data[2:]))
+}
+
 // decodeGo decodes data in Go into st.rgb, as packed RGB.
 func (d *Decoder) decodeGo(st *imageState, format int, data []byte, iw, ih int) error {
 	r := bytes.NewReader(data)
@@ -543,7 +575,7 @@ func (d *Decoder) decodeGo(st *imageState, format int, data []byte, iw, ih int) 
 	var err error
 	switch format {
 	case fmtJPEG:
-		img, err = jpeg.Decode(r)
+		img, err = jpeg.Decode(jpegWithStandardHuffman(data))
 	case fmtPNG:
 		img, err = png.Decode(r)
 	case fmtWebP:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -236,8 +237,9 @@ func TestImageExtraneousBytes(t *testing.T) {
 // TestImageTablesLeftOut: a JPEG without its quantization tables is the sample's
 // error with either decoder (libjpeg, and PIL, refuse it; Go's image/jpeg would
 // decode it flat gray), whatever the decoder decoded before; one without its
-// Huffman tables decodes through libjpeg-turbo with the standard tables, as a fresh
-// libjpeg (and PIL) does, never with those of an image decoded before it.
+// Huffman tables decodes with the standard tables, as a fresh libjpeg (and PIL) does, never with those of an image decoded before it; Go's
+// decoder, given the standard tables first, decodes it as it decodes the whole JPEG
+// (image/jpeg writes the standard tables).
 func TestImageTablesLeftOut(t *testing.T) {
 	src := photo(64, 48, 5)
 	jpg := encodeJPEG(t, src)
@@ -271,12 +273,6 @@ func TestImageTablesLeftOut(t *testing.T) {
 				}
 				d.Seed = 7
 				got, _, err := d.Decode(&f, noDHT, nil)
-				if be == ImageDecoderGo {
-					// image/jpeg has no standard tables to fall back on: an error,
-					// never another image's tables.
-					wantErr(t, err, ErrBadImage, "Huffman")
-					continue
-				}
 				if err != nil {
 					t.Fatalf("%s: %s: without Huffman tables: %v", be, spec, err)
 				}
@@ -286,5 +282,34 @@ func TestImageTablesLeftOut(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// standardHuffman holds the four tables of ITU T.81 K.3 in their slots: DC 0 and 1,
+// AC 0 and 1, with the spec's code counts.
+func TestStandardHuffman(t *testing.T) {
+	want := map[byte][16]byte{
+		0x00: {0, 1, 5, 1, 1, 1, 1, 1, 1},
+		0x01: {0, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+		0x10: {0, 2, 1, 3, 3, 2, 4, 3, 5, 5, 4, 4, 0, 0, 1, 0x7d},
+		0x11: {0, 2, 1, 2, 4, 4, 3, 4, 7, 5, 4, 4, 0, 1, 2, 0x77},
+	}
+	seg := standardHuffman()
+	if len(seg) < 4 || seg[0] != 0xff || seg[1] != 0xc4 || int(seg[2])<<8|int(seg[3]) != len(seg)-2 {
+		t.Fatalf("not a DHT segment: % x", seg[:min(len(seg), 4)])
+	}
+	got := map[byte][16]byte{}
+	for p := seg[4:]; len(p) > 0; {
+		var counts [16]byte
+		copy(counts[:], p[1:17])
+		n := 17
+		for _, c := range counts {
+			n += int(c)
+		}
+		got[p[0]] = counts
+		p = p[n:]
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("tables %v, want %v", got, want)
 	}
 }
